@@ -1,0 +1,1 @@
+"""The judge: build, isolate, check, time. Candidate code never runs in the caller's process."""

@@ -1,0 +1,233 @@
+"""Where judging runs: worker processes, wall-clock limits, and one timing slot per device.
+
+`LocalExecutor` is the default: per device a pool of warm worker processes (each judges one
+job, then exits, so every candidate gets a fresh process and CUDA context), any number of jobs
+building at once on the CPU cores, and an exclusive lock per device for the correctness and
+timing phase. The lock is a file lock, so separate kernelevo processes on one machine also take
+turns. Another executor (several machines) only needs to provide `submit` and `device_info`.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import fcntl
+import json
+import os
+import select
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernelevo.judge import verdicts
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Wall-clock limits in seconds; a worker past one is killed with its whole process group."""
+
+    startup: float = 300.0
+    build: float = 900.0  # import + ModelNew(): inline builds take tens of seconds
+    run: float = 120.0  # correctness + timing, once the worker holds the device
+
+
+class WorkerDied(Exception):
+    pass
+
+
+class Worker:
+    """One child process and its two pipes: jobs and 'go' in on stdin, events out on a fd."""
+
+    def __init__(self, device: str, log_dir: Path):
+        read_fd, write_fd = os.pipe()
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.log = tempfile.NamedTemporaryFile(dir=log_dir, prefix="worker-", suffix=".log", delete=False)
+        self.device = device
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kernelevo.judge.worker", _child_device(device), str(write_fd)],
+            stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT, pass_fds=(write_fd,),
+            start_new_session=True, env=_child_env(device))
+        os.close(write_fd)
+        self._fd, self._buffer = read_fd, b""
+        self.info: dict | None = None
+
+    def send(self, message: dict | str) -> None:
+        self.proc.stdin.write((json.dumps(message) + "\n").encode())
+        self.proc.stdin.flush()
+
+    def next_event(self, deadline: float) -> dict:
+        """The next event; raises TimeoutError past the deadline, WorkerDied at EOF."""
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            ready, _, _ = select.select([self._fd], [], [], left)
+            if not ready:
+                continue
+            chunk = os.read(self._fd, 65536)
+            if not chunk:
+                raise WorkerDied
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def wait_ready(self, limit: float) -> dict:
+        if self.info is None:
+            event = self.next_event(time.monotonic() + limit)
+            if event.get("event") != "ready":
+                raise WorkerDied
+            self.info = event
+        return self.info
+
+    def log_text(self) -> str:
+        self.log.flush()
+        try:
+            return Path(self.log.name).read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, 9)
+        with contextlib.suppress(Exception):
+            self.proc.wait(timeout=10)
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+        with contextlib.suppress(OSError):
+            self.log.close()
+            os.unlink(self.log.name)
+
+
+def _child_device(device: str) -> str:
+    # Each worker sees only its own GPU (CUDA_VISIBLE_DEVICES), as cuda:0.
+    return "cuda:0" if device.startswith("cuda") else "cpu"
+
+
+def _child_env(device: str) -> dict:
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+    if device.startswith("cuda"):
+        index = int(device.split(":")[1]) if ":" in device else 0
+        visible = env.get("CUDA_VISIBLE_DEVICES")
+        env["CUDA_VISIBLE_DEVICES"] = visible.split(",")[index] if visible else str(index)
+    return env
+
+
+class WorkerPool:
+    """Warm workers for one device: started ahead so interpreter and CUDA start-up overlap."""
+
+    def __init__(self, device: str, log_dir: Path, spares: int, limits: Limits):
+        self.device, self.log_dir, self.spares, self.limits = device, log_dir, spares, limits
+        self._idle: deque[Worker] = deque()
+        self._lock = threading.Lock()
+        self.info: dict | None = None
+        self._fill()
+
+    def _fill(self) -> None:
+        with self._lock:
+            while len(self._idle) < self.spares:
+                self._idle.append(Worker(self.device, self.log_dir))
+
+    def take(self) -> Worker:
+        with self._lock:
+            worker = self._idle.popleft() if self._idle else None
+        if worker is None:
+            worker = Worker(self.device, self.log_dir)
+        self._fill()
+        try:
+            self.info = worker.wait_ready(self.limits.startup)
+        except (TimeoutError, WorkerDied) as exc:
+            log = worker.log_text()
+            worker.kill()
+            raise RuntimeError(f"judge worker for {self.device} failed to start: {verdicts.tail(log, 5)}") from exc
+        return worker
+
+    def close(self) -> None:
+        with self._lock:
+            while self._idle:
+                self._idle.popleft().kill()
+
+
+@contextlib.contextmanager
+def device_lock(cache_dir: Path, device: str):
+    """Exclusive use of a device for timing, across threads and processes."""
+    path = cache_dir / "locks" / f"{device.replace(':', '')}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+class LocalExecutor:
+    """Judge jobs on this machine's devices; `submit` returns a future of the worker's result."""
+
+    def __init__(self, devices: list[str], cache_dir: Path, limits: Limits = Limits(),
+                 concurrency: int | None = None, spares: int = 0):
+        self.devices, self.cache_dir, self.limits = devices, Path(cache_dir), limits
+        self.pools = {d: WorkerPool(d, self.cache_dir / "logs", spares, limits) for d in devices}
+        workers = concurrency or max(1, min(8, (os.cpu_count() or 2) - 1)) * len(devices)
+        self._threads = concurrent.futures.ThreadPoolExecutor(max_workers=workers)
+        self._next = 0
+
+    def device_info(self, device: str) -> dict:
+        """What the worker reported of `device` (name, torch and CUDA versions)."""
+        pool = self.pools[device]
+        if pool.info is None:
+            pool._idle.appendleft(pool.take())  # start one and keep it for the next job
+        return pool.info
+
+    def submit(self, job: dict, device: str | None = None) -> concurrent.futures.Future:
+        if device is None:
+            device = self.devices[self._next % len(self.devices)]
+            self._next += 1
+        job = {**job, "cache_dir": str(self.cache_dir)}
+        return self._threads.submit(self._run, job, device)
+
+    def _run(self, job: dict, device: str) -> dict:
+        worker = self.pools[device].take()
+        started = time.monotonic()
+        try:
+            result = self._drive(worker, job, device)
+        finally:
+            worker.kill()
+        result["wall_s"] = time.monotonic() - started
+        result.setdefault("device_name", worker.info.get("device_name", ""))
+        result.setdefault("torch_version", worker.info.get("torch", ""))
+        return result
+
+    def _drive(self, worker: Worker, job: dict, device: str) -> dict:
+        """Send the job, follow its events, enforce the limits; always return a result dict."""
+        phase, deadline = "build", time.monotonic() + self.limits.build
+        with contextlib.ExitStack() as held:
+            try:
+                worker.send(job)
+                while True:
+                    event = worker.next_event(deadline)
+                    if event["event"] == "gpu":
+                        held.enter_context(device_lock(self.cache_dir, device))
+                        phase, deadline = "run", time.monotonic() + self.limits.run
+                        worker.send("go")
+                    elif event["event"] == "result":
+                        return {k: v for k, v in event.items() if k != "event"}
+            except TimeoutError:
+                limit = self.limits.build if phase == "build" else self.limits.run
+                return {"verdict": "timeout", "reason": f"{phase}_timeout",
+                        "message": f"no verdict within {limit:.0f} s of {phase}; the process was killed",
+                        "excerpt": verdicts.tail(worker.log_text())}
+            except (WorkerDied, BrokenPipeError):
+                worker.proc.wait()
+                failure = verdicts.classify_exit(worker.proc.returncode, worker.log_text(), phase)
+                return {"verdict": failure.verdict, "reason": failure.reason,
+                        "message": failure.message, "excerpt": failure.excerpt}
+
+    def close(self) -> None:
+        self._threads.shutdown(wait=True, cancel_futures=True)
+        for pool in self.pools.values():
+            pool.close()

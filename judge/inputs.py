@@ -1,0 +1,109 @@
+"""Inputs and weights for correctness trials.
+
+Every trial draws fresh inputs from the task's own `get_inputs()` under a new seed, then reshapes
+their distribution (scaled up, scaled down, shifted, uniform) so that a kernel must compute the
+same function on any valid input, not just on unit normals. Non-negative inputs stay
+non-negative (logs, square roots and probabilities keep their domain); integer inputs are only
+redrawn.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+TRANSFORMS = ("as given", "scaled x8", "scaled x1/8", "shifted", "uniform")
+
+
+def seed_all(seed: int) -> None:
+    import random
+
+    import torch
+
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy
+
+        numpy.random.seed(seed % 2**32)
+    except ImportError:
+        pass
+
+
+def to_device(inputs: list, device) -> list:
+    """Move tensors to the judged device (KernelBench tasks create them on the CPU)."""
+    import torch
+
+    return [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+def _transform(x, kind: str, generator):
+    import torch
+
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.numel() == 0 or kind == "as given":
+        return x
+    lo, hi = float(x.min()), float(x.max())
+    if kind == "scaled x8":
+        return x * 8
+    if kind == "scaled x1/8":
+        return x / 8
+    if kind == "shifted":
+        std = float(x.float().std()) if x.numel() > 1 else 1.0
+        return x + (0.5 if lo >= 0 else 2.0) * (std or 1.0)
+    if kind == "uniform":
+        u = torch.rand(x.shape, generator=generator, dtype=torch.float32, device=x.device)
+        return (lo + (hi - lo) * u).to(x.dtype)
+    raise ValueError(kind)
+
+
+def trial_inputs(get_inputs, trial: int, seed: int, device, transform: str | None = None) -> tuple[list, str]:
+    """Fresh inputs for one trial, and the name of the transform applied."""
+    import torch
+
+    seed_all(seed + 7919 * trial)
+    raw = get_inputs()
+    kind = transform or TRANSFORMS[trial % len(TRANSFORMS)]
+    generator = torch.Generator().manual_seed(seed + trial)
+    return to_device([_transform(x, kind, generator) for x in raw], device), kind
+
+
+def clone_inputs(inputs: list) -> list:
+    import torch
+
+    return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+def to_float64(inputs: list) -> list:
+    import torch
+
+    return [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+
+
+def build_models(model_cls, candidate_cls, init_args: tuple, seed: int, device) -> tuple[Any, Any, str]:
+    """Construct reference and candidate under the same seed, then copy matching weights.
+
+    Returns (reference, candidate, note). Seeding both constructions alike is KernelBench's
+    convention; copying by name and shape makes weights identical even where the candidate
+    creates its layers in another order.
+    """
+    seed_all(seed)
+    reference = model_cls(*init_args)
+    seed_all(seed)
+    candidate = candidate_cls(*init_args)
+    note = copy_weights(reference, candidate)
+    return reference.to(device), candidate.to(device), note
+
+
+def copy_weights(reference, candidate) -> str:
+    import torch
+
+    ref_state = reference.state_dict()
+    cand_state = candidate.state_dict()
+    matched = {k: v for k, v in ref_state.items() if k in cand_state and cand_state[k].shape == v.shape}
+    with torch.no_grad():
+        candidate.load_state_dict(matched, strict=False)
+    missing = len(ref_state) - len(matched)
+    if not ref_state:
+        return "reference has no weights"
+    if missing:
+        return (f"copied {len(matched)} of {len(ref_state)} reference weights by name; "
+                f"the other {missing} rely on the shared seed")
+    return f"copied all {len(ref_state)} reference weights by name"

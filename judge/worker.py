@@ -1,0 +1,104 @@
+"""The judge's child process: one candidate (or one baseline) per process, then exit.
+
+    python -m kernelevo.judge.worker DEVICE EVENT_FD
+
+It starts, imports torch and creates its CUDA context before any job exists (so a pool can keep
+it warm), says `ready`, then reads one job as a JSON line on stdin. It reports progress and the
+outcome as JSON lines on EVENT_FD, never on stdout, which belongs to the candidate. Before it
+touches the GPU for correctness and timing it says `gpu` and waits for `go`, so the parent can
+give each GPU to one worker at a time. The parent enforces wall-clock limits and kills the
+whole process group; nothing here needs to defend itself against a hang.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+
+class Channel:
+    def __init__(self, event_fd: int):
+        self.out = os.fdopen(event_fd, "w", buffering=1)
+
+    def send(self, event: str, **fields) -> None:
+        self.out.write(json.dumps({"event": event, **fields}, default=str) + "\n")
+        self.out.flush()
+
+    def receive(self) -> dict:
+        line = sys.stdin.readline()
+        if not line:
+            raise SystemExit(0)  # the parent went away
+        return json.loads(line)
+
+
+def _prepare_device(device: str) -> dict:
+    import torch
+
+    # Correctness references and baselines in full float32: TF32 alone costs ~1e-3 of accuracy.
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    info = {"torch": torch.__version__, "device": device}
+    if device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(device))
+        torch.empty(1, device=device)  # create the context now, outside any measured phase
+        props = torch.cuda.get_device_properties(device)
+        info.update(device_name=props.name, capability=f"{props.major}.{props.minor}",
+                    cuda=torch.version.cuda)
+    else:
+        info.update(device_name=_cpu_name())
+    return info
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or "cpu"
+
+
+def _job_environment(job: dict) -> None:
+    """Per-candidate build and cache directories, set before the candidate's code runs."""
+    cache = Path(job["cache_dir"])
+    os.environ["KERNELEVO_CACHE_DIR"] = str(cache)
+    os.environ["TORCH_EXTENSIONS_DIR"] = str(cache / "inline" / job.get("candidate_hash", "none")[:24])
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "inductor")
+    os.environ.setdefault("MAX_JOBS", str(job.get("build_jobs", 4)))
+    if job.get("format") == "inline":
+        from kernelevo.judge import inline
+
+        inline.install()
+
+
+def main() -> None:
+    device, event_fd = sys.argv[1], int(sys.argv[2])
+    channel = Channel(event_fd)
+    info = _prepare_device(device)
+    channel.send("ready", **info)
+    job = channel.receive()
+    _job_environment(job)
+    from kernelevo.judge import trial
+
+    started = time.perf_counter()
+    if job["kind"] == "baseline":
+        result = trial.run_baseline(job, device, channel)
+    else:
+        result = trial.run_candidate(job, device, channel)
+    result["worker_s"] = time.perf_counter() - started
+    channel.send("result", **result)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: a candidate's broken state (a sticky CUDA error, stray
+    # threads) must not turn a reported verdict into a crash.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""The `kernelevo` command. Thin: parse, call the library, print. Heavy imports stay inside commands
+so that `kernelevo --help` answers at once."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Evolve fast, verified CUDA kernels for PyTorch modules.")
+
+
+def fail(message: str, code: int = 2) -> None:
+    """One line on stderr, a non-zero exit: every usage error ends here."""
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def resolve_device(device: Optional[str]) -> str:
+    import torch
+
+    if device in (None, "auto"):
+        return "cuda:0" if torch.cuda.is_available() else "cpu"
+    if device == "cuda":
+        device = "cuda:0"
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            fail("no CUDA device is visible here; use --device cpu to judge C/C++ candidates on the CPU")
+        index = device.split(":", 1)[1] if ":" in device else "0"
+        if not index.isdigit() or int(index) >= torch.cuda.device_count():
+            fail(f"{device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+        return device
+    if device != "cpu":
+        fail(f"--device {device}: use cuda, cuda:N or cpu")
+    return device
+
+
+@app.command()
+def evaluate(
+    task: Path = typer.Argument(..., help="KernelBench-format task file (Model, get_inputs, get_init_inputs)"),
+    candidate: Path = typer.Argument(..., help="candidate file defining ModelNew"),
+    device: Optional[str] = typer.Option(None, help="cuda, cuda:N or cpu [default: cuda if present]"),
+    as_json: bool = typer.Option(False, "--json", help="print the evaluation as JSON"),
+    trials: int = typer.Option(5, min=1, help="correctness trials, each with fresh inputs"),
+    seed: int = typer.Option(42, help="seed for weights and inputs"),
+    compile_baseline: bool = typer.Option(True, help="also compare with torch.compile (cached per task and GPU)"),
+    build_timeout: float = typer.Option(900.0, help="seconds allowed to import and build the candidate"),
+    run_timeout: float = typer.Option(120.0, help="seconds allowed for correctness and timing"),
+    cache_dir: Optional[Path] = typer.Option(None, help="build and baseline cache [default: ~/.cache/kernelevo]"),
+) -> None:
+    """Judge one candidate: is it correct, how fast is it, against eager and torch.compile?"""
+    from kernelevo import runtime
+    from kernelevo.judge.api import Judge, JudgeOptions
+    from kernelevo.judge.executor import Limits
+    from kernelevo.tasks import TaskError, load_task
+
+    if not candidate.is_file():
+        fail(f"{candidate}: no such file; give the path of a candidate .py file defining ModelNew")
+    try:
+        loaded = load_task(task)
+    except TaskError as exc:
+        fail(str(exc))
+    dev = resolve_device(device)
+    options = JudgeOptions(devices=(dev,), trials=trials, seed=seed, compile_baseline=compile_baseline,
+                           limits=Limits(build=build_timeout, run=run_timeout))
+    from rich.console import Console
+
+    status = Console(stderr=True)
+    with status.status(f"judging {candidate.name} on {dev}"), \
+            Judge(cache_dir or runtime.cache_dir(), options) as judge:
+        result = judge.evaluate(loaded, candidate)
+    if as_json:
+        typer.echo(json.dumps(result.to_dict(), indent=2))
+    else:
+        from kernelevo.report import print_evaluation
+
+        print_evaluation(result)
+
+
+@app.command()
+def doctor(as_json: bool = typer.Option(False, "--json", help="print the findings as JSON")) -> None:
+    """What this machine offers kernelevo: GPUs, driver, compilers, profilers, API keys."""
+    from kernelevo.doctor import collect, print_findings
+
+    findings = collect()
+    if as_json:
+        typer.echo(json.dumps(findings, indent=2))
+    else:
+        print_findings(findings)
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""Records shared by every room: what a candidate is and what the judge said of it.
+
+Plain frozen dataclasses of JSON-friendly values, so that they cross process boundaries as
+JSON and land in the archive unchanged.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+VERDICTS = ("ok", "compile_error", "runtime_error", "timeout", "incorrect", "rejected")
+FORMATS = ("nvrtc", "inline", "c", "torch")
+
+
+@dataclass(frozen=True)
+class TimingStats:
+    """Repeated measurements of one callable, in milliseconds."""
+
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+    min_ms: float
+    mean_ms: float
+    n: int
+    rel_ci: float  # half-width of the 95 % confidence interval of the median, over the median
+
+    @property
+    def spread(self) -> float:
+        """(p90 - p10) / median: how widely single runs scatter."""
+        return (self.p90_ms - self.p10_ms) / self.median_ms if self.median_ms else 0.0
+
+
+@dataclass(frozen=True)
+class Correctness:
+    """The worst comparison over all trials (the failing one, when one failed)."""
+
+    trials: int
+    passed: int
+    rel_l2: float = 0.0  # ||out - ref|| / ||ref||
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    where: str = ""  # e.g. "trial 3 (scaled x8), output 0, index (12, 7)"
+    tolerance: str = ""  # the bounds that applied, for the user to see
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The judge's verdict on one candidate for one task on one device."""
+
+    verdict: str  # one of VERDICTS
+    reason: str  # stable id, e.g. "illegal_memory_access", "value_mismatch"
+    message: str  # one readable line
+    excerpt: str = ""  # compiler error lines, traceback tail, worst mismatches
+    task: str = ""
+    task_hash: str = ""
+    candidate_hash: str = ""
+    format: str = ""
+    device: str = ""
+    device_name: str = ""
+    torch_version: str = ""
+    build_s: float | None = None
+    wall_s: float | None = None
+    correctness: Correctness | None = None
+    candidate: TimingStats | None = None
+    eager: TimingStats | None = None
+    compiled: TimingStats | None = None  # torch.compile, rescaled to this run's eager time
+    speedup_eager: float | None = None
+    speedup_compile: float | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict == "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Evaluation":
+        data = dict(data)
+        if data.get("correctness"):
+            data["correctness"] = Correctness(**data["correctness"])
+        for key in ("candidate", "eager", "compiled"):
+            if data.get(key):
+                data[key] = TimingStats(**data[key])
+        data["notes"] = tuple(data.get("notes") or ())
+        return cls(**data)

@@ -1,0 +1,58 @@
+"""Terminal rendering of judge results (rich)."""
+from __future__ import annotations
+
+from kernelevo.records import Evaluation, TimingStats
+
+_COLOURS = {"ok": "green", "incorrect": "yellow", "rejected": "red", "timeout": "magenta"}
+
+
+def _time(stats: TimingStats | None) -> str:
+    if stats is None:
+        return "-"
+    return (f"{_ms(stats.median_ms)}  (p10 {_ms(stats.p10_ms)}, p90 {_ms(stats.p90_ms)}, "
+            f"n={stats.n}, ±{100 * stats.rel_ci:.2f}%)")
+
+
+def _ms(value: float) -> str:
+    return f"{value * 1000:.1f} µs" if value < 1 else f"{value:.3f} ms"
+
+
+def _speedup(value: float | None) -> str:
+    return f"{value:.2f}x" if value is not None else "-"
+
+
+def print_evaluation(e: Evaluation, console=None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    colour = _COLOURS.get(e.verdict, "red")
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    verdict = f"[{colour}]{e.verdict}[/{colour}]" + (f"  ({e.reason})" if e.reason else "")
+    table.add_row("verdict", verdict)
+    if e.message:
+        table.add_row("reason", e.message)
+    table.add_row("task", f"{e.task}  [dim]{e.task_hash[:12]}[/dim]")
+    table.add_row("candidate", f"{e.format} format  [dim]{e.candidate_hash[:12]}[/dim]")
+    table.add_row("device", f"{e.device_name} ({e.device}), torch {e.torch_version}")
+    if e.build_s is not None:
+        table.add_row("build", f"{e.build_s:.2f} s")
+    if e.correctness:
+        c = e.correctness
+        table.add_row("correctness", f"{c.passed}/{c.trials} trials passed; worst rel L2 {c.rel_l2:.2e}, "
+                      f"max abs {c.max_abs:.2e} ({c.where})")
+    if e.candidate:
+        table.add_row("candidate time", _time(e.candidate))
+        table.add_row("eager time", _time(e.eager))
+        table.add_row("compile time", _time(e.compiled))
+        table.add_row("speedup", f"[bold]{_speedup(e.speedup_eager)}[/bold] vs eager, "
+                      f"[bold]{_speedup(e.speedup_compile)}[/bold] vs torch.compile")
+    for note in e.notes:
+        table.add_row("note", f"[dim]{note}[/dim]")
+    console.print(table)
+    if e.excerpt:
+        from rich.text import Text
+
+        console.print(Text(e.excerpt, style="dim"))

@@ -1,0 +1,54 @@
+"""The command line as a user meets it."""
+import json
+
+from conftest import FIXTURES, run_cli
+
+CPU = FIXTURES / "cpu"
+
+
+def test_help_lists_commands():
+    out = run_cli("--help")
+    assert out.returncode == 0 and "evaluate" in out.stdout and "doctor" in out.stdout
+
+
+def test_evaluate_json(cache_dir):
+    out = run_cli("evaluate", str(CPU / "task_scale.py"), str(CPU / "ok_c.py"), "--device", "cpu",
+                  "--json", "--trials", "2", "--no-compile-baseline", "--cache-dir", str(cache_dir))
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["verdict"] == "ok" and data["format"] == "c"
+    assert data["correctness"]["trials"] == 4
+    assert data["speedup_eager"] > 0 and data["candidate"]["median_ms"] > 0
+
+
+def test_evaluate_incorrect_is_still_exit_0(cache_dir):
+    out = run_cli("evaluate", str(CPU / "task_scale.py"), str(CPU / "wrong_math_c.py"), "--device", "cpu",
+                  "--trials", "1", "--no-compile-baseline", "--cache-dir", str(cache_dir))
+    assert out.returncode == 0
+    assert "incorrect" in out.stdout and "value_mismatch" in out.stdout
+
+
+def test_broken_task_is_one_line_exit_2(tmp_path):
+    task = tmp_path / "task.py"
+    task.write_text("import torch\nimport nowhere_to_be_found\n")
+    out = run_cli("evaluate", str(task), str(CPU / "ok_c.py"), "--device", "cpu")
+    assert out.returncode == 2
+    assert out.stderr.strip().count("\n") == 0
+    assert "task.py:2: ModuleNotFoundError" in out.stderr
+
+
+def test_missing_candidate_and_bad_device():
+    out = run_cli("evaluate", str(CPU / "task_scale.py"), "nope.py", "--device", "cpu")
+    assert out.returncode == 2 and "no such file" in out.stderr
+    out = run_cli("evaluate", str(CPU / "task_scale.py"), str(CPU / "ok_c.py"), "--device", "tpu")
+    assert out.returncode == 2 and "use cuda, cuda:N or cpu" in out.stderr
+
+
+def test_doctor_json_masks_keys(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-abcdefghijklmnop1234")
+    out = run_cli("doctor", "--json")
+    assert out.returncode == 0
+    data = json.loads(out.stdout)
+    assert data["api_keys"]["detail"]["OPENAI_API_KEY"] == "sk-…1234"
+    assert "abcdefghijklmnop" not in out.stdout
+    assert set(data) >= {"gpu", "nvrtc", "nvcc", "ncu", "c_compiler", "ninja"}

@@ -1,0 +1,135 @@
+"""The whole judge on the CPU backend: worker processes, limits, verdicts, caches."""
+import time
+from pathlib import Path
+
+import pytest
+
+from kernelevo.judge.api import Judge, JudgeOptions
+from kernelevo.judge.executor import Limits
+from kernelevo.judge.timing import TimingConfig
+from kernelevo.tasks import load_task
+
+from conftest import FIXTURES
+
+CPU = FIXTURES / "cpu"
+FAST = TimingConfig(min_reps=10, max_seconds=0.3, target_rel_ci=0.02)
+
+
+@pytest.fixture(scope="module")
+def judge(cache_dir):
+    options = JudgeOptions(devices=("cpu",), compile_baseline=False, timing=FAST,
+                           limits=Limits(build=120, run=15), concurrency=2)
+    with Judge(cache_dir, options) as j:
+        yield j
+
+
+@pytest.fixture(scope="module")
+def task():
+    return load_task(CPU / "task_scale.py")
+
+
+# candidate file -> (verdict, reason)
+EXPECTED = {
+    "ok_c.py": ("ok", ""),
+    "compile_error_c.py": ("compile_error", "cc"),
+    "python_syntax.py": ("compile_error", "python_syntax"),
+    "wrong_math_c.py": ("incorrect", "value_mismatch"),
+    "zeros.py": ("incorrect", "value_mismatch"),
+    "wrong_shape.py": ("incorrect", "shape_mismatch"),
+    "wrong_dtype.py": ("incorrect", "dtype_mismatch"),
+    "segfault_c.py": ("runtime_error", "segfault"),
+    "raises.py": ("runtime_error", "exception"),
+    "exits.py": ("runtime_error", "exited"),
+    "no_model_new.py": ("runtime_error", "missing_model_new"),
+    "hang_c.py": ("timeout", "run_timeout"),
+}
+
+
+@pytest.fixture(scope="module")
+def verdicts(judge, task):
+    futures = {name: judge.submit(task, CPU / name) for name in EXPECTED}
+    return {name: f.result(timeout=300) for name, f in futures.items()}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_verdict(verdicts, name):
+    e = verdicts[name]
+    assert (e.verdict, e.reason) == EXPECTED[name], (e.message, e.excerpt)
+    assert e.message or e.verdict == "ok"
+
+
+def test_ok_has_times_and_correctness(verdicts):
+    e = verdicts["ok_c.py"]
+    assert e.format == "c" and e.device == "cpu"
+    assert e.correctness.trials == 5 + 2  # five fresh draws and the task's two extra shapes
+    assert e.correctness.rel_l2 < 1e-6
+    assert e.candidate.median_ms > 0 and e.eager.median_ms > 0
+    assert e.speedup_eager == pytest.approx(e.eager.median_ms / e.candidate.median_ms)
+    assert any("copied all 2 reference weights" in n for n in e.notes)
+
+
+def test_failures_explain_themselves(verdicts):
+    assert "candidate.c:8:13: error: expected ',' or ';'" in verdicts["compile_error_c.py"].excerpt
+    assert "SIGSEGV" in verdicts["segfault_c.py"].message
+    assert "candidate gave up" in verdicts["raises.py"].message
+    mismatch = verdicts["wrong_math_c.py"]
+    assert "relative L2 error" in mismatch.message and mismatch.correctness.max_abs > 0
+
+
+def test_hang_is_killed_within_limit(verdicts):
+    assert verdicts["hang_c.py"].wall_s < 15 + 60
+
+
+def test_unwritten_row_caught_on_other_shapes(judge, task):
+    e = judge.evaluate(task, CPU / "skips_rows_c.py")
+    assert e.verdict == "incorrect"
+
+
+def test_crash_does_not_poison_the_next_candidate(judge, task):
+    crashed = judge.evaluate(task, CPU / "segfault_c.py")
+    after = judge.evaluate(task, CPU / "ok_c.py")
+    assert crashed.verdict == "runtime_error" and after.verdict == "ok"
+
+
+def test_near_constant_output_rejected(judge):
+    offset = load_task(CPU / "task_offset.py")
+    assert judge.evaluate(offset, CPU / "constant.py").reason == "near_constant"
+    assert judge.evaluate(offset, CPU / "offset_ok_c.py").verdict == "ok"
+
+
+def test_build_cached_by_source_hash(judge, task, cache_dir):
+    judge.evaluate(task, CPU / "ok_c.py")
+    libraries = list((cache_dir / "c").glob("*.so"))
+    count = len(libraries)
+    again = judge.evaluate(task, CPU / "ok_c.py")
+    assert len(list((cache_dir / "c").glob("*.so"))) == count
+    assert again.build_s < 1.0
+
+
+def test_workers_build_in_parallel(cache_dir, task, tmp_path):
+    """Two slow imports overlap: the pool runs builds concurrently, only timing is exclusive."""
+    slow = tmp_path / "slow.py"
+    slow.write_text("import time\ntime.sleep(4)\n" + (CPU / "ok_c.py").read_text())
+    options = JudgeOptions(devices=("cpu",), compile_baseline=False, timing=FAST, trials=1,
+                           concurrency=2)
+    with Judge(cache_dir, options) as judge:
+        started = time.monotonic()
+        futures = [judge.submit(task, slow) for _ in range(2)]
+        results = [f.result(timeout=120) for f in futures]
+        elapsed = time.monotonic() - started
+    assert [r.verdict for r in results] == ["ok", "ok"]
+    assert all(r.build_s >= 4 for r in results)
+    assert elapsed < 8 + 2 * 6  # two 4 s builds side by side, not one after the other
+
+
+def test_compile_baseline_cached(cache_dir, task):
+    options = JudgeOptions(devices=("cpu",), compile_baseline=True, timing=FAST, trials=1)
+    with Judge(cache_dir, options) as judge:
+        first = judge.evaluate(task, CPU / "ok_c.py")
+    assert first.speedup_compile is not None and first.compiled is not None
+    cached = list((cache_dir / "baselines").glob("*.json"))
+    assert len(cached) == 1
+    with Judge(cache_dir, options) as judge:
+        second = judge.evaluate(task, CPU / "ok_c.py")
+    assert second.speedup_compile is not None
+    assert any("torch.compile measured" in n for n in second.notes)

@@ -1,0 +1,88 @@
+"""The launcher candidates import: signatures read from source, C built and called, CUDA compiled."""
+import pytest
+import torch
+
+from kernelevo import runtime
+from kernelevo.judge.formats import detect_format
+
+CUDA = r'''
+// a comment mentioning __global__ void fake(int x)
+extern "C" __global__ void __launch_bounds__(256) axpy(const float* __restrict__ x, float* y,
+                                                      long long n, float a, unsigned int flags) {
+  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (i < n) y[i] += a * x[i];
+}
+__global__ void mangled(int* p) {}
+extern "C" {
+__global__ void in_block(double* p, int64_t n) {}
+}
+'''
+
+
+def test_cuda_signatures():
+    assert runtime.cuda_kernels(CUDA) == {"axpy": "PPqfI", "in_block": "Pq"}
+
+
+def test_unsupported_parameter_type_is_named():
+    with pytest.raises(runtime.LaunchError, match="float4"):
+        runtime.cuda_kernels('extern "C" __global__ void k(float4 v) {}')
+
+
+def test_slot_format_packs_each_value_in_8_bytes():
+    import struct
+
+    fmt = runtime._slot_format("PfiQd?")
+    assert struct.calcsize(fmt) == 48
+
+
+def test_c_module_called_with_tensors_and_scalars():
+    lib = runtime.load_c(r"""
+#include <stdint.h>
+void axpy(const float* x, float* y, int64_t n, float a) { for (int64_t i = 0; i < n; i++) y[i] += a * x[i]; }
+double total(const double* x, int n) { double s = 0; for (int i = 0; i < n; i++) s += x[i]; return s; }
+static void hidden(void) {}
+""")
+    assert set(lib.functions) == {"axpy", "total"}
+    x, y = torch.randn(100), torch.zeros(100)
+    lib.axpy(x, y, 100, 2.0)
+    assert torch.equal(y, 2.0 * x)
+    assert lib.total(torch.ones(10, dtype=torch.float64), 10) == 10.0
+    with pytest.raises(runtime.LaunchError, match="takes 4 arguments"):
+        lib.axpy(x, y, 100)
+    with pytest.raises(AttributeError, match="found"):
+        lib.nope
+
+
+def test_c_compile_error_carries_log():
+    with pytest.raises(runtime.CompileError) as info:
+        runtime.load_c("void f(int x) { return x }")
+    assert "error" in info.value.log
+
+
+def test_nvrtc_compiles_without_a_gpu():
+    cubin, log = runtime.compile_cubin(CUDA, "sm_90")
+    assert cubin[:4] == b"\x7fELF"
+    assert "Used" in log and "registers" in log  # ptxas resource usage, for the profile
+
+
+def test_nvrtc_error_has_line():
+    with pytest.raises(runtime.CompileError) as info:
+        runtime.compile_cubin('extern "C" __global__ void k(float* x) { x[0] = 1.f }', "sm_90")
+    assert 'error: expected a ";"' in info.value.log
+
+
+def test_nvrtc_finds_cuda_headers():
+    runtime.compile_cubin('#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n'
+                          'extern "C" __global__ void k(__half* x) { x[0] = __float2half(1.f); }', "sm_90")
+
+
+@pytest.mark.parametrize("source, fmt", [
+    ("from kernelevo import runtime\nm = runtime.load_cuda(SRC)", "nvrtc"),
+    ("from kernelevo.runtime import load_c\nm = load_c(SRC)", "c"),
+    ("from torch.utils.cpp_extension import load_inline\nm = load_inline('x', '')", "inline"),
+    ("import torch.utils.cpp_extension as ce\nm = ce.load(name='x', sources=[])", "inline"),
+    ("import torch\nclass ModelNew(torch.nn.Module): pass", "torch"),
+    ("# load_inline( only in a comment\nx = 1", "torch"),
+])
+def test_detect_format(source, fmt):
+    assert detect_format(source) == fmt
