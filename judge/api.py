@@ -49,8 +49,8 @@ class Judge:
     def __enter__(self) -> "Judge":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.executor.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        self.executor.close(cancel=exc_type is not None)
 
     def _job(self, task: Task, kind: str, **extra) -> dict:
         return {"kind": kind, "task_source": task.source, "task_path": task.path, "seed": self.options.seed,
@@ -150,7 +150,8 @@ def to_evaluation(task: Task, digest: str, fmt: str, device: str, result: dict,
         verdict=result["verdict"], reason=result.get("reason", ""), message=result.get("message", ""),
         excerpt=result.get("excerpt", ""), task=task.name, task_hash=task.source_hash,
         candidate_hash=digest, format=fmt, device=device, device_name=result.get("device_name", ""),
-        torch_version=result.get("torch_version", ""), build_s=result.get("build_s"), wall_s=wall_s,
+        torch_version=result.get("torch_version", ""), build_s=result.get("build_s"),
+        device_s=result.get("device_s"), wall_s=wall_s,
         correctness=Correctness(**correctness) if correctness else None, candidate=cand, eager=eager,
         compiled=compiled, speedup_eager=eager.median_ms / cand.median_ms if cand and eager else None,
         speedup_compile=speedup_compile, notes=tuple(notes))

@@ -54,9 +54,16 @@ def run_candidate(job: dict, device: str, channel) -> dict:
         return _failure(verdicts.classify_build(exc), build_s=time.perf_counter() - started)
     build_s = time.perf_counter() - started
     channel.send("built", build_s=build_s)
-    channel.send("gpu")
-    channel.receive()  # "go": this worker now has the device to itself
+    channel.acquire_device()  # from here on this worker has the device to itself
+    acquired = time.perf_counter()
     result: dict[str, Any] = {"build_s": build_s, "notes": [note]}
+    try:
+        return _check_and_time(task, reference, candidate, job, device, result)
+    finally:
+        result["device_s"] = time.perf_counter() - acquired
+
+
+def _check_and_time(task, reference, candidate, job: dict, device: str, result: dict) -> dict:
     try:
         checked = check_correctness(task, reference, candidate, job, device)
         result.update(checked)
@@ -85,8 +92,9 @@ def _poison(expected: list, device: str) -> None:
     """Fill freed allocator blocks with NaN so that outputs a kernel never writes show up."""
     import torch
 
+    # Two blocks of each output's size: the candidate's outputs and any scratch of that size.
     blocks = [torch.full_like(t, float("nan")) if t.is_floating_point() else torch.full_like(t, -1)
-              for t in expected if isinstance(t, torch.Tensor)]
+              for t in expected * 2 if isinstance(t, torch.Tensor)]
     del blocks
     _sync(device)
 
@@ -140,8 +148,9 @@ def check_correctness(task, reference, candidate, job: dict, device: str) -> dic
                 args, _ = inputs.trial_inputs(task.get_inputs, t, job["seed"], device, "as given")
                 label = f"trial {t + 1} (as given)"
                 expected, exact, finite = ref(args)
+            args = inputs.clone_inputs(args)  # cloned before poisoning, so clones cannot take the poison
             _poison(compare.flatten(expected), device)
-            out = _forward(candidate, inputs.clone_inputs(args))
+            out = _forward(candidate, args)
             _sync(device)
             floor = compare.reference_error(expected, exact) if exact is not None else 0.0
             result = compare.compare(out, expected, exact, floor)
@@ -182,8 +191,7 @@ def run_baseline(job: dict, device: str, channel) -> dict:
     task = _load_task(job)
     inputs.seed_all(job["seed"])
     model = task.Model(*task.get_init_inputs()).to(device)
-    channel.send("gpu")
-    channel.receive()
+    channel.acquire_device()
     sets = _input_sets(task, job, device, job.get("input_sets", 3))
     fns: dict = {"eager": lambda a: _forward(model, a)}
     result: dict[str, Any] = {"verdict": "ok", "reason": "", "message": ""}

@@ -18,6 +18,13 @@ import time
 from pathlib import Path
 
 
+def _pin(variable: str) -> None:
+    """Move this process to the cores the parent planned for its phase (executor.cpu_plan)."""
+    cores = os.environ.get(variable)
+    if cores:
+        os.sched_setaffinity(0, {int(c) for c in cores.split(",")})
+
+
 class Channel:
     def __init__(self, event_fd: int):
         self.out = os.fdopen(event_fd, "w", buffering=1)
@@ -31,6 +38,12 @@ class Channel:
         if not line:
             raise SystemExit(0)  # the parent went away
         return json.loads(line)
+
+    def acquire_device(self) -> None:
+        """Ask for the device, wait for `go`, then move to the core reserved for timing."""
+        self.send("gpu")
+        self.receive()
+        _pin("KERNELEVO_TIMING_CPU")
 
 
 def _prepare_device(device: str) -> dict:
@@ -77,7 +90,27 @@ def _job_environment(job: dict) -> None:
         inline.install()
 
 
+def _die_with_parent() -> None:
+    """If the judging process dies (kill -9 included), this worker follows within a second.
+
+    A watcher thread rather than PR_SET_PDEATHSIG: that signal fires when the thread that
+    spawned the worker exits, and the executor spawns from short-lived threads.
+    """
+    import threading
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="kernelevo-parent-watch").start()
+
+
 def main() -> None:
+    _die_with_parent()
+    _pin("KERNELEVO_BUILD_CPUS")  # compilers this worker starts inherit these cores
     device, event_fd = sys.argv[1], int(sys.argv[2])
     channel = Channel(event_fd)
     info = _prepare_device(device)

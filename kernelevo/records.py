@@ -24,6 +24,7 @@ class TimingStats:
     mean_ms: float
     n: int
     rel_ci: float  # half-width of the 95 % confidence interval of the median, over the median
+    host_ms: float | None = None  # host time to issue one call; above median_ms: launch-bound
 
     @property
     def spread(self) -> float:
@@ -60,6 +61,7 @@ class Evaluation:
     device_name: str = ""
     torch_version: str = ""
     build_s: float | None = None
+    device_s: float | None = None  # time this candidate held its device (correctness + timing)
     wall_s: float | None = None
     correctness: Correctness | None = None
     candidate: TimingStats | None = None

@@ -9,8 +9,9 @@ _COLOURS = {"ok": "green", "incorrect": "yellow", "rejected": "red", "timeout": 
 def _time(stats: TimingStats | None) -> str:
     if stats is None:
         return "-"
+    host = f", host {_ms(stats.host_ms)}/call" if stats.host_ms is not None else ""
     return (f"{_ms(stats.median_ms)}  (p10 {_ms(stats.p10_ms)}, p90 {_ms(stats.p90_ms)}, "
-            f"n={stats.n}, ±{100 * stats.rel_ci:.2f}%)")
+            f"n={stats.n}, ±{100 * stats.rel_ci:.2f}%{host})")
 
 
 def _ms(value: float) -> str:

@@ -233,6 +233,32 @@ def compile_cubin(source: str, arch: str, options: tuple[str, ...] = ()) -> tupl
         nvrtc.nvrtcDestroyProgram(prog)
 
 
+_api: tuple | None = None
+
+
+def _cuda_api():
+    """(torch, cuda.bindings.driver), imported once: this module must import without them."""
+    global _api
+    if _api is None:
+        import torch
+        from cuda.bindings import driver
+        _api = (torch, driver)
+    return _api
+
+
+def _raw_stream(device: int) -> int:
+    torch = _cuda_api()[0]
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # no Stream object per launch
+    return raw(device) if raw is not None else torch.cuda.current_stream(device).cuda_stream
+
+
+def _dim3(value) -> tuple[int, int, int]:
+    if isinstance(value, int):
+        return value, 1, 1
+    value = tuple(int(v) for v in value)
+    return value + (1,) * (3 - len(value))
+
+
 def _slot_format(kinds: str) -> str:
     """A struct format putting each value at the start of its own 8-byte slot."""
     parts = []
@@ -255,6 +281,7 @@ class CudaKernel:
         self._values = ctypes.create_string_buffer(max(8, 8 * len(kinds)))
         base = ctypes.addressof(self._values)
         self._pointers = (ctypes.c_void_p * max(1, len(kinds)))(*[base + 8 * i for i in range(len(kinds))])
+        self._address = ctypes.addressof(self._pointers)
         self._lock = threading.Lock()
 
     def _function(self, device: int):
@@ -265,22 +292,22 @@ class CudaKernel:
         return fn
 
     def __call__(self, grid, block, *args, shared_mem: int = 0, stream=None) -> None:
-        import torch
-        from cuda.bindings import driver
-        grid = tuple(grid) + (1,) * (3 - len(grid)) if isinstance(grid, (tuple, list)) else (int(grid), 1, 1)
-        block = tuple(block) + (1,) * (3 - len(block)) if isinstance(block, (tuple, list)) else (int(block), 1, 1)
+        # The hot path of every candidate: no imports, no Stream objects, one struct call.
+        torch, driver = _cuda_api()
         device = torch.cuda.current_device()
-        fn = self._function(device)
+        fn = self._functions.get(device) or self._function(device)
         if stream is None:
-            stream = torch.cuda.current_stream(device)
-        handle = stream if isinstance(stream, int) else stream.cuda_stream
+            handle = _raw_stream(device)
+        else:
+            handle = stream if isinstance(stream, int) else stream.cuda_stream
+        gx, gy, gz = _dim3(grid)
+        bx, by, bz = _dim3(block)
         values = _pack_values(self.name, self.kinds, args, want_cuda=True)
         with self._lock:
             struct.pack_into(self._fmt, self._values, 0, *values)
-            err, = driver.cuLaunchKernel(fn, *map(int, grid), *map(int, block), int(shared_mem),
-                                         handle, ctypes.addressof(self._pointers), 0)
-        if int(err) != 0:
-            raise LaunchError(f"launching {self.name} grid={grid} block={block}: {err!r}")
+            err, = driver.cuLaunchKernel(fn, gx, gy, gz, bx, by, bz, shared_mem, handle, self._address, 0)
+        if int(err):
+            raise LaunchError(f"launching {self.name} grid={_dim3(grid)} block={_dim3(block)}: {err!r}")
 
     def set_max_shared_memory(self, nbytes: int) -> None:
         """Allow more than 48 KiB of dynamic shared memory for this kernel."""

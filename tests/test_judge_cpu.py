@@ -133,3 +133,37 @@ def test_compile_baseline_cached(cache_dir, task):
         second = judge.evaluate(task, CPU / "ok_c.py")
     assert second.speedup_compile is not None
     assert any("torch.compile measured" in n for n in second.notes)
+
+
+ORPHAN = r'''
+import os, signal, sys, time
+from kernelevo.judge.api import Judge, JudgeOptions
+from kernelevo.tasks import load_task
+judge = Judge(sys.argv[1], JudgeOptions(devices=("cpu",), compile_baseline=False))
+judge.submit(load_task(sys.argv[2]), sys.argv[3])
+while not judge.executor._busy:
+    time.sleep(0.1)
+time.sleep(2)
+print(next(iter(judge.executor._busy)).proc.pid, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+'''
+
+
+def test_worker_dies_with_a_killed_parent(cache_dir):
+    """kill -9 of the judging process leaves no candidate spinning behind it."""
+    import os
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", ORPHAN, str(cache_dir), str(CPU / "task_scale.py"),
+                          str(CPU / "hang_c.py")], capture_output=True, text=True, timeout=120)
+    pid = int(out.stdout.strip())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    os.killpg(pid, 9)
+    raise AssertionError("the worker outlived its parent")

@@ -1,0 +1,245 @@
+"""How fast is the judge, and can its numbers be trusted? Run on a GPU machine:
+
+    python benchmarks/judge_throughput.py --out benchmarks/results/judge_throughput-<gpu>-<date>.json
+
+Five measurements, each over the starter suite (benchmarks/tasks):
+1. build latency per format, cold (a source never compiled: a unique comment defeats every cache)
+   and cached (the same source in a new process), as median and p90;
+2. throughput: nvrtc candidates (every starter kernel, each made unique) fully judged per minute
+   on one GPU, from the first submit to the last verdict, baselines cached beforehand;
+3. repeatability: each starter kernel judged in 5 separate worker processes; the coefficient of
+   variation of its speedup over eager;
+4. agreement: the judge's speedup against one from triton.testing.do_bench (median, its own L2
+   clearing), in a separate process;
+5. the verdict of every honest starter candidate (all must be ok).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SUITE = HERE / "tasks"
+
+
+def percentile(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+def unique(source: str) -> str:
+    """The same kernel with a fresh comment in its CUDA source: a new hash, so a cold build."""
+    tag = uuid.uuid4().hex
+    return re.sub(r"^(?![ \t]*#)(.*__global__)", rf"// kernelevo benchmark {tag}\n\1", source, count=1, flags=re.M)
+
+
+def candidates(fmt: str) -> list[tuple[Path, Path]]:
+    return [(SUITE / f"{p.name.split('__')[0]}.py", p) for p in sorted((SUITE / "candidates").glob(f"*__{fmt}.py"))]
+
+
+def build_latency(fmt: str, count: int, cache: Path) -> dict:
+    """Time importing a candidate and constructing ModelNew in a fresh process, cold then cached."""
+    cold, cached = [], []
+    pairs = candidates(fmt)
+    for i in range(count):
+        task, cand = pairs[i % len(pairs)]
+        path = cache / "bench-src" / f"{fmt}_{i}.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(unique(cand.read_text()))
+        cold.append(_timed_build(task, path, cache))
+        cached.append(_timed_build(task, path, cache))
+    return {"format": fmt, "n": count, "cold_median_s": statistics.median(cold), "cold_p90_s": percentile(cold, 0.9),
+            "cached_median_s": statistics.median(cached), "cached_p90_s": percentile(cached, 0.9),
+            "cold_s": cold, "cached_s": cached}
+
+
+_BUILD = r"""
+import os, sys, time, torch
+from kernelevo.judge import inline
+from kernelevo.tasks import load_module
+inline.install()
+os.environ["TORCH_EXTENSIONS_DIR"] = sys.argv[3]
+task = load_module(open(sys.argv[1]).read(), sys.argv[1], "task")
+torch.empty(1, device="cuda")
+t = time.perf_counter()
+module = load_module(open(sys.argv[2]).read(), sys.argv[2], "candidate")
+module.ModelNew(*task.get_init_inputs()).cuda()
+torch.cuda.synchronize()
+print(time.perf_counter() - t)
+"""
+
+
+def _timed_build(task: Path, cand: Path, cache: Path) -> float:
+    out = subprocess.run([sys.executable, "-c", _BUILD, str(task), str(cand), str(cache / "inline" / cand.stem)],
+                         capture_output=True, text=True, env={**_env(cache)}, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def _env(cache: Path) -> dict:
+    import os
+
+    return {**os.environ, "KERNELEVO_CACHE_DIR": str(cache)}
+
+
+def throughput(judge, tasks: dict, cache: Path, rounds: int, device: str) -> dict:
+    """Every starter nvrtc kernel, made unique, `rounds` times; all submitted at once."""
+    jobs = []
+    for r in range(rounds):
+        for task_path, cand in candidates("nvrtc"):
+            path = cache / "bench-src" / f"tp_{r}_{cand.name}"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(unique(cand.read_text()))
+            jobs.append((tasks[task_path], path))
+    started = time.monotonic()
+    futures = [judge.submit(task, path, device) for task, path in jobs]
+    results = [f.result() for f in futures]
+    minutes = (time.monotonic() - started) / 60
+    verdicts = {}
+    for e in results:
+        verdicts[e.verdict] = verdicts.get(e.verdict, 0) + 1
+    return {"candidates": len(jobs), "minutes": minutes, "per_minute": len(jobs) / minutes, "verdicts": verdicts,
+            "mean_device_s": statistics.mean(e.device_s or 0 for e in results),
+            "mean_build_s": statistics.mean(e.build_s or 0 for e in results),
+            "mean_wall_s": statistics.mean(e.wall_s or 0 for e in results)}
+
+
+def repeatability(judge, tasks: dict, runs: int, device: str) -> dict:
+    """Each kernel `runs` times, every run in its own worker process (submitted together)."""
+    futures = {(task_path.stem, i): judge.submit(tasks[task_path], cand, device)
+               for task_path, cand in candidates("nvrtc") for i in range(runs)}
+    out = {}
+    for task_path, _ in candidates("nvrtc"):
+        speedups = [futures[(task_path.stem, i)].result().speedup_eager for i in range(runs)]
+        speedups = [s for s in speedups if s is not None]
+        cv = statistics.stdev(speedups) / statistics.mean(speedups) if len(speedups) > 1 else None
+        out[task_path.stem] = {"speedups": speedups, "cv": cv}
+    return out
+
+
+_DO_BENCH = r"""
+import sys, json, torch, triton.testing as tt
+from kernelevo.tasks import load_module
+from kernelevo.judge.inputs import build_models, trial_inputs
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+task = load_module(open(sys.argv[1]).read(), sys.argv[1], "task")
+cand = load_module(open(sys.argv[2]).read(), sys.argv[2], "candidate")
+ref, new, _ = build_models(task.Model, cand.ModelNew, tuple(task.get_init_inputs()), 42, "cuda")
+args, _ = trial_inputs(task.get_inputs, 1000, 42, "cuda", "as given")
+with torch.no_grad():
+    c = tt.do_bench(lambda: new(*args), warmup=100, rep=500, return_mode="median")
+    e = tt.do_bench(lambda: ref(*args), warmup=100, rep=500, return_mode="median")
+print(json.dumps({"candidate_ms": c, "eager_ms": e}))
+"""
+
+
+def agreement(results: dict, cache: Path) -> dict:
+    out = {}
+    for task_path, cand in candidates("nvrtc"):
+        proc = subprocess.run([sys.executable, "-c", _DO_BENCH, str(task_path), str(cand)], capture_output=True,
+                              text=True, env=_env(cache), check=True)
+        bench = json.loads(proc.stdout.strip().splitlines()[-1])
+        ours = results[cand.name]
+        theirs = bench["eager_ms"] / bench["candidate_ms"]
+        out[task_path.stem] = {"judge_speedup": ours.speedup_eager, "do_bench_speedup": theirs,
+                               "judge_candidate_ms": ours.candidate.median_ms, "do_bench_candidate_ms": bench["candidate_ms"],
+                               "relative_difference": ours.speedup_eager / theirs - 1}
+    return out
+
+
+_LAUNCH = r"""
+import json, time, torch
+from kernelevo import runtime
+mod = runtime.load_cuda('extern "C" __global__ void noop(float* x, long long n, float a) {}')
+x = torch.zeros(1, device="cuda")
+def per_call(fn, n=20000):
+    for _ in range(100): fn()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(n): fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t) / n * 1e6
+print(json.dumps({"runtime_launch_us": per_call(lambda: mod.noop(1, 32, x, 1, 1.0)),
+                  "torch_add__us": per_call(lambda: x.add_(1.0))}))
+"""
+
+
+def launch_overhead(cache: Path) -> dict:
+    """Host microseconds per launch of an empty kernel through kernelevo.runtime, next to a torch op."""
+    proc = subprocess.run([sys.executable, "-c", _LAUNCH], capture_output=True, text=True, env=_env(cache), check=True)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def suite_verdicts(judge, tasks: dict, device: str, formats: tuple[str, ...]) -> dict:
+    futures = {cand.name: judge.submit(tasks[task], cand, device)
+               for fmt in formats for task, cand in candidates(fmt)}
+    return {name: f.result() for name, f in futures.items()}
+
+
+def main() -> None:
+    import torch
+
+    from kernelevo.judge.api import Judge, JudgeOptions
+    from kernelevo.tasks import load_task
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda:0")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--rounds", type=int, default=4, help="throughput: times through the suite")
+    parser.add_argument("--builds", type=int, default=8, help="cold builds per format")
+    parser.add_argument("--inline-builds", type=int, default=4)
+    parser.add_argument("--runs", type=int, default=5, help="repeatability: runs per kernel")
+    parser.add_argument("--cache", type=Path, help="cache directory [default: a new temporary one]")
+    parser.add_argument("--skip", nargs="*", default=[], help="parts to skip: launch build inline throughput repeat agree")
+    args = parser.parse_args()
+    cache = args.cache or Path(tempfile.mkdtemp(prefix="kernelevo-bench-"))
+    report: dict = {"gpu": torch.cuda.get_device_name(args.device), "torch": torch.__version__,
+                    "cuda": torch.version.cuda, "date": time.strftime("%Y-%m-%d"), "method": __doc__}
+    tasks = {SUITE / f"{p.stem}.py": load_task(p) for p in sorted(SUITE.glob("*.py")) if not p.name.startswith("_")}
+
+    def save() -> None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=1, default=str))
+
+    if "launch" not in args.skip:
+        report["launch_overhead"] = launch_overhead(cache)
+        save()
+    if "build" not in args.skip:
+        report["build_nvrtc"] = build_latency("nvrtc", args.builds, cache)
+        save()
+    if "inline" not in args.skip:
+        report["build_inline"] = build_latency("inline", args.inline_builds, cache)
+        save()
+    options = JudgeOptions(devices=(args.device,), spares=4)
+    with Judge(cache, options) as judge:
+        for task in tasks.values():  # baselines once per task, outside every measurement below
+            judge.baseline(task, args.device)
+        verdicts = suite_verdicts(judge, tasks, args.device, ("nvrtc",) if "inline" in args.skip else ("nvrtc", "inline"))
+        report["verdicts"] = {name: {"verdict": e.verdict, "reason": e.reason, "message": e.message,
+                                     "speedup_eager": e.speedup_eager, "speedup_compile": e.speedup_compile,
+                                     "candidate_ms": e.candidate.median_ms if e.candidate else None,
+                                     "candidate_host_ms": e.candidate.host_ms if e.candidate else None,
+                                     "device_s": e.device_s, "build_s": e.build_s} for name, e in verdicts.items()}
+        save()
+        if "agree" not in args.skip:
+            report["agreement"] = agreement(verdicts, cache)
+            save()
+        if "throughput" not in args.skip:
+            report["throughput"] = throughput(judge, tasks, cache, args.rounds, args.device)
+            save()
+        if "repeat" not in args.skip:
+            report["repeatability"] = repeatability(judge, tasks, args.runs, args.device)
+            save()
+    print(json.dumps({k: v for k, v in report.items() if k != "method"}, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
