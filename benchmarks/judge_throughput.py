@@ -126,14 +126,9 @@ def repeatability(judge, tasks: dict, runs: int, device: str) -> dict:
 
 _DO_BENCH = r"""
 import sys, json, torch, triton.testing as tt
-from kernelevo.tasks import load_module
-from kernelevo.judge.inputs import build_models, trial_inputs
-torch.backends.cuda.matmul.allow_tf32 = False
-torch.backends.cudnn.allow_tf32 = False
-task = load_module(open(sys.argv[1]).read(), sys.argv[1], "task")
-cand = load_module(open(sys.argv[2]).read(), sys.argv[2], "candidate")
-ref, new, _ = build_models(task.Model, cand.ModelNew, tuple(task.get_init_inputs()), 42, "cuda")
-args, _ = trial_inputs(task.get_inputs, 1000, 42, "cuda", "as given")
+sys.path.insert(0, sys.argv[3])
+from pairs import load_pair
+ref, new, args = load_pair(sys.argv[1], sys.argv[2])
 with torch.no_grad():
     c = tt.do_bench(lambda: new(*args), warmup=100, rep=500, return_mode="median")
     e = tt.do_bench(lambda: ref(*args), warmup=100, rep=500, return_mode="median")
@@ -144,7 +139,7 @@ print(json.dumps({"candidate_ms": c, "eager_ms": e}))
 def agreement(results: dict, cache: Path) -> dict:
     out = {}
     for task_path, cand in candidates("nvrtc"):
-        proc = subprocess.run([sys.executable, "-c", _DO_BENCH, str(task_path), str(cand)], capture_output=True,
+        proc = subprocess.run([sys.executable, "-c", _DO_BENCH, str(task_path), str(cand), str(HERE)], capture_output=True,
                               text=True, env=_env(cache), check=True)
         bench = json.loads(proc.stdout.strip().splitlines()[-1])
         ours = results[cand.name]

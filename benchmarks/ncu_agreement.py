@@ -21,15 +21,10 @@ FORWARDS = 5
 
 _RUN = r"""
 import sys, torch
-from kernelevo.tasks import load_module
-from kernelevo.judge.inputs import build_models, trial_inputs
-torch.backends.cuda.matmul.allow_tf32 = False
-torch.backends.cudnn.allow_tf32 = False
-task = load_module(open(sys.argv[1]).read(), sys.argv[1], "task")
-cand = load_module(open(sys.argv[2]).read(), sys.argv[2], "candidate")
-ref, new, _ = build_models(task.Model, cand.ModelNew, tuple(task.get_init_inputs()), 42, "cuda")
+sys.path.insert(0, sys.argv[5])
+from pairs import load_pair
+ref, new, args = load_pair(sys.argv[1], sys.argv[2])
 model = new if sys.argv[3] == "candidate" else ref
-args, _ = trial_inputs(task.get_inputs, 1000, 42, "cuda", "as given")
 with torch.no_grad():
     for _ in range(3):
         model(*args)
@@ -45,7 +40,8 @@ with torch.no_grad():
 def device_ms(task: Path, cand: Path, side: str) -> float:
     out = subprocess.run(["ncu", "--clock-control", "none", "--metrics", "gpu__time_duration.sum", "--csv",
                           "--nvtx", "--nvtx-include", "measure/", sys.executable, "-c", _RUN,
-                          str(task), str(cand), side, str(FORWARDS)], capture_output=True, text=True, check=True)
+                          str(task), str(cand), side, str(FORWARDS), str(Path(__file__).resolve().parent)],
+                         capture_output=True, text=True, check=True)
     rows = list(csv.DictReader(io.StringIO(out.stdout[out.stdout.index('"ID"'):])))
     scale = {"nsecond": 1e-6, "ns": 1e-6, "usecond": 1e-3, "us": 1e-3, "msecond": 1.0, "ms": 1.0}
     total = sum(float(r["Metric Value"].replace(",", "")) * scale[r["Metric Unit"]] for r in rows)

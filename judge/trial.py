@@ -19,8 +19,7 @@ def _timing_config(job: dict) -> timing.TimingConfig:
 
 
 def _load_task(job: dict):
-    module = load_module(job["task_source"], job["task_path"], "task")
-    return module
+    return load_module(job["task_source"], job["task_path"], "task")
 
 
 def _load_candidate(job: dict):

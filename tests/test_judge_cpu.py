@@ -1,6 +1,5 @@
 """The whole judge on the CPU backend: worker processes, limits, verdicts, caches."""
 import time
-from pathlib import Path
 
 import pytest
 

@@ -31,7 +31,7 @@ def test_unsupported_parameter_type_is_named():
 def test_slot_format_packs_each_value_in_8_bytes():
     import struct
 
-    fmt = runtime._slot_format("PfiQd?")
+    fmt = runtime.cuda._slot_format("PfiQd?")
     assert struct.calcsize(fmt) == 48
 
 
