@@ -126,7 +126,8 @@ def _baseline_key(task_hash: str, device_name: str, torch_version: str) -> str:
 def _stats(data: dict | None, scale: float = 1.0) -> TimingStats | None:
     if not data:
         return None
-    return TimingStats(**{k: (v * scale if k.endswith("_ms") else v) for k, v in data.items()})
+    scaled = ("median_ms", "p10_ms", "p90_ms", "min_ms", "mean_ms")  # device times; host time stays as measured
+    return TimingStats(**{k: (v * scale if k in scaled else v) for k, v in data.items()})
 
 
 def to_evaluation(task: Task, digest: str, fmt: str, device: str, result: dict,
