@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 VERDICTS = ("ok", "compile_error", "runtime_error", "timeout", "incorrect", "rejected")
-FORMATS = ("nvrtc", "inline", "c", "torch")
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,8 @@
 """The command line as a user meets it."""
 import json
 
+from kernelevo.records import VERDICTS, Evaluation
+
 from conftest import FIXTURES, run_cli
 
 CPU = FIXTURES / "cpu"
@@ -19,6 +21,8 @@ def test_evaluate_json(cache_dir):
     assert data["verdict"] == "ok" and data["format"] == "c"
     assert data["correctness"]["trials"] == 4
     assert data["speedup_eager"] > 0 and data["candidate"]["median_ms"] > 0
+    assert data["verdict"] in VERDICTS
+    assert json.loads(json.dumps(Evaluation.from_dict(data).to_dict())) == data  # lossless round trip
 
 
 def test_evaluate_incorrect_is_still_exit_0(cache_dir):
