@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -79,13 +80,11 @@ print(time.perf_counter() - t)
 
 def _timed_build(task: Path, cand: Path, cache: Path) -> float:
     out = subprocess.run([sys.executable, "-c", _BUILD, str(task), str(cand), str(cache / "inline" / cand.stem)],
-                         capture_output=True, text=True, env={**_env(cache)}, check=True)
+                         capture_output=True, text=True, env=_env(cache), check=True)
     return float(out.stdout.strip().splitlines()[-1])
 
 
 def _env(cache: Path) -> dict:
-    import os
-
     return {**os.environ, "KERNELEVO_CACHE_DIR": str(cache)}
 
 

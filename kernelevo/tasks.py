@@ -26,6 +26,11 @@ def source_hash(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc)
+    return text.splitlines()[0] if text else ""
+
+
 def _where(exc: BaseException, filename: str) -> str:
     """'file:line' of the deepest traceback frame inside `filename`, else the file alone."""
     if isinstance(exc, SyntaxError) and exc.filename == filename:
@@ -51,8 +56,7 @@ def load_module(source: str, filename: str, kind: str = "task") -> types.ModuleT
     except BaseException as exc:  # noqa: BLE001 - any failure of user code is reported, not raised
         if isinstance(exc, KeyboardInterrupt):
             raise
-        msg = str(exc).splitlines()[0] if str(exc) else ""
-        raise TaskError(f"{_where(exc, filename)}: {type(exc).__name__}: {msg}") from exc
+        raise TaskError(f"{_where(exc, filename)}: {type(exc).__name__}: {_first_line(exc)}") from exc
     return module
 
 
@@ -133,7 +137,7 @@ def load_task(path: str | Path) -> Task:
         model_cls(*init_args)
     except Exception as exc:  # noqa: BLE001
         raise TaskError(f"{_where(exc, filename)}: Model(*get_init_inputs()) failed: "
-                        f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
+                        f"{type(exc).__name__}: {_first_line(exc)}") from exc
     return Task(name=path.stem, path=filename, source=source, source_hash=source_hash(source),
                 model_cls=model_cls, get_inputs=module.get_inputs, init_args=tuple(init_args),
                 get_test_inputs=test_inputs)
@@ -143,5 +147,4 @@ def _call(fn: Callable, what: str, filename: str) -> Any:
     try:
         return fn()
     except Exception as exc:  # noqa: BLE001
-        msg = str(exc).splitlines()[0] if str(exc) else ""
-        raise TaskError(f"{_where(exc, filename)}: {what} failed: {type(exc).__name__}: {msg}") from exc
+        raise TaskError(f"{_where(exc, filename)}: {what} failed: {type(exc).__name__}: {_first_line(exc)}") from exc
