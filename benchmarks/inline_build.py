@@ -1,20 +1,22 @@
 """Where a load_inline build spends its time, and what shortens it. Run on a GPU machine:
 
-    python benchmarks/inline_build.py
+    python benchmarks/inline_build.py [--pch]
 
 Builds one trivial extension (a fused scale + ReLU kernel and its torch wrapper) once per variant,
-one at a time, each in a fresh build directory, and prints the wall time of load_inline and the
-time ninja spent per target (from .ninja_log): main.o (the generated pybind11 bindings, host
-compiler), cuda.cuda.o (the .cu through nvcc) and the link. Variants:
+one at a time, each in a fresh build directory and a fresh derived-header cache, and prints the
+wall time of load_inline and the time ninja spent per target (from .ninja_log): main.o (the
+pybind11 bindings, host compiler), cuda.cuda.o (the .cu through nvcc) and the link. Variants:
 - default: as KernelBench candidates are written (torch/extension.h in the .cu);
-- pch: torch's use_pch=True (a precompiled torch/extension.h for main.cpp; the first build also
-  builds the header, so it runs twice);
-- types_pch: torch/types.h in the .cu instead of torch/extension.h, as the judge's inline.slim does.
+- types: torch/types.h in the .cu instead (torch prepends it anyway);
+- lean: the judge's build (judge/inline.py): per-file preludes of only what the source names;
+- with --pch: torch's use_pch=True (a precompiled torch/extension.h for main.cpp; the first
+  build also builds the header, so it runs twice).
 """
 from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 import time
 
@@ -34,15 +36,22 @@ HEADERS = {
     "extension": "#include <torch/extension.h>\n#include <ATen/cuda/CUDAContext.h>\n",
     "types": "#include <torch/types.h>\n#include <ATen/cuda/CUDAContext.h>\n",
 }
-VARIANTS = [("default", "extension", False), ("pch", "extension", True), ("pch2", "extension", True),
-            ("types_pch", "types", True)]
+VARIANTS = [("default", "extension", False), ("types", "types", False), ("lean", "extension", False)]
+PCH_VARIANTS = [("pch", "extension", True), ("pch2", "extension", True)]
 
 
 def build(tag: str, header: str, pch: bool) -> dict:
     import torch
-    from torch.utils.cpp_extension import load_inline
+    from torch.utils import cpp_extension
+
+    from kernelevo.judge import inline
 
     directory = tempfile.mkdtemp(prefix=f"inline-{tag}-")
+    os.environ["KERNELEVO_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"lean-{tag}-")  # derived headers cold too
+    load_inline = getattr(cpp_extension.load_inline, "__wrapped__", cpp_extension.load_inline)
+    if tag == "lean":
+        inline.install()
+        load_inline = cpp_extension.load_inline
     started = time.time()
     ext = load_inline(name=f"e_{tag}", cpp_sources="torch::Tensor relu_scale_cuda(torch::Tensor x, double s);",
                       cuda_sources=HEADERS[header] + KERNEL, functions=["relu_scale_cuda"],
@@ -58,7 +67,7 @@ def build(tag: str, header: str, pch: bool) -> dict:
 
 
 def main() -> None:
-    for tag, header, pch in VARIANTS:
+    for tag, header, pch in VARIANTS + (PCH_VARIANTS if "--pch" in sys.argv else []):
         print(json.dumps(build(tag, header, pch)), flush=True)
 
 

@@ -9,8 +9,10 @@ Five measurements, each over the starter suite (benchmarks/tasks):
    on one GPU, from the first submit to the last verdict, baselines cached beforehand;
 3. repeatability: each starter kernel judged in 5 separate worker processes; the coefficient of
    variation of its speedup over eager;
-4. agreement: the judge's speedup against one from triton.testing.do_bench (median, its own L2
-   clearing), in a separate process;
+4. agreement: the judge's speedup against triton.testing.do_bench (median, its own L2 clearing),
+   in a separate process, timing each call as it is (host launch gaps included where the host
+   is slower than the GPU) and as a replayed CUDA graph of the call (device time, as the judge
+   measures it);
 5. the verdict of every honest starter candidate (all must be ok).
 """
 from __future__ import annotations
@@ -128,10 +130,25 @@ import sys, json, torch, triton.testing as tt
 sys.path.insert(0, sys.argv[3])
 from pairs import load_pair
 ref, new, args = load_pair(sys.argv[1], sys.argv[2])
+
+def graphed(fn):
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the capture, as torch's graph docs require
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
 with torch.no_grad():
-    c = tt.do_bench(lambda: new(*args), warmup=100, rep=500, return_mode="median")
-    e = tt.do_bench(lambda: ref(*args), warmup=100, rep=500, return_mode="median")
-print(json.dumps({"candidate_ms": c, "eager_ms": e}))
+    out = {}
+    for name, fn in (("candidate", lambda: new(*args)), ("eager", lambda: ref(*args))):
+        out[name + "_ms"] = tt.do_bench(fn, warmup=100, rep=500, return_mode="median")
+        out[name + "_graph_ms"] = tt.do_bench(graphed(fn), warmup=100, rep=500, return_mode="median")
+print(json.dumps(out))
 """
 
 
@@ -143,9 +160,12 @@ def agreement(results: dict, cache: Path) -> dict:
         bench = json.loads(proc.stdout.strip().splitlines()[-1])
         ours = results[cand.name]
         theirs = bench["eager_ms"] / bench["candidate_ms"]
+        graph = bench["eager_graph_ms"] / bench["candidate_graph_ms"]
         out[task_path.stem] = {"judge_speedup": ours.speedup_eager, "do_bench_speedup": theirs,
-                               "judge_candidate_ms": ours.candidate.median_ms, "do_bench_candidate_ms": bench["candidate_ms"],
-                               "relative_difference": ours.speedup_eager / theirs - 1}
+                               "do_bench_graph_speedup": graph, "judge_candidate_ms": ours.candidate.median_ms,
+                               "judge_eager_ms": ours.eager.median_ms, **bench,
+                               "relative_difference": ours.speedup_eager / theirs - 1,
+                               "relative_difference_graph": ours.speedup_eager / graph - 1}
     return out
 
 
@@ -178,6 +198,17 @@ def suite_verdicts(judge, tasks: dict, device: str, formats: tuple[str, ...]) ->
     return {name: f.result() for name, f in futures.items()}
 
 
+def cpu_model() -> str:
+    """The host CPU's model name: build times depend on it as much as on the GPU."""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
 def main() -> None:
     import torch
 
@@ -191,12 +222,15 @@ def main() -> None:
     parser.add_argument("--builds", type=int, default=8, help="cold builds per format")
     parser.add_argument("--inline-builds", type=int, default=4)
     parser.add_argument("--runs", type=int, default=5, help="repeatability: runs per kernel")
+    parser.add_argument("--input-sets", type=int, default=JudgeOptions.input_sets, help="input sets rotated in timing")
     parser.add_argument("--cache", type=Path, help="cache directory [default: a new temporary one]")
     parser.add_argument("--skip", nargs="*", default=[], help="parts to skip: launch build inline throughput repeat agree")
     args = parser.parse_args()
     cache = args.cache or Path(tempfile.mkdtemp(prefix="kernelevo-bench-"))
-    report: dict = {"gpu": torch.cuda.get_device_name(args.device), "torch": torch.__version__,
-                    "cuda": torch.version.cuda, "date": time.strftime("%Y-%m-%d"), "method": __doc__}
+    report: dict = {"gpu": torch.cuda.get_device_name(args.device), "cpu": cpu_model(), "cores": os.cpu_count(),
+                    "torch": torch.__version__,
+                    "cuda": torch.version.cuda, "date": time.strftime("%Y-%m-%d"), "input_sets": args.input_sets,
+                    "method": __doc__}
     tasks = {SUITE / f"{p.stem}.py": load_task(p) for p in sorted(SUITE.glob("*.py")) if not p.name.startswith("_")}
 
     def save() -> None:
@@ -212,7 +246,7 @@ def main() -> None:
     if "inline" not in args.skip:
         report["build_inline"] = build_latency("inline", args.inline_builds, cache)
         save()
-    options = JudgeOptions(devices=(args.device,), spares=4)
+    options = JudgeOptions(devices=(args.device,), spares=4, input_sets=args.input_sets)
     with Judge(cache, options) as judge:
         for task in tasks.values():  # baselines once per task, outside every measurement below
             judge.baseline(task, args.device)

@@ -154,5 +154,5 @@ def to_evaluation(task: Task, digest: str, fmt: str, device: str, result: dict,
         torch_version=result.get("torch_version", ""), build_s=result.get("build_s"),
         device_s=result.get("device_s"), wall_s=wall_s,
         correctness=Correctness(**correctness) if correctness else None, candidate=cand, eager=eager,
-        compiled=compiled, speedup_eager=eager.median_ms / cand.median_ms if cand and eager else None,
-        speedup_compile=speedup_compile, notes=tuple(notes))
+        compiled=compiled, speedup_eager=result.get("speedup_eager"),
+        speedup_eager_ci=result.get("speedup_eager_ci"), speedup_compile=speedup_compile, notes=tuple(notes))

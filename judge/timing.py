@@ -1,17 +1,21 @@
 """Timing several callables interleaved in one process, to a stated precision.
 
-Method (GPU): each repetition flushes the L2 cache by overwriting a buffer twice its size, keeps
+Method (GPU): each repetition flushes the L2 cache by reading a buffer twice its size, keeps
 the GPU busy for a calibrated head start (longer than the host needs to enqueue the call), then
 records a CUDA event, calls the function on the next of several rotated input sets, and
 records a second event. The events so bracket device time only: measured on an H100, host
 launch overhead otherwise leaked into 30-50 us kernels and made their medians bimodal across
-processes (CV up to 15 %). Host time per call is measured separately. Functions take turns in
+processes (CV up to 15 %). Before each batch of repetitions the input sets move to new device
+memory, so that one run averages over data placements. Host time per call is measured separately. Functions take turns in
 alternating order (A B, B A, ...) so that drift in clocks or temperature falls on all of them
 alike. Every batch of repetitions ends with a device-wide synchronize, so every stream has
-finished before its events are read. Repetitions continue until the 95 % confidence interval
-of every median is within `target_rel_ci` of it, or the time or repetition cap is hit.
+finished before its events are read. A speedup is the median of per-round ratios (the two calls
+of a round are adjacent in time, so the pairing cancels clock states that last longer than a
+round), not a ratio of medians. Repetitions continue until the 95 % confidence interval of every
+median and of every requested ratio is within `target_rel_ci` of it, or a cap is hit.
 
-CPU: the same, with a host clock around each call and a buffer sized from the last-level cache.
+CPU: the same, with a host clock around each call, a buffer sized from the last-level cache,
+and the inputs left where they are.
 """
 from __future__ import annotations
 
@@ -50,6 +54,22 @@ def summarize(samples: list[float]) -> TimingStats:
                        min_ms=xs[0], mean_ms=sum(xs) / n, n=n, rel_ci=rel_ci)
 
 
+@dataclass(frozen=True)
+class Measurement:
+    """Statistics per function and the raw samples, in round order (one per function per round)."""
+    stats: dict[str, TimingStats]
+    samples: dict[str, list[float]]
+
+    def ratio(self, numerator: str, denominator: str) -> tuple[float, float]:
+        """Median of the per-round ratios numerator/denominator and its relative 95 % half-width."""
+        return paired_ratio(self.samples[numerator], self.samples[denominator])
+
+
+def paired_ratio(numerator: list[float], denominator: list[float]) -> tuple[float, float]:
+    s = summarize([a / b for a, b in zip(numerator, denominator) if b > 0])
+    return s.median_ms, s.rel_ci
+
+
 def _llc_bytes() -> int:
     """Last-level cache size of CPU 0, from sysfs; 32 MiB when it cannot be read."""
     best = 0
@@ -74,7 +94,12 @@ class _Clock:
             cache = torch.cuda.get_device_properties(device).L2_cache_size
         else:
             cache = _llc_bytes()
-        self.buffer = torch.empty(2 * cache // 4 + 1024, dtype=torch.int32, device=device) if flush else None
+        # Flushing by reading leaves clean lines, which the timed call evicts for free. Writing
+        # (zero_, as triton's do_bench does) left dirty lines whose write-back the call paid for,
+        # and that depended on where the buffer sat: layernorm's speedup moved by up to 4 %
+        # between buffers on an H100.
+        self.buffer = torch.zeros(2 * cache // 4 + 1024, dtype=torch.int32, device=device) if flush else None
+        self.sink = torch.zeros((), dtype=torch.int64, device=device)
         self.head_start_cycles = 0
         self.cycles_per_ms = _sleep_rate() if self.cuda else 0.0
 
@@ -84,7 +109,9 @@ class _Clock:
 
     def flush(self) -> None:
         if self.buffer is not None:
-            self.buffer.zero_()
+            import torch
+
+            torch.sum(self.buffer, dim=0, out=self.sink)
         if self.head_start_cycles:
             import torch
 
@@ -151,8 +178,9 @@ def device_is_cuda(device) -> bool:
 
 
 def measure(fns: dict[str, Callable[[list], Any]], input_sets: list[list], device,
-            config: TimingConfig = TimingConfig()) -> dict[str, TimingStats]:
-    """Time each function interleaved with the others; returns their statistics by name."""
+            config: TimingConfig = TimingConfig(), ratios: tuple[tuple[str, str], ...] = ()) -> Measurement:
+    """Time each function interleaved with the others, until their medians and the paired
+    `ratios` (numerator, denominator) are precise enough."""
     import torch
 
     clock = _Clock(device, config.flush)
@@ -164,8 +192,10 @@ def measure(fns: dict[str, Callable[[list], Any]], input_sets: list[list], devic
         if clock.cuda:
             clock.set_head_start(max(host.values()))
         samples: dict[str, list[float]] = {name: [] for name in names}
-        started, rounds, batch = time.perf_counter(), 0, 4
+        started, rounds, batch, held = time.perf_counter(), 0, 4, None
         while True:
+            if clock.cuda and rounds:
+                input_sets, held = _relocated(input_sets, rounds // 4)  # held: the padding, until the next move
             calls = []
             for r in range(rounds, rounds + batch):
                 inputs = input_sets[r % len(input_sets)]
@@ -175,11 +205,40 @@ def measure(fns: dict[str, Callable[[list], Any]], input_sets: list[list], devic
                 samples[name].append(ms)
             rounds += batch
             stats = {name: summarize(xs) for name, xs in samples.items()}
-            precise = all(s.rel_ci <= config.target_rel_ci for s in stats.values())
+            cis = [s.rel_ci for s in stats.values()] + [paired_ratio(samples[a], samples[b])[1] for a, b in ratios]
+            precise = all(ci <= config.target_rel_ci for ci in cis)
             elapsed = time.perf_counter() - started
             if rounds >= config.max_reps or (rounds >= config.min_reps and precise) or elapsed > config.max_seconds:
-                return {name: dataclasses.replace(s, host_ms=host[name]) for name, s in stats.items()}
+                return Measurement({name: dataclasses.replace(s, host_ms=host[name]) for name, s in stats.items()},
+                                   samples)
             batch = min(64, max(4, rounds))
+
+
+def _relocated(input_sets: list[list], step: int) -> tuple[list[list], Any]:
+    """The same inputs in new device memory, behind a padding block of a size that varies by step.
+
+    How fast a memory-bound kernel runs depends on where its data sits: on an H100 row_softmax's
+    speedup moved by 2 % between placements (benchmarks/timing_spread.py). Moving the inputs
+    before every batch of repetitions averages that over many placements within one run, where
+    otherwise each run would measure one placement and runs would disagree.
+    """
+    import torch
+
+    try:
+        pad = torch.empty(((step * 37) % 96 + 1) << 20, dtype=torch.uint8, device=_device_of(input_sets))
+        moved = [[a.clone() if isinstance(a, torch.Tensor) and a.is_contiguous() else a for a in s]
+                 for s in input_sets]
+    except torch.cuda.OutOfMemoryError:  # no room for a second copy: measure where they are
+        return input_sets, None
+    return moved, pad
+
+
+def _device_of(input_sets: list[list]):
+    for s in input_sets:
+        for a in s:
+            if hasattr(a, "device"):
+                return a.device
+    return "cuda"
 
 
 def _bind(fn: Callable[[list], Any], inputs: list) -> Callable[[], Any]:

@@ -68,11 +68,12 @@ def _check_and_time(task, reference, candidate, job: dict, device: str, result: 
         result.update(checked)
         if checked["verdict"] != "ok":
             return result
-        stats = time_candidate(task, reference, candidate, job, device)
+        measured = time_candidate(task, reference, candidate, job, device)
     except Exception as exc:  # noqa: BLE001
         result.update(_failure(verdicts.classify_run(exc)))
         return result
-    result["timing"] = {name: dataclasses.asdict(s) for name, s in stats.items()}
+    result["timing"] = {name: dataclasses.asdict(s) for name, s in measured.stats.items()}
+    result["speedup_eager"], result["speedup_eager_ci"] = measured.ratio("eager", "candidate")
     return result
 
 
@@ -177,10 +178,10 @@ def _input_sets(task, job: dict, device: str, count: int) -> list[list]:
             for i in range(count)]
 
 
-def time_candidate(task, reference, candidate, job: dict, device: str) -> dict:
+def time_candidate(task, reference, candidate, job: dict, device: str) -> timing.Measurement:
     sets = _input_sets(task, job, device, job.get("input_sets", 3))
     fns = {"candidate": lambda a: _forward(candidate, a), "eager": lambda a: _forward(reference, a)}
-    return timing.measure(fns, sets, device, _timing_config(job))
+    return timing.measure(fns, sets, device, _timing_config(job), ratios=(("eager", "candidate"),))
 
 
 def run_baseline(job: dict, device: str, channel) -> dict:
@@ -205,6 +206,6 @@ def run_baseline(job: dict, device: str, channel) -> dict:
         result["compile_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     result["compile_s"] = time.perf_counter() - started
     result["measured_at"] = time.strftime("%Y-%m-%d %H:%M")
-    stats = timing.measure(fns, sets, device, _timing_config(job))
+    stats = timing.measure(fns, sets, device, _timing_config(job)).stats
     result["timing"] = {name: dataclasses.asdict(s) for name, s in stats.items()}
     return result

@@ -66,7 +66,8 @@ class Evaluation:
     candidate: TimingStats | None = None
     eager: TimingStats | None = None
     compiled: TimingStats | None = None  # torch.compile, rescaled to this run's eager time
-    speedup_eager: float | None = None
+    speedup_eager: float | None = None  # median of paired per-round ratios eager/candidate
+    speedup_eager_ci: float | None = None  # its relative 95 % half-width
     speedup_compile: float | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
 

@@ -48,7 +48,8 @@ def print_evaluation(e: Evaluation, console=None) -> None:
         table.add_row("candidate time", _time(e.candidate))
         table.add_row("eager time", _time(e.eager))
         table.add_row("compile time", _time(e.compiled))
-        table.add_row("speedup", f"[bold]{_speedup(e.speedup_eager)}[/bold] vs eager, "
+        ci = f" (±{100 * e.speedup_eager_ci:.2f}%)" if e.speedup_eager_ci is not None else ""
+        table.add_row("speedup", f"[bold]{_speedup(e.speedup_eager)}[/bold]{ci} vs eager, "
                       f"[bold]{_speedup(e.speedup_compile)}[/bold] vs torch.compile")
     for note in e.notes:
         table.add_row("note", f"[dim]{note}[/dim]")

@@ -63,7 +63,9 @@ def test_ok_has_times_and_correctness(verdicts):
     assert e.correctness.trials == 5 + 2  # five fresh draws and the task's two extra shapes
     assert e.correctness.rel_l2 < 1e-6
     assert e.candidate.median_ms > 0 and e.eager.median_ms > 0
-    assert e.speedup_eager == pytest.approx(e.eager.median_ms / e.candidate.median_ms)
+    # The paired median of per-round ratios, close to (not equal to) the ratio of the medians.
+    assert e.speedup_eager == pytest.approx(e.eager.median_ms / e.candidate.median_ms, rel=0.5)
+    assert e.speedup_eager_ci >= 0  # its width on a busy CI machine says little
     assert any("copied all 2 reference weights" in n for n in e.notes)
 
 

@@ -4,7 +4,7 @@ import random
 import pytest
 import torch
 
-from kernelevo.judge.timing import TimingConfig, measure, summarize
+from kernelevo.judge.timing import TimingConfig, measure, paired_ratio, summarize
 
 
 def test_summary_of_known_samples():
@@ -40,9 +40,31 @@ def test_measure_interleaves_and_orders_costs():
         calls.append("costly")
         return args[0] @ args[0] @ args[0]
 
-    stats = measure({"cheap": cheap, "costly": costly}, [[x], [x.clone()]], "cpu",
-                    TimingConfig(min_reps=10, max_seconds=0.5, flush=False))
+    measured = measure({"cheap": cheap, "costly": costly}, [[x], [x.clone()]], "cpu",
+                       TimingConfig(min_reps=10, max_seconds=0.5, flush=False), ratios=(("costly", "cheap"),))
+    stats = measured.stats
     assert stats["costly"].median_ms > stats["cheap"].median_ms
     assert stats["cheap"].n == stats["costly"].n >= 10
-    measured = calls[-20:]  # after warm-up, rounds alternate A B, B A
-    assert measured.count("cheap") == measured.count("costly")
+    last = calls[-20:]  # after warm-up, rounds alternate A B, B A
+    assert last.count("cheap") == last.count("costly")
+    ratio, ci = measured.ratio("costly", "cheap")
+    assert ratio > 1 and ci >= 0
+    assert len(measured.samples["costly"]) == stats["costly"].n
+
+
+def test_paired_ratio_cancels_what_both_calls_of_a_round_share():
+    # A clock that slows down round after round: the medians spread, each round's ratio does not.
+    slow = [1.0 + 0.1 * r for r in range(40)]
+    ratio, ci = paired_ratio([3 * s for s in slow], slow)
+    assert ratio == pytest.approx(3.0) and ci == pytest.approx(0.0)
+    assert summarize([3 * s for s in slow]).rel_ci > 0.05
+
+
+@pytest.mark.gpu
+def test_relocated_inputs_keep_their_values_at_new_addresses():
+    from kernelevo.judge.timing import _relocated
+
+    x, t = torch.randn(1000, device="cuda"), torch.randn(8, 4, device="cuda").t()
+    (moved,), pad = _relocated([[x, t, 3]], 5)
+    assert pad is not None and torch.equal(moved[0], x) and moved[0].data_ptr() != x.data_ptr()
+    assert moved[1] is t and moved[2] == 3  # a non-contiguous view keeps its layout, as given
