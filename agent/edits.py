@@ -100,13 +100,13 @@ def _apply_one(text: str, edit: Edit) -> str | Failure:
     if count > 1:
         return Failure(edit, "ambiguous", edit.search, text[:text.index(edit.search)].count("\n") + 1)
     lines = text.splitlines(keepends=True)
-    want = [_squash(s) for s in _trimmed(edit.search.splitlines())]
-    starts = [i for i in range(len(lines) - len(want) + 1)
-              if [_squash(s) for s in lines[i:i + len(want)]] == want]
+    searched = _trimmed(edit.search.splitlines())
+    want, have = [_squash(s) for s in searched], [_squash(s) for s in lines]
+    starts = [i for i in range(len(lines) - len(want) + 1) if have[i:i + len(want)] == want]
     if len(starts) == 1:
         start = starts[0]
         found = lines[start:start + len(want)]
-        replacement = _reindent(edit.replace, _first_indent(_trimmed(edit.search.splitlines())), _first_indent(found))
+        replacement = _reindent(edit.replace, _first_indent(searched), _first_indent(found))
         return "".join(lines[:start]) + replacement + "".join(lines[start + len(want):])
     if len(starts) > 1:
         return Failure(edit, "ambiguous", "".join(lines[starts[0]:starts[0] + len(want)]), starts[0] + 1)

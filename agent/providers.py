@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
+from kernelevo.tasks import first_line
+
 KEY_VARIABLES = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY", "local": "LOCAL_API_KEY"}
 _SPEC = re.compile(r"^(?P<provider>openai|anthropic|local):(?P<model>[^@\s]+)(?:@(?P<url>\S+))?$")
 
@@ -96,7 +98,7 @@ def _classify(sdk, exc: Exception, ref: ModelRef) -> ProviderError:
     """Map an SDK exception (openai or anthropic; same class names) to a ProviderError."""
     status = getattr(exc, "status_code", None)
     request_id = getattr(exc, "request_id", None) or ""
-    first = (str(exc).splitlines() or [""])[0][:300]
+    first = first_line(exc)[:300]
     where = f"{ref.provider}:{ref.model}"
     if isinstance(exc, (sdk.AuthenticationError, sdk.PermissionDeniedError)):
         return ProviderError("auth", f"{where}: the API key was refused ({status}); check "

@@ -26,8 +26,9 @@ def source_hash(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc)
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message ("" when it has none), for one-line errors."""
+    text = str(exc).strip()
     return text.splitlines()[0] if text else ""
 
 
@@ -56,7 +57,7 @@ def load_module(source: str, filename: str, kind: str = "task") -> types.ModuleT
     except BaseException as exc:  # noqa: BLE001 - any failure of user code is reported, not raised
         if isinstance(exc, KeyboardInterrupt):
             raise
-        raise TaskError(f"{_where(exc, filename)}: {type(exc).__name__}: {_first_line(exc)}") from exc
+        raise TaskError(f"{_where(exc, filename)}: {type(exc).__name__}: {first_line(exc)}") from exc
     return module
 
 
@@ -137,7 +138,7 @@ def load_task(path: str | Path) -> Task:
         model_cls(*init_args)
     except Exception as exc:  # noqa: BLE001
         raise TaskError(f"{_where(exc, filename)}: Model(*get_init_inputs()) failed: "
-                        f"{type(exc).__name__}: {_first_line(exc)}") from exc
+                        f"{type(exc).__name__}: {first_line(exc)}") from exc
     return Task(name=path.stem, path=filename, source=source, source_hash=source_hash(source),
                 model_cls=model_cls, get_inputs=module.get_inputs, init_args=tuple(init_args),
                 get_test_inputs=test_inputs)
@@ -147,4 +148,4 @@ def _call(fn: Callable, what: str, filename: str) -> Any:
     try:
         return fn()
     except Exception as exc:  # noqa: BLE001
-        raise TaskError(f"{_where(exc, filename)}: {what} failed: {type(exc).__name__}: {_first_line(exc)}") from exc
+        raise TaskError(f"{_where(exc, filename)}: {what} failed: {type(exc).__name__}: {first_line(exc)}") from exc
