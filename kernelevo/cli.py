@@ -38,6 +38,19 @@ def resolve_device(device: Optional[str]) -> str:
     return device
 
 
+def _refuse_cuda_only(candidate: Path) -> None:
+    """An nvrtc candidate can only run on a GPU: say so in one line instead of judging a crash."""
+    from kernelevo.judge.formats import detect_format
+
+    try:
+        fmt = detect_format(candidate.read_text())
+    except (SyntaxError, ValueError, OSError):
+        return  # the judge reports it as the candidate's verdict
+    if fmt == "nvrtc":
+        fail(f"{candidate}: an nvrtc (CUDA) candidate, and no CUDA device is in use here; run it on a GPU "
+             "machine, or judge a C candidate with --device cpu (e.g. benchmarks/tasks/candidates/*__c.py)")
+
+
 @app.command()
 def evaluate(
     task: Path = typer.Argument(..., help="KernelBench-format task file (Model, get_inputs, get_init_inputs)"),
@@ -64,6 +77,8 @@ def evaluate(
     except TaskError as exc:
         fail(str(exc))
     dev = resolve_device(device)
+    if dev == "cpu":
+        _refuse_cuda_only(candidate)
     options = JudgeOptions(devices=(dev,), trials=trials, seed=seed, compile_baseline=compile_baseline,
                            limits=Limits(build=build_timeout, run=run_timeout))
     from rich.console import Console

@@ -3,7 +3,7 @@ import json
 
 from kernelevo.records import VERDICTS, Evaluation
 
-from conftest import FIXTURES, run_cli
+from conftest import FIXTURES, ROOT, run_cli
 
 CPU = FIXTURES / "cpu"
 
@@ -56,3 +56,11 @@ def test_doctor_json_masks_keys(monkeypatch):
     assert data["api_keys"]["detail"]["OPENAI_API_KEY"] == "sk-…1234"
     assert "abcdefghijklmnop" not in out.stdout
     assert set(data) >= {"gpu", "nvrtc", "nvcc", "ncu", "c_compiler", "ninja"}
+
+
+def test_nvrtc_candidate_on_the_cpu_is_a_usage_error():
+    suite = ROOT / "benchmarks" / "tasks"
+    out = run_cli("evaluate", str(suite / "row_softmax.py"), str(suite / "candidates" / "row_softmax__nvrtc.py"),
+                  "--device", "cpu")
+    assert out.returncode == 2 and out.stderr.strip().count("\n") == 0
+    assert "nvrtc (CUDA) candidate" in out.stderr and "--device cpu" in out.stderr
