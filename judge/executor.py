@@ -13,6 +13,7 @@ import contextlib
 import fcntl
 import json
 import os
+import secrets
 import select
 import subprocess
 import sys
@@ -100,6 +101,37 @@ class Worker:
         with contextlib.suppress(OSError):
             self.log.close()
             os.unlink(self.log.name)
+
+
+def audit(result: dict, token: str | None, expected: str, granted: float | None,
+          released: float | None = None) -> dict:
+    """Check a worker's result against what this process saw, with its own clock.
+
+    The candidate's code runs inside the worker, so in principle it can write to the event pipe
+    too. A passing result must repeat the token sent with `go` (which code that ran before it
+    cannot know), and cannot claim more device time than elapsed here between `go` and the
+    result. The device time on record is this process's measurement (from `go` to the worker's
+    `release`, or to its result), not the worker's.
+    """
+    claims_time = result.get("verdict") == "ok" or "timing" in result
+    if granted is None:
+        if claims_time:
+            return _forged("a passing result arrived before the worker was given the device")
+        return result
+    if token != expected:
+        return _forged("a result line without the token the judge sent with the device")
+    elapsed = time.monotonic() - granted
+    timed_ms = sum((result.get("samples_ms") or {}).values())
+    claimed = max(float(result.get("device_s") or 0.0), timed_ms / 1000)
+    if claimed > 1.05 * elapsed + 0.05:
+        return _forged(f"the worker reported {claimed:.3f} s of device time, but only {elapsed:.3f} s passed",
+                       {"reported_s": claimed, "elapsed_s": elapsed})
+    result.pop("samples_ms", None)
+    return {**result, "device_s": (released or time.monotonic()) - granted}
+
+
+def _forged(message: str, evidence: dict | None = None) -> dict:
+    return {"verdict": "rejected", "reason": "forged_report", "message": message, "evidence": evidence or {}}
 
 
 def _child_device(device: str) -> str:
@@ -231,17 +263,23 @@ class LocalExecutor:
     def _drive(self, worker: Worker, job: dict, device: str) -> dict:
         """Send the job, follow its events, enforce the limits; always return a result dict."""
         phase, deadline = "build", time.monotonic() + self.limits.build
+        token, granted, released = secrets.token_hex(16), None, None
         with contextlib.ExitStack() as held:
             try:
                 worker.send(job)
                 while True:
                     event = worker.next_event(deadline)
-                    if event["event"] == "gpu":
+                    if event["event"] == "gpu" and granted is None:
                         held.enter_context(device_lock(self.cache_dir, device))
                         phase, deadline = "run", time.monotonic() + self.limits.run
-                        worker.send("go")
+                        worker.send({"go": True, "token": token})
+                        granted = time.monotonic()
+                    elif event["event"] == "release" and granted is not None and released is None:
+                        held.close()  # the worker finishes on the CPU; the device may go to the next
+                        released = time.monotonic()
                     elif event["event"] == "result":
-                        return {k: v for k, v in event.items() if k != "event"}
+                        result = {k: v for k, v in event.items() if k not in ("event", "token")}
+                        return audit(result, event.get("token"), token, granted, released)
             except TimeoutError:
                 limit = self.limits.build if phase == "build" else self.limits.run
                 return {"verdict": "timeout", "reason": f"{phase}_timeout",

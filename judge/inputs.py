@@ -121,3 +121,17 @@ def copy_weights(reference, candidate) -> str:
         return (f"copied {len(matched)} of {len(ref_state)} reference weights by name; "
                 f"the other {missing} rely on the shared seed")
     return f"copied all {len(ref_state)} reference weights by name"
+
+
+def floating_dtypes(get_inputs) -> frozenset[str] | None:
+    """The dtypes of the task's floating-point inputs, drawn on the meta device (no data), or
+    None where get_inputs() does not run there."""
+    import torch
+
+    try:
+        with torch.device("meta"):
+            raw = get_inputs()
+    except Exception:  # noqa: BLE001 - a task that insists on real devices
+        return None
+    return frozenset(str(x.dtype).removeprefix("torch.") for x in raw
+                     if isinstance(x, torch.Tensor) and x.is_floating_point())

@@ -83,7 +83,7 @@ def _llc_bytes() -> int:
     return best or 32 * 1024**2
 
 
-class _Clock:
+class Clock:
     """Events and an L2 flush on a CUDA device; a host clock and an LLC flush on the CPU."""
 
     def __init__(self, device, flush: bool):
@@ -183,7 +183,7 @@ def measure(fns: dict[str, Callable[[list], Any]], input_sets: list[list], devic
     `ratios` (numerator, denominator) are precise enough."""
     import torch
 
-    clock = _Clock(device, config.flush)
+    clock = Clock(device, config.flush)
     names = list(fns)
     with torch.no_grad():
         _warm_up(fns, input_sets, clock, config)
@@ -245,7 +245,7 @@ def _bind(fn: Callable[[list], Any], inputs: list) -> Callable[[], Any]:
     return lambda: fn(inputs)
 
 
-def _warm_up(fns, input_sets, clock: _Clock, config: TimingConfig) -> None:
+def _warm_up(fns, input_sets, clock: Clock, config: TimingConfig) -> None:
     """Run each function until caches, autotuners and lazy initialisation have settled."""
     import torch
 

@@ -1,17 +1,28 @@
-"""What the worker does with a job: build, check correctness, time. Runs in the child only."""
+"""What the worker does with a job: check, build, test, time. Runs in the child only.
+
+A candidate job goes: static checks on the source -> import and construct (the build) ->
+correctness trials under the dynamic checks (correctness.py) -> the policy (policy.py) ->
+timing -> checks of the timings (crosscheck.py) -> threads left working, functions replaced.
+The first check that fails ends the job with `rejected` and its reason.
+"""
 from __future__ import annotations
 
-import copy
 import dataclasses
 import time
 from typing import Any
 
-from kernelevo.judge import compare, inputs, timing, verdicts
+from kernelevo.judge import correctness, crosscheck, guards, inputs, policy, static, timing, verdicts
 from kernelevo.tasks import TaskError, load_module
+
+forward = correctness.forward
 
 
 def _failure(f: verdicts.Failure, **extra) -> dict:
     return {"verdict": f.verdict, "reason": f.reason, "message": f.message, "excerpt": f.excerpt, **extra}
+
+
+def _rejected(r: guards.Rejected, **extra) -> dict:
+    return {"verdict": "rejected", "reason": r.reason, "message": r.message, "evidence": r.evidence, **extra}
 
 
 def _timing_config(job: dict) -> timing.TimingConfig:
@@ -35,175 +46,183 @@ def _load_candidate(job: dict):
     return cls
 
 
-def run_candidate(job: dict, device: str, channel) -> dict:
+def static_rejection(job: dict, task) -> dict | None:
+    findings = static.check(job["candidate_source"], task_source=job["task_source"],
+                            input_dtypes=inputs.floating_dtypes(task.get_inputs))
+    if not findings:
+        return None
+    first = findings[0]
+    return {"verdict": "rejected", "reason": first.reason, "message": first.message,
+            "excerpt": "\n".join(f.message for f in findings),
+            "evidence": {"findings": [dataclasses.asdict(f) for f in findings]}}
+
+
+def _build(job: dict, task, device: str, integrity: guards.Integrity, threads: guards.ThreadWatch):
+    """(reference, candidate) or a result dict saying why there are none."""
     import torch
 
-    task = _load_task(job)
     started = time.perf_counter()
     cls = _load_candidate(job)
     if isinstance(cls, verdicts.Failure):
         return _failure(cls, build_s=time.perf_counter() - started)
-    init_args = tuple(task.get_init_inputs())
     try:
         with torch.no_grad():
-            reference, candidate, note = inputs.build_models(task.Model, cls, init_args, job["seed"], device)
-            if device.startswith("cuda"):
-                torch.cuda.synchronize()
+            reference, candidate, note = inputs.build_models(task.Model, cls, tuple(task.get_init_inputs()),
+                                                             job["seed"], device)
+            correctness.sync(device)
     except Exception as exc:  # noqa: BLE001 - any failure of candidate code is a verdict
         return _failure(verdicts.classify_build(exc), build_s=time.perf_counter() - started)
     build_s = time.perf_counter() - started
-    channel.send("built", build_s=build_s)
+    try:
+        integrity.verify("import and construction")
+        threads.verify("import and construction")
+        guards.check_not_reference(cls, candidate, task.Model)
+    except guards.Rejected as r:
+        return _rejected(r, build_s=build_s)
+    return reference, candidate, {"build_s": build_s, "notes": [note]}
+
+
+def run_candidate(job: dict, device: str, channel) -> dict:
+    task = _load_task(job)
+    integrity, threads = guards.Integrity(), guards.ThreadWatch()  # before any candidate code runs
+    rejected = static_rejection(job, task)
+    if rejected:
+        return rejected
+    built = _build(job, task, device, integrity, threads)
+    if isinstance(built, dict):
+        return built
+    reference, candidate, result = built
+    channel.send("built", build_s=result["build_s"])
     channel.acquire_device()  # from here on this worker has the device to itself
-    acquired = time.perf_counter()
-    result: dict[str, Any] = {"build_s": build_s, "notes": [note]}
+    result["acquired"] = time.perf_counter()
     try:
-        return _check_and_time(task, reference, candidate, job, device, result)
+        return _check_and_time(task, reference, candidate, job, device, result, integrity, threads, channel)
     finally:
-        result["device_s"] = time.perf_counter() - acquired
+        if "acquired" in result:
+            result["device_s"] = time.perf_counter() - result.pop("acquired")
 
 
-def _check_and_time(task, reference, candidate, job: dict, device: str, result: dict) -> dict:
+def _check_and_time(task, reference, candidate, job: dict, device: str, result: dict,
+                    integrity: guards.Integrity, threads: guards.ThreadWatch, channel) -> dict:
+    evidence: dict[str, Any] = {}
+    phases = evidence["phases_s"] = {}
+    result.update(policy=job.get("policy", "mixed"), evidence=evidence)
+    clock = time.perf_counter()
+
+    def phase(name: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        phases[name], clock = round(now - clock, 4), now
+
     try:
-        checked = check_correctness(task, reference, candidate, job, device)
+        checked = correctness.check(task, reference, candidate, job, device, threads)
         result.update(checked)
+        phase("correctness")
         if checked["verdict"] != "ok":
             return result
-        measured = time_candidate(task, reference, candidate, job, device)
+        integrity.verify("the correctness trials")
+        sets = _input_sets(task, job, device, job.get("input_sets", 3))
+        evidence["policy"] = policy.check(result["policy"], lambda a: forward(candidate, a), sets[0], device,
+                                          job["candidate_source"])
+        phase("policy")
+        measured = _time_and_crosscheck(reference, candidate, sets, task, job, device, evidence, phase)
+        threads.verify("timing")
+        result["device_s"] = time.perf_counter() - result.pop("acquired")
+        channel.release_device()  # the idle check needs no GPU: let the next candidate start
+        evidence["threads"] = threads.verify_idle()
+        integrity.verify("timing")
+        phase("idle_threads")
+    except guards.Rejected as r:
+        result.update(_rejected(r))
+        result["evidence"] = {**evidence, **r.evidence}
+        return result
     except Exception as exc:  # noqa: BLE001
         result.update(_failure(verdicts.classify_run(exc)))
         return result
     result["timing"] = {name: dataclasses.asdict(s) for name, s in measured.stats.items()}
     result["speedup_eager"], result["speedup_eager_ci"] = measured.ratio("eager", "candidate")
+    result["samples_ms"] = {name: sum(xs) for name, xs in measured.samples.items()}
     return result
 
 
-def _forward(model, args: list):
-    return model(*args)
-
-
-def _sync(device: str) -> None:
+def _time_and_crosscheck(reference, candidate, sets: list, task, job: dict, device: str,
+                         evidence: dict, phase) -> timing.Measurement:
     import torch
 
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
-def _poison(expected: list, device: str) -> None:
-    """Fill freed allocator blocks with NaN so that outputs a kernel never writes show up."""
-    import torch
-
-    # Two blocks of each output's size: the candidate's outputs and any scratch of that size.
-    blocks = [torch.full_like(t, float("nan")) if t.is_floating_point() else torch.full_like(t, -1)
-              for t in expected * 2 if isinstance(t, torch.Tensor)]
-    del blocks
-    _sync(device)
-
-
-class _Reference:
-    """The task's model in its own dtype (TF32 off) and, where it runs, in float64."""
-
-    def __init__(self, model):
-        self.model = model
-        try:
-            self.model64 = copy.deepcopy(model).double()
-        except Exception:  # noqa: BLE001 - float64 is a refinement, not a requirement
-            self.model64 = None
-
-    def __call__(self, args: list):
-        import torch
-
-        out = _forward(self.model, inputs.clone_inputs(args))
-        exact = None
-        if self.model64 is not None:
-            try:
-                exact = _forward(self.model64, inputs.to_float64(args))
-            except (RuntimeError, TypeError, NotImplementedError):
-                self.model64 = None
-        finite = all(bool(torch.isfinite(t).all()) for t in compare.flatten(out)
-                     if isinstance(t, torch.Tensor) and t.is_floating_point())
-        return out, exact, finite
-
-
-def _trial_sets(task, job: dict, device: str):
-    """(inputs, label) for every correctness trial: fresh draws, then the task's extra shapes."""
-    for t in range(job["trials"]):
-        args, kind = inputs.trial_inputs(task.get_inputs, t, job["seed"], device)
-        yield args, f"trial {t + 1} ({kind})", t
-    extra = getattr(task, "get_test_inputs", None)
-    if extra is not None:
-        for i, args in enumerate(extra()):
-            yield inputs.to_device(list(args), device), f"test inputs {i + 1}", job["trials"] + i
-
-
-def check_correctness(task, reference, candidate, job: dict, device: str) -> dict:
-    import torch
-
-    ref = _Reference(reference)
-    trials, worst = 0, None
+    recorder = crosscheck.Recorder(lambda a: forward(candidate, a), keep=len(sets))
+    fns = {"candidate": recorder, "eager": lambda a: forward(reference, a)}
+    config = _timing_config(job)
+    measured = timing.measure(fns, sets, device, config, ratios=(("eager", "candidate"),))
+    phase("timing")
     with torch.no_grad():
-        for args, label, t in _trial_sets(task, job, device):
-            expected, exact, finite = ref(args)
-            if not finite and "as given" not in label and "test" not in label:
-                # This transform left the task's domain (log of a negative...): redraw plainly.
-                args, _ = inputs.trial_inputs(task.get_inputs, t, job["seed"], device, "as given")
-                label = f"trial {t + 1} (as given)"
-                expected, exact, finite = ref(args)
-            args = inputs.clone_inputs(args)  # cloned before poisoning, so clones cannot take the poison
-            _poison(compare.flatten(expected), device)
-            out = _forward(candidate, args)
-            _sync(device)
-            floor = compare.reference_error(expected, exact) if exact is not None else 0.0
-            result = compare.compare(out, expected, exact, floor)
-            trials += 1
-            if isinstance(result, compare.Mismatch):
-                return _incorrect(result, label, trials)
-            if worst is None or result.rel_l2 >= worst[0].rel_l2:
-                worst = (result, label)
-    match, label = worst
-    where = f"{label}, index {match.index}" if match.index else label
-    return {"verdict": "ok", "reason": "", "message": "", "correctness": dict(
-        trials=trials, passed=trials, rel_l2=match.rel_l2, max_abs=match.max_abs,
-        max_rel=match.max_rel, where=where, tolerance=match.tolerance)}
+        if device.startswith("cuda"):  # first: escaped work also corrupts what the other checks see
+            plain = {"candidate": lambda a: forward(candidate, a), "eager": fns["eager"]}
+            evidence["host_clock"] = crosscheck.host_clock(plain, sets[0])
+        crosscheck.timed_outputs(recorder, lambda a: forward(reference, a))
+        fresh = _input_sets(task, job, device, 2, first=2000)
+        clock = timing.Clock(device, config.flush)
+        if clock.cuda:  # the same head start as the timed calls, or host launch time counts here alone
+            clock.set_head_start(max(s.host_ms or 0.0 for s in measured.stats.values()))
+        evidence["fresh_values"] = crosscheck.fresh_values(
+            lambda a: forward(candidate, a), lambda a: forward(reference, a), clock, fresh,
+            measured.stats["candidate"].median_ms)
+    phase("crosschecks")
+    return measured
 
 
-def _incorrect(m: compare.Mismatch, label: str, trials: int) -> dict:
-    where = f"{label}, index {m.index}" if m.index else label
-    return {"verdict": "incorrect", "reason": m.reason, "message": f"{label}: {m.message}",
-            "excerpt": "", "correctness": dict(trials=trials, passed=trials - 1, rel_l2=m.rel_l2,
-                                               max_abs=m.max_abs, max_rel=m.max_rel, where=where)}
-
-
-def _input_sets(task, job: dict, device: str, count: int) -> list[list]:
-    return [inputs.trial_inputs(task.get_inputs, 1000 + i, job["seed"], device, "as given")[0]
+def _input_sets(task, job: dict, device: str, count: int, first: int = 1000) -> list[list]:
+    return [inputs.trial_inputs(task.get_inputs, first + i, job["seed"], device, "as given")[0]
             for i in range(count)]
 
 
-def time_candidate(task, reference, candidate, job: dict, device: str) -> timing.Measurement:
+def run_remeasure(job: dict, device: str, channel) -> dict:
+    """The speedup by another timer, in this fresh process: CUPTI kernel spans across all streams
+    on a GPU, batched wall time on the CPU. For speedups too good to believe at first sight."""
+    task = _load_task(job)
+    built = _build(job, task, device, guards.Integrity(), guards.ThreadWatch())
+    if isinstance(built, dict):
+        return built
+    reference, candidate, result = built
+    channel.acquire_device()
     sets = _input_sets(task, job, device, job.get("input_sets", 3))
-    fns = {"candidate": lambda a: _forward(candidate, a), "eager": lambda a: _forward(reference, a)}
-    return timing.measure(fns, sets, device, _timing_config(job), ratios=(("eager", "candidate"),))
+    fns = {"candidate": lambda a: forward(candidate, a), "eager": lambda a: forward(reference, a)}
+    try:
+        if device.startswith("cuda"):
+            times, timer = crosscheck.spans(fns, sets), "CUPTI kernel spans"
+        else:
+            times, timer = crosscheck.batched_wall(fns, sets), "batched host clock"
+    except Exception as exc:  # noqa: BLE001
+        return _failure(verdicts.classify_run(exc))
+    return {"verdict": "ok", "reason": "", "message": "", "timer": timer, "times_ms": times,
+            "speedup": times["eager"] / times["candidate"]}
 
 
 def run_baseline(job: dict, device: str, channel) -> dict:
-    """Eager and torch.compile timings of the reference, interleaved, for the baseline cache."""
+    """Eager and torch.compile timings of the reference, interleaved, and what kind of task it is."""
     import torch
+
+    from kernelevo.judge import probe
 
     task = _load_task(job)
     inputs.seed_all(job["seed"])
     model = task.Model(*task.get_init_inputs()).to(device)
     channel.acquire_device()
     sets = _input_sets(task, job, device, job.get("input_sets", 3))
-    fns: dict = {"eager": lambda a: _forward(model, a)}
+    fns: dict = {"eager": lambda a: forward(model, a)}
     result: dict[str, Any] = {"verdict": "ok", "reason": "", "message": ""}
+    with torch.no_grad():
+        result["kind"], result["ops"] = probe.task_kind(model, sets[0], device)
+        result["warnings"] = [dataclasses.asdict(w) for w in probe.degenerate(task, model, device, job["seed"])]
     started = time.perf_counter()
-    try:
-        compiled = torch.compile(model)
-        with torch.no_grad():
-            compiled(*sets[0])
-            _sync(device)
-        fns["compiled"] = lambda a: _forward(compiled, a)
-    except Exception as exc:  # noqa: BLE001 - torch.compile failing is a fact to record
-        result["compile_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    if job.get("compile", True):
+        try:
+            compiled = torch.compile(model)
+            with torch.no_grad():
+                compiled(*sets[0])
+                correctness.sync(device)
+            fns["compiled"] = lambda a: forward(compiled, a)
+        except Exception as exc:  # noqa: BLE001 - torch.compile failing is a fact to record
+            result["compile_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     result["compile_s"] = time.perf_counter() - started
     result["measured_at"] = time.strftime("%Y-%m-%d %H:%M")
     stats = timing.measure(fns, sets, device, _timing_config(job)).stats

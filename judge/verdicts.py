@@ -98,6 +98,9 @@ def classify_exit(returncode: int, log: str, phase: str) -> Failure:
             name = f"signal {-returncode}"
         reason = "segfault" if name == "SIGSEGV" else "killed" if name == "SIGKILL" else "crashed"
         message = f"the candidate's process died of {name} during {phase}"
+    elif returncode == 0:  # a clean exit before any verdict: the judge was to be skipped
+        return Failure("rejected", "early_exit", f"the candidate's process exited with code 0 during {phase}, "
+                       "before the judge reported: candidate code must not end the process", tail(log))
     else:
         reason, message = "exited", f"the candidate's process exited with code {returncode} during {phase}"
     for needle, cuda_reason in _CUDA_REASONS[:-1]:

@@ -40,10 +40,22 @@ class Channel:
         return json.loads(line)
 
     def acquire_device(self) -> None:
-        """Ask for the device, wait for `go`, then move to the core reserved for timing."""
+        """Ask for the device, wait for `go`, then move to the core reserved for timing.
+
+        `go` carries a token the result must repeat: a result line written by candidate code
+        before this point (while importing, say) cannot know it.
+        """
         self.send("gpu")
-        self.receive()
+        go = self.receive()
+        self._token = go.get("token") if isinstance(go, dict) else None
         _pin("KERNELEVO_TIMING_CPU")
+
+    def release_device(self) -> None:
+        """Done with the device (what remains needs only the CPU): the parent may pass it on."""
+        self.send("release")
+
+    def send_result(self, result: dict) -> None:
+        self.send("result", **result, token=getattr(self, "_token", None))
 
 
 def _prepare_device(device: str) -> dict:
@@ -57,12 +69,24 @@ def _prepare_device(device: str) -> dict:
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
         torch.empty(1, device=device)  # create the context now, outside any measured phase
+        _warm_profiler(device)
         props = torch.cuda.get_device_properties(device)
         info.update(device_name=props.name, capability=f"{props.major}.{props.minor}",
                     cuda=torch.version.cuda)
     else:
         info.update(device_name=_cpu_name())
     return info
+
+
+def _warm_profiler(device: str) -> None:
+    """Start CUPTI once while this worker waits for a job: the policy check's first profile
+    otherwise spent 2-3 s of held device time setting it up (H100)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]):
+        torch.ones(1, device=device).add_(1)
+        torch.cuda.synchronize()
 
 
 def _cpu_name() -> str:
@@ -120,12 +144,10 @@ def main() -> None:
     from kernelevo.judge import trial
 
     started = time.perf_counter()
-    if job["kind"] == "baseline":
-        result = trial.run_baseline(job, device, channel)
-    else:
-        result = trial.run_candidate(job, device, channel)
+    run = {"baseline": trial.run_baseline, "remeasure": trial.run_remeasure}.get(job["kind"], trial.run_candidate)
+    result = run(job, device, channel)
     result["worker_s"] = time.perf_counter() - started
-    channel.send("result", **result)
+    channel.send_result(result)
     sys.stdout.flush()
     sys.stderr.flush()
     # Skip interpreter teardown: a candidate's broken state (a sticky CUDA error, stray

@@ -63,6 +63,8 @@ def evaluate(
     build_timeout: float = typer.Option(900.0, help="seconds allowed to import and build the candidate"),
     run_timeout: float = typer.Option(120.0, help="seconds allowed for correctness and timing"),
     cache_dir: Optional[Path] = typer.Option(None, help="build and baseline cache [default: ~/.cache/kernelevo]"),
+    policy: str = typer.Option("mixed", help="mixed: torch may do glue and library calls, but one of the "
+                               "candidate's own kernels must run; strict: no torch compute in forward"),
 ) -> None:
     """Judge one candidate: is it correct, how fast is it, against eager and torch.compile?"""
     from kernelevo import runtime
@@ -76,11 +78,13 @@ def evaluate(
         loaded = load_task(task)
     except TaskError as exc:
         fail(str(exc))
+    if policy not in ("mixed", "strict"):
+        fail(f"--policy {policy}: use mixed or strict")
     dev = resolve_device(device)
     if dev == "cpu":
         _refuse_cuda_only(candidate)
     options = JudgeOptions(devices=(dev,), trials=trials, seed=seed, compile_baseline=compile_baseline,
-                           limits=Limits(build=build_timeout, run=run_timeout))
+                           limits=Limits(build=build_timeout, run=run_timeout), policy=policy)
     from rich.console import Console
 
     status = Console(stderr=True)

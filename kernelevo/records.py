@@ -70,6 +70,9 @@ class Evaluation:
     speedup_eager_ci: float | None = None  # its relative 95 % half-width
     speedup_compile: float | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    policy: str = ""  # "mixed" or "strict": what counted as the candidate's own work
+    evidence: dict[str, Any] = field(default_factory=dict)  # what the checks measured (event vs wall time...)
+    warnings: tuple[str, ...] = field(default_factory=tuple)  # about the task: speedups on it may mean nothing
 
     @property
     def ok(self) -> bool:
@@ -87,4 +90,5 @@ class Evaluation:
             if data.get(key):
                 data[key] = TimingStats(**data[key])
         data["notes"] = tuple(data.get("notes") or ())
+        data["warnings"] = tuple(data.get("warnings") or ())
         return cls(**data)

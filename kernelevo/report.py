@@ -22,6 +22,21 @@ def _speedup(value: float | None) -> str:
     return f"{value:.2f}x" if value is not None else "-"
 
 
+def _evidence(evidence: dict) -> str:
+    """The measured facts behind a rejection, one `key=value` each; nested checks flattened."""
+    parts = []
+    for key, value in evidence.items():
+        if isinstance(value, dict) and key != "findings":
+            parts.extend(f"{key}.{k}={_value(v)}" for k, v in value.items())
+        elif key != "findings":
+            parts.append(f"{key}={_value(value)}")
+    return "  ".join(parts)
+
+
+def _value(v) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
 def print_evaluation(e: Evaluation, console=None) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -44,6 +59,10 @@ def print_evaluation(e: Evaluation, console=None) -> None:
         c = e.correctness
         table.add_row("correctness", f"{c.passed}/{c.trials} trials passed; worst rel L2 {c.rel_l2:.2e}, "
                       f"max abs {c.max_abs:.2e} ({c.where})")
+    if e.policy:
+        table.add_row("policy", e.policy)
+    if e.verdict == "rejected" and e.evidence:
+        table.add_row("evidence", _evidence(e.evidence))
     if e.candidate:
         table.add_row("candidate time", _time(e.candidate))
         table.add_row("eager time", _time(e.eager))
@@ -51,6 +70,8 @@ def print_evaluation(e: Evaluation, console=None) -> None:
         ci = f" (±{100 * e.speedup_eager_ci:.2f}%)" if e.speedup_eager_ci is not None else ""
         table.add_row("speedup", f"[bold]{_speedup(e.speedup_eager)}[/bold]{ci} vs eager, "
                       f"[bold]{_speedup(e.speedup_compile)}[/bold] vs torch.compile")
+    for warning in e.warnings:
+        table.add_row("[yellow]warning[/yellow]", warning)
     for note in e.notes:
         table.add_row("note", f"[dim]{note}[/dim]")
     console.print(table)

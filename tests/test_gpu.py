@@ -18,7 +18,7 @@ EXPECTED = {
     "illegal_address_nvrtc.py": ("runtime_error", "illegal_memory_access"),
     "bad_launch_nvrtc.py": ("runtime_error", "invalid_launch_configuration"),
     "oom.py": ("runtime_error", "out_of_memory"),
-    "unwritten_nvrtc.py": ("incorrect", "non_finite"),
+    "unwritten_nvrtc.py": ("rejected", "uninitialized_output"),
     "hang_nvrtc.py": ("timeout", "run_timeout"),
 }
 

@@ -83,7 +83,9 @@ def test_hang_is_killed_within_limit(verdicts):
 
 def test_unwritten_row_caught_on_other_shapes(judge, task):
     e = judge.evaluate(task, CPU / "skips_rows_c.py")
-    assert e.verdict == "incorrect"
+    # The row it skips holds whatever malloc returns: the judge's NaN fill, or other stale values.
+    assert (e.verdict, e.reason) in {("rejected", "uninitialized_output"), ("incorrect", "value_mismatch")}
+    assert "test inputs" in e.message
 
 
 def test_crash_does_not_poison_the_next_candidate(judge, task):
@@ -128,8 +130,8 @@ def test_compile_baseline_cached(cache_dir, task):
     with Judge(cache_dir, options) as judge:
         first = judge.evaluate(task, CPU / "ok_c.py")
     assert first.speedup_compile is not None and first.compiled is not None
-    cached = list((cache_dir / "baselines").glob("*.json"))
-    assert len(cached) == 1
+    cached = [p for p in (cache_dir / "baselines").glob("*.json") if not p.name.endswith("-eager.json")]
+    assert len(cached) == 1  # eager-only baselines (task kind, eager time) are kept apart
     with Judge(cache_dir, options) as judge:
         second = judge.evaluate(task, CPU / "ok_c.py")
     assert second.speedup_compile is not None
@@ -144,8 +146,9 @@ judge = Judge(sys.argv[1], JudgeOptions(devices=("cpu",), compile_baseline=False
 judge.submit(load_task(sys.argv[2]), sys.argv[3])
 while not judge.executor._busy:
     time.sleep(0.1)
+pid = next(iter(judge.executor._busy)).proc.pid
 time.sleep(2)
-print(next(iter(judge.executor._busy)).proc.pid, flush=True)
+print(pid, flush=True)
 os.kill(os.getpid(), signal.SIGKILL)
 '''
 

@@ -1,0 +1,194 @@
+"""Checks of the timings themselves: were the timed calls real, complete and uncached?
+
+- timed outputs: outputs produced inside the timed loop are compared with the reference, so a
+  candidate cannot compute honestly while checked and cut corners while timed;
+- fresh values: calls on inputs whose every value changes between calls must be about as fast
+  as the timed calls (the timed loop rotates a few input sets, which a cache could remember);
+- host clock (GPU): wall time around a call with a device-wide synchronise, against event time.
+  Work launched where the events do not see it (another stream, a host thread) shows up as a
+  wall-time excess over eager's;
+- an independent re-measurement (`spans`): CUPTI's kernel timestamps for every stream, in a
+  fresh process, for speedups that look too good.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+import time
+from collections import deque
+from typing import Any, Callable
+
+from kernelevo.judge import compare, inputs
+from kernelevo.judge.guards import Rejected
+
+FRESH_FACTOR, FRESH_SLACK_MS = 2.0, 0.02  # fresh-value calls this much slower than timed: a cache
+# Wall-time excess over eager's beyond this: escaped work. Honest starter candidates on an H100
+# stayed within -0.014..+0.010 ms (benchmarks/guard_margins.py); the side-stream fixture's 0.5 ms
+# kernel shows as +0.49 ms. A kernel that hides under ~25 us of work is not caught here.
+ESCAPE_FRACTION, ESCAPE_SLACK_MS = 0.25, 0.025
+
+
+class Recorder:
+    """Wraps the candidate for timing; keeps the last few (inputs, outputs) it produced."""
+
+    def __init__(self, forward: Callable[[list], Any], keep: int):
+        self.forward, self.last = forward, deque(maxlen=keep)
+
+    def __call__(self, args: list):
+        out = self.forward(args)
+        self.last.append((args, out))
+        return out
+
+
+def timed_outputs(recorder: Recorder, reference: Callable[[list], Any]) -> None:
+    """The outputs of the last timed calls must match the reference on the same inputs."""
+    for args, out in list(recorder.last):
+        expected = reference(inputs.clone_inputs(args))
+        result = compare.compare(out, expected)
+        if isinstance(result, compare.Mismatch):
+            raise Rejected("inconsistent_output", "an output produced while being timed differs from the "
+                           f"reference ({result.message}); it passed when checked", {"mismatch": result.message})
+    recorder.last.clear()
+
+
+def _refill(work: list, sources: list[list], k: int) -> None:
+    """New values in the same tensors: the k-th source set, scaled by a k-dependent factor."""
+    import torch
+
+    for w, s in zip(work, sources[k % len(sources)]):
+        if isinstance(w, torch.Tensor) and w.shape == s.shape:
+            w.copy_(s)
+            if w.is_floating_point():
+                w.mul_(1 + 0.01 * k)
+
+
+def fresh_values(forward, reference, clock, sources: list[list], timed_ms: float, calls: int = 8) -> dict:
+    """Time calls whose inputs change everywhere between calls; if even the fastest of them is far
+    slower than the timed median, the timed calls were served from a cache. (The fastest, since
+    noise only adds time: one honest candidate's median of six such calls came out 1.84x once.)
+    The last output is checked too."""
+    import torch
+
+    work = inputs.clone_inputs(sources[0])
+    samples, out = [], None
+    with torch.no_grad():
+        for k in range(calls):
+            _refill(work, sources, k + 1)
+            (_, ms), = clock.time_batch([("candidate", lambda: forward(work))])
+            samples.append(ms)
+        out = forward(work)
+        expected = reference(inputs.clone_inputs(work))
+    fresh = min(samples)
+    evidence = {"timed_ms": timed_ms, "fresh_values_ms": fresh, "fresh_values_median_ms": statistics.median(samples)}
+    result = compare.compare(out, expected)
+    if isinstance(result, compare.Mismatch):
+        raise Rejected("cached_result", f"with new values in the same input tensors the output is wrong "
+                       f"({result.message}): results must not be cached by address", evidence)
+    factor = FRESH_FACTOR if clock.cuda else 2 * FRESH_FACTOR  # host clocks on shared CPUs are noisier
+    slack = FRESH_SLACK_MS if clock.cuda else 10 * FRESH_SLACK_MS
+    if fresh > factor * timed_ms + slack:
+        raise Rejected("cached_result", f"calls on inputs whose values change took {fresh:.4f} ms, the timed "
+                       f"calls {timed_ms:.4f} ms: the timed calls reused earlier results", evidence)
+    return evidence
+
+
+def host_clock(fns: dict[str, Callable[[list], Any]], args: list, calls: int = 25) -> dict:
+    """Per function, median event time and median wall time of one call bracketed by device-wide
+    synchronisation. Raises when the candidate's wall-time excess over its event time exceeds
+    eager's by more than noise: its work is not all on the stream the events are recorded on."""
+    import torch
+
+    gaps, events, walls = {}, {}, {}
+    for name, fn in fns.items():
+        ev, wall = [], []
+        for _ in range(calls):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            start.record()
+            fn(args)
+            end.record()
+            torch.cuda.synchronize()
+            wall.append((time.perf_counter() - t0) * 1000)
+            ev.append(start.elapsed_time(end))
+        events[name], walls[name] = statistics.median(ev), statistics.median(wall)
+        gaps[name] = statistics.median(w - e for w, e in zip(wall, ev))
+    escaped = gaps["candidate"] - gaps["eager"]
+    evidence = {"event_ms": events["candidate"], "wall_ms": walls["candidate"], "eager_event_ms": events["eager"],
+                "eager_wall_ms": walls["eager"], "escaped_ms": escaped}
+    if escaped > max(ESCAPE_SLACK_MS, ESCAPE_FRACTION * events["candidate"]):
+        raise Rejected("escaped_work", f"a call takes {walls['candidate']:.3f} ms by the host clock with the "
+                       f"device synchronised but {events['candidate']:.3f} ms by CUDA events: {escaped:.3f} ms of "
+                       "work runs outside the current stream (a side stream or a host thread)", evidence)
+    return evidence
+
+
+def spans(fns: dict[str, Callable[[list], Any]], input_sets: list[list], reps: int = 40) -> dict[str, float]:
+    """Median device span per call, first kernel start to last kernel end on any stream, from
+    CUPTI through torch.profiler; each call after an L2 flush and a ~1 ms spin that marks it."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    flush = torch.zeros(2 * torch.cuda.get_device_properties(0).L2_cache_size // 4, dtype=torch.int32,
+                        device="cuda")
+    sink = torch.zeros((), dtype=torch.int64, device="cuda")
+
+    def boundary():
+        torch.sum(flush, dim=0, out=sink)
+        torch.cuda._sleep(2_000_000)
+
+    names = list(fns)
+    with torch.no_grad():
+        for name in names:  # warm: lazy compilation and autotuning stay out of the profile
+            fns[name](input_sets[0])
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:  # how many device events a flush is
+            boundary()
+            boundary()
+            torch.cuda.synchronize()
+        marks = [i for i, e in enumerate(_device_events(prof)) if "spin" in e["name"]]
+        per_flush = marks[1] - marks[0] - 1
+        order = []
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for r in range(reps):
+                for name in (names if r % 2 == 0 else names[::-1]):
+                    boundary()
+                    fns[name](input_sets[r % len(input_sets)])
+                    order.append(name)
+            boundary()
+            torch.cuda.synchronize()
+    device = _device_events(prof)
+    spins = [i for i, e in enumerate(device) if "spin" in e["name"]]
+    out: dict[str, list[float]] = {name: [] for name in names}
+    for k, name in enumerate(order):
+        work = device[spins[k] + 1:spins[k + 1] - per_flush]  # the call, without the next flush
+        if work:
+            out[name].append((max(e["ts"] + e["dur"] for e in work) - work[0]["ts"]) / 1000)
+    return {name: statistics.median(xs) for name, xs in out.items() if xs}
+
+
+def _device_events(prof) -> list[dict]:
+    path = tempfile.mktemp(suffix=".json")
+    prof.export_chrome_trace(path)
+    try:
+        with open(path) as f:
+            events = json.load(f)["traceEvents"]
+    finally:
+        os.unlink(path)
+    return sorted((e for e in events if e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy")),
+                  key=lambda e: e["ts"])
+
+
+def batched_wall(fns: dict[str, Callable[[list], Any]], input_sets: list[list], calls: int = 30) -> dict[str, float]:
+    """CPU: one clock read pair around many back-to-back calls (per-call clocks are what the
+    judge used), median over several batches, interleaved."""
+    out: dict[str, list[float]] = {name: [] for name in fns}
+    for r in range(5):
+        for name in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
+            t0 = time.perf_counter()
+            for i in range(calls):
+                fns[name](input_sets[i % len(input_sets)])
+            out[name].append((time.perf_counter() - t0) * 1000 / calls)
+    return {name: statistics.median(xs) for name, xs in out.items()}

@@ -1,0 +1,137 @@
+"""The judge against cheating candidates: every fixture under cheats/cpu is rejected with the reason
+its header names, and honest candidates pass. Runs the real judge on the CPU backend (C kernels).
+The GPU-only exploits (side streams, freed device memory, event patching) are in test_gpu_cheats.py."""
+import json
+import re
+import time
+
+import pytest
+
+from kernelevo.judge.api import Judge, JudgeOptions
+from kernelevo.judge.executor import Limits
+from kernelevo.judge.timing import TimingConfig
+from kernelevo.tasks import load_task
+
+from conftest import FIXTURES, run_cli
+
+CHEATS = FIXTURES / "cheats" / "cpu"
+FAST = TimingConfig(min_reps=10, max_seconds=0.3, target_rel_ci=0.02)
+HONEST = [FIXTURES / "cpu" / "ok_c.py", FIXTURES / "cpu" / "offset_ok_c.py"]
+
+
+def header(path, key: str) -> str | None:
+    found = re.search(rf"^# {key}: (.+)$", path.read_text(), re.M)
+    return found.group(1).strip() if found else None
+
+
+def task_of(path):
+    return load_task(FIXTURES / header(path, "task")) if header(path, "task") else load_task(
+        FIXTURES / "cpu" / ("task_offset.py" if "offset" in path.name else "task_scale.py"))
+
+
+@pytest.fixture(scope="module")
+def judges(cache_dir):
+    made = {}
+
+    def get(policy: str) -> Judge:
+        if policy not in made:
+            options = JudgeOptions(devices=("cpu",), compile_baseline=False, timing=FAST, policy=policy,
+                                   limits=Limits(build=120, run=30), concurrency=2)
+            made[policy] = Judge(cache_dir, options)
+        return made[policy]
+
+    yield get
+    for judge in made.values():
+        judge.executor.close()
+
+
+@pytest.fixture(scope="module")
+def verdicts(judges):
+    """Every cheat and honest candidate, judged concurrently."""
+    futures = {}
+    for path in sorted(CHEATS.glob("*.py")):
+        futures[path.name] = judges(header(path, "policy") or "mixed").submit(task_of(path), path)
+    for policy in ("mixed", "strict"):
+        for path in HONEST:
+            futures[f"{policy}:{path.name}"] = judges(policy).submit(task_of(path), path)
+    return {name: f.result(timeout=600) for name, f in futures.items()}
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in CHEATS.glob("*.py")))
+def test_cheat_rejected_with_its_reason(verdicts, name):
+    verdict, reason = header(CHEATS / name, "expect").split()
+    e = verdicts[name]
+    assert (e.verdict, e.reason) == (verdict, reason), (e.message, e.evidence, e.excerpt)
+    assert e.message and e.speedup_eager is None  # a rejection explains itself and prints no speedup
+
+
+@pytest.mark.parametrize("name", [f"{p}:{h.name}" for p in ("mixed", "strict") for h in HONEST])
+def test_honest_candidates_pass(verdicts, name):
+    e = verdicts[name]
+    assert e.verdict == "ok", (e.reason, e.message, e.evidence)
+    assert e.policy == name.split(":")[0]
+    assert e.evidence["policy"]["own_kernels"] and e.evidence["fresh_values"]["fresh_values_ms"] > 0
+
+
+def test_evidence_says_what_was_measured(verdicts):
+    assert verdicts["inputs_modified__scratch.py"].evidence["inputs"] == [0]
+    assert verdicts["monkeypatch__module_dict.py"].evidence["patched"] == ["time.perf_counter_ns"]
+    fresh = verdicts["cached_result__values.py"].evidence
+    assert fresh["fresh_values_ms"] > 2 * fresh["timed_ms"]
+    strict = verdicts["policy_strict__torch_compute.py"].evidence
+    assert strict["own_kernels"] == ["relu"] and "aten::mul" in strict["torch_compute"]
+
+
+def test_static_rejection_needs_no_build(judges):
+    """A source the static checks refuse is never imported: no build, a reason with its line."""
+    path = FIXTURES / "cheats" / "static" / "threads__python.py"
+    e = judges("mixed").evaluate(task_of(path), path)
+    assert (e.verdict, e.reason) == ("rejected", "threads")
+    assert e.message.startswith("line ") and e.build_s is None
+    assert e.evidence["findings"][0]["reason"] == "threads"
+
+
+def test_cli_json_shows_reason_message_and_evidence(cache_dir):
+    path = CHEATS / "output_not_dense__expand.py"
+    proc = run_cli("evaluate", str(FIXTURES / "cpu" / "task_scale.py"), str(path), "--device", "cpu",
+                   "--json", "--no-compile-baseline", "--cache-dir", str(cache_dir))
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert (data["verdict"], data["reason"]) == ("rejected", "output_not_dense")
+    assert "stride 0" in data["message"] and data["evidence"]["stride"][0] == 0
+    assert data["policy"] == "mixed"
+
+
+def test_cli_refuses_unknown_policy():
+    proc = run_cli("evaluate", str(FIXTURES / "cpu" / "task_scale.py"), str(HONEST[0]), "--policy", "lenient")
+    assert proc.returncode == 2 and "use mixed or strict" in proc.stderr
+
+
+def test_parent_audit_of_worker_reports():
+    """What the parent refuses to believe, whatever the worker's pipe says."""
+    from kernelevo.judge.executor import audit
+
+    passing = {"verdict": "ok", "timing": {}, "device_s": 0.5, "samples_ms": {"candidate": 100.0}}
+    assert audit(dict(passing), None, "t", granted=None)["reason"] == "forged_report"  # before the device
+    assert audit(dict(passing), "wrong", "t", granted=time.monotonic() - 1)["reason"] == "forged_report"
+    claims_more = audit(dict(passing, device_s=5.0), "t", "t", granted=time.monotonic() - 1)
+    assert claims_more["reason"] == "forged_report" and claims_more["evidence"]["reported_s"] == 5.0
+    honest = audit(dict(passing), "t", "t", granted=time.monotonic() - 1, released=time.monotonic() - 0.4)
+    assert honest["verdict"] == "ok" and 0.55 < honest["device_s"] < 0.7 and "samples_ms" not in honest
+    failure = {"verdict": "compile_error", "reason": "nvrtc"}
+    assert audit(dict(failure), None, "t", granted=None) == failure  # failures need no token
+
+
+def test_second_opinions():
+    from kernelevo.judge.api import crosscheck_eager, judge_remeasure
+
+    result = {"verdict": "ok", "speedup_eager": 30.0, "timing": {"eager": {"median_ms": 3.0}}, "evidence": {}}
+    baseline = {"timing": {"eager": {"median_ms": 1.0}}}
+    slowed = crosscheck_eager(result, baseline, "cuda:0", 1.5)
+    assert slowed["reason"] == "timing_mismatch" and slowed["evidence"]["eager_alone_ms"] == 1.0
+    assert crosscheck_eager(result, baseline, "cpu", 1.5)["verdict"] == "ok"  # CPU: interference, not evidence
+    second = {"verdict": "ok", "speedup": 3.0, "timer": "CUPTI kernel spans", "times_ms": {}}
+    refused = judge_remeasure(result, second, "elementwise", 10.0, 0.25, "cuda:0")
+    assert refused["reason"] == "timing_mismatch" and refused["evidence"]["remeasured_speedup"] == 3.0
+    kept = judge_remeasure(result, {**second, "speedup": 28.0}, "elementwise", 10.0, 0.25, "cuda:0")
+    assert kept["verdict"] == "ok" and "re-measured" in kept["notes"][-1]
