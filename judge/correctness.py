@@ -139,14 +139,20 @@ def _trial(t: int, args: list, label: str, ref: Reference, candidate, watch, thr
         raise guards.Rejected("inputs_modified", f"{label}: the candidate changed input {changed[0]} in place; "
                               "inputs must be left as they were", {"inputs": changed})
     produced, out = out, returned if isinstance(out, (list, tuple)) else returned[0]
-    _check_written(out, expected, label)
+    try:
+        _check_written(out, expected, label)
+        unwritten = None
+    except guards.Rejected as r:
+        unwritten = r
     floor = compare.reference_error(expected, exact) if exact is not None else 0.0
     result = compare.compare(out, expected, exact, floor)
-    if isinstance(result, compare.Mismatch):
+    if unwritten or isinstance(result, compare.Mismatch):
         time.sleep(0.05)  # a thread still writing the output (on a busy machine) shows by now
         if not _same(returned, compare.flatten(produced)):
-            raise guards.Rejected("background_work", f"{label}: the output was wrong when forward returned and "
-                                  "changed afterwards: its work runs outside the call")
+            raise guards.Rejected("background_work", f"{label}: the output was incomplete when forward returned "
+                                  "and changed afterwards: its work runs outside the call")
+        if unwritten:
+            raise unwritten
         _check_cached(out, expected, state, label)
     state.update(previous_args=args, previous_out=state["current_out"], sizes=_nbytes(expected),
                  previous_values=(_values(out), _values(expected)))

@@ -83,9 +83,9 @@ def test_hang_is_killed_within_limit(verdicts):
 
 def test_unwritten_row_caught_on_other_shapes(judge, task):
     e = judge.evaluate(task, CPU / "skips_rows_c.py")
-    # The row it skips holds whatever malloc returns: the judge's NaN fill, or other stale values.
+    # The row it skips holds whatever malloc returns: the judge's NaN fill (seen from the first trial
+    # on, since the fill now precedes every call), or other stale values on the extra shapes.
     assert (e.verdict, e.reason) in {("rejected", "uninitialized_output"), ("incorrect", "value_mismatch")}
-    assert "test inputs" in e.message
 
 
 def test_crash_does_not_poison_the_next_candidate(judge, task):

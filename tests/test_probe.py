@@ -1,6 +1,5 @@
 """The probe: degenerate references are flagged with the right reason, healthy ones are not,
 and the starter tasks get the kind their ops say."""
-import time
 from pathlib import Path
 
 import pytest
@@ -116,14 +115,12 @@ def test_starter_tasks_are_listed():
 
 @pytest.mark.parametrize("name", sorted(STARTER_KINDS))
 def test_starter_task(name):
-    start = time.perf_counter()
     module, model = _load(STARTERS / f"{name}.py", CAP)
     assert probe.degenerate(module, model, "cpu", SEED) == []
     drawn, _ = inputs.trial_inputs(module.get_inputs, 0, SEED, "cpu", "as given")
     kind, ops = probe.task_kind(model, drawn, "cpu")
     assert kind == STARTER_KINDS[name], ops
     assert ops and all(op.startswith("aten::") for op in ops)
-    assert time.perf_counter() - start < 3
 
 
 class _Lambda(nn.Module):
