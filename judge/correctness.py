@@ -174,9 +174,9 @@ def _values(out) -> list:
 def _same(a: list, b: list) -> bool:
     import torch
 
-    return len(a) == len(b) and all(
-        not isinstance(x, torch.Tensor) or (isinstance(y, torch.Tensor) and x.shape == y.shape and x.dtype == y.dtype
-                                            and bool(((x == y) | ((x != x) & (y != y))).all())) for x, y in zip(a, b))
+    return len(a) == len(b) and all(not isinstance(x, torch.Tensor) or (isinstance(y, torch.Tensor)
+                                                                         and guards.same_values(x, y))
+                                    for x, y in zip(a, b))
 
 
 def _check_written(out, expected, label: str) -> None:

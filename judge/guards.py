@@ -14,6 +14,8 @@ import threading
 import time
 from typing import Any
 
+from kernelevo.judge.compare import flatten
+
 # Functions whose replacement would let a candidate forge its verdict or its timings.
 WATCHED = (
     "time.perf_counter", "time.perf_counter_ns", "time.monotonic", "time.time", "time.sleep",
@@ -229,10 +231,6 @@ def poison_free_memory(device: str, sizes: list[int]) -> None:
     del held
 
 
-def _tensors(out) -> list:
-    return list(out) if isinstance(out, (list, tuple)) else [out]
-
-
 def _extent(t) -> tuple[int, int]:
     storage = t.untyped_storage()
     return storage.data_ptr(), storage.data_ptr() + storage.nbytes()
@@ -249,7 +247,7 @@ def aliased_inputs(out, args: list) -> list[int]:
 
     found = []
     for i, a in enumerate(args):
-        if isinstance(a, torch.Tensor) and any(isinstance(o, torch.Tensor) and _overlaps(o, a) for o in _tensors(out)):
+        if isinstance(a, torch.Tensor) and any(isinstance(o, torch.Tensor) and _overlaps(o, a) for o in flatten(out)):
             found.append(i)
     return found
 
@@ -262,7 +260,7 @@ def check_outputs(out, expected, args: list, reference_aliases: list[int], previ
     """
     import torch
 
-    for i, (o, e) in enumerate(zip(_tensors(out), _tensors(expected))):
+    for i, (o, e) in enumerate(zip(flatten(out), flatten(expected))):
         if not isinstance(e, torch.Tensor):
             continue
         label = f"output {i}" if isinstance(expected, (list, tuple)) else "the output"
@@ -300,7 +298,7 @@ def _check_fresh(out, expected, args: list, reference_aliases: list[int], previo
     if shared:
         raise Rejected("output_aliases_input", f"an output shares memory with input {shared[0]}, which the "
                        "reference's output does not: allocate the output", {"inputs": shared})
-    for i, o in enumerate(_tensors(out)):
+    for i, o in enumerate(flatten(out)):
         if isinstance(o, torch.Tensor) and any(isinstance(p, torch.Tensor) and p.numel() and _overlaps(o, p)
                                                for p in previous):
             raise Rejected("output_reused", "an output shares memory with an output of the previous call, "
@@ -311,10 +309,11 @@ def changed_inputs(before: list, after: list) -> list[int]:
     """Indices of tensor inputs whose values differ from their copies taken before the call."""
     import torch
 
-    changed = []
-    for i, (b, a) in enumerate(zip(before, after)):
-        if isinstance(b, torch.Tensor) and isinstance(a, torch.Tensor):
-            same = b.shape == a.shape and bool(((b == a) | ((b != b) & (a != a))).all())
-            if not same:
-                changed.append(i)
-    return changed
+    return [i for i, (b, a) in enumerate(zip(before, after))
+            if isinstance(b, torch.Tensor) and isinstance(a, torch.Tensor) and not same_values(b, a)]
+
+
+def same_values(a, b) -> bool:
+    """Equal shape, dtype and values, NaN equal to NaN (an unwritten poisoned element included)."""
+    return (a.shape == b.shape and a.dtype == b.dtype
+            and bool(((a == b) | ((a != a) & (b != b))).all()))  # noqa: PLR0124 - x != x is the NaN test

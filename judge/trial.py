@@ -94,16 +94,15 @@ def run_candidate(job: dict, device: str, channel) -> dict:
     reference, candidate, result = built
     channel.send("built", build_s=result["build_s"])
     channel.acquire_device()  # from here on this worker has the device to itself
-    result["acquired"] = time.perf_counter()
+    acquired = time.perf_counter()
     try:
-        return _check_and_time(task, reference, candidate, job, device, result, integrity, threads, channel)
+        return _check_and_time(task, reference, candidate, job, device, result, integrity, threads, channel, acquired)
     finally:
-        if "acquired" in result:
-            result["device_s"] = time.perf_counter() - result.pop("acquired")
+        result.setdefault("device_s", time.perf_counter() - acquired)  # set at release when it got that far
 
 
 def _check_and_time(task, reference, candidate, job: dict, device: str, result: dict,
-                    integrity: guards.Integrity, threads: guards.ThreadWatch, channel) -> dict:
+                    integrity: guards.Integrity, threads: guards.ThreadWatch, channel, acquired: float) -> dict:
     evidence: dict[str, Any] = {}
     phases = evidence["phases_s"] = {}
     result.update(policy=job.get("policy", "mixed"), evidence=evidence)
@@ -127,7 +126,7 @@ def _check_and_time(task, reference, candidate, job: dict, device: str, result: 
         phase("policy")
         measured = _time_and_crosscheck(reference, candidate, sets, task, job, device, evidence, phase)
         threads.verify("timing")
-        result["device_s"] = time.perf_counter() - result.pop("acquired")
+        result["device_s"] = time.perf_counter() - acquired
         channel.release_device()  # the idle check needs no GPU: let the next candidate start
         evidence["threads"] = threads.verify_idle()
         integrity.verify("timing")
@@ -200,7 +199,6 @@ def run_remeasure(job: dict, device: str, channel) -> dict:
 def run_baseline(job: dict, device: str, channel) -> dict:
     """Eager and torch.compile timings of the reference, interleaved, and what kind of task it is."""
     import torch
-
     from kernelevo.judge import probe
 
     task = _load_task(job)

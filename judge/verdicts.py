@@ -6,6 +6,8 @@ import signal
 import traceback
 from dataclasses import dataclass
 
+from kernelevo.tasks import first_line
+
 EXCERPT_LINES = 20
 
 # Substrings of CUDA/driver error text -> reason id. Order matters: first match wins.
@@ -53,8 +55,7 @@ def tail(text: str, limit: int = EXCERPT_LINES) -> str:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    return first_line(exc) or type(exc).__name__
 
 
 def classify_build(exc: BaseException) -> Failure:
