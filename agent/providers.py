@@ -66,7 +66,8 @@ class ProviderError(Exception):
 class Provider(Protocol):
     ref: ModelRef
 
-    def complete(self, messages: list[Message], max_tokens: int, temperature: float | None = None) -> Completion:
+    def complete(self, messages: list[Message], max_tokens: int, temperature: float | None = None,
+                 extra: dict | None = None) -> Completion:
         ...
 
 
@@ -78,14 +79,16 @@ def parse_model(spec: str) -> ModelRef:
     return ModelRef(match["provider"], match["model"], match["url"])
 
 
-def make_provider(ref: ModelRef, timeout_s: float = 600.0, max_retries: int = 2) -> Provider:
+def make_provider(ref: ModelRef, timeout_s: float = 600.0, max_retries: int = 2,
+                  key_env: str | None = None) -> Provider:
+    """A provider for `ref`; its key comes from `key_env`, else the provider's usual variable."""
     if ref.provider == "anthropic":
-        return AnthropicProvider(ref, timeout_s, max_retries)
-    return OpenAIProvider(ref, timeout_s, max_retries)
+        return AnthropicProvider(ref, timeout_s, max_retries, key_env)
+    return OpenAIProvider(ref, timeout_s, max_retries, key_env)
 
 
-def _key(ref: ModelRef) -> str:
-    variable = KEY_VARIABLES[ref.provider]
+def _key(ref: ModelRef, key_env: str | None = None) -> str:
+    variable = key_env or KEY_VARIABLES[ref.provider]
     key = os.environ.get(variable)
     if ref.provider == "local":
         return key or "not-needed"  # local servers accept any key; the SDK insists on one
@@ -142,19 +145,21 @@ def _retry_after(response) -> float | None:
 class OpenAIProvider:
     """OpenAI Chat Completions, for OpenAI and every OpenAI-compatible server."""
 
-    def __init__(self, ref: ModelRef, timeout_s: float, max_retries: int):
+    def __init__(self, ref: ModelRef, timeout_s: float, max_retries: int, key_env: str | None = None):
         import openai
 
         self.ref, self._sdk = ref, openai
-        self._client = openai.OpenAI(api_key=_key(ref), base_url=ref.base_url, timeout=timeout_s,
+        self._client = openai.OpenAI(api_key=_key(ref, key_env), base_url=ref.base_url, timeout=timeout_s,
                                      max_retries=max_retries)
 
-    def complete(self, messages: list[Message], max_tokens: int, temperature: float | None = None) -> Completion:
+    def complete(self, messages: list[Message], max_tokens: int, temperature: float | None = None,
+                 extra: dict | None = None) -> Completion:
         body = {"model": self.ref.model, "messages": [{"role": m.role, "content": m.content} for m in messages]}
         # OpenAI's own reasoning models take only max_completion_tokens; local servers know max_tokens.
         body["max_tokens" if self.ref.provider == "local" else "max_completion_tokens"] = max_tokens
         if temperature is not None:
             body["temperature"] = temperature
+        body.update(extra or {})  # reasoning parameters from the model table
         response, latency = _call(self._sdk, self._sdk.OpenAIError, self.ref, self._client.chat.completions.create, body)
         choices = getattr(response, "choices", None)
         if not choices or getattr(choices[0], "message", None) is None:
@@ -168,30 +173,33 @@ def _openai_usage(usage) -> Usage:
     if usage is None:
         return Usage()
     prompt = getattr(usage, "prompt_tokens", 0) or 0
-    cached = getattr(getattr(usage, "prompt_tokens_details", None), "cached_tokens", 0) or 0
+    details = getattr(usage, "prompt_tokens_details", None)
+    cached = getattr(details, "cached_tokens", 0) or 0
+    written = getattr(details, "cache_write_tokens", 0) or 0  # reported where writes are billed
     reasoning = getattr(getattr(usage, "completion_tokens_details", None), "reasoning_tokens", 0) or 0
-    return Usage(input=prompt - cached, cache_read=cached, output=getattr(usage, "completion_tokens", 0) or 0,
-                 reasoning=reasoning)
+    return Usage(input=max(0, prompt - cached - written), cache_read=cached, cache_write=written,
+                 output=getattr(usage, "completion_tokens", 0) or 0, reasoning=reasoning)
 
 
 class AnthropicProvider:
     """Anthropic Messages, with cache_control at the end of the stable prefix."""
 
-    def __init__(self, ref: ModelRef, timeout_s: float, max_retries: int):
+    def __init__(self, ref: ModelRef, timeout_s: float, max_retries: int, key_env: str | None = None):
         import anthropic
 
         self.ref, self._sdk = ref, anthropic
-        self._client = anthropic.Anthropic(api_key=_key(ref), base_url=ref.base_url, timeout=timeout_s,
+        self._client = anthropic.Anthropic(api_key=_key(ref, key_env), base_url=ref.base_url, timeout=timeout_s,
                                            max_retries=max_retries)
 
-    def complete(self, messages: list[Message], max_tokens: int, temperature: float | None = None) -> Completion:
+    def complete(self, messages: list[Message], max_tokens: int, temperature: float | None = None,
+                 extra: dict | None = None) -> Completion:
         system = [_block(m) for m in messages if m.role == "system"]
-        turns = [{"role": m.role, "content": [_block(m)]} for m in messages if m.role != "system"]
-        body = {"model": self.ref.model, "max_tokens": max_tokens, "messages": turns}
+        body = {"model": self.ref.model, "max_tokens": max_tokens, "messages": _turns(messages)}
         if system:
             body["system"] = system
         if temperature is not None:
             body["temperature"] = temperature
+        body.update(extra or {})  # e.g. extended thinking from the model table
         response, latency = _call(self._sdk, self._sdk.AnthropicError, self.ref, self._client.messages.create, body)
         content = getattr(response, "content", None)
         if content is None:
@@ -206,6 +214,20 @@ class AnthropicProvider:
                       cache_write=getattr(u, "cache_creation_input_tokens", 0) or 0, output=u.output_tokens or 0)
         return Completion(text, usage, getattr(response, "_request_id", None) or "", latency,
                           response.stop_reason or "")
+
+
+def _turns(messages: list[Message]) -> list[dict]:
+    """Messages API turns: consecutive messages of one role become blocks of one turn, so that the
+    cached task block and the job after it travel as one user turn."""
+    turns: list[dict] = []
+    for m in messages:
+        if m.role == "system":
+            continue
+        if turns and turns[-1]["role"] == m.role:
+            turns[-1]["content"].append(_block(m))
+        else:
+            turns.append({"role": m.role, "content": [_block(m)]})
+    return turns
 
 
 def _block(message: Message) -> dict:

@@ -111,6 +111,28 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="print the finding
         print_findings(findings)
 
 
+@app.command()
+def models(
+    as_json: bool = typer.Option(False, "--json", help="print the table as JSON"),
+    config: Optional[Path] = typer.Option(None, help="kernelevo.toml to read [default: ./kernelevo.toml, "
+                                          "then ~/.config/kernelevo/kernelevo.toml]"),
+) -> None:
+    """The model table (prices per million tokens, limits, edit format) and your [models.ALIAS] names."""
+    from kernelevo.agent.models import table_rows
+    from kernelevo.config import ConfigError, load_config
+
+    try:
+        rows = table_rows(load_config(config))
+    except (ConfigError, ValueError) as exc:
+        fail(str(exc))
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    from kernelevo.report import print_models
+
+    print_models(rows)
+
+
 def main() -> None:
     try:
         app()

@@ -92,3 +92,29 @@ class Evaluation:
         data["notes"] = tuple(data.get("notes") or ())
         data["warnings"] = tuple(data.get("warnings") or ())
         return cls(**data)
+
+
+@dataclass(frozen=True)
+class LLMCall:
+    """One request to a model and what it cost; stored before its reply is judged."""
+
+    provider: str  # "openai", "anthropic" or "local"
+    model: str
+    operator: str  # translate, functional, repair, mutate, crossover, reflect, edit_followup
+    outcome: str  # "ok", or the failure kind: auth, bad_request, rate_limit, transient, malformed, cancelled
+    input_tokens: int = 0  # uncached input
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    output_tokens: int = 0  # including reasoning
+    reasoning_tokens: int = 0
+    cost_usd: float | None = None  # None: the model's price is unknown (never guessed as 0)
+    latency_s: float = 0.0
+    request_id: str = ""
+    started_at: float = 0.0  # unix time
+    prompt_hash: str = ""  # sha256 of the messages sent
+    reply: str = ""  # the full reply text, reasoning sections included
+    stop_reason: str = ""
+    error: str = ""  # one line, for failed calls
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)

@@ -79,3 +79,25 @@ def print_evaluation(e: Evaluation, console=None) -> None:
         from rich.text import Text
 
         console.print(Text(e.excerpt, style="dim"))
+
+
+def print_models(rows: list[dict]) -> None:
+    """The model table: one line per model or alias, prices in USD per million tokens."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="USD per million tokens (-: unknown; such calls record an unknown cost)")
+    table.add_column("model", no_wrap=True)
+    for name in ("alias", "input", "cache read", "cache write", "output", "context", "edits"):
+        table.add_column(name, justify="left" if name in ("alias", "edits") else "right")
+
+    def price(value):
+        return "-" if value is None else f"{value:g}"
+
+    def tokens(value):
+        return "-" if not value else f"{value / 1e6:g}M" if value >= 1e6 else f"{value // 1000}k"
+
+    for r in rows:
+        table.add_row(r["spec"], r["alias"], price(r["input"]), price(r["cached_input"]), price(r["cache_write"]),
+                      price(r["output"]), tokens(r["context"]), r["edit_format"])
+    Console().print(table)

@@ -36,6 +36,16 @@ def cache_dir(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.fixture
+def server():
+    """A scripted LLM server on 127.0.0.1 speaking the OpenAI and Anthropic protocols (llm_server.py)."""
+    from llm_server import ScriptedServer
+
+    s = ScriptedServer()
+    yield s
+    s.close()
+
+
 def run_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     exe = shutil.which("kernelevo", path=str(Path(sys.executable).parent)) or shutil.which("kernelevo")
     assert exe, "kernelevo is not installed (pip install -e .)"

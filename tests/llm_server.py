@@ -21,6 +21,7 @@ class Step:
     headers: dict = field(default_factory=dict)
     raw: bytes | None = None  # a body sent as is (malformed replies)
     delay_s: float = 0.0
+    when: str = ""  # answer only a request whose body contains this text (concurrent calls)
 
 
 class ScriptedServer:
@@ -28,15 +29,26 @@ class ScriptedServer:
         self.steps: list[Step] = []
         self.requests: list[dict] = []
         self._lock = threading.Lock()
+        self.active = self.most_active = 0  # requests being answered now, and the most at once
         server = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):  # noqa: N802 - the http.server protocol
-                body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
+                raw = self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}"
+                body = json.loads(raw)
                 with server._lock:
                     server.requests.append({"path": self.path, "body": body, "headers": dict(self.headers)})
-                    step = server.steps.pop(0) if server.steps else Step(status=500, text="script exhausted")
-                time.sleep(step.delay_s)
+                    step = server._next(json.dumps(body))
+                    server.active += 1
+                    server.most_active = max(server.most_active, server.active)
+                try:
+                    time.sleep(step.delay_s)
+                    self._answer(step)
+                finally:
+                    with server._lock:
+                        server.active -= 1
+
+            def _answer(self, step):
                 payload = step.raw if step.raw is not None else json.dumps(_payload(self.path, step)).encode()
                 try:
                     self.send_response(step.status)
@@ -58,6 +70,12 @@ class ScriptedServer:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
+    def _next(self, body: str) -> Step:
+        for i, step in enumerate(self.steps):
+            if not step.when or step.when in body:
+                return self.steps.pop(i)
+        return Step(status=500, text="script exhausted")
+
     def close(self):
         self.httpd.shutdown()
         self.httpd.server_close()
@@ -77,11 +95,12 @@ def _payload(path: str, step: Step) -> dict:
                 "usage": {"input_tokens": u.get("input", 0), "output_tokens": u.get("output", 0),
                           "cache_read_input_tokens": u.get("cache_read", 0),
                           "cache_creation_input_tokens": u.get("cache_write", 0)}}
+    prompt = u.get("input", 0) + u.get("cache_read", 0) + u.get("cache_write", 0)
     return {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "scripted",
             "choices": [{"index": 0, "finish_reason": "stop",
                          "message": {"role": "assistant", "content": step.text}}],
-            "usage": {"prompt_tokens": u.get("input", 0) + u.get("cache_read", 0),
-                      "completion_tokens": u.get("output", 0),
-                      "total_tokens": u.get("input", 0) + u.get("cache_read", 0) + u.get("output", 0),
-                      "prompt_tokens_details": {"cached_tokens": u.get("cache_read", 0)},
+            "usage": {"prompt_tokens": prompt, "completion_tokens": u.get("output", 0),
+                      "total_tokens": prompt + u.get("output", 0),
+                      "prompt_tokens_details": {"cached_tokens": u.get("cache_read", 0),
+                                                "cache_write_tokens": u.get("cache_write", 0)},
                       "completion_tokens_details": {"reasoning_tokens": u.get("reasoning", 0)}}}

@@ -8,16 +8,9 @@ from kernelevo.agent.providers import (
     make_provider,
     parse_model,
 )
-from llm_server import ScriptedServer, Step
+from llm_server import Step
 
 PROMPT = [Message("system", "rules and formats", cache=True), Message("user", "write a kernel")]
-
-
-@pytest.fixture
-def server():
-    s = ScriptedServer()
-    yield s
-    s.close()
 
 
 @pytest.fixture(params=["openai", "anthropic"])
@@ -57,7 +50,7 @@ def test_missing_key_is_a_one_line_auth_error(monkeypatch):
 
 def test_reply_and_token_accounting(server, provider):
     server.steps.append(Step(text="```python\nclass ModelNew: pass\n```", usage=dict(
-        input=120, cache_read=900, cache_write=0 if provider.ref.provider != "anthropic" else 300,
+        input=120, cache_read=900, cache_write=300,
         output=80, reasoning=30 if provider.ref.provider != "anthropic" else 0)))
     done = provider.complete(PROMPT, max_tokens=1000)
     assert "class ModelNew" in done.text and done.request_id == "req-1" and done.latency_s > 0
@@ -67,7 +60,7 @@ def test_reply_and_token_accounting(server, provider):
         assert sent["system"][0]["cache_control"] == {"type": "ephemeral"}  # the stable prefix is cached
         assert sent["messages"] == [{"role": "user", "content": [{"type": "text", "text": "write a kernel"}]}]
     else:
-        assert done.usage == Usage(input=120, cache_read=900, output=80, reasoning=30)
+        assert done.usage == Usage(input=120, cache_read=900, cache_write=300, output=80, reasoning=30)
         assert server.requests[0]["body"]["max_tokens"] == 1000
 
 

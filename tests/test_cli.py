@@ -64,3 +64,19 @@ def test_nvrtc_candidate_on_the_cpu_is_a_usage_error():
                   "--device", "cpu")
     assert out.returncode == 2 and out.stderr.strip().count("\n") == 0
     assert "nvrtc (CUDA) candidate" in out.stderr and "--device cpu" in out.stderr
+
+
+def test_models_lists_the_table_and_config_aliases(tmp_path):
+    import json
+
+    config = tmp_path / "kernelevo.toml"
+    config.write_text('[models.mine]\nmodel = "local:qwen3-coder@http://127.0.0.1:8000/v1"\nedit_format = "diff"\n')
+    done = run_cli("models", "--json", "--config", str(config))
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)
+    assert any(r["spec"].startswith("anthropic:") and r["input"] for r in rows)
+    mine = next(r for r in rows if r["alias"] == "mine")
+    assert (mine["provider"], mine["input"], mine["edit_format"]) == ("local", 0.0, "diff")
+    config.write_text('[models.mine]\nmodel = "openai:x"\nkey = "sk-1"\n')
+    done = run_cli("models", "--config", str(config))
+    assert done.returncode == 2 and "keys are read only from environment variables" in done.stderr

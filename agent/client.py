@@ -1,0 +1,124 @@
+"""One model, called with accounting: every call becomes an LLMCall record, paid replies included.
+
+The client adds no retries (the SDK's own happen inside each call). What it adds is policy:
+- a refused key or request raises `Stop`, which ends the run with the provider's one-line message;
+- a rate limit pauses every call of this client until the server's Retry-After has passed (the
+  caller tries again later as part of the search: the failed call is recorded, not repeated here);
+- a timeout, a server error or an unreadable body is recorded as a failed call and returns None.
+Records reach `on_call` as soon as a reply arrives, before anything is done with it, so a crash
+afterwards loses no paid reply.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from kernelevo.config import ModelChoice
+from kernelevo.records import LLMCall
+
+from .models import ModelInfo, cost, lookup
+from .providers import Completion, Message, Provider, ProviderError, make_provider, parse_model
+
+DEFAULT_PAUSE_S = 30.0  # a 429 without Retry-After
+DEFAULT_MAX_TOKENS = 16384
+
+
+class Stop(Exception):
+    """The run cannot go on with this model (bad key, refused request); the message is one line."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A completed call: the reply (None when the call failed) and its record."""
+
+    completion: Completion | None
+    call: LLMCall
+
+    @property
+    def text(self) -> str:
+        return self.completion.text if self.completion else ""
+
+
+class LLM:
+    """A model and its table entry; thread-safe, so that several calls can be in flight."""
+
+    def __init__(self, choice: ModelChoice, on_call: Callable[[LLMCall], None] | None = None,
+                 provider: Provider | None = None, max_retries: int = 2):
+        self.ref = parse_model(choice.spec)
+        self.info: ModelInfo = lookup(self.ref, choice.overrides)
+        self.choice = choice
+        self.on_call = on_call or (lambda call: None)
+        try:
+            self.provider = provider or make_provider(self.ref, choice.timeout_s or 600.0, max_retries,
+                                                      choice.key_env)
+        except ProviderError as exc:
+            raise Stop(str(exc)) from exc
+        self._paused_until = 0.0
+        self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return f"{self.ref.provider}:{self.ref.model}"
+
+    @property
+    def edit_format(self) -> str:
+        return self.info.edit_format
+
+    def paused_for(self) -> float:
+        """Seconds left of a rate-limit pause (0 when calls may go)."""
+        return max(0.0, self._paused_until - time.monotonic())
+
+    def _request(self) -> tuple[int, float | None, dict]:
+        max_tokens = self.choice.max_tokens or self.info.max_output or DEFAULT_MAX_TOKENS
+        if self.info.max_output:
+            max_tokens = min(max_tokens, self.info.max_output)
+        extra = dict(self.info.reasoning)
+        budget = (extra.get("thinking") or {}).get("budget_tokens")
+        if budget and budget >= max_tokens:  # the Messages API wants room for the answer after thinking
+            max_tokens = budget + max_tokens
+        temperature = self.choice.sampling_temperature if self.info.temperature else None
+        if extra.get("thinking"):
+            temperature = None  # extended thinking takes no temperature
+        return max_tokens, temperature, extra
+
+    def ask(self, operator: str, messages: list[Message]) -> Answer:
+        """One call; never raises for a failed call except `Stop`."""
+        wait = self.paused_for()
+        if wait:
+            time.sleep(wait)
+        max_tokens, temperature, extra = self._request()
+        started = time.time()
+        base = dict(provider=self.ref.provider, model=self.ref.model, operator=operator, started_at=started,
+                    prompt_hash=prompt_hash(messages))
+        try:
+            done = self.provider.complete(messages, max_tokens, temperature, extra)
+        except ProviderError as exc:
+            # A refused request (an HTTP status) is not billed; a timeout or an unreadable body may
+            # have been, for an amount nobody told us: unknown, not 0.
+            paid = 0.0 if exc.status is not None and exc.kind != "malformed" else None
+            call = LLMCall(outcome=exc.kind, error=str(exc), request_id=exc.request_id,
+                           latency_s=time.time() - started, cost_usd=paid, **base)
+            self.on_call(call)
+            if exc.kind in ("auth", "bad_request"):
+                raise Stop(str(exc)) from exc
+            if exc.kind == "rate_limit":
+                with self._lock:
+                    pause = exc.retry_after if exc.retry_after is not None else DEFAULT_PAUSE_S
+                    self._paused_until = max(self._paused_until, time.monotonic() + pause)
+            return Answer(None, call)
+        u = done.usage
+        call = LLMCall(outcome="ok", input_tokens=u.input, cache_read_tokens=u.cache_read,
+                       cache_write_tokens=u.cache_write, output_tokens=u.output, reasoning_tokens=u.reasoning,
+                       cost_usd=cost(u, self.info), latency_s=done.latency_s, request_id=done.request_id,
+                       reply=done.text, stop_reason=done.stop_reason, **base)
+        self.on_call(call)
+        return Answer(done, call)
+
+
+def prompt_hash(messages: list[Message]) -> str:
+    data = json.dumps([[m.role, m.content, m.cache] for m in messages], separators=(",", ":"))
+    return hashlib.sha256(data.encode()).hexdigest()

@@ -1,0 +1,278 @@
+"""Prompts rendered from the files in `prompts/` and typed contexts.
+
+Every operator's prompt has the same stable prefix (rules and candidate formats, notes for the
+target device, the task's reference code), so repeated calls for one task hit the providers'
+prompt caches; Anthropic gets `cache_control` where the prefix ends. What changes from call to
+call (parents, measurements, profiles, feedback, the job) comes last.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.resources
+import string
+import tomllib
+from dataclasses import dataclass, field
+
+from .edits import Failure
+from .providers import Message
+
+FORMATS = ("nvrtc", "inline", "c")
+
+
+class PromptError(LookupError):
+    """A template asked for a value its context does not have (a bug, named precisely)."""
+
+
+@functools.cache
+def template_text(name: str) -> str:
+    """The text of prompts/NAME, without its final newline."""
+    text = importlib.resources.files("kernelevo.prompts").joinpath(name).read_text(encoding="utf-8")
+    return text[:-1] if text.endswith("\n") else text
+
+
+@functools.cache
+def phrases() -> dict:
+    return tomllib.loads(template_text("phrases.toml"))
+
+
+def fill(template: str, /, **values: object) -> str:
+    """prompts/TEMPLATE with its $placeholders filled; every placeholder must have a value."""
+    try:
+        return string.Template(template_text(template)).substitute({k: str(v) for k, v in values.items()})
+    except KeyError as exc:
+        raise PromptError(f"prompts/{template} needs ${exc.args[0]}, which its context does not give") from None
+
+
+@dataclass(frozen=True)
+class Target:
+    """What kernels are written for: the candidate format and the device."""
+
+    format: str  # "nvrtc", "inline" or "c"
+    name: str  # "NVIDIA H100 80GB HBM3", or the CPU's model name
+    capability: tuple[int, int] | None = None  # None on the CPU
+    sm_count: int = 0
+    memory_gib: float = 0.0
+    l2_mib: float = 0.0
+    smem_kib: int = 0  # shared memory per block with opt-in
+    cores: int = 0
+
+
+@dataclass(frozen=True)
+class TaskView:
+    name: str
+    source: str
+    inputs: str  # "float32[4096, 4096]"
+    init_args: str  # repr of get_init_inputs()
+    functional: str = ""  # a functional PyTorch rewrite, when one was made
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A kernel shown to the model, with what the judge measured of it."""
+
+    source: str
+    format: str
+    label: str = "A"
+    verdict: str = "ok"
+    reason: str = ""
+    message: str = ""
+    speedup_eager: float | None = None
+    speedup_compile: float | None = None
+    ms: float | None = None
+    profile: str = ""  # the condensed profile block, when the candidate was profiled
+    notes: str = ""  # what it does well (crossover), or how it came about
+
+
+@dataclass(frozen=True)
+class Feedback:
+    """Why a candidate failed, as the judge said it."""
+
+    verdict: str
+    reason: str
+    message: str
+    excerpt: str = ""
+    where: str = ""  # wrong outputs: which trial, output and index
+    rel_l2: float | None = None
+    max_abs: float | None = None
+    max_rel: float | None = None
+    tolerance: str = ""
+
+
+@dataclass(frozen=True)
+class Context:
+    """Everything the stable prefix depends on, plus what later prompts may add."""
+
+    task: TaskView
+    target: Target
+    insights: tuple[str, ...] = field(default_factory=tuple)  # earlier reflections' analyses
+
+
+def _then(text: str) -> str:
+    """An optional block: a blank line, then the block; nothing when there is none."""
+    return f"\n\n{text}" if text else ""
+
+
+def _formats(target: Target) -> str:
+    """The requested format in full; on a GPU the other CUDA format too (the prompts teach both)."""
+    if target.format == "c":
+        return fill("format_c.md", requested=template_text("requested.md"))
+    other = "inline" if target.format == "nvrtc" else "nvrtc"
+    return "\n\n".join([fill(f"format_{target.format}.md", requested=template_text("requested.md")),
+                        fill(f"format_{other}.md", requested=template_text("alternative.md"))])
+
+
+def _device_notes(target: Target) -> str:
+    if target.capability is None:
+        return fill("device_cpu.md", name=target.name, cores=target.cores)
+    major, minor = target.capability
+    arch = {9: "arch_hopper.md", 8: "arch_ampere.md"}.get(major, "arch_generic.md")
+    return fill("device_gpu.md", name=target.name, capability=f"{major}.{minor}", sm=f"{major}{minor}",
+                sm_count=target.sm_count, memory_gib=f"{target.memory_gib:.0f}", l2_mib=f"{target.l2_mib:.0f}",
+                smem_kib=target.smem_kib, arch_notes=template_text(arch))
+
+
+def prefix(ctx: Context) -> list[Message]:
+    """The stable part: system rules, formats and device notes; then the task, where the cache ends."""
+    if ctx.target.format not in FORMATS:
+        raise ValueError(f"format {ctx.target.format!r}: use one of {', '.join(FORMATS)}")
+    system = fill("system.md", formats=_formats(ctx.target), device_notes=_device_notes(ctx.target))
+    task = ctx.task
+    functional = _then(fill("task_functional.md", code=task.functional.rstrip("\n")) if task.functional else "")
+    user = fill("task.md", name=task.name, source=task.source.rstrip("\n"), inputs=task.inputs,
+                init_args=task.init_args, functional=functional)
+    return [Message("system", system), Message("user", user, cache=True)]
+
+
+def _answer(edit_format: str, parent_label: str) -> str:
+    if edit_format == "diff":
+        return fill("answer_diff.md", parent_label=parent_label)
+    return template_text("answer_whole.md")
+
+
+def _insights(ctx: Context) -> str:
+    if not ctx.insights:
+        return ""
+    return _then(fill("insights.md", text="\n\n".join(i.strip() for i in ctx.insights)))
+
+
+def _number(value: float | None, digits: int = 2) -> str:
+    return f"{value:.{digits}f}" if value is not None else phrases()["labels"]["unknown"]
+
+
+def variant(v: Variant) -> str:
+    if v.verdict == "ok":
+        measured = fill("measured_ok.md", eager=_number(v.speedup_eager), compiled=_number(v.speedup_compile),
+                        ms=_number(v.ms, 4))
+    else:
+        measured = fill("measured_failed.md", verdict=v.verdict, reason=v.reason, message=v.message)
+    return fill("variant.md", label=v.label, format=v.format, measured=measured,
+                notes=f"\n{v.notes}" if v.notes else "", source=v.source.rstrip("\n"),
+                profile=f"\n{v.profile}" if v.profile else "")
+
+
+def feedback(fb: Feedback) -> str:
+    details = ""
+    if fb.where or fb.rel_l2 is not None:
+        details += _then(fill("feedback_mismatch.md", where=fb.where or "?", rel_l2=_sci(fb.rel_l2),
+                        max_abs=_sci(fb.max_abs), max_rel=_sci(fb.max_rel), tolerance=fb.tolerance or "?"))
+    if fb.excerpt.strip():
+        details += _then(fill("feedback_excerpt.md", excerpt=fb.excerpt.strip("\n")))
+    return fill("feedback.md", verdict=fb.verdict, reason=fb.reason, message=fb.message, details=details)
+
+
+def _sci(value: float | None) -> str:
+    return f"{value:.3g}" if value is not None else "?"
+
+
+def _conversation(ctx: Context, job: str) -> list[Message]:
+    return [*prefix(ctx), Message("user", job)]
+
+
+def translate(ctx: Context) -> list[Message]:
+    return _conversation(ctx, fill("translate.md", format=ctx.target.format, answer=_answer("whole", "")))
+
+
+def functional(ctx: Context) -> list[Message]:
+    return _conversation(ctx, template_text("functional.md"))
+
+
+def repair(ctx: Context, failed: Variant, fb: Feedback, edit_format: str = "whole") -> list[Message]:
+    job = fill("repair.md", source=failed.source.rstrip("\n"), feedback=feedback(fb),
+               answer=_answer(edit_format, "the failed kernel"))
+    return _conversation(ctx, job)
+
+
+def mutate(ctx: Context, parent: Variant, edit_format: str = "whole") -> list[Message]:
+    job = fill("mutate.md", parent=variant(parent), insights=_insights(ctx),
+               answer=_answer(edit_format, f"kernel {parent.label}"))
+    return _conversation(ctx, job)
+
+
+def crossover(ctx: Context, parents: list[Variant]) -> list[Message]:
+    job = fill("crossover.md", parents="\n\n".join(variant(p) for p in parents), insights=_insights(ctx),
+               answer=_answer("whole", ""))
+    return _conversation(ctx, job)
+
+
+def reflect(ctx: Context, variants: list[Variant]) -> list[Message]:
+    ranked = sorted(variants, key=lambda v: -(v.speedup_eager or 0.0))
+    job = fill("reflect.md", count=len(ranked), variants="\n\n".join(variant(v) for v in ranked),
+               insights=_insights(ctx), answer=_answer("whole", ""))
+    return _conversation(ctx, job)
+
+
+def edit_failed(failures: list[Failure], applied: int) -> str:
+    """The follow-up message naming each failed SEARCH/REPLACE block and the file's real lines."""
+    problems = phrases()["edit_problems"]
+    parts = [fill("edit_failure.md", number=f.edit.number, problem=problems.get(f.problem, f.problem),
+                  search=f.edit.search.rstrip("\n"), line=f.line or "?",
+                  closest=f.closest.rstrip("\n")) for f in failures]
+    return fill("edit_failed.md", failed=len(failures), applied=applied, failures="\n\n".join(parts) + "\n")
+
+
+def task_view(task) -> TaskView:
+    """The prompt's view of a loaded kernelevo.tasks.Task."""
+    return TaskView(task.name, task.source, task.input_summary(), repr(list(task.init_args)))
+
+
+def target_for(device: str, fmt: str | None = None) -> Target:
+    """The target of `device` ("cuda:N" or "cpu"): nvrtc on a GPU unless told, c on the CPU."""
+    import os
+    import platform
+
+    if device == "cpu":
+        return Target(fmt or "c", _cpu_name() or platform.processor() or "CPU", cores=os.cpu_count() or 1)
+    import torch
+
+    props = torch.cuda.get_device_properties(torch.device(device))
+    return Target(fmt or "nvrtc", props.name, (props.major, props.minor), props.multi_processor_count,
+                  props.total_memory / 2**30, getattr(props, "L2_cache_size", 0) / 2**20,
+                  getattr(props, "shared_memory_per_block_optin", 49152) // 1024)
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def feedback_from(evaluation) -> Feedback:
+    """What the judge said of a failed candidate (a kernelevo.records.Evaluation), for repair."""
+    c = evaluation.correctness
+    wrong = evaluation.verdict == "incorrect" and c is not None
+    return Feedback(evaluation.verdict, evaluation.reason, evaluation.message, evaluation.excerpt,
+                    where=c.where if wrong else "", rel_l2=c.rel_l2 if wrong else None,
+                    max_abs=c.max_abs if wrong else None, max_rel=c.max_rel if wrong else None,
+                    tolerance=c.tolerance if wrong else "")
+
+
+def variant_from(source: str, fmt: str, evaluation, label: str = "A", profile: str = "", notes: str = "") -> Variant:
+    """A judged kernel as the prompts show it."""
+    ms = evaluation.candidate.median_ms if evaluation.candidate else None
+    return Variant(source, fmt, label, evaluation.verdict, evaluation.reason, evaluation.message,
+                   evaluation.speedup_eager, evaluation.speedup_compile, ms, profile, notes)

@@ -1,0 +1,88 @@
+"""kernelevo.toml: named models and model-table overrides.
+
+    [models.fast]
+    model = "anthropic:claude-haiku-4-5"     # or openai:..., local:NAME@URL
+    edit_format = "whole"                    # any field of prompts/models.toml overrides the table
+    max_tokens = 16000                       # per call
+    key_env = "WORK_ANTHROPIC_KEY"           # the environment variable holding the key
+
+Keys are read only from the environment: a config that holds one is refused. The file is found at
+--config PATH, else ./kernelevo.toml, else ~/.config/kernelevo/kernelevo.toml.
+"""
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+CALL_FIELDS = ("max_tokens", "key_env", "sampling_temperature", "timeout_s")  # how to call, not table fields
+_SECRETS = re.compile(r"^(key|token|secret|password)$|(api_?key|_secret|_token|_password)$", re.I)
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be used; the message is one line."""
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """A model to call: its spec string, table overrides and call settings."""
+
+    spec: str  # "anthropic:claude-sonnet-4-5"
+    alias: str = ""  # the [models.ALIAS] name, when chosen by alias
+    overrides: dict[str, Any] = field(default_factory=dict)
+    max_tokens: int | None = None
+    key_env: str | None = None
+    sampling_temperature: float | None = None
+    timeout_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Config:
+    path: str | None = None  # the file read, if any
+    models: dict[str, ModelChoice] = field(default_factory=dict)
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    def model(self, name: str) -> ModelChoice:
+        """An alias from [models.ALIAS], or a plain provider:model string."""
+        return self.models.get(name) or ModelChoice(spec=name)
+
+
+def default_paths() -> list[Path]:
+    home = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    return [Path("kernelevo.toml"), home / "kernelevo" / "kernelevo.toml"]
+
+
+def load_config(path: str | Path | None = None) -> Config:
+    """The config at `path` (which must exist), else the first default file found, else an empty one."""
+    if path is not None and not Path(path).is_file():
+        raise ConfigError(f"{path}: no such config file")
+    found = Path(path) if path is not None else next((p for p in default_paths() if p.is_file()), None)
+    if found is None:
+        return Config()
+    try:
+        data = tomllib.loads(found.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{found}: not valid TOML: {exc}") from None
+    _refuse_secrets(data, found)
+    models = {alias: _choice(alias, table, found) for alias, table in (data.get("models") or {}).items()}
+    return Config(str(found), models, data)
+
+
+def _refuse_secrets(data: Any, path: Path, where: str = "") -> None:
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if _SECRETS.search(key):
+                raise ConfigError(f"{path}: [{where or 'top level'}] {key}: keys are read only from environment "
+                                  "variables; remove it and set key_env = \"VARIABLE\" or export the usual variable")
+            _refuse_secrets(value, path, f"{where}.{key}" if where else key)
+
+
+def _choice(alias: str, table: Any, path: Path) -> ModelChoice:
+    if not isinstance(table, dict) or not isinstance(table.get("model"), str):
+        raise ConfigError(f"{path}: [models.{alias}] needs model = \"provider:MODEL\"")
+    settings = {k: table[k] for k in CALL_FIELDS if k in table}
+    overrides = {k: v for k, v in table.items() if k not in CALL_FIELDS and k != "model"}
+    return ModelChoice(spec=table["model"], alias=alias, overrides=overrides, **settings)

@@ -1,0 +1,47 @@
+"""The example kernel in each candidate-format prompt must itself be a correct candidate: models
+copy its shape. Judged on the CPU (C) in CI; on a GPU the CUDA examples are judged too."""
+import re
+
+import pytest
+from kernelevo import runtime
+from kernelevo.agent.prompting import template_text
+from kernelevo.judge.api import Judge, JudgeOptions
+from kernelevo.judge.executor import Limits
+from kernelevo.judge.timing import TimingConfig
+from kernelevo.tasks import load_task
+
+from conftest import FIXTURES
+
+TASK = FIXTURES / "cuda" / "task_relu.py"  # relu(x * scale): what the examples compute
+FAST = TimingConfig(min_reps=10, max_seconds=0.3, target_rel_ci=0.05)
+
+
+def example(fmt: str) -> str:
+    (code,) = re.findall(r"```python\n(.*?)```", template_text(f"format_{fmt}.md"), re.S)
+    return code
+
+
+def judge_example(fmt: str, device: str, tmp_path):
+    path = tmp_path / f"example_{fmt}.py"
+    path.write_text(example(fmt))
+    options = JudgeOptions(devices=(device,), compile_baseline=False, timing=FAST, limits=Limits(build=600, run=60))
+    with Judge(tmp_path / "cache", options) as judge:
+        return judge.evaluate(load_task(TASK), path)
+
+
+def test_c_example_is_an_ok_candidate(tmp_path):
+    e = judge_example("c", "cpu", tmp_path)
+    assert e.ok, (e.verdict, e.reason, e.message)
+
+
+def test_nvrtc_example_compiles_without_a_gpu():
+    source = re.search(r'CUDA_SRC = r"""(.*?)"""', example("nvrtc"), re.S).group(1)
+    cubin, _ = runtime.compile_cubin(source, "sm_80")
+    assert cubin
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["nvrtc", "inline"])
+def test_cuda_examples_are_ok_candidates(fmt, tmp_path):
+    e = judge_example(fmt, "cuda:0", tmp_path)
+    assert e.ok, (e.verdict, e.reason, e.message)
