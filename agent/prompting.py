@@ -105,6 +105,7 @@ class Context:
     task: TaskView
     target: Target
     insights: tuple[str, ...] = field(default_factory=tuple)  # earlier reflections' analyses
+    inspirations: tuple[Variant, ...] = field(default_factory=tuple)  # stepping stones of earlier runs
 
 
 def _then(text: str) -> str:
@@ -140,6 +141,8 @@ def prefix(ctx: Context) -> list[Message]:
     functional = _then(fill("task_functional.md", code=task.functional.rstrip("\n")) if task.functional else "")
     user = fill("task.md", name=task.name, source=task.source.rstrip("\n"), inputs=task.inputs,
                 init_args=task.init_args, functional=functional)
+    if ctx.inspirations:  # fixed for the whole run, so they belong to the cached prefix
+        user += _then(fill("inspirations.md", kernels="\n\n".join(variant(v) for v in ctx.inspirations)))
     return [Message("system", system), Message("user", user, cache=True)]
 
 

@@ -112,6 +112,42 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="print the finding
 
 
 @app.command()
+def optimize(
+    task: Path = typer.Argument(..., help="KernelBench-format task file (Model, get_inputs, get_init_inputs)"),
+    model: Optional[str] = typer.Option(None, help="anthropic:MODEL, openai:MODEL, local:MODEL@URL or a "
+                                        "[models.ALIAS] of kernelevo.toml [default: by the API key set]"),
+    device: Optional[str] = typer.Option(None, help="cuda or cpu (C kernels on the CPU backend) [default: cuda if present]"),
+    gpus: str = typer.Option("all", help="GPUs to judge on: all, or indices such as 0,1 (one judge worker each)"),
+    fmt: Optional[str] = typer.Option(None, "--format", help="candidate format asked for: nvrtc (default on a "
+                                      "GPU), inline, or c (the CPU)"),
+    max_cost_usd: Optional[float] = typer.Option(None, help="stop before LLM spend would pass this"),
+    max_llm_calls: Optional[int] = typer.Option(None, help="stop after this many LLM calls"),
+    max_wall_time: Optional[str] = typer.Option(None, help="stop after this long, e.g. 30m or 2h"),
+    generations: Optional[int] = typer.Option(10, help="stop after this many generations"),
+    plateau: Optional[int] = typer.Option(4, help="stop after this many generations without a new best"),
+    children: int = typer.Option(8, min=1, help="judged children per generation"),
+    islands: int = typer.Option(2, min=1, help="islands (sub-populations that exchange their best)"),
+    concurrency: int = typer.Option(4, min=1, help="LLM calls in flight at once"),
+    seed: int = typer.Option(0, help="seed of the search's random choices and of the judge's inputs"),
+    policy: str = typer.Option("mixed", help="mixed or strict (see `kernelevo evaluate --help`)"),
+    trials: int = typer.Option(5, min=1, help="correctness trials per candidate, each with fresh inputs"),
+    compile_baseline: bool = typer.Option(True, help="also compare with torch.compile (cached per task and GPU)"),
+    timing_seconds: float = typer.Option(1.5, min=0.05, help="seconds spent timing each candidate (less: faster, "
+                                         "noisier)"),
+    seed_from: list[Path] = typer.Option([], help="another archive file to take stepping stones from (repeatable)"),
+    resume: Optional[str] = typer.Option(None, help="continue this run (its id is printed at start and end)"),
+    archive: Optional[Path] = typer.Option(None, help="archive file [default: ~/.local/share/kernelevo/archive.sqlite]"),
+    out: Path = typer.Option(Path("."), help="folder for the drop-in <task>_kernelevo.py"),
+    config: Optional[Path] = typer.Option(None, help="kernelevo.toml [default: ./kernelevo.toml]"),
+    cache_dir: Optional[Path] = typer.Option(None, help="build and baseline cache [default: ~/.cache/kernelevo]"),
+) -> None:
+    """Search for a faster, verified kernel for TASK; writes <task>_kernelevo.py and archives every try."""
+    from kernelevo.optimize_cli import run_optimize
+
+    run_optimize(locals())
+
+
+@app.command()
 def models(
     as_json: bool = typer.Option(False, "--json", help="print the table as JSON"),
     config: Optional[Path] = typer.Option(None, help="kernelevo.toml to read [default: ./kernelevo.toml, "

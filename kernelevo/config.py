@@ -18,6 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# The model used when none is named, by the key that is set (first match wins); both are in the
+# shipped model table. Override with --model or `default_model = "..."` in kernelevo.toml.
+DEFAULT_MODELS = (("ANTHROPIC_API_KEY", "anthropic:claude-sonnet-5-5"), ("OPENAI_API_KEY", "openai:gpt-6.2-sol"))
 CALL_FIELDS = ("max_tokens", "key_env", "sampling_temperature", "timeout_s")  # how to call, not table fields
 _SECRETS = re.compile(r"^(key|token|secret|password)$|(api_?key|_secret|_token|_password)$", re.I)
 

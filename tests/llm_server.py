@@ -24,9 +24,19 @@ class Step:
     when: str = ""  # answer only a request whose body contains this text (concurrent calls)
 
 
+def request_text(body: dict) -> str:
+    """All text a request carried (system and messages, either protocol), joined."""
+    parts = []
+    for item in [*(body.get("system") or []), *body.get("messages", [])]:
+        content = item.get("content", item.get("text", ""))
+        parts += [content] if isinstance(content, str) else [block.get("text", "") for block in content]
+    return "\n".join(parts)
+
+
 class ScriptedServer:
-    def __init__(self):
+    def __init__(self, responder=None):
         self.steps: list[Step] = []
+        self.responder = responder  # body -> Step, for requests no scripted step answers
         self.requests: list[dict] = []
         self._lock = threading.Lock()
         self.active = self.most_active = 0  # requests being answered now, and the most at once
@@ -74,6 +84,8 @@ class ScriptedServer:
         for i, step in enumerate(self.steps):
             if not step.when or step.when in body:
                 return self.steps.pop(i)
+        if self.responder is not None:
+            return self.responder(json.loads(body))
         return Step(status=500, text="script exhausted")
 
     def close(self):

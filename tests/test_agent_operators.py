@@ -9,7 +9,7 @@ from kernelevo.agent.client import LLM, Stop
 from kernelevo.agent.pool import CallPool
 from kernelevo.agent.prompting import Context, Feedback, Target, TaskView, Variant
 from kernelevo.config import ModelChoice
-from llm_server import Step
+from llm_server import Step, request_text
 
 PRICES = dict(input=3.0, cached_input=0.3, cache_write=3.75, output=15.0)
 CTX = Context(TaskView("scale", "class Model: ...\n", "float32[8]", "[2.0]"), Target("c", "test CPU", cores=4))
@@ -30,12 +30,7 @@ WHOLE = "Here it is.\n\n```python\n" + PARENT + "```\n"
 
 
 def sent(request: dict) -> str:
-    """All text a request carried (system and messages, either protocol), joined."""
-    body, parts = request["body"], []
-    for item in [*(body.get("system") or []), *body["messages"]]:
-        content = item.get("content", item.get("text", ""))
-        parts += [content] if isinstance(content, str) else [block["text"] for block in content]
-    return "\n".join(parts)
+    return request_text(request["body"])
 
 
 @pytest.fixture(params=["openai", "anthropic"])

@@ -43,6 +43,7 @@ def render_all() -> dict[str, list]:
     return {
         "translate_gpu": prompting.translate(gpu),
         "translate_cpu": prompting.translate(Context(TASK, CPU)),
+        "translate_seeded": prompting.translate(Context(TASK, GPU, inspirations=(B,))),
         "functional": prompting.functional(gpu),
         "repair_compile_diff": prompting.repair(gpu, A, COMPILE, "diff"),
         "repair_mismatch": prompting.repair(gpu, A, FAILED),
@@ -71,7 +72,7 @@ def test_every_operator_shares_the_cached_prefix():
     rendered = {k: v for k, v in render_all().items() if k != "edit_failed"}
     for messages in rendered.values():
         assert [m.role for m in messages] == ["system", "user", "user"] and messages[1].cache
-    gpu = [v[:2] for k, v in rendered.items() if k not in ("translate_cpu", "crossover", "reflect")]
+    gpu = [v[:2] for k, v in rendered.items() if k not in ("translate_cpu", "translate_seeded", "crossover", "reflect")]
     assert all(prefix == gpu[0] for prefix in gpu)  # same bytes: the provider's cache can hit
 
 

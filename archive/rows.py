@@ -1,0 +1,152 @@
+"""Pure helpers of the archive: record <-> column values, JSON columns, vectors. No SQL here.
+
+Kept apart from store.py so that the one module that talks SQL stays short enough to read.
+"""
+from __future__ import annotations
+
+import json
+import math
+import secrets
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from kernelevo.records import Evaluation, LLMCall
+
+if TYPE_CHECKING:  # numpy is imported lazily: opening an archive must not pay for it
+    import numpy
+
+RUN_STATUSES = ("running", "finished", "stopped", "budget", "failed")
+PURPOSES = ("search", "final", "rejudge", "import")
+ORIGINS = ("run", "import", "seed")
+OWNERS = ("kernel", "task")
+
+# Columns of llm_calls, in LLMCall's field order; a test checks that none of LLMCall's fields is missing.
+LLM_COLUMNS = ("provider", "model", "operator", "outcome", "input_tokens", "cache_read_tokens",
+               "cache_write_tokens", "output_tokens", "reasoning_tokens", "cost_usd", "latency_s",
+               "request_id", "started_at", "prompt_hash", "reply", "stop_reason", "error")
+
+# Evaluation fields copied into their own columns so that SQL can sort and filter on them;
+# the whole record is kept as JSON in `data` as well.
+EVAL_COLUMNS = ("verdict", "reason", "message", "speedup_eager", "speedup_eager_ci", "speedup_compile",
+                "candidate_ms", "eager_ms", "compiled_ms", "device", "device_name", "torch_version",
+                "build_s", "device_s", "wall_s", "data")
+
+
+def new_run_id(now: float | None = None) -> str:
+    """'r20261122-1530-ab12': sortable by start time, readable, unique enough with a retry on clash."""
+    stamp = time.strftime("%Y%m%d-%H%M", time.localtime(time.time() if now is None else now))
+    return f"r{stamp}-{secrets.token_hex(2)}"
+
+
+def dumps(value: Any) -> str:
+    # default=str: a config may carry Paths or enums; the archive keeps their text rather than fail a run
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def llm_values(call: LLMCall) -> tuple:
+    return tuple(getattr(call, name) for name in LLM_COLUMNS)
+
+
+def _median(stats: Any) -> float | None:
+    if stats is None:
+        return None
+    return stats["median_ms"] if isinstance(stats, dict) else stats.median_ms  # a hand-built record may hold dicts
+
+
+def eval_values(evaluation: Evaluation) -> tuple:
+    """Column values for EVAL_COLUMNS."""
+    e = evaluation
+    return (e.verdict, e.reason, e.message, _finite(e.speedup_eager), _finite(e.speedup_eager_ci),
+            _finite(e.speedup_compile), _median(e.candidate), _median(e.eager), _median(e.compiled),
+            e.device, e.device_name, e.torch_version, e.build_s, e.device_s, e.wall_s,
+            dumps(e.to_dict()))
+
+
+def _finite(x: float | None) -> float | None:
+    # SQLite stores NaN as NULL anyway; say so explicitly, and keep inf out of ORDER BY
+    return x if x is None or math.isfinite(x) else None
+
+
+def kernel_row(row: dict[str, Any]) -> dict[str, Any]:
+    """Decode a kernels row (JSON columns, the 0/1 flag) in place and return it."""
+    row["descriptors"] = loads(row.get("descriptors"))
+    row["claims"] = loads(row.get("claims"))
+    row["stepping_stone"] = bool(row.get("stepping_stone"))
+    return row
+
+
+def evaluation_row(row: dict[str, Any]) -> dict[str, Any]:
+    row["data"] = loads(row.get("data"))
+    row["profile"] = loads(row.get("profile"))
+    return row
+
+
+def unique(ids: Iterable[int]) -> list[int]:
+    """Ids in first-seen order without repeats (a crossover may name one parent twice)."""
+    seen: dict[int, None] = {}
+    for i in ids:
+        seen.setdefault(int(i), None)
+    return list(seen)
+
+
+def to_blob(vector: Sequence[float] | numpy.ndarray) -> tuple[bytes, int]:
+    """(float32 little-endian bytes, dim) of a 1-D vector."""
+    import numpy as np
+
+    array = np.asarray(vector, dtype="<f4")
+    if array.ndim != 1 or array.size == 0:
+        raise ValueError(f"an embedding must be a non-empty 1-D vector, got shape {array.shape}")
+    return array.tobytes(), int(array.size)
+
+
+def from_blob(blob: bytes, dim: int) -> numpy.ndarray:
+    import numpy as np
+
+    array = np.frombuffer(blob, dtype="<f4").astype(np.float32)  # astype: native order, writable copy
+    if array.size != dim:
+        raise ValueError(f"embedding blob holds {array.size} values, its row says {dim}")
+    return array
+
+
+def rank_cosine(query: Sequence[float] | numpy.ndarray, items: list[tuple[int, numpy.ndarray]],
+                limit: int) -> list[tuple[int, float]]:
+    """Items by cosine similarity to `query`, best first; vectors of another dimension are skipped."""
+    import numpy as np
+
+    q = np.asarray(query, dtype=np.float64).ravel()
+    q_norm = float(np.linalg.norm(q))
+    if not items or q_norm == 0.0:
+        return []
+    scored = []
+    for owner_id, vec in items:
+        if vec.size != q.size:
+            continue  # another embedding size: not comparable, not an error
+        norm = float(np.linalg.norm(vec))
+        if norm > 0.0:
+            scored.append((owner_id, float(np.dot(q, vec.astype(np.float64)) / (q_norm * norm))))
+    scored.sort(key=lambda item: (-item[1], item[0]))
+    return scored[:limit]
+
+
+def check_choice(value: str, allowed: Sequence[str], what: str) -> None:
+    if value not in allowed:
+        raise ValueError(f"{what} {value!r} is not one of {', '.join(allowed)}")
+
+
+def split_script(sql: str) -> Iterator[str]:
+    """Split a script into statements; complete_statement keeps a trigger's BEGIN...END whole."""
+    buffer = ""
+    for piece in sql.split(";"):
+        buffer += piece + ";"
+        if sqlite3.complete_statement(buffer):
+            if buffer.strip(" \t\n;"):
+                yield buffer.strip()
+            buffer = ""
+    if buffer.strip(" \t\n;"):
+        raise ValueError(f"incomplete SQL statement at the end of a migration: {buffer.strip()[:60]!r}")

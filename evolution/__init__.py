@@ -1,0 +1,1 @@
+"""The search: population, islands, selection, operator choice, budget, and the loop."""

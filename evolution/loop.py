@@ -1,0 +1,445 @@
+"""The search loop: the one place where the agent, the judge and the archive meet.
+
+Steady state rather than lock-step generations: up to `llm_concurrency` operator calls are in
+flight while the judge works on the children that came back, so neither the GPUs nor the models
+wait for a generation boundary. A generation is `children_per_generation` judged children; it is
+what migration, the plateau rule and the display count.
+
+Everything is written to the archive as it happens (LLM calls when their reply arrives, kernels
+before they are judged, evaluations when they come back), so a resumed run rebuilds its state
+from rows and a kill -9 loses no completed evaluation and no paid reply.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import random
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable
+
+from kernelevo.agent import operators
+from kernelevo.agent.client import LLM
+from kernelevo.agent.pool import CallPool
+from kernelevo.agent.prompting import Context, Variant, feedback_from
+
+from kernelevo.records import Evaluation
+
+from . import budget as budgets
+from . import islands, scheduling, selection, tune
+from .novelty import NoveltyGate
+from .population import Member, Population
+from .records import (
+    BUDGET_REASONS,
+    EXIT_BUDGET,
+    EXIT_OK,
+    Interrupted,
+    OptimizeOptions,
+    Outcome,
+    Progress,
+    SearchSettings,
+    elapsed_s,
+    write_drop_in,
+)
+from .state import RunState, member_from_row
+
+
+class Search:
+    """One run of the search on one task; `run()` returns the reason it stopped."""
+
+    def __init__(self, state: RunState, llm: LLM, judge, settings: SearchSettings, budget: budgets.Budget,
+                 gate: NoveltyGate, rng: random.Random, on_progress: Callable[[Progress], None] | None = None):
+        self.state, self.archive, self.llm, self.judge = state, state.archive, llm, judge
+        self.settings, self.budget, self.gate, self.rng = settings, budget, gate, rng
+        self.on_progress = on_progress or (lambda p: None)
+        self.population: Population = state.population
+        self.stats: dict[str, scheduling.OperatorStats] = state.operator_stats()
+        self.progress = Progress(generation=state.generation(settings.children_per_generation),
+                                 judged=state.judged())
+        self.pool = CallPool(settings.llm_concurrency)
+        self.llm_futures: dict[concurrent.futures.Future, dict] = {}
+        self.judge_futures: dict[concurrent.futures.Future, dict] = {}
+        self.device_load: Counter = Counter({d: 0 for d in judge.options.devices})
+        self.improved_at = self.progress.generation  # generation of the last new best (plateau rule)
+        self._island_turn = -1
+        self._refresh()
+
+    # -- planning -----------------------------------------------------------------------------------
+
+    def _ctx(self) -> Context:
+        return self.state.context()
+
+    def _plan(self) -> bool:
+        """Start one child; False when no operator could start one (three draws) or the budget refuses."""
+        return any(self._plan_once() for _ in range(3))
+
+    def _plan_once(self) -> bool:
+        """Start one child (an LLM call, or a tune variant straight to the judge)."""
+        correct = self.population.correct()
+        fixable = selection.pick_repair_target(self._recent_failures(), self.rng) is not None
+        tunable = any(tune.has_tunables(m.source) for m in correct)
+        op = scheduling.choose_operator(self.stats, bool(correct), len(correct), fixable, tunable, self.rng)
+        if op == "tune":
+            return self._start_tune(correct)
+        job = self._job(op, correct)
+        if job is None:
+            return False
+        reservation = self.budget.reserve(self._estimate())
+        if reservation is None:
+            return False
+        fn, args, parents, island = job
+        future = self.pool.submit(fn, self.llm, self._ctx(), *args)
+        self.llm_futures[future] = {"op": op, "parents": parents, "island": island, "reservation": reservation}
+        return True
+
+    def _job(self, op: str, correct: list[Member]):
+        island = self._next_island()
+        pool = [m for m in correct if m.island == island] or correct
+        if op == "translate":
+            return operators.translate, (), (), island
+        if op == "mutate":
+            parent = selection.pick_parent(pool, self.population.elites(), self.rng)
+            return operators.mutate, (self._variant(parent, "A"),), (parent.kernel_id,), parent.island
+        if op == "crossover":
+            parents = selection.pick_crossover_parents(correct, self.rng)
+            variants = [self._variant(p, "ABC"[i], notes=p.niche) for i, p in enumerate(parents)]
+            return operators.crossover, (variants,), tuple(p.kernel_id for p in parents), parents[0].island
+        if op == "reflect":
+            chosen = selection.pick_reflect_variants(correct, self.rng, self.settings.reflect_k)
+            variants = [self._variant(m, "ABCDEFGH"[i]) for i, m in enumerate(chosen)]
+            return operators.reflect, (variants,), tuple(m.kernel_id for m in chosen), chosen[0].island
+        if op == "repair":
+            target = selection.pick_repair_target(self._recent_failures(), self.rng)
+            evaluation = Evaluation.from_dict(self.archive.kernel(target.kernel_id)["evaluations"][-1]["data"])
+            return (operators.repair, (self._variant(target, "A"), feedback_from(evaluation)),
+                    (target.kernel_id,), target.island)
+        return None
+
+    def _variant(self, m: Member, label: str, notes: str = "") -> Variant:
+        profile = self.state.profile_text(m.kernel_id)
+        return Variant(m.source, m.format, label, m.verdict, m.reason, "", m.speedup_eager, m.speedup_compile,
+                       m.ms, profile, notes)
+
+    def _recent_failures(self) -> list[Member]:
+        """Recent children, failed and not: the selection checks a failure's parent and whether it
+        was repaired already."""
+        return self.population.members[-40:]
+
+    def _next_island(self) -> int:
+        self._island_turn = (self._island_turn + 1) % self.settings.islands
+        return self._island_turn
+
+    def _estimate(self) -> float:
+        s = self.settings
+        estimate = budgets.estimate_cost(self.llm.info, s.prompt_tokens_estimate, s.output_tokens_estimate)
+        return estimate if estimate is not None else 0.0
+
+    def _start_tune(self, correct: list[Member]) -> bool:
+        tunable = [m for m in correct if tune.has_tunables(m.source)]
+        parent = selection.tournament(tunable, self.rng)
+        known = [m.source for m in self.population.members]  # tune skips the novelty gate: no repeats
+        variants = tune.tune_variants(parent.source, self.rng, limit=1, exclude=known)
+        if not variants:
+            return False
+        source, change = variants[0]
+        self._submit_child("tune", source, (parent.kernel_id,), parent.island, None, problem="",
+                           note=", ".join(f"{k}={v}" for k, v in change.items()))
+        return True
+
+    # -- children -----------------------------------------------------------------------------------
+
+    def _proposal_done(self, future: concurrent.futures.Future) -> None:
+        meta = self.llm_futures.pop(future)
+        try:
+            proposal = future.result()
+        except operators_stop() as exc:  # a refused key or request: the run cannot go on
+            self.budget.release(meta["reservation"])
+            raise exc
+        self.budget.settle(meta["reservation"], proposal.cost_usd)
+        call_id = self.state.call_id(proposal.calls[-1]) if proposal.calls else None
+        stats = self.stats.get(meta["op"], scheduling.OperatorStats(0, 0, 0, 0.0))
+        self.stats[meta["op"]] = dataclasses.replace(stats, attempts=stats.attempts + 1,
+                                                     cost_usd=stats.cost_usd + (proposal.cost_usd or 0.0))
+        if proposal.analysis and call_id is not None:
+            self.archive.add_reflection(self.state.run_id, call_id, proposal.analysis, list(meta["parents"]))
+        if not proposal.ok:
+            self.state.add_kernel("", meta["op"], meta["parents"], meta["island"], call_id,
+                                  thinking=proposal.thinking, problem=f"{proposal.outcome}: {proposal.problem}")
+            self.progress.verdicts[proposal.outcome] += 1
+            return
+        novel, nearest, similarity = self.gate.check(proposal.source)
+        if not novel:
+            self.state.add_kernel(proposal.source, meta["op"], meta["parents"], meta["island"], call_id,
+                                  thinking=proposal.thinking,
+                                  problem=f"near_duplicate: of kernel {nearest} (similarity {similarity:.3f})")
+            self.progress.skipped_duplicates += 1
+            return
+        self._submit_child(meta["op"], proposal.source, meta["parents"], meta["island"], call_id,
+                           thinking=proposal.thinking)
+
+    def _submit_child(self, op: str, source: str, parents: tuple[int, ...], island: int, call_id: int | None,
+                      thinking: str = "", problem: str = "", note: str = "") -> None:
+        kernel_id, _ = self.state.add_kernel(source, op, parents, island, call_id, thinking=thinking,
+                                             problem=problem, note=note)
+        self.resubmit({"id": kernel_id, "source": source, "operator": op, "parents": parents, "island": island})
+
+    def _judged(self, future: concurrent.futures.Future) -> None:
+        meta = self.judge_futures.pop(future)
+        self.device_load[meta["device"]] -= 1
+        evaluation = future.result()
+        self.archive.add_evaluation(meta["kernel_id"], evaluation, purpose="search", run_id=self.state.run_id)
+        row = self.archive.kernel(meta["kernel_id"])
+        member = member_from_row(row, self.state.generation(self.settings.children_per_generation))
+        improved = self._admit(member)
+        stats = self.stats.get(meta["op"], scheduling.OperatorStats(0, 0, 0, 0.0))
+        if meta["op"] == "tune":
+            stats = dataclasses.replace(stats, attempts=stats.attempts + 1)
+        self.stats[meta["op"]] = dataclasses.replace(stats, successes=stats.successes + member.ok,
+                                                     improvements=stats.improvements + bool(improved))
+        self.progress.verdicts[evaluation.verdict] += 1
+        self.progress.judged_this_session += 1
+        self._generation_tick()
+
+    def _admit(self, member: Member) -> str:
+        """Add a judged child; mark stepping stones. Returns why it matters ('' when it does not)."""
+        best_before = self.population.best()
+        island_best = max((m.fitness for m in self.population.by_island(member.island) if m.ok), default=0.0)
+        niche_new = member.ok and member.niche not in self.population.elites()
+        self.population.add(member)
+        self.gate.add_source(member.kernel_id, member.source)
+        reason = ""
+        if member.ok and member.fitness > island_best:
+            reason = f"new best of island {member.island}: {member.fitness:.2f}x eager"
+        elif niche_new:
+            reason = f"opened niche {member.niche}"
+        if reason:
+            self.archive.mark_stepping_stone(member.kernel_id, reason)
+            for parent in member.parents:  # the parent led to an improvement
+                self.archive.mark_stepping_stone(parent, f"parent of kernel {member.kernel_id}: {reason}")
+        if member.ok and (best_before is None or member.fitness > best_before.fitness):
+            self.improved_at = self.progress.generation
+        return reason
+
+    def _generation_tick(self) -> None:
+        generation = self.state.generation(self.settings.children_per_generation)
+        if generation == self.progress.generation:
+            return
+        self.progress.generation = generation
+        moves = islands.migrate(self.population, self.settings.islands, self.rng, generation)
+        for kernel_id, to_island in moves:
+            self.population.migrate_in(kernel_id, to_island)
+            self.archive.add_event(self.state.run_id, "migration", {"kernel": kernel_id, "to_island": to_island})
+        self.archive.add_event(self.state.run_id, "generation", {"generation": generation,
+                                                                 "best_eager": self.progress.best_eager})
+
+    # -- the loop -----------------------------------------------------------------------------------
+
+    def _refresh(self) -> None:
+        best = self.population.best()
+        p = self.progress
+        p.best_eager = best.speedup_eager if best else None
+        p.best_compile = best.speedup_compile if best else None
+        p.judged = self.state.judged()
+        spend = self.archive.spend(self.state.run_id)
+        p.spend_usd, p.unknown_cost_calls, p.calls = spend["cost_usd"], spend["unknown_cost_calls"], spend["calls"]
+        prompt = spend["input_tokens"] + spend["cache_read_tokens"] + spend["cache_write_tokens"]
+        p.cache_hit = spend["cache_read_tokens"] / prompt if prompt else None
+        p.llm_in_flight, p.judging = len(self.llm_futures), len(self.judge_futures)
+        self.on_progress(p)
+
+    def _stop_reason(self) -> str | None:
+        since = self.progress.generation - self.improved_at
+        return self.budget.exhausted(self.progress.generation, since)
+
+    def run(self) -> str:
+        """Search until a limit is reached; returns the reason. Ctrl-C propagates (the caller stops)."""
+        reason = None
+        self.progress.status = "searching"
+        while True:
+            reason = reason or self._stop_reason()
+            if reason is None:
+                while len(self.llm_futures) < self.settings.llm_concurrency and len(self.judge_futures) < \
+                        2 * len(self.device_load) + 2 and self._plan():
+                    pass
+            if not self.llm_futures and not self.judge_futures:
+                break
+            waiting = list(self.llm_futures) + list(self.judge_futures)
+            done, _ = concurrent.futures.wait(waiting, timeout=0.5, return_when=concurrent.futures.FIRST_COMPLETED)
+            for future in done:
+                if future in self.llm_futures:
+                    self._proposal_done(future)
+                else:
+                    self._judged(future)
+            if reason:
+                self.progress.status = f"finishing: {reason}"
+            self._refresh()
+        self.pool.shutdown(0.0)
+        return reason or "nothing left to try"
+
+    def resubmit(self, row: dict) -> None:
+        """Judge a child that was stored but not judged before the run was killed."""
+        path = self.state.run_dir / "kernels" / f"k{row['id']}.py"
+        path.write_text(row["source"])
+        device = min(self.device_load, key=lambda d: self.device_load[d])
+        self.device_load[device] += 1
+        future = self.judge.submit(self.state.task, path, device)
+        self.judge_futures[future] = {"kernel_id": row["id"], "device": device, "op": row["operator"],
+                                      "source": row["source"], "parents": tuple(row.get("parents") or ()),
+                                      "island": row.get("island") or 0}
+
+    def abandon(self, grace_s: float = 0.0) -> int:
+        """Ctrl-C: stop planning, cancel queued calls; returns calls still in flight after `grace_s`."""
+        return self.pool.shutdown(grace_s)
+
+
+def operators_stop() -> type:
+    from kernelevo.agent.client import Stop
+
+    return Stop
+
+
+def run_config(**values: Any) -> dict:
+    """The effective configuration as stored with the run and echoed at start (JSON-friendly)."""
+    return {k: (list(v) if isinstance(v, tuple) else str(v) if isinstance(v, Path) else v)
+            for k, v in values.items()}
+
+
+# -- a whole run: set up, search, re-judge the best, write it out ---------------------------------------
+
+def final_judgement(search: Search, options: OptimizeOptions, on_status: Callable[[str], None]):
+    """The best kernels, best first, re-judged in a fresh process; the first that passes is announced."""
+    ranked = sorted(search.population.correct(), key=lambda m: -m.fitness)[:3]
+    for member in ranked:
+        on_status(f"re-judging kernel {member.kernel_id} ({member.fitness:.2f}x) in a fresh process")
+        path = search.state.run_dir / "kernels" / f"k{member.kernel_id}.py"
+        evaluation = search.judge.evaluate(search.state.task, path, options.devices[0])
+        search.archive.add_evaluation(member.kernel_id, evaluation, purpose="final", run_id=search.state.run_id)
+        search.archive.add_event(search.state.run_id, "final", {"kernel": member.kernel_id,
+                                                                "verdict": evaluation.verdict,
+                                                                "speedup_eager": evaluation.speedup_eager})
+        if evaluation.ok:
+            return member, evaluation
+    return None, None
+
+
+def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] | None = None,
+             on_status: Callable[[str], None] = lambda text: None) -> Outcome:
+    """A whole run. Raises agent.client.Stop (bad key or request), tasks.TaskError, ValueError on
+    bad options; KeyboardInterrupt leaves the run 'stopped' and resumable."""
+    from kernelevo.agent.prompting import target_for, task_view
+    from kernelevo.archive.store import Archive
+    from kernelevo.judge.api import Judge, JudgeOptions
+
+    from kernelevo.config import load_config
+    from kernelevo.tasks import load_task
+
+    task = load_task(options.task_path)
+    choice = load_config(options.config_path).model(options.model)
+    calls: list = []
+    llm = LLM(choice, on_call=lambda call: calls[0](call) if calls else None)  # bound to the run below
+    archive = Archive.open(options.archive_path)
+    try:
+        run_id, seed, fmt = _open_run(archive, task, options, llm)
+        target = target_for(options.devices[0], fmt)
+        stones, seeded = _stepping_stones(archive, task, options, on_status)
+        ctx = Context(task_view(task), target, inspirations=stones)
+        state = RunState(archive, run_id, task, archive.task_by_hash(task.source_hash)["id"], ctx,
+                         Path(options.archive_path).parent / "runs" / run_id, fmt)
+        calls.append(state.record_call)
+        on_status(f"run {run_id}" + (" (resumed)" if options.resume else "") + f"; kernels in {state.run_dir}")
+        archive.add_event(run_id, "session_start", {"resume": bool(options.resume), "seeded": list(seeded)})
+        budget = budgets.Budget(options.limits)
+        spend = archive.spend(run_id)
+        budget.restore(spend["cost_usd"], spend["calls"], elapsed_s(archive.events(run_id), time.time()))
+        gate = _gate(state, options)
+        # One spare worker per device: a started worker waits while another runs, so the device does
+        # not wait for Python and torch to import (the search always has the next child ready).
+        judge_options = JudgeOptions(devices=options.devices, policy=options.policy, trials=options.trials,
+                                     seed=seed, compile_baseline=options.compile_baseline, spares=1,
+                                     **({"timing": options.timing} if options.timing else {}))
+        with Judge(options.cache_dir, judge_options) as judge:
+            rng = random.Random(f"{seed}:{state.judged()}")  # a resumed run does not replay its draws
+            search = Search(state, llm, judge, options.settings, budget, gate, rng, on_progress)
+            for row in state.unjudged():  # stored before a kill, never judged
+                search.resubmit(row)
+            try:
+                reason = search.run()
+            except KeyboardInterrupt:
+                search.abandon(0.0)
+                archive.add_event(run_id, "stopped", {"by": "ctrl-c"})
+                archive.finish_run(run_id, "stopped", "interrupted (Ctrl-C)")
+                raise Interrupted(run_id) from None
+            member, final = final_judgement(search, options, on_status)
+        written = write_drop_in(member, final, task.name, run_id, options.out_dir) if final else None
+        budget_hit = reason.startswith(BUDGET_REASONS)
+        archive.finish_run(run_id, "budget" if budget_hit else "finished", reason)
+        archive.add_event(run_id, "finished", {"reason": reason, "written": str(written) if written else None})
+        return Outcome(run_id, reason, EXIT_BUDGET if budget_hit else EXIT_OK, final,
+                       member.kernel_id if member else None, written, seeded,
+                       {"spend": archive.spend(run_id), "counts": archive.counts(run_id)})
+    finally:
+        archive.close()
+
+
+def _open_run(archive, task, options: OptimizeOptions, llm: LLM) -> tuple[str, int, str]:
+    """(run id, seed, format) of a new run, or of the run being resumed (same task required)."""
+    import torch
+
+    task_id = archive.add_task(task.name, task.source, task.source_hash)
+    fmt = options.fmt or ("c" if options.devices[0] == "cpu" else "nvrtc")
+    if options.resume:
+        run = archive.run(options.resume)
+        if run is None:
+            raise ValueError(f"--resume {options.resume}: no such run in {options.archive_path}; "
+                             "`kernelevo archive ls runs` lists them")
+        if run["task_id"] != task_id:
+            raise ValueError(f"--resume {options.resume}: that run is for another task (or this task file changed)")
+        archive.set_run_status(options.resume, "running")
+        return options.resume, run["seed"], run["config"].get("format", fmt)
+    gpu = "cpu" if options.devices[0] == "cpu" else torch.cuda.get_device_name(torch.device(options.devices[0]))
+    config = run_config(task=options.task_path, model=llm.name, devices=options.devices, format=fmt,
+                        policy=options.policy, trials=options.trials, seed=options.seed,
+                        limits=dataclasses.asdict(options.limits), search=dataclasses.asdict(options.settings),
+                        seed_from=options.seed_from)
+    run_id = archive.start_run(task_id, config, options.seed, ",".join(options.devices), gpu,
+                               torch.__version__, torch.version.cuda or "")
+    return run_id, options.seed, fmt
+
+
+def _stepping_stones(archive, task, options: OptimizeOptions, on_status) -> tuple[tuple[Variant, ...], tuple[int, int]]:
+    """Kernels earlier runs marked as stepping stones: this task first (this archive and --seed-from
+    files, matched by source hash), then similar tasks by embedding."""
+    from kernelevo.archive.store import Archive
+
+    from .novelty import default_embedder
+    from .state import inspirations
+
+    rows = [r for r in archive.stepping_stones(task_hash=task.source_hash) if r.get("run_id") != options.resume]
+    for path in options.seed_from:
+        with Archive.open_readonly(path) as other:
+            rows += other.stepping_stones(task_hash=task.source_hash)
+    if len(rows) < 3:
+        embedder = default_embedder()
+        vector = embedder.embed([task.source])[0]
+        task_id = archive.task_by_hash(task.source_hash)["id"]
+        archive.put_embedding("task", task_id, embedder.name, vector, task.source_hash)
+        similar = [tid for tid, score in archive.similar_tasks(vector, embedder.name, exclude_task_id=task_id)
+                   if score > 0.8]
+        if similar:
+            rows += archive.stepping_stones(task_ids=similar)
+    chosen = inspirations(rows)
+    tasks = {r.get("task_id") for r in rows if r.get("source") in {v.source for v in chosen}}
+    if chosen:
+        on_status(f"seeded from {len(chosen)} kernels of {len(tasks)} tasks")
+    return chosen, (len(chosen), len(tasks))
+
+
+def _gate(state: RunState, options: OptimizeOptions) -> NoveltyGate:
+    from .novelty import default_embedder
+
+    embedder = default_embedder()
+    gate = NoveltyGate(embedder, options.settings.novelty_threshold)
+    for member in state.population.members:
+        gate.add_source(member.kernel_id, member.source)
+    return gate

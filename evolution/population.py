@@ -1,0 +1,126 @@
+"""The population: every candidate of a run as a frozen `Member`, grouped by island and niche.
+
+A Member is the search's view of one kernel: what it is (source, format), where it came from
+(operator, parents, generation) and what the judge said (verdict, speedups). It is rebuilt from
+archive rows on resume, so it holds only plain values.
+
+Islands and migration: a migrant is the same kernel listed on a second island. `Population.add`
+with a kernel id already present on another island records that copy; population-wide views
+(`members`, `correct`, `best`, `elites`, `get`) count each kernel once, in its home record (the
+first one added), while `by_island` lists every kernel present on that island, migrants included.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+
+@dataclass(frozen=True)
+class Member:
+    kernel_id: int
+    source: str
+    format: str
+    operator: str
+    parents: tuple[int, ...]
+    island: int
+    generation: int
+    verdict: str
+    reason: str = ""
+    speedup_eager: float | None = None
+    speedup_compile: float | None = None
+    ms: float | None = None
+    niche: str = ""
+    # Descriptors are a plain dict (JSON-friendly, as niches.describe returns them); treat it as
+    # read-only. Excluded from the hash so that a frozen Member stays hashable.
+    descriptors: dict = field(default_factory=dict, hash=False)
+    stepping_stone: bool = False  # seeded from the archive (past runs or similar tasks)
+    cost_usd: float | None = None  # LLM cost of producing it; None: unknown price or no LLM
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict == "ok"
+
+    @property
+    def fitness(self) -> float:
+        """Speedup over eager PyTorch; 0.0 for a failed or unmeasured kernel (never chosen as best)."""
+        return float(self.speedup_eager or 0.0) if self.ok else 0.0
+
+
+def rank_key(member: Member) -> tuple[float, int]:
+    """Sort key, best first: higher fitness, then the older kernel (lower id) on ties.
+
+    Preferring the older kernel on ties keeps `best()` stable as equal-speed variants arrive."""
+    return (-member.fitness, member.kernel_id)
+
+
+class Population:
+    """A plain container of Members (not frozen: the loop adds to it every generation)."""
+
+    def __init__(self, members: Iterable[Member] = ()):
+        self._home: dict[int, Member] = {}  # kernel_id -> home record, insertion ordered
+        self._islands: dict[int, dict[int, Member]] = {}  # island -> kernel_id -> record there
+        for m in members:
+            self.add(m)
+
+    def add(self, member: Member) -> None:
+        """Add a kernel, update one (same id and island: replaced), or add a migrant copy
+        (same id, another island)."""
+        home = self._home.get(member.kernel_id)
+        if home is None or home.island == member.island:
+            self._home[member.kernel_id] = member
+        self._islands.setdefault(member.island, {})[member.kernel_id] = member
+
+    def migrate_in(self, kernel_id: int, island: int) -> Member:
+        """List kernel `kernel_id` on `island` as well (a migration move); returns the copy."""
+        from dataclasses import replace
+
+        copy = replace(self._home[kernel_id], island=island)
+        self.add(copy)
+        return copy
+
+    def __len__(self) -> int:
+        return len(self._home)
+
+    def __contains__(self, kernel_id: object) -> bool:
+        return kernel_id in self._home
+
+    @property
+    def members(self) -> list[Member]:
+        """Every kernel once (its home record), in the order added."""
+        return list(self._home.values())
+
+    @property
+    def islands(self) -> list[int]:
+        return sorted(self._islands)
+
+    def by_island(self, island: int) -> list[Member]:
+        """Kernels present on `island`, migrants included."""
+        return list(self._islands.get(island, {}).values())
+
+    def get(self, kernel_id: int) -> Member | None:
+        return self._home.get(kernel_id)
+
+    def correct(self) -> list[Member]:
+        return [m for m in self._home.values() if m.ok]
+
+    def failed(self) -> list[Member]:
+        return [m for m in self._home.values() if not m.ok]
+
+    def best(self, island: int | None = None) -> Member | None:
+        """The fastest correct kernel (of one island if given), or None."""
+        pool = self.by_island(island) if island is not None else self._home.values()
+        ok = [m for m in pool if m.ok]
+        return min(ok, key=rank_key) if ok else None
+
+    def elites(self) -> dict[str, Member]:
+        """The fastest correct kernel of each niche (MAP-Elites' archive of cells)."""
+        return elites_of(self._home.values())
+
+
+def elites_of(members: Iterable[Member]) -> dict[str, Member]:
+    """Best correct member per niche, niches in order of first appearance."""
+    out: dict[str, Member] = {}
+    for m in members:
+        if m.ok and (m.niche not in out or rank_key(m) < rank_key(out[m.niche])):
+            out[m.niche] = m
+    return out

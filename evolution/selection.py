@@ -1,0 +1,116 @@
+"""Who breeds: pure selection policies over Members.
+
+Every function takes the population as a list and an explicit `random.Random`, changes nothing,
+and returns the same answer for the same seed, so a run is reproducible and each policy can be
+tested on its statistics alone.
+"""
+from __future__ import annotations
+
+import random
+from typing import Iterable, Mapping, Sequence
+
+from .population import Member, rank_key
+
+FIXABLE = ("compile_error", "runtime_error", "incorrect")  # timeout/rejected: the idea, not a slip, is wrong
+REPAIR_WINDOW = 4  # repair picks among this many most recent eligible failures
+
+
+def tournament(members: Sequence[Member], rng: random.Random, k: int = 3) -> Member:
+    """The fittest of `k` members drawn without replacement (ties: the older kernel)."""
+    if not members:
+        raise ValueError("tournament over no members")
+    return min(rng.sample(list(members), min(max(1, k), len(members))), key=rank_key)
+
+
+def _weighted(pool: Sequence[Member], rng: random.Random, stone_bias: float) -> Member:
+    weights = [stone_bias if m.stepping_stone else 1.0 for m in pool]
+    return rng.choices(list(pool), weights=weights, k=1)[0]
+
+
+def pick_parent(pop_members: Sequence[Member], elites: Mapping[str, Member] | Iterable[Member], rng: random.Random,
+                stone_bias: float = 2.0, elite_share: float = 0.5) -> Member:
+    """A correct parent for mutate/tune: from the niche elites with probability `elite_share`,
+    else from the other correct members; within either pool a stepping stone (a kernel seeded
+    from the archive) weighs `stone_bias` times as much as a kernel born in this run.
+
+    Elites carry the pressure towards speed (each niche equally likely: MAP-Elites' uniform
+    choice over cells, so a slow but different niche still gets offspring); the rest are drawn
+    uniformly because they are the diversity that elitism alone would lose. `elites` is
+    Population.elites() or its values. Raises ValueError when no member is correct."""
+    elite_members = elites.values() if isinstance(elites, Mapping) else elites
+    elite_pool = list({m.kernel_id: m for m in elite_members if m.ok}.values())
+    elite_ids = {m.kernel_id for m in elite_pool}
+    rest = [m for m in pop_members if m.ok and m.kernel_id not in elite_ids]
+    if not elite_pool and not rest:
+        raise ValueError("no correct member to pick a parent from")
+    if elite_pool and (not rest or rng.random() < elite_share):
+        return _weighted(elite_pool, rng, stone_bias)
+    return _weighted(rest, rng, stone_bias)
+
+
+def pick_crossover_parents(members: Sequence[Member], rng: random.Random, n: int = 2) -> list[Member]:
+    """Up to `n` correct members with distinct sources, from distinct niches when there are
+    enough: crossover is meant to combine different strengths (a tiled kernel with a vectorised
+    one), and two kernels of one niche mostly share theirs. Each parent is a tournament winner
+    of its niche. Fewer than `n` only when fewer distinct correct kernels exist."""
+    ok = _distinct_sources([m for m in members if m.ok])
+    by_niche: dict[str, list[Member]] = {}
+    for m in ok:
+        by_niche.setdefault(m.niche, []).append(m)
+    niches = list(by_niche)
+    rng.shuffle(niches)
+    picked = [tournament(by_niche[niche], rng) for niche in niches[:n]]
+    while len(picked) < n:
+        taken = {m.kernel_id for m in picked}
+        left = [m for m in ok if m.kernel_id not in taken]
+        if not left:
+            break
+        picked.append(tournament(left, rng))
+    return picked
+
+
+def pick_reflect_variants(members: Sequence[Member], rng: random.Random, k: int = 4) -> list[Member]:
+    """`k` measured correct variants spanning the speedups seen: the best, then one drawn from
+    each of k-1 equal rank strata of the rest, fastest first. Contrast is what the reflect
+    prompt learns from; k near-identical top kernels teach nothing about why one is fast."""
+    ranked = sorted(_distinct_sources([m for m in members if m.ok and m.speedup_eager is not None]), key=rank_key)
+    if len(ranked) <= k:
+        return ranked
+    best, rest = ranked[0], ranked[1:]
+    picks = [best]
+    strata = k - 1
+    for s in range(strata):
+        lo, hi = s * len(rest) // strata, (s + 1) * len(rest) // strata
+        picks.append(rest[rng.randrange(lo, hi)])
+    return sorted(picks, key=rank_key)
+
+
+def pick_repair_target(members: Sequence[Member], rng: random.Random) -> Member | None:
+    """A recent failure worth one repair: verdict in FIXABLE, born of a correct parent or of
+    translate (so the idea was sound and the failure is likely a slip), and not yet repaired.
+    A failed repair is never a target itself (its parent failed), which caps what the search
+    spends on one broken idea at one repair. Drawn uniformly among the REPAIR_WINDOW most recent
+    (newest generation, then newest kernel).
+
+    Pass all members (or a recent slice of all), not the failures alone: the parents' verdicts
+    and the existing repairs are read from the same list."""
+    by_id = {m.kernel_id: m for m in members}
+    repaired = {p for m in members if m.operator == "repair" for p in m.parents}
+    eligible = [
+        m for m in members
+        if m.verdict in FIXABLE and m.kernel_id not in repaired
+        and (m.operator == "translate" or any(by_id[p].ok for p in m.parents if p in by_id))
+    ]
+    if not eligible:
+        return None
+    eligible.sort(key=lambda m: (m.generation, m.kernel_id), reverse=True)
+    return rng.choice(eligible[:REPAIR_WINDOW])
+
+
+def _distinct_sources(members: list[Member]) -> list[Member]:
+    """First member per source text after stripping trailing whitespace of each line."""
+    seen: dict[str, Member] = {}
+    for m in sorted(members, key=rank_key):  # keep the fastest of identical copies
+        key = "\n".join(line.rstrip() for line in m.source.strip().splitlines())
+        seen.setdefault(key, m)
+    return list(seen.values())

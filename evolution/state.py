@@ -1,0 +1,126 @@
+"""A run's state as the archive holds it: rebuilt from rows on resume, never kept in a counter file.
+
+RunState is the loop's window on one run: the task, the population, the prompt context, and the
+writes the loop makes (kernels are written to the archive and to a file before they are judged).
+"""
+from __future__ import annotations
+
+import dataclasses
+import threading
+from pathlib import Path
+
+from kernelevo.agent.prompting import Context, Variant
+from kernelevo.records import LLMCall
+from kernelevo.tasks import Task
+
+from . import niches, scheduling
+from .population import Member, Population
+
+INSIGHTS = 3  # analyses of earlier reflections shown in later prompts
+
+
+def member_from_row(row: dict, generation: int = 0) -> Member:
+    """A Member from an archive kernel row (with its latest search evaluation)."""
+    return Member(kernel_id=row["id"], source=row["source"], format=row["format"] or "", operator=row["operator"],
+                  parents=tuple(row.get("parents") or ()), island=row.get("island") or 0,
+                  generation=row.get("generation") or generation, verdict=row.get("verdict") or "",
+                  reason=row.get("reason") or "", speedup_eager=row.get("speedup_eager"),
+                  speedup_compile=row.get("speedup_compile"), ms=row.get("candidate_ms"),
+                  niche=row.get("niche") or "", stepping_stone=bool(row.get("stepping_stone")))
+
+
+class RunState:
+    def __init__(self, archive, run_id: str, task: Task, task_id: int, context: Context, run_dir: Path,
+                 fmt: str):
+        self.archive, self.run_id, self.task, self.task_id = archive, run_id, task, task_id
+        self.base_context, self.run_dir, self.format = context, Path(run_dir), fmt
+        (self.run_dir / "kernels").mkdir(parents=True, exist_ok=True)
+        self._call_ids: dict[int, int] = {}
+        self._lock = threading.Lock()
+        self.population = Population()
+        for row in archive.kernels(run_id=run_id):
+            if row.get("verdict"):  # judged children only; unjudged ones are re-judged by the caller
+                self.population.add(member_from_row(row))
+
+    # -- records ------------------------------------------------------------------------------------
+
+    def record_call(self, call: LLMCall) -> None:
+        """on_call of the LLM client: the reply is stored the moment it arrives (any thread)."""
+        call_id = self.archive.add_llm_call(self.run_id, call)
+        with self._lock:
+            self._call_ids[id(call)] = call_id
+
+    def call_id(self, call: LLMCall) -> int | None:
+        with self._lock:
+            return self._call_ids.get(id(call))
+
+    def add_kernel(self, source: str, operator: str, parents: tuple[int, ...], island: int,
+                   call_id: int | None, thinking: str = "", problem: str = "", note: str = "") -> tuple[int, Path]:
+        """Store a child (or an operator outcome without one) and, for a child, its file to judge."""
+        from kernelevo.judge.formats import detect_format
+
+        fmt, descriptors, niche = "", None, ""
+        if source:
+            try:
+                fmt = detect_format(source)
+            except (SyntaxError, ValueError):
+                fmt = "unknown"
+            descriptors = niches.describe(source, fmt)
+            niche = niches.niche_key(descriptors)
+        kernel_id = self.archive.add_kernel(
+            self.task_id, source, fmt, operator, run_id=self.run_id, parents=parents, llm_call_id=call_id,
+            generation=self.generation_of_next(), island=island, origin="run", descriptors=descriptors,
+            niche=niche, thinking=thinking or note, problem=problem)  # tune children: the change, as their "thinking"
+        path = self.run_dir / "kernels" / f"k{kernel_id}.py"
+        if source:
+            path.write_text(source)
+        return kernel_id, path
+
+    # -- derived counters ---------------------------------------------------------------------------
+
+    def judged(self) -> int:
+        return self.archive.counts(self.run_id)["evaluations"]
+
+    def generation(self, per_generation: int) -> int:
+        return self.judged() // max(1, per_generation)
+
+    def generation_of_next(self) -> int:
+        return self.judged()
+
+    def unjudged(self) -> list[dict]:
+        """Children stored but never judged (the run was killed while they waited): judge them first."""
+        return [r for r in self.archive.kernels(run_id=self.run_id) if r["source"] and not r.get("verdict")
+                and not r.get("problem")]
+
+    def operator_stats(self) -> dict[str, scheduling.OperatorStats]:
+        """Per-operator attempts, successes, improvements and spend, derived from the run's rows."""
+        stats: dict[str, scheduling.OperatorStats] = {}
+        costs = self.archive.operator_costs(self.run_id)
+        for row in self.archive.kernels(run_id=self.run_id):
+            op = row["operator"]
+            s = stats.get(op, scheduling.OperatorStats(0, 0, 0, 0.0))
+            stats[op] = dataclasses.replace(s, attempts=s.attempts + 1, successes=s.successes + (row.get("verdict") == "ok"),
+                                            improvements=s.improvements + bool(row.get("stepping_stone")))
+        for op, cost in costs.items():
+            s = stats.get(op, scheduling.OperatorStats(0, 0, 0, 0.0))
+            stats[op] = dataclasses.replace(s, cost_usd=cost)
+        return stats
+
+    # -- prompts ------------------------------------------------------------------------------------
+
+    def context(self) -> Context:
+        """The prompt context: the run's fixed prefix, plus the latest reflections' analyses."""
+        analyses = [r["analysis"] for r in self.archive.reflections(run_id=self.run_id)][-INSIGHTS:]
+        return dataclasses.replace(self.base_context, insights=tuple(analyses))
+
+    def profile_text(self, kernel_id: int) -> str:
+        """The condensed profile of a kernel, once profiling stores one ("" until then)."""
+        return ""
+
+
+def inspirations(rows: list[dict], limit: int = 3) -> tuple[Variant, ...]:
+    """Stepping stones of earlier runs (or other archives) as prompt variants, best first."""
+    chosen = sorted((r for r in rows if r.get("source")), key=lambda r: -(r.get("speedup_eager") or 0.0))[:limit]
+    return tuple(Variant(r["source"], r.get("format") or "", f"S{i + 1}", "ok", speedup_eager=r.get("speedup_eager"),
+                         speedup_compile=r.get("speedup_compile"), ms=r.get("candidate_ms"))
+                 for i, r in enumerate(chosen))

@@ -1,0 +1,102 @@
+"""What `kernelevo optimize` shows while it runs (stderr) and when it ends (stdout).
+
+The live panel fits a 100-column terminal: one line of search state, one of spend, one of
+verdicts, one of activity. It redraws at most four times a second.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+
+WIDTH = 100  # the panel fits a 100-column terminal (4 columns go to its border and padding)
+
+
+def _x(value: float | None) -> str:
+    return f"{value:.2f}x" if value is not None else "-"
+
+
+def lines(p: Any, limits: dict) -> list[str]:
+    """The panel's text lines for a loop Progress (plain strings, so tests can read them)."""
+    cap = f" of ${limits['max_cost_usd']:.2f}" if limits.get("max_cost_usd") else ""
+    unknown = f" (+{p.unknown_cost_calls} calls of unknown cost)" if p.unknown_cost_calls else ""
+    cache = f"{p.cache_hit:.0%}" if p.cache_hit is not None else "-"
+    verdicts = "  ".join(f"{k} {v}" for k, v in sorted(p.verdicts.items(), key=lambda kv: -kv[1])) or "-"
+    text = [
+        f"generation {p.generation}  judged {p.judged} ({p.per_minute:.1f}/min)  "
+        f"best {_x(p.best_eager)} vs eager, {_x(p.best_compile)} vs torch.compile",
+        f"spend ${p.spend_usd:.4f}{cap}{unknown}  LLM calls {p.calls}  prompt cache hits {cache}",
+        f"verdicts: {verdicts}" + (f"  near-duplicates skipped {p.skipped_duplicates}" if p.skipped_duplicates else ""),
+        f"in flight: {p.llm_in_flight} LLM calls, {p.judging} being judged  {p.status}",
+    ]
+    return [line if len(line) <= WIDTH - 4 else line[:WIDTH - 7] + "..." for line in text]
+
+
+class LiveProgress:
+    """A rich Live panel on stderr; a plain line every few seconds when stderr is not a terminal."""
+
+    def __init__(self, title: str, limits: dict):
+        from rich.console import Console
+
+        self.title, self.limits = title, limits
+        self.console = Console(stderr=True)
+        self.live = None
+        self._last_plain = 0.0
+
+    def __enter__(self) -> "LiveProgress":
+        if self.console.is_terminal:
+            from rich.live import Live
+
+            self.live = Live(console=self.console, refresh_per_second=4, transient=False)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.live is not None:
+            self.live.__exit__(*exc)
+
+    def status(self, text: str) -> None:
+        self.console.print(text, markup=False, highlight=False)
+
+    def __call__(self, progress: Any) -> None:
+        text = lines(progress, self.limits)
+        if self.live is not None:
+            from rich.panel import Panel
+
+            self.live.update(Panel("\n".join(text), title=self.title, width=min(WIDTH, self.console.width)))
+        elif time.monotonic() - self._last_plain > 5:  # a log, not a terminal: state and spend now and then
+            self._last_plain = time.monotonic()
+            for line in text[:2]:
+                self.console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def summary_rows(outcome: Any) -> list[tuple[str, str]]:
+    """The final summary as (label, value) rows."""
+    spend, counts = outcome.summary.get("spend", {}), outcome.summary.get("counts", {})
+    best = outcome.best
+    rows = [("run", outcome.run_id), ("stopped because", outcome.reason)]
+    if best is not None:
+        rows += [("best kernel", f"{outcome.best_kernel_id}: {_x(best.speedup_eager)} vs eager, "
+                                 f"{_x(best.speedup_compile)} vs torch.compile (re-judged in a fresh process)"),
+                 ("written to", str(outcome.written))]
+    else:
+        rows.append(("best kernel", "none passed the judge"))
+    cost = f"${spend.get('cost_usd', 0.0):.4f}"
+    if spend.get("unknown_cost_calls"):
+        cost += f" + {spend['unknown_cost_calls']} calls of unknown cost"
+    rows += [("LLM calls", f"{spend.get('calls', 0)} ({cost})"),
+             ("candidates judged", str(counts.get("evaluations", 0))),
+             ("verdicts", ", ".join(f"{k} {v}" for k, v in sorted((counts.get("verdicts") or {}).items())) or "-")]
+    return rows
+
+
+def print_summary(outcome: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(show_header=False, box=None)
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(overflow="fold")  # a long path folds instead of being cut
+    for label, value in summary_rows(outcome):
+        table.add_row(label, value)
+    Console().print(table)

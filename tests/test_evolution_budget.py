@@ -1,0 +1,119 @@
+"""Budget: reservations, limits, thread safety, stop reasons, resume."""
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+from kernelevo.evolution.budget import Budget, Limits, estimate_cost
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_estimate_cost():
+    info = SimpleNamespace(input=3.0, cached_input=0.3, output=15.0)
+    assert estimate_cost(info, 10_000, 2_000) == pytest.approx(0.06)
+    assert estimate_cost(info, 10_000, 2_000, cached_tokens=8_000) == pytest.approx((2000 * 3 + 8000 * 0.3 + 30000) / 1e6)
+    assert estimate_cost(SimpleNamespace(input=None, cached_input=0.3, output=15.0), 10, 10) is None
+    assert estimate_cost(SimpleNamespace(input=3.0, cached_input=None, output=None), 10, 10) is None
+    no_cache = SimpleNamespace(input=3.0, cached_input=None, output=15.0)
+    assert estimate_cost(no_cache, 1000, 0) == pytest.approx(0.003)
+    assert estimate_cost(no_cache, 1000, 0, cached_tokens=500) is None
+
+
+def test_reservation_refuses_over_limit():
+    b = Budget(Limits(max_cost_usd=1.0))
+    r1 = b.reserve(0.6)
+    assert r1 is not None
+    assert b.reserve(0.5) is None  # 0.6 held + 0.5 > 1.0: the call must not be made
+    assert b.exhausted(0, 0) is None  # r1 is still in flight and may cost less
+    b.settle(r1, 0.3)  # it did
+    r2 = b.reserve(0.5)
+    assert r2 is not None and b.reserved_usd == pytest.approx(0.5)
+    b.release(r2)  # never made
+    assert b.spent_usd == pytest.approx(0.3) and b.calls == 1 and b.reserved_usd == 0
+    with pytest.raises(ValueError):
+        b.release(r2)
+    assert b.reserve(0.8) is None and b.exhausted(0, 0) == "max-cost-usd reached ($0.3000 of $1.0000)"
+    assert b.reserve(0.1) is not None  # a smaller call still fits: no longer exhausted
+    assert b.exhausted(0, 0) is None
+
+
+def test_call_limit_counts_in_flight():
+    b = Budget(Limits(max_llm_calls=2))
+    r1, r2 = b.reserve(0.01), b.reserve(0.01)
+    assert r1 and r2 and b.reserve(0.01) is None
+    b.release(r2)
+    b.settle(r1, 0.01)
+    r3 = b.reserve(None)  # unknown price
+    b.settle(r3, None)
+    assert b.calls == 2 and b.unknown_cost_calls == 1
+    assert b.exhausted(0, 0).startswith("max-llm-calls")
+
+
+def test_unknown_actual_keeps_estimate():
+    b = Budget(Limits(max_cost_usd=10))
+    b.settle(b.reserve(0.25), None)
+    assert b.spent_usd == 0.25 and b.unknown_cost_calls == 1
+
+
+def test_threads_never_overspend():
+    b = Budget(Limits(max_cost_usd=5.0, max_llm_calls=100))
+    made = []
+    lock = threading.Lock()
+
+    def worker():
+        while True:
+            r = b.reserve(0.04)
+            if r is None:
+                return
+            b.settle(r, 0.04 if r.id % 3 else None)
+            with lock:
+                made.append(r.id)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(made) == len(set(made)) == 100  # limited by calls: 100 * 0.04 = 4.0 < 5.0
+    assert b.calls == 100 and b.spent_usd == pytest.approx(4.0) and b.in_flight == 0
+
+    b2 = Budget(Limits(max_cost_usd=1.0))
+    threads = [threading.Thread(target=lambda: [b2.settle(r, r.estimate_usd) for r in iter(lambda: b2.reserve(0.03), None)])
+               for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert b2.calls == 33 and b2.spent_usd == pytest.approx(0.99) and b2.spent_usd <= 1.0
+
+
+def test_wall_time_generations_and_plateau():
+    clock = FakeClock()
+    b = Budget(Limits(max_wall_s=60, generations=10, plateau_generations=3), clock=clock)
+    assert b.exhausted(2, 1) is None
+    assert b.exhausted(3, 3) == "plateau: no improvement in 3 generations"
+    assert b.exhausted(10, 0).startswith("generations")
+    clock.t += 59.5
+    assert b.exhausted(2, 0) is None
+    clock.t += 1
+    assert b.exhausted(2, 0).startswith("max-wall-time")
+    assert Budget(clock=clock).exhausted(10**6, 10**6) is None  # no limits, no reason
+
+
+def test_restore_for_resume():
+    clock = FakeClock()
+    b = Budget(Limits(max_cost_usd=2.0, max_llm_calls=50, max_wall_s=100), clock=clock).restore(
+        spent_usd=1.5, calls=40, elapsed_s=90.0, unknown_cost_calls=2)
+    assert (b.spent_usd, b.calls, b.unknown_cost_calls) == (1.5, 40, 2)
+    assert b.elapsed_s == 90.0
+    assert b.reserve(0.6) is None and b.reserve(0.4) is not None
+    clock.t += 10
+    assert b.exhausted(0, 0).startswith("max-wall-time")
+    assert b.snapshot()["in_flight"] == 1

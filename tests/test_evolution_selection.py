@@ -1,0 +1,295 @@
+"""Population, niches, selection, islands and operator scheduling: pure, seeded, CPU only."""
+import random
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from kernelevo.evolution import islands, niches, scheduling, selection
+from kernelevo.evolution.population import Member, Population
+from kernelevo.evolution.scheduling import OperatorStats
+
+CANDIDATES = Path(__file__).resolve().parent.parent / "benchmarks" / "tasks" / "candidates"
+
+
+def member(kid, speed=1.0, verdict="ok", niche="L1", island=0, stone=False, operator="mutate", parents=(),
+           generation=0, source=None):
+    return Member(kernel_id=kid, source=source if source is not None else f"// kernel {kid}\n", format="nvrtc",
+                  operator=operator, parents=tuple(parents), island=island, generation=generation,
+                  verdict=verdict, speedup_eager=speed if verdict == "ok" else None, niche=niche,
+                  stepping_stone=stone)
+
+
+# --- population ---------------------------------------------------------------------------
+
+def test_member_is_frozen_and_hashable_with_descriptors():
+    m = replace(member(1), descriptors={"launches": 1, "vector_io": True})
+    assert hash(m) == hash(replace(m, descriptors={}))  # descriptors stay out of the hash
+    with pytest.raises(AttributeError):
+        m.verdict = "incorrect"  # type: ignore[misc]
+    assert m.ok and m.fitness == 1.0
+    failed = member(2, verdict="incorrect")
+    assert not failed.ok and failed.fitness == 0.0
+    assert replace(member(3), speedup_eager=None).fitness == 0.0
+
+
+def test_population_views_and_migrant_copies():
+    pop = Population([member(1, 1.5, niche="L1"), member(2, 2.5, niche="L2-smem", island=1),
+                      member(3, 3.0, verdict="runtime_error"), member(4, 2.0, niche="L1")])
+    assert pop.best().kernel_id == 2
+    assert [m.kernel_id for m in pop.correct()] == [1, 2, 4]
+    assert {k: m.kernel_id for k, m in pop.elites().items()} == {"L1": 4, "L2-smem": 2}
+    assert pop.get(3).verdict == "runtime_error" and pop.get(99) is None
+    pop.migrate_in(2, 0)  # a copy on island 0; island 1 keeps it
+    assert {m.kernel_id for m in pop.by_island(0)} == {1, 2, 3, 4}
+    assert [m.kernel_id for m in pop.by_island(1)] == [2]
+    assert len(pop) == 4 and len(pop.members) == 4  # counted once
+    assert pop.get(2).island == 1  # the home record
+    assert pop.best(island=0).kernel_id == 2
+    pop.add(replace(pop.get(1), stepping_stone=True))  # same id and island: an update
+    assert pop.get(1).stepping_stone and len(pop) == 4
+
+
+# --- niches -------------------------------------------------------------------------------
+
+def test_describe_real_candidates():
+    softmax = niches.describe((CANDIDATES / "row_softmax__nvrtc.py").read_text(), "nvrtc")
+    assert softmax == {"launches": 1, "shared_memory": True, "tensor_cores": False, "vector_io": True,
+                       "torch_ops": False}
+    assert niches.niche_key(softmax) == "L1-smem-vec"
+    # two launches per forward: split reduction, then the finishing pass
+    assert niches.describe((CANDIDATES / "sum_reduction__nvrtc.py").read_text(), "nvrtc")["launches"] == 2
+    assert niches.describe((CANDIDATES / "sum_reduction__inline.py").read_text(), "inline")["launches"] == 2
+    # a vectorised launch and its scalar fallback in if/else are one launch, in Python and in C++
+    assert niches.describe((CANDIDATES / "diag_matmul__nvrtc.py").read_text(), "nvrtc")["launches"] == 1
+    assert niches.describe((CANDIDATES / "layernorm__inline.py").read_text(), "inline")["launches"] == 1
+    conv = niches.describe((CANDIDATES / "conv2d_relu__nvrtc.py").read_text(), "nvrtc")  # dynamic smem
+    assert conv["launches"] == 1 and conv["shared_memory"]
+    c = niches.describe((CANDIDATES / "layernorm__c.py").read_text(), "c")
+    assert niches.niche_key(c) == "L1"
+
+
+HYBRID = '''
+import torch
+import torch.nn.functional as F
+from kernelevo import runtime
+
+SRC = r"""
+#include <mma.h>
+using namespace nvcuda;
+extern "C" __global__ void gelu(const __half2* x, __half2* y, int n) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, half, wmma::row_major> a;
+}
+"""
+_mod = runtime.load_cuda(SRC)
+
+def _post(y):
+    for _ in range(2):
+        _mod.gelu(1, 256, y, y, y.numel())  # in a loop: many launches
+    return y
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x, w):
+        y = torch.matmul(x, w)  # cuBLAS does the GEMM
+        return self._finish(y)
+
+    def _finish(self, y):
+        return _post(y)
+'''
+
+
+def test_describe_hybrid_follows_helpers_and_loops():
+    d = niches.describe(HYBRID, "nvrtc")
+    assert d["torch_ops"] and d["tensor_cores"] and d["vector_io"] and not d["shared_memory"]
+    assert d["launches"] >= 3
+    assert niches.niche_key(d) == "L3+-tc-vec-torch"
+    # the judge's evidence overrides the static guess
+    assert not niches.describe(HYBRID, "nvrtc", {"torch_compute": [], "launches": 2})["torch_ops"]
+
+
+@pytest.mark.parametrize("text", ["", "def forward(:\n  <<< {{ ((", "\x00\xff" * 50, "}" * 100 + "{" * 5000,
+                                  "class ModelNew:\n def forward(self): return self.forward()"])
+def test_describe_never_raises(text):
+    d = niches.describe(text, "inline")
+    assert set(d) == {"launches", "shared_memory", "tensor_cores", "vector_io", "torch_ops"}
+    assert niches.niche_key(d).startswith("L")
+
+
+def test_niche_key_is_stable():
+    assert niches.niche_key({"launches": 5, "vector_io": True, "shared_memory": True}) == "L3+-smem-vec"
+    assert niches.niche_key({}) == "L0"
+
+
+# --- selection ----------------------------------------------------------------------------
+
+def test_tournament_is_deterministic_and_prefers_fast():
+    pop = [member(i, speed=i / 10) for i in range(1, 21)]
+    a = [selection.tournament(pop, random.Random(7)).kernel_id for _ in range(5)]
+    b = [selection.tournament(pop, random.Random(7)).kernel_id for _ in range(5)]
+    assert a == b
+    rng = random.Random(1)
+    wins = [selection.tournament(pop, rng, k=3).kernel_id for _ in range(2000)]
+    assert sum(wins) / len(wins) > 13  # uniform would average 10.5
+    assert selection.tournament(pop, rng, k=100).kernel_id == 20
+
+
+def test_pick_parent_weights_stepping_stones():
+    pop = [member(i, 1.0, niche=f"n{i % 2}", stone=i in (5, 6)) for i in range(1, 13)]
+    elites = {"n0": pop[1], "n1": pop[0]}
+    rng = random.Random(3)
+    counts = Counter(selection.pick_parent(pop, elites, rng, stone_bias=2.0).kernel_id for _ in range(20000))
+    # the ten non-elites share half the draws; each stone should get twice a plain member's share
+    plain = sum(counts[i] for i in (3, 4, 7, 8, 9, 10, 11, 12)) / 8
+    stones = (counts[5] + counts[6]) / 2
+    assert 1.7 < stones / plain < 2.3
+    assert 0.45 < (counts[1] + counts[2]) / 20000 < 0.55  # the elite share
+    failed = [member(1, verdict="compile_error")]
+    with pytest.raises(ValueError):
+        selection.pick_parent(failed, {}, rng)
+
+
+def test_crossover_prefers_distinct_niches():
+    pop = [member(i, 1.0 + i / 10, niche="L1-vec") for i in range(1, 9)] + [member(20, 0.5, niche="L2-smem"),
+                                                                             member(21, 3.0, verdict="incorrect", niche="L3+")]
+    rng = random.Random(11)
+    for _ in range(200):
+        a, b = selection.pick_crossover_parents(pop, rng)
+        assert {a.niche, b.niche} == {"L1-vec", "L2-smem"}
+    single_niche = [m for m in pop if m.niche == "L1-vec"]
+    picks = selection.pick_crossover_parents(single_niche, rng, n=3)
+    assert len({m.kernel_id for m in picks}) == 3
+    assert selection.pick_crossover_parents(pop[:1], rng) == pop[:1]
+
+
+def test_reflect_variants_span_speedups_with_distinct_sources():
+    pop = [member(i, speed=i * 0.25, source=f"k{i}") for i in range(1, 21)]
+    pop.append(member(30, speed=5.0, source="k20"))  # same source as kernel 20, faster copy
+    pop.append(member(31, verdict="incorrect", source="bad"))
+    picks = selection.pick_reflect_variants(pop, random.Random(5), k=4)
+    speeds = [m.speedup_eager for m in picks]
+    assert speeds[0] == 5.0 and speeds == sorted(speeds, reverse=True)
+    assert len({m.source for m in picks}) == 4 and all(m.ok for m in picks)
+    assert min(speeds) <= 1.5  # reaches the slow end, not four near-copies of the top
+    assert picks == selection.pick_reflect_variants(pop, random.Random(5), k=4)
+
+
+def test_repair_target_rules():
+    pop = [
+        member(1, 1.2, operator="translate"),
+        member(2, verdict="compile_error", operator="mutate", parents=[1], generation=3),
+        member(3, verdict="timeout", operator="mutate", parents=[1], generation=4),  # not fixable
+        member(4, verdict="incorrect", operator="repair", parents=[2], generation=4),  # failed repair
+        member(5, verdict="runtime_error", operator="translate", generation=0),
+        member(6, verdict="incorrect", operator="mutate", parents=[2], generation=5),  # parent failed
+    ]
+    rng = random.Random(0)
+    # kernel 2 was repaired (by 4) already; 4's and 6's parents failed; 3 timed out: only 5 remains
+    assert {selection.pick_repair_target(pop, rng).kernel_id for _ in range(20)} == {5}
+    assert selection.pick_repair_target(pop[:1], rng) is None
+    fresh = [member(1), member(7, verdict="compile_error", parents=[1], generation=9)]
+    assert selection.pick_repair_target(fresh, rng).kernel_id == 7
+
+
+# --- islands ------------------------------------------------------------------------------
+
+def test_assign_island_round_robin():
+    assert [islands.assign_island(i, 3) for i in range(7)] == [0, 1, 2, 0, 1, 2, 0]
+    assert islands.assign_island(5, 1) == 0
+
+
+def test_migrate_ring_every_n_generations():
+    pop = Population([member(1, 1.0, island=0), member(2, 2.0, island=0), member(3, 3.0, island=1),
+                      member(4, 9.0, verdict="incorrect", island=2)])
+    rng = random.Random(0)
+    assert islands.migrate(pop, 3, rng, generation=2, every=3) == []
+    assert islands.migrate(pop, 3, rng, generation=0, every=3) == []
+    moves = islands.migrate(pop, 3, rng, generation=3, every=3)
+    assert moves == [(2, 1), (3, 2)]  # island 2 has no correct kernel to send
+    for kid, to in moves:
+        pop.migrate_in(kid, to)
+    # next time each island sends its best that the next one lacks: island 0's best (2) is on
+    # island 1 already, so 1 goes; island 1 holds 3 and migrant 2, and 3 is on island 2 already
+    assert islands.migrate(pop, 3, rng, generation=6, every=3) == [(1, 1), (2, 2), (3, 0)]
+    assert islands.migrate(pop.members, 1, rng, generation=3) == []
+    plain_list = islands.migrate([member(1, 1.0, island=0), member(3, 3.0, island=1)], 2, rng, generation=3)
+    assert plain_list == [(1, 1), (3, 0)]
+
+
+# --- scheduling ---------------------------------------------------------------------------
+
+def test_translate_until_correct():
+    rng = random.Random(0)
+    stats = {"mutate": OperatorStats(10, 5, 5, 0.1)}
+    for _ in range(50):
+        assert scheduling.choose_operator(stats, False, 0, True, True, rng) == "translate"
+
+
+def test_eligibility_rules():
+    rng = random.Random(1)
+    one = {scheduling.choose_operator({}, True, 1, False, False, rng) for _ in range(500)}
+    assert one == {"translate", "mutate"}
+    many = {scheduling.choose_operator({}, True, 3, True, True, rng) for _ in range(2000)}
+    assert many == set(scheduling.OPERATORS)
+    no_tune = {scheduling.choose_operator({}, True, 3, True, True, rng, base_weights={"tune": 0}) for _ in range(500)}
+    assert "tune" not in no_tune
+
+
+def test_bandit_shifts_to_improvement_per_dollar():
+    stats = {
+        "mutate": OperatorStats(attempts=20, successes=15, improvements=8, cost_usd=0.4),
+        "crossover": OperatorStats(attempts=20, successes=10, improvements=1, cost_usd=0.8),
+        "reflect": OperatorStats(attempts=20, successes=10, improvements=8, cost_usd=4.0),  # same rate, 10x price
+    }
+    rng = random.Random(2)
+    counts = Counter(scheduling.choose_operator(stats, True, 5, False, False, rng) for _ in range(5000))
+    assert counts["mutate"] > 2 * counts["reflect"] and counts["mutate"] > 3 * counts["crossover"]
+    assert min(counts.values()) > 50  # the exploration floor: nobody starves
+    p = scheduling.operator_weights(stats, ["repair", "mutate", "crossover", "reflect"])
+    assert sum(p.values()) == pytest.approx(1.0)
+    # an untried operator starts at the prior: between the best and the worst
+    assert p["crossover"] < p["repair"] < p["mutate"]
+
+
+def test_tune_is_cheap_but_its_failures_count():
+    fresh = scheduling.operator_weights({}, ["mutate", "tune"])
+    assert fresh["tune"] > fresh["mutate"]  # same prior rate, a fifth of the cost
+    tired = scheduling.operator_weights({"tune": OperatorStats(attempts=40, successes=40, improvements=0)},
+                                        ["mutate", "tune"])
+    assert tired["tune"] < tired["mutate"]
+    s = OperatorStats().record(True, False, 0.01).record(False, False, None)
+    assert (s.attempts, s.successes, s.improvements, s.cost_usd) == (2, 1, 0, 0.01)
+
+
+def test_pick_parent_accepts_elites_as_list():
+    pop = [member(1, 1.0, niche="a"), member(2, 2.0, niche="b")]
+    elites = Population(pop).elites()
+    a = [selection.pick_parent(pop, elites, random.Random(4)).kernel_id for _ in range(3)]
+    b = [selection.pick_parent(pop, list(elites.values()), random.Random(4)).kernel_id for _ in range(3)]
+    assert a == b
+
+
+TORCH_BASE = '''
+import math
+import torch
+import torch.nn.functional as F
+from kernelevo import runtime
+_mod = runtime.load_cuda(SRC)
+class ModelNew(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+    def forward(self, x):
+        {body}
+        _mod.k(1, 1, x)
+        return x
+'''
+
+
+@pytest.mark.parametrize("body, expected", [
+    ("y = self.linear(x)", True), ("y = x.float().matmul(x)", True), ("y = F.softmax(x, -1)", True),
+    ("y = torch.empty_like(x); n = math.prod(x.shape)", False), ("y = x.contiguous().view(-1)", False),
+    ("torch.cuda.synchronize()", False),
+])
+def test_torch_ops_counts_compute_not_glue(body, expected):
+    assert niches.describe(TORCH_BASE.format(body=body), "nvrtc")["torch_ops"] is expected

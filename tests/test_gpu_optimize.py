@@ -1,0 +1,94 @@
+"""The optimize bar on a GPU: scripted CUDA replies for two starter tasks, the real CLI in a
+100-column pseudo-terminal (so the live panel is drawn), a judged ok best kernel faster than eager,
+every candidate in the archive with its lineage."""
+import itertools
+import os
+import pty
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from kernelevo.archive.store import Archive
+from llm_server import ScriptedServer, Step, request_text
+
+from conftest import ROOT
+
+pytestmark = pytest.mark.gpu
+TASKS = ROOT / "benchmarks" / "tasks"
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+
+
+def scripted_cuda(name: str):
+    nvrtc = (TASKS / "candidates" / f"{name}__nvrtc.py").read_text()
+    inline = (TASKS / "candidates" / f"{name}__inline.py").read_text()
+    translations = itertools.chain([nvrtc.replace("expf(", "expff(").replace("tanhf(", "tanhff("), nvrtc],
+                                   itertools.repeat(nvrtc))
+    improvements = itertools.cycle([inline, nvrtc.replace("#define BLOCK 256", "#define BLOCK 256  // tune: 128 256 512")])
+
+    def respond(body: dict) -> Step:
+        job = request_text(body).rsplit("# Your job", 1)[-1]
+        if "Write `ModelNew` for this task" in job:
+            kernel = next(translations)
+        elif "This kernel failed the judge" in job:
+            kernel = nvrtc
+        else:
+            kernel = next(improvements)
+        return Step(text=f"Plan first.\n\n```python\n{kernel}```\n", usage=dict(input=4000, cache_read=8000, output=1500))
+    return respond
+
+
+def run_in_pty(args: list[str], env: dict, log: Path) -> int:
+    """Run the CLI with stdout and stderr on a 100x40 pseudo-terminal; the screen output goes to `log`."""
+    import fcntl
+    import struct
+    import termios
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 100, 0, 0))
+    proc = subprocess.Popen(args, stdout=follower, stderr=follower, env=env)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            data = os.read(leader, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    log.write_bytes(b"".join(chunks))
+    return proc.wait(timeout=900)
+
+
+@pytest.mark.parametrize("name", ["row_softmax", "elementwise_chain"])
+def test_optimize_starter_task_on_the_gpu(name, tmp_path):
+    server = ScriptedServer(responder=scripted_cuda(name))
+    config = tmp_path / "kernelevo.toml"
+    config.write_text('[models.scripted]\nmodel = "openai:scripted-cuda"\ninput = 1.0\ncached_input = 0.1\noutput = 4.0\n')
+    env = dict(os.environ, OPENAI_API_KEY="sk-test", OPENAI_BASE_URL=f"{server.url}/v1", COLUMNS="100",
+               LINES="40", TERM="xterm-256color")
+    log = Path(os.environ.get("OUT", tmp_path)) / f"optimize_{name}.log"
+    exe = str(Path(sys.executable).parent / "kernelevo")
+    try:
+        code = run_in_pty([exe, "optimize", str(TASKS / f"{name}.py"), "--model", "scripted", "--config", str(config),
+                           "--archive", str(tmp_path / "archive.sqlite"), "--out", str(tmp_path / "out"),
+                           "--children", "3", "--generations", "2", "--max-llm-calls", "8", "--concurrency", "2"],
+                          env, log)
+    finally:
+        server.close()
+    screen = ANSI.sub("", log.read_bytes().decode(errors="replace"))
+    assert code in (0, 3), screen[-3000:]
+    with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
+        (run,) = archive.runs()
+        kernels = archive.kernels(run_id=run["id"])
+        finals = [e for k in kernels for e in archive.kernel(k["id"])["evaluations"] if e["purpose"] == "final"]
+        verdicts = archive.counts(run["id"])["verdicts"]
+    assert finals and finals[-1]["verdict"] == "ok" and finals[-1]["speedup_eager"] > 1.0
+    assert verdicts.get("compile_error", 0) >= 1 and verdicts.get("ok", 0) >= 1
+    assert all(k["parents"] for k in kernels if k["operator"] != "translate")
+    assert "generation" in screen and "vs torch.compile" in screen
+    assert all(len(line) <= 100 for line in screen.replace("\r", "\n").splitlines())  # rich wraps to the terminal
+    print(f"{name}: best {finals[-1]['speedup_eager']:.2f}x eager, verdicts {verdicts}, "
+          f"{len(kernels)} kernels; screen log {log}")
