@@ -56,12 +56,18 @@ def _from_reply(operator: str, reply: Reply, calls: list[LLMCall], **extra) -> P
     return Proposal(operator, "candidate", source, calls=tuple(calls), thinking=reply.thinking, **extra)
 
 
+def _whole(llm: LLM, operator: str, messages: list[Message], analyse: bool = False) -> Proposal:
+    """One call whose reply must hold a whole candidate file (and, to `analyse`, an analysis)."""
+    answer = llm.ask(operator, messages)
+    if answer.completion is None:
+        return _failed(operator, [answer.call])
+    reply = parse_reply(answer.text)
+    return _from_reply(operator, reply, [answer.call], analysis=analysis_of(reply.text) if analyse else "")
+
+
 def translate(llm: LLM, ctx: Context) -> Proposal:
     """Reference PyTorch to a first kernel."""
-    answer = llm.ask("translate", prompting.translate(ctx))
-    if answer.completion is None:
-        return _failed("translate", [answer.call])
-    return _from_reply("translate", parse_reply(answer.text), [answer.call])
+    return _whole(llm, "translate", prompting.translate(ctx))
 
 
 def functional(llm: LLM, ctx: Context) -> tuple[str, LLMCall]:
@@ -96,21 +102,14 @@ def mutate(llm: LLM, ctx: Context, parent: Variant) -> Proposal:
 def crossover(llm: LLM, ctx: Context, parents: list[Variant]) -> Proposal:
     if not 2 <= len(parents) <= 3:
         raise ValueError(f"crossover takes two or three parents, got {len(parents)}")
-    answer = llm.ask("crossover", prompting.crossover(ctx, parents))
-    if answer.completion is None:
-        return _failed("crossover", [answer.call])
-    return _from_reply("crossover", parse_reply(answer.text), [answer.call])
+    return _whole(llm, "crossover", prompting.crossover(ctx, parents))
 
 
 def reflect(llm: LLM, ctx: Context, variants: list[Variant]) -> Proposal:
     """Contrastive: the analysis of why the fastest is fastest comes back as data, with the kernel."""
     if len(variants) < 2:
         raise ValueError("reflect needs at least two measured variants")
-    answer = llm.ask("reflect", prompting.reflect(ctx, variants))
-    if answer.completion is None:
-        return _failed("reflect", [answer.call])
-    reply = parse_reply(answer.text)
-    return _from_reply("reflect", reply, [answer.call], analysis=analysis_of(reply.text))
+    return _whole(llm, "reflect", prompting.reflect(ctx, variants), analyse=True)
 
 
 _ANALYSIS = re.compile(r"^#{1,4}\s*(?:performance\s+)?analysis\b[^\n]*\n", re.I | re.M)

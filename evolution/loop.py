@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kernelevo.agent import operators
-from kernelevo.agent.client import LLM
+from kernelevo.agent.client import LLM, Stop
 from kernelevo.agent.pool import CallPool
 from kernelevo.agent.prompting import Context, Variant, feedback_from
 
@@ -55,8 +55,8 @@ class Search:
         self.on_progress = on_progress or (lambda p: None)
         self.population: Population = state.population
         self.stats: dict[str, scheduling.OperatorStats] = state.operator_stats()
-        self.progress = Progress(generation=state.generation(settings.children_per_generation),
-                                 judged=state.judged())
+        self.progress = Progress(judged=state.judged())  # from rows once; counted here afterwards
+        self.progress.generation = self._generation()
         self.pool = CallPool(settings.llm_concurrency)
         self.llm_futures: dict[concurrent.futures.Future, dict] = {}
         self.judge_futures: dict[concurrent.futures.Future, dict] = {}
@@ -65,10 +65,10 @@ class Search:
         self._island_turn = -1
         self._refresh()
 
-    # -- planning -----------------------------------------------------------------------------------
+    def _generation(self) -> int:
+        return self.progress.judged // max(1, self.settings.children_per_generation)
 
-    def _ctx(self) -> Context:
-        return self.state.context()
+    # -- planning -----------------------------------------------------------------------------------
 
     def _plan(self) -> bool:
         """Start one child; False when no operator could start one (three draws) or the budget refuses."""
@@ -77,23 +77,24 @@ class Search:
     def _plan_once(self) -> bool:
         """Start one child (an LLM call, or a tune variant straight to the judge)."""
         correct = self.population.correct()
-        fixable = selection.pick_repair_target(self._recent_failures(), self.rng) is not None
+        repairable = selection.pick_repair_target(self.population.members[-40:], self.rng)
         tunable = any(tune.has_tunables(m.source) for m in correct)
-        op = scheduling.choose_operator(self.stats, bool(correct), len(correct), fixable, tunable, self.rng)
+        op = scheduling.choose_operator(self.stats, bool(correct), len(correct), repairable is not None, tunable,
+                                        self.rng)
         if op == "tune":
             return self._start_tune(correct)
-        job = self._job(op, correct)
+        job = self._job(op, correct, repairable)
         if job is None:
             return False
         reservation = self.budget.reserve(self._estimate())
         if reservation is None:
             return False
         fn, args, parents, island = job
-        future = self.pool.submit(fn, self.llm, self._ctx(), *args)
+        future = self.pool.submit(fn, self.llm, self.state.context(), *args)
         self.llm_futures[future] = {"op": op, "parents": parents, "island": island, "reservation": reservation}
         return True
 
-    def _job(self, op: str, correct: list[Member]):
+    def _job(self, op: str, correct: list[Member], repairable: Member | None):
         island = self._next_island()
         pool = [m for m in correct if m.island == island] or correct
         if op == "translate":
@@ -109,22 +110,16 @@ class Search:
             chosen = selection.pick_reflect_variants(correct, self.rng, self.settings.reflect_k)
             variants = [self._variant(m, "ABCDEFGH"[i]) for i, m in enumerate(chosen)]
             return operators.reflect, (variants,), tuple(m.kernel_id for m in chosen), chosen[0].island
-        if op == "repair":
-            target = selection.pick_repair_target(self._recent_failures(), self.rng)
-            evaluation = Evaluation.from_dict(self.archive.kernel(target.kernel_id)["evaluations"][-1]["data"])
-            return (operators.repair, (self._variant(target, "A"), feedback_from(evaluation)),
-                    (target.kernel_id,), target.island)
+        if op == "repair":  # among recent children: the selection checks a failure's parent and repairs
+            evaluation = Evaluation.from_dict(self.archive.kernel(repairable.kernel_id)["evaluations"][-1]["data"])
+            return (operators.repair, (self._variant(repairable, "A"), feedback_from(evaluation)),
+                    (repairable.kernel_id,), repairable.island)
         return None
 
     def _variant(self, m: Member, label: str, notes: str = "") -> Variant:
         profile = self.state.profile_text(m.kernel_id)
         return Variant(m.source, m.format, label, m.verdict, m.reason, "", m.speedup_eager, m.speedup_compile,
                        m.ms, profile, notes)
-
-    def _recent_failures(self) -> list[Member]:
-        """Recent children, failed and not: the selection checks a failure's parent and whether it
-        was repaired already."""
-        return self.population.members[-40:]
 
     def _next_island(self) -> int:
         self._island_turn = (self._island_turn + 1) % self.settings.islands
@@ -143,7 +138,7 @@ class Search:
         if not variants:
             return False
         source, change = variants[0]
-        self._submit_child("tune", source, (parent.kernel_id,), parent.island, None, problem="",
+        self._submit_child("tune", source, (parent.kernel_id,), parent.island, None,
                            note=", ".join(f"{k}={v}" for k, v in change.items()))
         return True
 
@@ -153,25 +148,25 @@ class Search:
         meta = self.llm_futures.pop(future)
         try:
             proposal = future.result()
-        except operators_stop() as exc:  # a refused key or request: the run cannot go on
+        except Stop:  # a refused key or request: the run cannot go on
             self.budget.release(meta["reservation"])
-            raise exc
+            raise
         self.budget.settle(meta["reservation"], proposal.cost_usd)
         call_id = self.state.call_id(proposal.calls[-1]) if proposal.calls else None
-        stats = self.stats.get(meta["op"], scheduling.OperatorStats(0, 0, 0, 0.0))
+        stats = self.stats.get(meta["op"], scheduling.OperatorStats())
         self.stats[meta["op"]] = dataclasses.replace(stats, attempts=stats.attempts + 1,
                                                      cost_usd=stats.cost_usd + (proposal.cost_usd or 0.0))
         if proposal.analysis and call_id is not None:
             self.archive.add_reflection(self.state.run_id, call_id, proposal.analysis, list(meta["parents"]))
         if not proposal.ok:
-            self.state.add_kernel("", meta["op"], meta["parents"], meta["island"], call_id,
+            self.state.add_kernel("", meta["op"], meta["parents"], meta["island"], call_id, self._generation(),
                                   thinking=proposal.thinking, problem=f"{proposal.outcome}: {proposal.problem}")
             self.progress.verdicts[proposal.outcome] += 1
             return
         novel, nearest, similarity = self.gate.check(proposal.source)
         if not novel:
             self.state.add_kernel(proposal.source, meta["op"], meta["parents"], meta["island"], call_id,
-                                  thinking=proposal.thinking,
+                                  self._generation(), thinking=proposal.thinking,
                                   problem=f"near_duplicate: of kernel {nearest} (similarity {similarity:.3f})")
             self.progress.skipped_duplicates += 1
             return
@@ -179,37 +174,37 @@ class Search:
                            thinking=proposal.thinking)
 
     def _submit_child(self, op: str, source: str, parents: tuple[int, ...], island: int, call_id: int | None,
-                      thinking: str = "", problem: str = "", note: str = "") -> None:
-        kernel_id, _ = self.state.add_kernel(source, op, parents, island, call_id, thinking=thinking,
-                                             problem=problem, note=note)
-        self.resubmit({"id": kernel_id, "source": source, "operator": op, "parents": parents, "island": island})
+                      thinking: str = "", note: str = "") -> None:
+        kernel_id = self.state.add_kernel(source, op, parents, island, call_id, self._generation(),
+                                          thinking=thinking, note=note)
+        self.resubmit({"id": kernel_id, "source": source, "operator": op})
 
     def _judged(self, future: concurrent.futures.Future) -> None:
         meta = self.judge_futures.pop(future)
         self.device_load[meta["device"]] -= 1
         evaluation = future.result()
         self.archive.add_evaluation(meta["kernel_id"], evaluation, purpose="search", run_id=self.state.run_id)
-        row = self.archive.kernel(meta["kernel_id"])
-        member = member_from_row(row, self.state.generation(self.settings.children_per_generation))
+        member = member_from_row(self.archive.kernel(meta["kernel_id"]))
         improved = self._admit(member)
-        stats = self.stats.get(meta["op"], scheduling.OperatorStats(0, 0, 0, 0.0))
+        stats = self.stats.get(meta["op"], scheduling.OperatorStats())
         if meta["op"] == "tune":
             stats = dataclasses.replace(stats, attempts=stats.attempts + 1)
         self.stats[meta["op"]] = dataclasses.replace(stats, successes=stats.successes + member.ok,
                                                      improvements=stats.improvements + bool(improved))
         self.progress.verdicts[evaluation.verdict] += 1
+        self.progress.judged += 1
         self.progress.judged_this_session += 1
         self._generation_tick()
 
     def _admit(self, member: Member) -> str:
         """Add a judged child; mark stepping stones. Returns why it matters ('' when it does not)."""
         best_before = self.population.best()
-        island_best = max((m.fitness for m in self.population.by_island(member.island) if m.ok), default=0.0)
+        island_best = self.population.best(member.island)
         niche_new = member.ok and member.niche not in self.population.elites()
         self.population.add(member)
         self.gate.add_source(member.kernel_id, member.source)
         reason = ""
-        if member.ok and member.fitness > island_best:
+        if member.ok and member.fitness > (island_best.fitness if island_best else 0.0):
             reason = f"new best of island {member.island}: {member.fitness:.2f}x eager"
         elif niche_new:
             reason = f"opened niche {member.niche}"
@@ -222,7 +217,7 @@ class Search:
         return reason
 
     def _generation_tick(self) -> None:
-        generation = self.state.generation(self.settings.children_per_generation)
+        generation = self._generation()
         if generation == self.progress.generation:
             return
         self.progress.generation = generation
@@ -240,7 +235,6 @@ class Search:
         p = self.progress
         p.best_eager = best.speedup_eager if best else None
         p.best_compile = best.speedup_compile if best else None
-        p.judged = self.state.judged()
         spend = self.archive.spend(self.state.run_id)
         p.spend_usd, p.unknown_cost_calls, p.calls = spend["cost_usd"], spend["unknown_cost_calls"], spend["calls"]
         prompt = spend["input_tokens"] + spend["cache_read_tokens"] + spend["cache_write_tokens"]
@@ -278,25 +272,18 @@ class Search:
         return reason or "nothing left to try"
 
     def resubmit(self, row: dict) -> None:
-        """Judge a child that was stored but not judged before the run was killed."""
-        path = self.state.run_dir / "kernels" / f"k{row['id']}.py"
+        """Judge a stored child (new, or stored but not judged before the run was killed) on the
+        least loaded device; its file is written here, the one place a kernel file is written."""
+        path = self.state.kernel_path(row["id"])
         path.write_text(row["source"])
         device = min(self.device_load, key=lambda d: self.device_load[d])
         self.device_load[device] += 1
         future = self.judge.submit(self.state.task, path, device)
-        self.judge_futures[future] = {"kernel_id": row["id"], "device": device, "op": row["operator"],
-                                      "source": row["source"], "parents": tuple(row.get("parents") or ()),
-                                      "island": row.get("island") or 0}
+        self.judge_futures[future] = {"kernel_id": row["id"], "device": device, "op": row["operator"]}
 
     def abandon(self, grace_s: float = 0.0) -> int:
         """Ctrl-C: stop planning, cancel queued calls; returns calls still in flight after `grace_s`."""
         return self.pool.shutdown(grace_s)
-
-
-def operators_stop() -> type:
-    from kernelevo.agent.client import Stop
-
-    return Stop
 
 
 def run_config(**values: Any) -> dict:
@@ -312,8 +299,8 @@ def final_judgement(search: Search, options: OptimizeOptions, on_status: Callabl
     ranked = sorted(search.population.correct(), key=lambda m: -m.fitness)[:3]
     for member in ranked:
         on_status(f"re-judging kernel {member.kernel_id} ({member.fitness:.2f}x) in a fresh process")
-        path = search.state.run_dir / "kernels" / f"k{member.kernel_id}.py"
-        evaluation = search.judge.evaluate(search.state.task, path, options.devices[0])
+        evaluation = search.judge.evaluate(search.state.task, search.state.kernel_path(member.kernel_id),
+                                           options.devices[0])
         search.archive.add_evaluation(member.kernel_id, evaluation, purpose="final", run_id=search.state.run_id)
         search.archive.add_event(search.state.run_id, "final", {"kernel": member.kernel_id,
                                                                 "verdict": evaluation.verdict,
@@ -334,25 +321,26 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
     from kernelevo.config import load_config
     from kernelevo.tasks import load_task
 
+    from .novelty import default_embedder
+
     task = load_task(options.task_path)
-    choice = load_config(options.config_path).model(options.model)
-    calls: list = []
-    llm = LLM(choice, on_call=lambda call: calls[0](call) if calls else None)  # bound to the run below
+    llm = LLM(load_config(options.config_path).model(options.model))  # its calls are recorded once the run exists
     archive = Archive.open(options.archive_path)
     try:
-        run_id, seed, fmt = _open_run(archive, task, options, llm)
-        target = target_for(options.devices[0], fmt)
-        stones, seeded = _stepping_stones(archive, task, options, on_status)
-        ctx = Context(task_view(task), target, inspirations=stones)
-        state = RunState(archive, run_id, task, archive.task_by_hash(task.source_hash)["id"], ctx,
-                         Path(options.archive_path).parent / "runs" / run_id, fmt)
-        calls.append(state.record_call)
+        task_id, run_id, seed, fmt = _open_run(archive, task, options, llm)
+        embedder = default_embedder()
+        stones, seeded = _stepping_stones(archive, task, task_id, embedder, options, on_status)
+        ctx = Context(task_view(task), target_for(options.devices[0], fmt), inspirations=stones)
+        state = RunState(archive, run_id, task, task_id, ctx, Path(options.archive_path).parent / "runs" / run_id, fmt)
+        llm.on_call = state.record_call
         on_status(f"run {run_id}" + (" (resumed)" if options.resume else "") + f"; kernels in {state.run_dir}")
         archive.add_event(run_id, "session_start", {"resume": bool(options.resume), "seeded": list(seeded)})
         budget = budgets.Budget(options.limits)
         spend = archive.spend(run_id)
         budget.restore(spend["cost_usd"], spend["calls"], elapsed_s(archive.events(run_id), time.time()))
-        gate = _gate(state, options)
+        gate = NoveltyGate(embedder, options.settings.novelty_threshold)
+        for member in state.population.members:
+            gate.add_source(member.kernel_id, member.source)
         # One spare worker per device: a started worker waits while another runs, so the device does
         # not wait for Python and torch to import (the search always has the next child ready).
         judge_options = JudgeOptions(devices=options.devices, policy=options.policy, trials=options.trials,
@@ -382,8 +370,8 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
         archive.close()
 
 
-def _open_run(archive, task, options: OptimizeOptions, llm: LLM) -> tuple[str, int, str]:
-    """(run id, seed, format) of a new run, or of the run being resumed (same task required)."""
+def _open_run(archive, task, options: OptimizeOptions, llm: LLM) -> tuple[int, str, int, str]:
+    """(task id, run id, seed, format) of a new run, or of the run being resumed (same task required)."""
     import torch
 
     task_id = archive.add_task(task.name, task.source, task.source_hash)
@@ -396,7 +384,7 @@ def _open_run(archive, task, options: OptimizeOptions, llm: LLM) -> tuple[str, i
         if run["task_id"] != task_id:
             raise ValueError(f"--resume {options.resume}: that run is for another task (or this task file changed)")
         archive.set_run_status(options.resume, "running")
-        return options.resume, run["seed"], run["config"].get("format", fmt)
+        return task_id, options.resume, run["seed"], run["config"].get("format", fmt)
     gpu = "cpu" if options.devices[0] == "cpu" else torch.cuda.get_device_name(torch.device(options.devices[0]))
     config = run_config(task=options.task_path, model=llm.name, devices=options.devices, format=fmt,
                         policy=options.policy, trials=options.trials, seed=options.seed,
@@ -404,15 +392,15 @@ def _open_run(archive, task, options: OptimizeOptions, llm: LLM) -> tuple[str, i
                         seed_from=options.seed_from)
     run_id = archive.start_run(task_id, config, options.seed, ",".join(options.devices), gpu,
                                torch.__version__, torch.version.cuda or "")
-    return run_id, options.seed, fmt
+    return task_id, run_id, options.seed, fmt
 
 
-def _stepping_stones(archive, task, options: OptimizeOptions, on_status) -> tuple[tuple[Variant, ...], tuple[int, int]]:
+def _stepping_stones(archive, task, task_id: int, embedder, options: OptimizeOptions,
+                     on_status) -> tuple[tuple[Variant, ...], tuple[int, int]]:
     """Kernels earlier runs marked as stepping stones: this task first (this archive and --seed-from
     files, matched by source hash), then similar tasks by embedding."""
     from kernelevo.archive.store import Archive
 
-    from .novelty import default_embedder
     from .state import inspirations
 
     rows = [r for r in archive.stepping_stones(task_hash=task.source_hash) if r.get("run_id") != options.resume]
@@ -420,9 +408,7 @@ def _stepping_stones(archive, task, options: OptimizeOptions, on_status) -> tupl
         with Archive.open_readonly(path) as other:
             rows += other.stepping_stones(task_hash=task.source_hash)
     if len(rows) < 3:
-        embedder = default_embedder()
         vector = embedder.embed([task.source])[0]
-        task_id = archive.task_by_hash(task.source_hash)["id"]
         archive.put_embedding("task", task_id, embedder.name, vector, task.source_hash)
         similar = [tid for tid, score in archive.similar_tasks(vector, embedder.name, exclude_task_id=task_id)
                    if score > 0.8]
@@ -433,13 +419,3 @@ def _stepping_stones(archive, task, options: OptimizeOptions, on_status) -> tupl
     if chosen:
         on_status(f"seeded from {len(chosen)} kernels of {len(tasks)} tasks")
     return chosen, (len(chosen), len(tasks))
-
-
-def _gate(state: RunState, options: OptimizeOptions) -> NoveltyGate:
-    from .novelty import default_embedder
-
-    embedder = default_embedder()
-    gate = NoveltyGate(embedder, options.settings.novelty_threshold)
-    for member in state.population.members:
-        gate.add_source(member.kernel_id, member.source)
-    return gate

@@ -1,7 +1,7 @@
 """A run's state as the archive holds it: rebuilt from rows on resume, never kept in a counter file.
 
 RunState is the loop's window on one run: the task, the population, the prompt context, and the
-writes the loop makes (kernels are written to the archive and to a file before they are judged).
+writes the loop makes (kernels are written to the archive before they are judged).
 """
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ from .population import Member, Population
 INSIGHTS = 3  # analyses of earlier reflections shown in later prompts
 
 
-def member_from_row(row: dict, generation: int = 0) -> Member:
+def member_from_row(row: dict) -> Member:
     """A Member from an archive kernel row (with its latest search evaluation)."""
     return Member(kernel_id=row["id"], source=row["source"], format=row["format"] or "", operator=row["operator"],
                   parents=tuple(row.get("parents") or ()), island=row.get("island") or 0,
-                  generation=row.get("generation") or generation, verdict=row.get("verdict") or "",
+                  generation=row.get("generation") or 0, verdict=row.get("verdict") or "",
                   reason=row.get("reason") or "", speedup_eager=row.get("speedup_eager"),
                   speedup_compile=row.get("speedup_compile"), ms=row.get("candidate_ms"),
                   niche=row.get("niche") or "", stepping_stone=bool(row.get("stepping_stone")))
@@ -38,7 +38,8 @@ class RunState:
         self._call_ids: dict[int, int] = {}
         self._lock = threading.Lock()
         self.population = Population()
-        for row in archive.kernels(run_id=run_id):
+        self._rows_at_start = archive.kernels(run_id=run_id)  # read once: population, stats, leftovers
+        for row in self._rows_at_start:
             if row.get("verdict"):  # judged children only; unjudged ones are re-judged by the caller
                 self.population.add(member_from_row(row))
 
@@ -55,8 +56,9 @@ class RunState:
             return self._call_ids.get(id(call))
 
     def add_kernel(self, source: str, operator: str, parents: tuple[int, ...], island: int,
-                   call_id: int | None, thinking: str = "", problem: str = "", note: str = "") -> tuple[int, Path]:
-        """Store a child (or an operator outcome without one) and, for a child, its file to judge."""
+                   call_id: int | None, generation: int, thinking: str = "", problem: str = "",
+                   note: str = "") -> int:
+        """Store a child (or an operator outcome without one); returns its kernel id."""
         from kernelevo.judge.formats import detect_format
 
         fmt, descriptors, niche = "", None, ""
@@ -69,40 +71,31 @@ class RunState:
             niche = niches.niche_key(descriptors)
         kernel_id = self.archive.add_kernel(
             self.task_id, source, fmt, operator, run_id=self.run_id, parents=parents, llm_call_id=call_id,
-            generation=self.generation_of_next(), island=island, origin="run", descriptors=descriptors,
+            generation=generation, island=island, origin="run", descriptors=descriptors,
             niche=niche, thinking=thinking or note, problem=problem)  # tune children: the change, as their "thinking"
-        path = self.run_dir / "kernels" / f"k{kernel_id}.py"
-        if source:
-            path.write_text(source)
-        return kernel_id, path
+        return kernel_id
+
+    def kernel_path(self, kernel_id: int) -> Path:
+        """Where a child's source is written for the judge."""
+        return self.run_dir / "kernels" / f"k{kernel_id}.py"
 
     # -- derived counters ---------------------------------------------------------------------------
 
     def judged(self) -> int:
         return self.archive.counts(self.run_id)["evaluations"]
 
-    def generation(self, per_generation: int) -> int:
-        return self.judged() // max(1, per_generation)
-
-    def generation_of_next(self) -> int:
-        return self.judged()
-
     def unjudged(self) -> list[dict]:
         """Children stored but never judged (the run was killed while they waited): judge them first."""
-        return [r for r in self.archive.kernels(run_id=self.run_id) if r["source"] and not r.get("verdict")
-                and not r.get("problem")]
+        return [r for r in self._rows_at_start if r["source"] and not r.get("verdict") and not r.get("problem")]
 
     def operator_stats(self) -> dict[str, scheduling.OperatorStats]:
         """Per-operator attempts, successes, improvements and spend, derived from the run's rows."""
         stats: dict[str, scheduling.OperatorStats] = {}
-        costs = self.archive.operator_costs(self.run_id)
-        for row in self.archive.kernels(run_id=self.run_id):
-            op = row["operator"]
-            s = stats.get(op, scheduling.OperatorStats(0, 0, 0, 0.0))
-            stats[op] = dataclasses.replace(s, attempts=s.attempts + 1, successes=s.successes + (row.get("verdict") == "ok"),
-                                            improvements=s.improvements + bool(row.get("stepping_stone")))
-        for op, cost in costs.items():
-            s = stats.get(op, scheduling.OperatorStats(0, 0, 0, 0.0))
+        for row in self._rows_at_start:
+            s = stats.get(row["operator"], scheduling.OperatorStats())
+            stats[row["operator"]] = s.record(row.get("verdict") == "ok", bool(row.get("stepping_stone")))
+        for op, cost in self.archive.operator_costs(self.run_id).items():
+            s = stats.get(op, scheduling.OperatorStats())
             stats[op] = dataclasses.replace(s, cost_usd=cost)
         return stats
 

@@ -27,16 +27,17 @@ def _duration(text: Optional[str]) -> Optional[float]:
 
 
 def _devices(device: Optional[str], gpus: str) -> tuple[str, ...]:
+    """The judge's devices: the CPU, the one GPU --device cuda:N names, or the --gpus list."""
     dev = resolve_device(device)
     if dev == "cpu":
         return ("cpu",)
+    if device not in (None, "auto", "cuda") and gpus == "all":
+        return (dev,)
     import torch
 
     count = torch.cuda.device_count()
     if gpus == "all":
         return tuple(f"cuda:{i}" for i in range(count))
-    if device not in (None, "auto", "cuda") and gpus == "all":
-        return (dev,)
     picked = [g.strip() for g in gpus.split(",") if g.strip()]
     if not picked or not all(g.isdigit() and int(g) < count for g in picked):
         fail(f"--gpus {gpus}: use all, or indices below {count} such as 0,1")

@@ -8,12 +8,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from kernelevo.report import speedup_text as _x
+
 
 WIDTH = 100  # the panel fits a 100-column terminal (4 columns go to its border and padding)
-
-
-def _x(value: float | None) -> str:
-    return f"{value:.2f}x" if value is not None else "-"
 
 
 def lines(p: Any, limits: dict) -> list[str]:

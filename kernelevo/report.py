@@ -18,7 +18,7 @@ def _ms(value: float) -> str:
     return f"{value * 1000:.1f} µs" if value < 1 else f"{value:.3f} ms"
 
 
-def _speedup(value: float | None) -> str:
+def speedup_text(value: float | None) -> str:
     return f"{value:.2f}x" if value is not None else "-"
 
 
@@ -68,8 +68,8 @@ def print_evaluation(e: Evaluation, console=None) -> None:
         table.add_row("eager time", _time(e.eager))
         table.add_row("compile time", _time(e.compiled))
         ci = f" (±{100 * e.speedup_eager_ci:.2f}%)" if e.speedup_eager_ci is not None else ""
-        table.add_row("speedup", f"[bold]{_speedup(e.speedup_eager)}[/bold]{ci} vs eager, "
-                      f"[bold]{_speedup(e.speedup_compile)}[/bold] vs torch.compile")
+        table.add_row("speedup", f"[bold]{speedup_text(e.speedup_eager)}[/bold]{ci} vs eager, "
+                      f"[bold]{speedup_text(e.speedup_compile)}[/bold] vs torch.compile")
     for warning in e.warnings:
         table.add_row("[yellow]warning[/yellow]", warning)
     for note in e.notes:

@@ -116,3 +116,21 @@ def _payload(path: str, step: Step) -> dict:
                       "prompt_tokens_details": {"cached_tokens": u.get("cache_read", 0),
                                                 "cache_write_tokens": u.get("cache_write", 0)},
                       "completion_tokens_details": {"reasoning_tokens": u.get("reasoning", 0)}}}
+
+
+def kernel_replies(translations, improvements, repaired: str, usage: dict, delay_s: float = 0.0):
+    """A responder for the search loop: the operator a request's job names picks the kernel (sources
+    drawn from the `translations` and `improvements` iterators; repairs get `repaired`); reflect
+    replies start with an analysis."""
+    def respond(body: dict) -> Step:
+        job = request_text(body).rsplit("# Your job", 1)[-1]
+        if "Write `ModelNew` for this task" in job:
+            kernel = next(translations)
+        elif "This kernel failed the judge" in job:
+            kernel = repaired
+        else:
+            kernel = next(improvements)
+        analysis = "## Analysis\nThe fastest reads each row once with all threads.\n\n## Kernel\n" \
+            if "measured kernels" in job else ""
+        return Step(text=f"{analysis}Here is the kernel.\n\n```python\n{kernel}```\n", usage=usage, delay_s=delay_s)
+    return respond

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from kernelevo.archive.store import Archive
-from llm_server import ScriptedServer, Step, request_text
+from llm_server import ScriptedServer, kernel_replies
 
 from conftest import ROOT
 
@@ -21,22 +21,14 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 
 
 def scripted_cuda(name: str):
+    """Translate: a kernel that does not compile, then the starter nvrtc one; improvements alternate
+    between the inline kernel and an nvrtc one with a tunable constant."""
     nvrtc = (TASKS / "candidates" / f"{name}__nvrtc.py").read_text()
     inline = (TASKS / "candidates" / f"{name}__inline.py").read_text()
-    translations = itertools.chain([nvrtc.replace("expf(", "expff(").replace("tanhf(", "tanhff("), nvrtc],
-                                   itertools.repeat(nvrtc))
-    improvements = itertools.cycle([inline, nvrtc.replace("#define BLOCK 256", "#define BLOCK 256  // tune: 128 256 512")])
-
-    def respond(body: dict) -> Step:
-        job = request_text(body).rsplit("# Your job", 1)[-1]
-        if "Write `ModelNew` for this task" in job:
-            kernel = next(translations)
-        elif "This kernel failed the judge" in job:
-            kernel = nvrtc
-        else:
-            kernel = next(improvements)
-        return Step(text=f"Plan first.\n\n```python\n{kernel}```\n", usage=dict(input=4000, cache_read=8000, output=1500))
-    return respond
+    broken = nvrtc.replace("expf(", "expff(").replace("tanhf(", "tanhff(")
+    tunable = nvrtc.replace("#define BLOCK 256", "#define BLOCK 256  // tune: 128 256 512")
+    return kernel_replies(itertools.chain([broken], itertools.repeat(nvrtc)), itertools.cycle([inline, tunable]),
+                          nvrtc, dict(input=4000, cache_read=8000, output=1500))
 
 
 def run_in_pty(args: list[str], env: dict, log: Path) -> int:

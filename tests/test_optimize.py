@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from kernelevo.archive.store import Archive
-from llm_server import ScriptedServer, Step, request_text
+from llm_server import ScriptedServer, kernel_replies, request_text
 
 from conftest import FIXTURES
 
@@ -31,23 +31,10 @@ PRICES = dict(input=1.0, cached_input=0.1, output=4.0)  # per million tokens, se
 
 def scripted_model(delay_s: float = 0.0):
     """Translate: broken first, then honest; repair: honest; every improving operator cycles through
-    a faster shape, the cheat and a slow one; reflect replies start with an analysis."""
-    translations = itertools.chain(["broken", "good"], itertools.cycle(["slow"]))
-    improvements = itertools.cycle(["chunked", "cheat", "slow"])
-
-    def respond(body: dict) -> Step:
-        job = request_text(body).rsplit("# Your job", 1)[-1]
-        if "Write `ModelNew` for this task" in job:
-            name = next(translations)
-        elif "This kernel failed the judge" in job:
-            name = "good"
-        else:
-            name = next(improvements)
-        analysis = "## Analysis\nThe fastest reads each row once with all threads.\n\n## Kernel\n" \
-            if "measured kernels" in job else ""
-        return Step(text=f"{analysis}Here is the kernel.\n\n```python\n{KERNELS[name]}```\n", usage=USAGE,
-                    delay_s=delay_s)
-    return respond
+    a faster shape, the cheat and a slow one."""
+    k = KERNELS
+    return kernel_replies(itertools.chain([k["broken"], k["good"]], itertools.repeat(k["slow"])),
+                          itertools.cycle([k["chunked"], k["cheat"], k["slow"]]), k["good"], USAGE, delay_s)
 
 
 def environment(server, tmp_path: Path) -> dict:
