@@ -63,6 +63,7 @@ class Search:
         self.device_load: Counter = Counter({d: 0 for d in judge.options.devices})
         self.improved_at = self.progress.generation  # generation of the last new best (plateau rule)
         self._island_turn = -1
+        self.repair_tried: set[int] = state.repair_targets()  # one repair per failure, whatever came of it
         self._refresh()
 
     def _generation(self) -> int:
@@ -77,12 +78,15 @@ class Search:
     def _plan_once(self) -> bool:
         """Start one child (an LLM call, or a tune variant straight to the judge)."""
         correct = self.population.correct()
-        repairable = selection.pick_repair_target(self.population.members[-40:], self.rng)
+        recent = [m for m in self.population.members[-40:] if m.kernel_id not in self.repair_tried]
+        repairable = selection.pick_repair_target(recent, self.rng)
         tunable = any(tune.has_tunables(m.source) for m in correct)
         op = scheduling.choose_operator(self.stats, bool(correct), len(correct), repairable is not None, tunable,
                                         self.rng)
         if op == "tune":
             return self._start_tune(correct)
+        if not correct and (self.judge_futures or len(self.llm_futures) >= self.settings.llm_concurrency):
+            return False  # no correct kernel yet: translate in batches, each after the last one's verdicts
         job = self._job(op, correct, repairable)
         if job is None:
             return False
@@ -111,6 +115,7 @@ class Search:
             variants = [self._variant(m, "ABCDEFGH"[i]) for i, m in enumerate(chosen)]
             return operators.reflect, (variants,), tuple(m.kernel_id for m in chosen), chosen[0].island
         if op == "repair":  # among recent children: the selection checks a failure's parent and repairs
+            self.repair_tried.add(repairable.kernel_id)
             evaluation = Evaluation.from_dict(self.archive.kernel(repairable.kernel_id)["evaluations"][-1]["data"])
             return (operators.repair, (self._variant(repairable, "A"), feedback_from(evaluation)),
                     (repairable.kernel_id,), repairable.island)
@@ -202,7 +207,8 @@ class Search:
         island_best = self.population.best(member.island)
         niche_new = member.ok and member.niche not in self.population.elites()
         self.population.add(member)
-        self.gate.add_source(member.kernel_id, member.source)
+        if member.ok:  # near-copies are skipped only of kernels known to be correct
+            self.gate.add_source(member.kernel_id, member.source)
         reason = ""
         if member.ok and member.fitness > (island_best.fitness if island_best else 0.0):
             reason = f"new best of island {member.island}: {member.fitness:.2f}x eager"
@@ -276,6 +282,9 @@ class Search:
         least loaded device; its file is written here, the one place a kernel file is written."""
         path = self.state.kernel_path(row["id"])
         path.write_text(row["source"])
+        # Known to the gate by fingerprint from now on, not once judged: two concurrent replies with
+        # the same kernel must not both reach the GPU (nor count as two parents for crossover).
+        self.gate.remember(row["id"], row["source"])
         device = min(self.device_load, key=lambda d: self.device_load[d])
         self.device_load[device] += 1
         future = self.judge.submit(self.state.task, path, device)
@@ -339,8 +348,11 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
         spend = archive.spend(run_id)
         budget.restore(spend["cost_usd"], spend["calls"], elapsed_s(archive.events(run_id), time.time()))
         gate = NoveltyGate(embedder, options.settings.novelty_threshold)
-        for member in state.population.members:
-            gate.add_source(member.kernel_id, member.source)
+        for member in state.population.members:  # children left unjudged join it when resubmitted
+            if member.ok:
+                gate.add_source(member.kernel_id, member.source)
+            else:
+                gate.remember(member.kernel_id, member.source)
         # One spare worker per device: a started worker waits while another runs, so the device does
         # not wait for Python and torch to import (the search always has the next child ready).
         judge_options = JudgeOptions(devices=options.devices, policy=options.policy, trials=options.trials,

@@ -227,6 +227,14 @@ class NoveltyGate:
             self._exact.setdefault(exact, kernel_id)
             self._structure.setdefault(struct, kernel_id)
 
+    def remember(self, kernel_id: int, source: str) -> None:
+        """Know a kernel by its fingerprints only: exact and renamed copies are blocked, near ones
+        pass. For kernels not (yet) judged correct: a small edit of a failed kernel is what a fix
+        looks like, and one of a kernel still being judged may be the fix of its failure."""
+        exact, struct = fingerprints(source)
+        self._exact.setdefault(exact, kernel_id)
+        self._structure.setdefault(struct, kernel_id)
+
     def add_source(self, kernel_id: int, source: str):
         """Embed and remember a kernel; returns its vector (for the archive to store)."""
         vector = self.embedder.embed([source])[0]

@@ -88,6 +88,10 @@ class RunState:
         """Children stored but never judged (the run was killed while they waited): judge them first."""
         return [r for r in self._rows_at_start if r["source"] and not r.get("verdict") and not r.get("problem")]
 
+    def repair_targets(self) -> set[int]:
+        """Kernels a repair was already asked for (judged or not), from the run's rows."""
+        return {p for r in self._rows_at_start if r["operator"] == "repair" for p in r.get("parents") or ()}
+
     def operator_stats(self) -> dict[str, scheduling.OperatorStats]:
         """Per-operator attempts, successes, improvements and spend, derived from the run's rows."""
         stats: dict[str, scheduling.OperatorStats] = {}

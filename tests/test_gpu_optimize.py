@@ -70,6 +70,10 @@ def test_optimize_starter_task_on_the_gpu(name, tmp_path):
                           env, log)
     finally:
         server.close()
+    if os.environ.get("OUT"):  # the archive travels back with the screen log, for the record
+        import shutil
+
+        shutil.copy(tmp_path / "archive.sqlite", Path(os.environ["OUT"]) / f"optimize_{name}.sqlite")
     screen = ANSI.sub("", log.read_bytes().decode(errors="replace"))
     assert code in (0, 3), screen[-3000:]
     with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
