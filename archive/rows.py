@@ -65,7 +65,7 @@ def eval_values(evaluation: Evaluation) -> tuple:
     return (e.verdict, e.reason, e.message, _finite(e.speedup_eager), _finite(e.speedup_eager_ci),
             _finite(e.speedup_compile), _median(e.candidate), _median(e.eager), _median(e.compiled),
             e.device, e.device_name, e.torch_version, e.build_s, e.device_s, e.wall_s,
-            dumps(e.to_dict()))
+            dumps({k: v for k, v in e.to_dict().items() if k != "profile"}))  # the profile has its own column
 
 
 def _finite(x: float | None) -> float | None:

@@ -290,8 +290,11 @@ class Archive:
 
     def add_evaluation(self, kernel_id: int, evaluation: Evaluation, purpose: str = "search",
                        run_id: str | None = None, profile: dict | None = None) -> int:
-        """Store a verdict; `run_id` None means the kernel's own run (None too for imported kernels)."""
+        """Store a verdict; `run_id` None means the kernel's own run (None too for imported kernels).
+        The profile is the evaluation's own unless one is given."""
         check_choice(purpose, PURPOSES, "purpose")
+        if profile is None and evaluation.profile is not None:
+            profile = evaluation.profile.to_dict()
         columns = ", ".join(EVAL_COLUMNS)
         marks = ", ".join("?" * len(EVAL_COLUMNS))
         return self._write(
@@ -299,6 +302,17 @@ class Archive:
             f"VALUES (?, COALESCE(?, (SELECT run_id FROM kernels WHERE id = ?)), ?, {marks}, ?, ?)",
             (kernel_id, run_id, kernel_id, purpose, *eval_values(evaluation),
              None if profile is None else dumps(profile), time.time()))
+
+    def set_profile(self, evaluation_id: int, profile: dict) -> None:
+        """Attach a profile to a stored evaluation (profiles come after the verdict)."""
+        self._expect_one(self._write("UPDATE evaluations SET profile = ? WHERE id = ?",
+                                     (dumps(profile), evaluation_id)), "evaluation", evaluation_id)
+
+    def profiles(self, run_id: str) -> dict[int, dict]:
+        """kernel id -> the latest profile stored with one of its evaluations in the run."""
+        rows = self._read("SELECT kernel_id, profile FROM evaluations WHERE run_id = ? AND profile IS NOT NULL "
+                          "ORDER BY id", (run_id,))
+        return {r["kernel_id"]: loads(r["profile"]) for r in rows}
 
     def mark_stepping_stone(self, kernel_id: int, reason: str) -> None:
         self._expect_one(self._write("UPDATE kernels SET stepping_stone = 1, stone_reason = ? WHERE id = ?",

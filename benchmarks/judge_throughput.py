@@ -13,7 +13,10 @@ Five measurements, each over the starter suite (benchmarks/tasks):
    in a separate process, timing each call as it is (host launch gaps included where the host
    is slower than the GPU) and as a replayed CUDA graph of the call (device time, as the judge
    measures it);
-5. the verdict of every honest starter candidate (all must be ok).
+5. the verdict of every honest starter candidate (all must be ok);
+6. profiling's cost: each passing starter candidate profiled without and with Nsight Compute
+   (device seconds held, wall seconds), what its profile found (dominant kernel, registers, spills,
+   % of speed of light), and throughput (2.) again with every candidate profiled without ncu.
 """
 from __future__ import annotations
 
@@ -90,7 +93,7 @@ def _env(cache: Path) -> dict:
     return {**os.environ, "KERNELEVO_CACHE_DIR": str(cache)}
 
 
-def throughput(judge, tasks: dict, cache: Path, rounds: int, device: str) -> dict:
+def throughput(judge, tasks: dict, cache: Path, rounds: int, device: str, profile: bool = False) -> dict:
     """Every starter nvrtc kernel, made unique, `rounds` times; all submitted at once."""
     jobs = []
     for r in range(rounds):
@@ -100,7 +103,7 @@ def throughput(judge, tasks: dict, cache: Path, rounds: int, device: str) -> dic
             path.write_text(unique(cand.read_text()))
             jobs.append((tasks[task_path], path))
     started = time.monotonic()
-    futures = [judge.submit(task, path, device) for task, path in jobs]
+    futures = [judge.submit(task, path, device, profile=profile, ncu=False) for task, path in jobs]
     results = [f.result() for f in futures]
     minutes = (time.monotonic() - started) / 60
     verdicts = {}
@@ -198,6 +201,31 @@ def suite_verdicts(judge, tasks: dict, device: str, formats: tuple[str, ...]) ->
     return {name: f.result() for name, f in futures.items()}
 
 
+def profile_cost(judge, tasks: dict, verdicts: dict, device: str) -> dict:
+    """Each passing starter candidate profiled, one at a time, without and with Nsight Compute."""
+    out = {}
+    for fmt in ("nvrtc", "inline"):
+        for task, cand in candidates(fmt):
+            evaluation = verdicts.get(cand.name)
+            if evaluation is None or not evaluation.ok:
+                continue
+            row = {}
+            for label, ncu in (("basic", False), ("ncu", True)):
+                started = time.monotonic()
+                p = judge.profile(tasks[task], cand, evaluation, ncu=ncu).result()
+                row[label] = {"device_s": p.cost_s, "wall_s": time.monotonic() - started, "notes": list(p.notes)}
+            top = p.candidate[0] if p.candidate else None
+            used = next((r for r in p.resources if top and r.name in top.name), None)
+            row.update(dominant=top.name if top else None, dominant_share=top.share if top else None,
+                       launches=sum(k.launches for k in p.candidate), registers=used.registers if used else None,
+                       spill_stores=used.spill_stores if used else None, bound=p.sol.bound if p.sol else None,
+                       sol_pct=p.sol.candidate_pct if p.sol else None, eager_sol_pct=p.sol.reference_pct if p.sol else None,
+                       ncu_kernels=len(p.ncu), profile=p.to_dict())
+            out[cand.name] = row
+            print(json.dumps({cand.name: {k: v for k, v in row.items() if k != "profile"}}), flush=True)
+    return out
+
+
 def cpu_model() -> str:
     """The host CPU's model name: build times depend on it as much as on the GPU."""
     try:
@@ -224,7 +252,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5, help="repeatability: runs per kernel")
     parser.add_argument("--input-sets", type=int, default=JudgeOptions.input_sets, help="input sets rotated in timing")
     parser.add_argument("--cache", type=Path, help="cache directory [default: a new temporary one]")
-    parser.add_argument("--skip", nargs="*", default=[], help="parts to skip: launch build inline throughput repeat agree")
+    parser.add_argument("--skip", nargs="*", default=[],
+                        help="parts to skip: launch build inline throughput repeat agree profile")
     args = parser.parse_args()
     cache = args.cache or Path(tempfile.mkdtemp(prefix="kernelevo-bench-"))
     report: dict = {"gpu": torch.cuda.get_device_name(args.device), "cpu": cpu_model(), "cores": os.cpu_count(),
@@ -263,6 +292,12 @@ def main() -> None:
         if "throughput" not in args.skip:
             report["throughput"] = throughput(judge, tasks, cache, args.rounds, args.device)
             save()
+        if "profile" not in args.skip:
+            report["profile"] = profile_cost(judge, tasks, verdicts, args.device)
+            save()
+            if "throughput" not in args.skip:
+                report["throughput_profiled"] = throughput(judge, tasks, cache, args.rounds, args.device, profile=True)
+                save()
         if "repeat" not in args.skip:
             report["repeatability"] = repeatability(judge, tasks, args.runs, args.device)
             save()

@@ -9,8 +9,9 @@ import dataclasses
 import threading
 from pathlib import Path
 
+from kernelevo.agent.profile_block import profile_block
 from kernelevo.agent.prompting import Context, Variant
-from kernelevo.records import LLMCall
+from kernelevo.records import LLMCall, Profile
 from kernelevo.tasks import Task
 
 from . import niches, scheduling
@@ -39,6 +40,7 @@ class RunState:
         self._lock = threading.Lock()
         self.population = Population()
         self._rows_at_start = archive.kernels(run_id=run_id)  # read once: population, stats, leftovers
+        self.profiles = {k: Profile.from_dict(p) for k, p in archive.profiles(run_id).items()}
         for row in self._rows_at_start:
             if row.get("verdict"):  # judged children only; unjudged ones are re-judged by the caller
                 self.population.add(member_from_row(row))
@@ -111,8 +113,13 @@ class RunState:
         return dataclasses.replace(self.base_context, insights=tuple(analyses))
 
     def profile_text(self, kernel_id: int) -> str:
-        """The condensed profile of a kernel, once profiling stores one ("" until then)."""
-        return ""
+        """The condensed profile of a kernel for prompts ("" when it was not profiled)."""
+        profile = self.profiles.get(kernel_id)
+        return profile_block(profile) if profile else ""
+
+    def set_profile(self, kernel_id: int, evaluation_id: int, profile: Profile) -> None:
+        self.archive.set_profile(evaluation_id, profile.to_dict())
+        self.profiles[kernel_id] = profile
 
 
 def inspirations(rows: list[dict], limit: int = 3) -> tuple[Variant, ...]:

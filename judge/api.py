@@ -21,7 +21,7 @@ from kernelevo.judge.executor import Limits, LocalExecutor
 from kernelevo.judge.formats import detect_format
 from kernelevo.judge.probe import IMPLAUSIBLE_SPEEDUP
 from kernelevo.judge.timing import TimingConfig
-from kernelevo.records import Correctness, Evaluation, TimingStats
+from kernelevo.records import Correctness, Evaluation, KernelResources, Profile, TimingStats
 from kernelevo.tasks import Task, source_hash
 
 
@@ -87,9 +87,10 @@ class Judge:
         result = future.result()
         return result if result.get("verdict") == "ok" else None
 
-    def submit(self, task: Task, candidate_path: str | Path, device: str | None = None
-               ) -> concurrent.futures.Future:
-        """Judge one candidate file; the future holds its Evaluation."""
+    def submit(self, task: Task, candidate_path: str | Path, device: str | None = None, profile: bool = False,
+               ncu: bool = True) -> concurrent.futures.Future:
+        """Judge one candidate file; the future holds its Evaluation (with its Profile when `profile`
+        and it passed)."""
         device = device or self.options.devices[0]
         path = Path(candidate_path).resolve()
         source = path.read_text()
@@ -109,8 +110,10 @@ class Judge:
                 result = audit_files(self.cache_dir, f.result(), self._known)
                 baseline = self.baseline(task, device) if result.get("verdict") == "ok" else None
                 result = self._second_opinion(task, job, device, result, baseline)
-                done.set_result(to_evaluation(task, digest, fmt, device, result, baseline,
-                                              time.monotonic() - started))
+                evaluation = to_evaluation(task, digest, fmt, device, result, baseline, time.monotonic() - started)
+                if profile and evaluation.ok:
+                    evaluation = dataclasses.replace(evaluation, profile=self._profile(task, job, evaluation, ncu))
+                done.set_result(evaluation)
             except BaseException as exc:  # noqa: BLE001 - surface through the future
                 done.set_exception(exc)
 
@@ -119,8 +122,37 @@ class Judge:
         worker_future.add_done_callback(lambda f: threading.Thread(target=finish, args=(f,)).start())
         return done
 
-    def evaluate(self, task: Task, candidate_path: str | Path, device: str | None = None) -> Evaluation:
-        return self.submit(task, candidate_path, device).result()
+    def evaluate(self, task: Task, candidate_path: str | Path, device: str | None = None, profile: bool = False,
+                 ncu: bool = True) -> Evaluation:
+        return self.submit(task, candidate_path, device, profile, ncu).result()
+
+    def profile(self, task: Task, candidate_path: str | Path, evaluation: Evaluation, ncu: bool = True
+                ) -> concurrent.futures.Future:
+        """Profile a candidate that passed, on the device it was judged on; the future holds a
+        Profile (one whose notes say why, when profiling failed)."""
+        path = Path(candidate_path).resolve()
+        source = path.read_text()
+        job = self._job(task, "candidate", candidate_source=source, candidate_path=str(path),
+                        candidate_hash=evaluation.candidate_hash, format=evaluation.format)
+        done: concurrent.futures.Future = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                done.set_result(self._profile(task, job, evaluation, ncu))
+            except BaseException as exc:  # noqa: BLE001 - surface through the future
+                done.set_exception(exc)
+
+        threading.Thread(target=run, daemon=True).start()
+        return done
+
+    def _profile(self, task: Task, job: dict, evaluation: Evaluation, ncu: bool) -> Profile:
+        times = {"candidate_ms": evaluation.candidate.median_ms if evaluation.candidate else None,
+                 "eager_ms": evaluation.eager.median_ms if evaluation.eager else None}
+        result = self.executor.submit({**job, "kind": "profile", "ncu": ncu, **times}, evaluation.device).result()
+        if result.get("verdict") != "ok" or not result.get("profile"):
+            return Profile(device_name=evaluation.device_name,
+                           notes=(result.get("message") or f"profiling failed: {result.get('reason')}",))
+        return Profile.from_dict(result["profile"])
 
 
     def _store(self, path: Path, future: concurrent.futures.Future) -> None:
@@ -247,4 +279,5 @@ def to_evaluation(task: Task, digest: str, fmt: str, device: str, result: dict,
         correctness=Correctness(**correctness) if correctness else None, candidate=cand, eager=eager,
         compiled=compiled, speedup_eager=result.get("speedup_eager") if passed else None,
         speedup_eager_ci=result.get("speedup_eager_ci") if passed else None, speedup_compile=speedup_compile, notes=tuple(notes),
-        policy=result.get("policy", ""), evidence=result.get("evidence") or {}, warnings=warnings)
+        policy=result.get("policy", ""), evidence=result.get("evidence") or {}, warnings=warnings,
+        resources=tuple(KernelResources(**r) for r in result.get("resources") or ()))

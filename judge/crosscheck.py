@@ -148,7 +148,7 @@ def spans(fns: dict[str, Callable[[list], Any]], input_sets: list[list], reps: i
             boundary()
             boundary()
             torch.cuda.synchronize()
-        marks = [i for i, e in enumerate(_device_events(prof)) if "spin" in e["name"]]
+        marks = [i for i, e in enumerate(device_events(prof)) if "spin" in e["name"]]
         per_flush = marks[1] - marks[0] - 1
         order = []
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -159,7 +159,7 @@ def spans(fns: dict[str, Callable[[list], Any]], input_sets: list[list], reps: i
                     order.append(name)
             boundary()
             torch.cuda.synchronize()
-    device = _device_events(prof)
+    device = device_events(prof)
     spins = [i for i, e in enumerate(device) if "spin" in e["name"]]
     out: dict[str, list[float]] = {name: [] for name in names}
     for k, name in enumerate(order):
@@ -169,7 +169,7 @@ def spans(fns: dict[str, Callable[[list], Any]], input_sets: list[list], reps: i
     return {name: statistics.median(xs) for name, xs in out.items() if xs}
 
 
-def _device_events(prof) -> list[dict]:
+def device_events(prof) -> list[dict]:
     path = tempfile.mktemp(suffix=".json")
     prof.export_chrome_trace(path)
     try:

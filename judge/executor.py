@@ -156,7 +156,10 @@ def cpu_plan(devices: list[str]) -> dict[str, dict[str, str]]:
 
 
 def _child_env(device: str, pinning: dict[str, str]) -> dict:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", **pinning}
+    # CUDA_CACHE_DISABLE: NVRTC serves a source compiled before (by any process) from the driver's
+    # compute cache without running ptxas, and then its log lacks ptxas's resource report (-v):
+    # seen on an H100 with CUDA 13. kernelevo.runtime keeps its own cache of cubins and their logs.
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "CUDA_CACHE_DISABLE": "1", **pinning}
     if device.startswith("cuda"):
         index = int(device.split(":")[1]) if ":" in device else 0
         visible = env.get("CUDA_VISIBLE_DEVICES")

@@ -146,18 +146,68 @@ def install() -> None:
     supported = "no_implicit_headers" in signature.parameters  # torch >= 2.8
 
     def fast_load_inline(*args, **kwargs):
-        lean = None
-        if supported:
-            bound = signature.bind(*args, **kwargs)
-            lean = lean_arguments(dict(bound.arguments), _torch_include(), torch.__version__)
+        bound = signature.bind(*args, **kwargs)
+        arguments = dict(bound.arguments)
+        lean = lean_arguments(arguments, _torch_include(), torch.__version__) if supported else None
         if lean is not None:
             try:
-                return original(**lean)
+                return reporting_build(original, lean)
             except RuntimeError as error:  # torch reports a failed build as RuntimeError
                 if not _MISSING_NAME.search(str(error)):
                     raise
-        return original(*args, **kwargs)
+        return reporting_build(original, arguments)
 
     fast_load_inline.__wrapped__ = original
     fast_load_inline.__doc__ = original.__doc__
     cpp_extension.load_inline = fast_load_inline
+
+
+def reporting_build(load_inline, arguments: dict):
+    """load_inline with ptxas's resource report (-v) kept in the extension's folder.
+
+    torch prints a build's output only when verbose, to file descriptor 1, and keeps it for the
+    error message only when not; so the descriptor goes to a file for the build, and a failed
+    build's message gets the output back in torch's own form ("Error building extension 'x': ...").
+    """
+    import os
+    import sys
+    import tempfile
+
+    from kernelevo.judge.resources import BUILD_LOG
+
+    arguments = dict(arguments)
+    if arguments.get("cuda_sources"):
+        arguments["extra_cuda_cflags"] = _as_list(arguments.get("extra_cuda_cflags")) + ["-Xptxas=-v"]
+    arguments["verbose"] = True
+    sys.stdout.flush()
+    saved = os.dup(1)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 1)
+        failure = None
+        try:
+            module = load_inline(**arguments)
+        except RuntimeError as error:
+            failure = error
+        finally:
+            output = _build_output(captured, saved)
+    if failure is not None:
+        raise RuntimeError(f"{failure}: {output}") from failure
+    folder = Path(os.environ.get("TORCH_EXTENSIONS_DIR", ".")) / str(arguments.get("name", ""))
+    report = "\n".join(line for line in output.splitlines() if line.startswith("ptxas") or "bytes stack frame" in line)
+    if report and folder.is_dir():
+        write_atomic(folder / BUILD_LOG, report.encode())
+    return module
+
+
+def _build_output(captured, saved: int) -> str:
+    """Restore descriptor 1 and return what the build printed, from ninja's first step on."""
+    import os
+    import sys
+
+    sys.stdout.flush()
+    os.dup2(saved, 1)
+    os.close(saved)
+    captured.seek(0)
+    text = captured.read().decode(errors="replace")
+    start = text.find("[1/")
+    return text[start:] if start >= 0 else text

@@ -58,6 +58,11 @@ def check(policy: str, forward, args: list, device: str, source: str) -> dict:
     return evidence
 
 
+def name_pattern(names: set[str]) -> re.Pattern | None:
+    """Matches a device kernel's name (demangled by CUPTI) that is one of `names`."""
+    return re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(names))) + r")\b") if names else None
+
+
 def _short(name: str) -> str:
     return name if len(name) <= 80 else name[:77] + "..."
 
@@ -72,7 +77,7 @@ def _cuda_kernels(forward, args: list, names: set[str]) -> tuple[list[str], list
         forward(args)
         torch.cuda.synchronize()
     kernels = [e.name for e in prof.events() if e.device_type == DeviceType.CUDA]
-    pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(names))) + r")\b") if names else None
+    pattern = name_pattern(names)
     own = [_short(k) for k in kernels if pattern and pattern.search(k)]
     other = [_short(k) for k in kernels if not (pattern and pattern.search(k)) and not _GLUE_KERNELS.search(k)]
     return own, other

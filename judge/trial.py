@@ -11,7 +11,7 @@ import dataclasses
 import time
 from typing import Any
 
-from kernelevo.judge import correctness, crosscheck, guards, inputs, policy, static, timing, verdicts
+from kernelevo.judge import correctness, crosscheck, guards, inputs, policy, resources, static, timing, verdicts
 from kernelevo.tasks import TaskError, load_module
 
 forward = correctness.forward
@@ -92,6 +92,7 @@ def run_candidate(job: dict, device: str, channel) -> dict:
     if isinstance(built, dict):
         return built
     reference, candidate, result = built
+    result["resources"] = [dataclasses.asdict(r) for r in resources.collect()]
     channel.send("built", build_s=result["build_s"])
     channel.acquire_device()  # from here on this worker has the device to itself
     acquired = time.perf_counter()

@@ -141,10 +141,11 @@ def main() -> None:
     channel.send("ready", **info)
     job = channel.receive()
     _job_environment(job)
-    from kernelevo.judge import trial
+    from kernelevo.judge import profiling, trial
 
     started = time.perf_counter()
-    run = {"baseline": trial.run_baseline, "remeasure": trial.run_remeasure}.get(job["kind"], trial.run_candidate)
+    run = {"baseline": trial.run_baseline, "remeasure": trial.run_remeasure,
+           "profile": profiling.run_profile}.get(job["kind"], trial.run_candidate)
     result = run(job, device, channel)
     result["worker_s"] = time.perf_counter() - started
     channel.send_result(result)

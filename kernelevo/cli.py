@@ -65,6 +65,9 @@ def evaluate(
     cache_dir: Optional[Path] = typer.Option(None, help="build and baseline cache [default: ~/.cache/kernelevo]"),
     policy: str = typer.Option("mixed", help="mixed: torch may do glue and library calls, but one of the "
                                "candidate's own kernels must run; strict: no torch compute in forward"),
+    profile: bool = typer.Option(False, "--profile", help="if it passes: per-kernel times, registers and spills, "
+                                 "% of speed of light, Nsight Compute metrics"),
+    ncu: bool = typer.Option(True, help="with --profile: also run Nsight Compute when it is installed (~10 s)"),
 ) -> None:
     """Judge one candidate: is it correct, how fast is it, against eager and torch.compile?"""
     from kernelevo import runtime
@@ -90,13 +93,17 @@ def evaluate(
     status = Console(stderr=True)
     with status.status(f"judging {candidate.name} on {dev}"), \
             Judge(cache_dir or runtime.cache_dir(), options) as judge:
-        result = judge.evaluate(loaded, candidate)
+        result = judge.evaluate(loaded, candidate, profile=profile, ncu=ncu)
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
-    else:
-        from kernelevo.report import print_evaluation
+        return
+    from kernelevo.report import print_evaluation, print_profile
 
-        print_evaluation(result)
+    print_evaluation(result)
+    if result.profile:
+        print_profile(result.profile)
+    elif profile:
+        status.print("[dim]not profiled: profiling runs only for candidates that pass[/dim]")
 
 
 @app.command()
@@ -128,6 +135,8 @@ def optimize(
     children: int = typer.Option(8, min=1, help="judged children per generation"),
     islands: int = typer.Option(2, min=1, help="islands (sub-populations that exchange their best)"),
     concurrency: int = typer.Option(4, min=1, help="LLM calls in flight at once"),
+    profile_top: int = typer.Option(2, min=0, help="new bests profiled per generation, for the prompts (0: none)"),
+    ncu: bool = typer.Option(True, help="profiles include Nsight Compute metrics when ncu is installed"),
     seed: int = typer.Option(0, help="seed of the search's random choices and of the judge's inputs"),
     policy: str = typer.Option("mixed", help="mixed or strict (see `kernelevo evaluate --help`)"),
     trials: int = typer.Option(5, min=1, help="correctness trials per candidate, each with fresh inputs"),

@@ -88,7 +88,8 @@ def _options(args: dict):
                            max_wall_s=_duration(args["max_wall_time"]), generations=args["generations"],
                            plateau_generations=args["plateau"])
     settings = SearchSettings(children_per_generation=args["children"], islands=args["islands"],
-                              llm_concurrency=args["concurrency"])
+                              llm_concurrency=args["concurrency"], profile_per_generation=args["profile_top"],
+                              ncu=args["ncu"])
     archive = args["archive"] or (Path(config.raw["archive"]).expanduser() if config.raw.get("archive")
                                   else default_path())
     return OptimizeOptions(task_path=args["task"], model=_model(args["model"], config), devices=devices,

@@ -45,6 +45,104 @@ class Correctness:
 
 
 @dataclass(frozen=True)
+class KernelResources:
+    """What the compiler gave one kernel: ptxas's report (-v), through NVRTC or nvcc."""
+
+    name: str  # as in the source (a C++ mangled name is reduced to the function's own name)
+    arch: str = ""  # e.g. "sm_90"
+    registers: int = 0  # per thread
+    spill_stores: int = 0  # bytes
+    spill_loads: int = 0  # bytes
+    stack_bytes: int = 0  # stack frame per thread (local arrays, spills)
+    shared_bytes: int = 0  # static shared memory per block; dynamic shared memory is set at launch
+    barriers: int = 0
+    compiler: str = ""  # "nvrtc" or "nvcc"
+
+
+@dataclass(frozen=True)
+class KernelTime:
+    """One device kernel (or, on the CPU, one operator) in a forward, from the torch profiler."""
+
+    name: str
+    launches: float  # per forward
+    ms: float  # per forward, all its launches together
+    share: float  # of the forward's summed kernel time
+    own: bool = False  # one of the candidate's own kernels (not torch's)
+    registers: int | None = None  # per thread, as CUPTI saw the launch
+    shared_bytes: int | None = None  # per block, static and dynamic
+    grid: tuple[int, ...] = ()
+    block: tuple[int, ...] = ()
+    occupancy: float | None = None  # CUPTI's estimate of achieved occupancy, %
+
+
+@dataclass(frozen=True)
+class NcuKernel:
+    """Nsight Compute's curated metrics for one kernel of one forward."""
+
+    name: str
+    duration_us: float
+    occupancy: float  # achieved, % of the warps an SM can hold
+    dram: float  # DRAM throughput, % of peak
+    l2: float  # L2 throughput, % of peak
+    sm: float  # SM throughput, % of peak
+    registers: int = 0
+    stalls: tuple[tuple[str, float], ...] = ()  # (reason, share of stalled cycles; "selected" is not a stall)
+
+
+@dataclass(frozen=True)
+class SpeedOfLight:
+    """The fastest the reference's work could run on this device: its FLOPs at the measured compute
+    peak, or its minimum bytes at the measured bandwidth, whichever takes longer."""
+
+    flops: float  # counted by torch.utils.flop_counter (matmuls, convolutions, attention)
+    bytes: int  # inputs, outputs and parameters, each moved once
+    dtype: str  # the reference's floating dtype, which picks the compute peak
+    peak_flops: float  # per second, measured
+    peak_bytes: float  # per second, measured
+    bound: str  # "memory" or "compute"
+    bound_ms: float  # the lower bound on one forward of the reference's work
+    compute_ms: float = 0.0  # FLOPs / peak
+    memory_ms: float = 0.0  # bytes / bandwidth: a floor for any algorithm, not only the reference's
+    reference_pct: float | None = None  # bound / measured time, in %
+    candidate_pct: float | None = None  # against the memory floor when fewer_flops
+    fewer_flops: bool = False  # the candidate beat the compute bound: it does less arithmetic than the reference
+    calibration: str = ""  # how and when the peaks were measured
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Where a passing candidate's time goes, beside the reference's, and how far from the bound."""
+
+    device_name: str
+    backend: str = "cuda"  # or "cpu": then the "kernels" are aten operators and the candidate's C functions
+    candidate: tuple[KernelTime, ...] = ()  # largest first
+    reference: tuple[KernelTime, ...] = ()
+    candidate_ms: float = 0.0  # summed kernel time per forward
+    reference_ms: float = 0.0
+    resources: tuple[KernelResources, ...] = ()
+    ncu: tuple[NcuKernel, ...] = ()
+    sol: SpeedOfLight | None = None
+    notes: tuple[str, ...] = ()  # what was skipped, and why
+    cost_s: float = 0.0  # device time the profile took
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Profile":
+        data = dict(data)
+        for key in ("candidate", "reference"):
+            data[key] = tuple(KernelTime(**{**k, "grid": tuple(k.get("grid") or ()),
+                                            "block": tuple(k.get("block") or ())}) for k in data.get(key) or ())
+        data["resources"] = tuple(KernelResources(**r) for r in data.get("resources") or ())
+        data["ncu"] = tuple(NcuKernel(**{**n, "stalls": tuple(tuple(s) for s in n.get("stalls") or ())})
+                            for n in data.get("ncu") or ())
+        data["sol"] = SpeedOfLight(**data["sol"]) if data.get("sol") else None
+        data["notes"] = tuple(data.get("notes") or ())
+        return cls(**data)
+
+
+@dataclass(frozen=True)
 class Evaluation:
     """The judge's verdict on one candidate for one task on one device."""
 
@@ -73,6 +171,8 @@ class Evaluation:
     policy: str = ""  # "mixed" or "strict": what counted as the candidate's own work
     evidence: dict[str, Any] = field(default_factory=dict)  # what the checks measured (event vs wall time...)
     warnings: tuple[str, ...] = field(default_factory=tuple)  # about the task: speedups on it may mean nothing
+    resources: tuple[KernelResources, ...] = field(default_factory=tuple)  # of every kernel it built
+    profile: Profile | None = None  # when asked for, and only of a passing candidate
 
     @property
     def ok(self) -> bool:
@@ -91,6 +191,8 @@ class Evaluation:
                 data[key] = TimingStats(**data[key])
         data["notes"] = tuple(data.get("notes") or ())
         data["warnings"] = tuple(data.get("warnings") or ())
+        data["resources"] = tuple(KernelResources(**r) for r in data.get("resources") or ())
+        data["profile"] = Profile.from_dict(data["profile"]) if data.get("profile") else None
         return cls(**data)
 
 

@@ -70,6 +70,8 @@ def print_evaluation(e: Evaluation, console=None) -> None:
         ci = f" (±{100 * e.speedup_eager_ci:.2f}%)" if e.speedup_eager_ci is not None else ""
         table.add_row("speedup", f"[bold]{speedup_text(e.speedup_eager)}[/bold]{ci} vs eager, "
                       f"[bold]{speedup_text(e.speedup_compile)}[/bold] vs torch.compile")
+    if e.resources:
+        table.add_row("compiler", "; ".join(resource_text(r) for r in e.resources[:4]))
     for warning in e.warnings:
         table.add_row("[yellow]warning[/yellow]", warning)
     for note in e.notes:
@@ -79,6 +81,70 @@ def print_evaluation(e: Evaluation, console=None) -> None:
         from rich.text import Text
 
         console.print(Text(e.excerpt, style="dim"))
+
+
+def resource_text(r) -> str:
+    if r.compiler == "driver":
+        spills = "spills not reported (no ptxas log)"
+    elif r.spill_stores or r.spill_loads:
+        spills = f"[red]spills {r.spill_stores}/{r.spill_loads} B st/ld[/red]"
+    else:
+        spills = "no spills"
+    return f"{r.name}: {r.registers} registers, {spills}, {r.stack_bytes} B stack, {r.shared_bytes} B static smem"
+
+
+def print_profile(p, console=None) -> None:
+    """A Profile as tables: speed of light, per-kernel times of both sides, compiler resources,
+    Nsight Compute metrics; then the block the search's prompts show."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from kernelevo.agent.profile_block import profile_block
+
+    console = console or Console()
+    if p.sol:
+        s = p.sol
+        cand = f"{s.candidate_pct:.0f}%" if s.candidate_pct is not None else "-"
+        ref = f"{s.reference_pct:.0f}%" if s.reference_pct is not None else "-"
+        console.print(f"[bold]speed of light[/bold] {s.bound_ms:.4g} ms per forward, {s.bound}-bound: "
+                      f"{s.flops / 1e9:.3g} GFLOP ({s.dtype}) at {s.peak_flops / 1e12:.3g} TFLOP/s, "
+                      f"{s.bytes / 1e6:.4g} MB at {s.peak_bytes / 1e9:.4g} GB/s; candidate [bold]{cand}[/bold], "
+                      f"eager {ref}  [dim]({s.calibration})[/dim]")
+        if s.fewer_flops:
+            console.print(f"  the candidate does fewer FLOPs than the reference: its % is of the memory floor, "
+                          f"{s.memory_ms:.4g} ms")
+    gpu = p.backend == "cuda"
+    times = Table(title=f"time per forward on {p.device_name} (torch profiler, after a cache flush; "
+                  "* the candidate's own)", title_justify="left")
+    columns = ["side", "kernel" if gpu else "operator", "n", "ms", "share"] + (["regs", "smem", "occ."] if gpu else [])
+    for column in columns:
+        times.add_column(column, justify="left" if column in columns[:2] else "right", overflow="fold")
+    for side, kernels in (("cand", p.candidate), ("eager", p.reference)):
+        for k in kernels[:8]:
+            row = [side, ("* " if k.own else "") + k.name, f"{k.launches:g}", f"{k.ms:.4f}", f"{100 * k.share:.0f}%"]
+            times.add_row(*row, *([_maybe(k.registers), _maybe(k.shared_bytes), _maybe(k.occupancy, "%")]
+                                  if gpu else []))
+    console.print(times)
+    if p.resources:
+        console.print("[bold]compiler[/bold] " + "; ".join(resource_text(r) for r in p.resources))
+    for k in p.ncu[:4]:
+        stalls = ", ".join(f"{reason} {100 * share:.0f}%" for reason, share in k.stalls)
+        console.print(f"[bold]ncu[/bold] {k.name}: {k.duration_us:.1f} us, occupancy {k.occupancy:.0f}%, "
+                      f"DRAM {k.dram:.0f}%, L2 {k.l2:.0f}%, SM {k.sm:.0f}% of peak, {k.registers} registers; "
+                      f"stalls: {stalls}")
+    for note in p.notes:
+        console.print(f"[dim]note: {note}[/dim]")
+    block = profile_block(p)
+    if block:
+        from rich.text import Text
+
+        console.print("[bold]as the search's prompts show it[/bold]")
+        console.print(Text(block, style="dim"))
+    console.print(f"[dim]profiling held the device {p.cost_s:.2f} s[/dim]")
+
+
+def _maybe(value, suffix: str = "") -> str:
+    return "-" if value is None else f"{value:g}{suffix}"
 
 
 def print_models(rows: list[dict]) -> None:

@@ -3,6 +3,7 @@
 Golden files live in tests/golden/prompts/. After changing a template on purpose, regenerate with
 KERNELEVO_UPDATE_GOLDEN=1 python -m pytest tests/test_agent_prompts.py and read the diff.
 """
+import json
 import os
 import re
 import string
@@ -15,7 +16,9 @@ from kernelevo.agent import models, prompting
 from kernelevo.agent.edits import EditError, apply_edits, parse_edits
 from kernelevo.agent.prompting import Context, Feedback, Target, TaskView, Variant
 from kernelevo.agent.providers import ModelRef, Usage
+from kernelevo.agent.profile_block import profile_block
 from kernelevo.config import ConfigError, load_config
+from kernelevo.records import Profile
 
 GOLDEN = Path(__file__).parent / "golden" / "prompts"
 PROMPTS = Path(__file__).parents[1] / "prompts"
@@ -24,8 +27,11 @@ TASK = TaskView("scale_relu", "import torch\n\n\nclass Model(torch.nn.Module):\n
 GPU = Target("nvrtc", "NVIDIA H100 80GB HBM3", (9, 0), 132, 79.2, 50.0, 227)
 CPU = Target("c", "Test CPU", cores=8)
 KERNEL = "import torch\n\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
+# A profile as the judge stored it for an honest kernel on an H100 (tests/fixtures/profile/)
+PROFILE = Profile.from_dict(json.loads((Path(__file__).parent / "fixtures" / "profile" /
+                                        "evaluation_row_softmax.json").read_text())["profile"])
 A = Variant(KERNEL, "nvrtc", "A", speedup_eager=1.52, speedup_compile=0.98, ms=0.0312,
-            profile="dominant kernel: scale_relu (100 %), 38 % of speed of light", notes="one pass, float4")
+            profile=profile_block(PROFILE), notes="one pass, float4")
 B = Variant(KERNEL.replace("x\n", "x + 0\n"), "nvrtc", "B", speedup_eager=2.1, speedup_compile=1.3, ms=0.0229)
 FAILED = Feedback("incorrect", "value_mismatch", "output 0 differs from the reference", where="trial 2 (scaled x8), "
                   "output 0, index (3, 17)", rel_l2=0.41, max_abs=3.5, max_rel=1.0, tolerance="atol 1e-05, rtol 1e-05")

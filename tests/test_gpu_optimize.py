@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from kernelevo.archive.store import Archive
-from llm_server import ScriptedServer, kernel_replies
+from llm_server import ScriptedServer, kernel_replies, request_text
 
 from conftest import ROOT
 
@@ -81,10 +81,14 @@ def test_optimize_starter_task_on_the_gpu(name, tmp_path):
         kernels = archive.kernels(run_id=run["id"])
         finals = [e for k in kernels for e in archive.kernel(k["id"])["evaluations"] if e["purpose"] == "final"]
         verdicts = archive.counts(run["id"])["verdicts"]
+        profiles = archive.profiles(run["id"])
     assert finals and finals[-1]["verdict"] == "ok" and finals[-1]["speedup_eager"] > 1.0
     assert verdicts.get("compile_error", 0) >= 1 and verdicts.get("ok", 0) >= 1
     assert all(k["parents"] for k in kernels if k["operator"] != "translate")
     assert "generation" in screen and "vs torch.compile" in screen
     assert all(len(line) <= 100 for line in screen.replace("\r", "\n").splitlines())  # rich wraps to the terminal
+    # the first correct kernel is a new best: profiled, with Nsight Compute where it is installed
+    assert profiles and all(p["sol"] and p["candidate"] for p in profiles.values()), profiles
+    fed = sum("Profile of this kernel on" in request_text(r["body"]) for r in server.requests)
     print(f"{name}: best {finals[-1]['speedup_eager']:.2f}x eager, verdicts {verdicts}, "
-          f"{len(kernels)} kernels; screen log {log}")
+          f"{len(kernels)} kernels, {len(profiles)} profiled, {fed} prompts with a profile; screen log {log}")

@@ -75,6 +75,8 @@ def test_optimize_end_to_end_on_the_cpu(tmp_path):
         events = [e["kind"] for e in archive.events(run["id"])]
         best = archive.best_kernel(run["id"])
         finals = [e for k in kernels for e in archive.kernel(k["id"])["evaluations"] if e["purpose"] == "final"]
+        profiles = archive.profiles(run["id"])
+    prompts = [request_text(r["body"]) for r in server.requests]
     assert run["status"] in ("finished", "budget") and run["config"]["model"] == "openai:scripted-coder"
     assert verdicts.get("compile_error", 0) >= 1 and verdicts.get("ok", 0) >= 2
     assert {"translate"} < {k["operator"] for k in kernels}  # the search went past translation
@@ -87,6 +89,9 @@ def test_optimize_end_to_end_on_the_cpu(tmp_path):
     assert events[0] == "session_start" and "final" in events and events[-1] == "finished"
     assert best is not None and finals and finals[0]["verdict"] == "ok"
     assert any(k["stepping_stone"] for k in kernels)
+    # new bests are profiled; a kernel is mutated once its profile is in, which the prompt then shows
+    assert profiles and all(p["backend"] == "cpu" and p["sol"]["bound_ms"] > 0 for p in profiles.values())
+    assert any("Profile of this kernel on" in text and "Speed of light" in text for text in prompts)
     rejected = {k["reason"] for k in kernels if k.get("verdict") == "rejected"}
     assert rejected == {"cached_result"}  # the cheat, caught inside the loop
     written = tmp_path / "out" / "task_scale_kernelevo.py"

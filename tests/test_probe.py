@@ -99,6 +99,7 @@ def test_passed_model_is_left_as_it_was():
 
 STARTER_KINDS = {
     "conv2d_relu": "conv",
+    "device_copy": "elementwise",  # clone: movement only
     "diag_matmul": "gemm",  # diag_embed then mm
     "elementwise_chain": "elementwise",
     "gemm_bias_gelu": "gemm",
