@@ -9,6 +9,8 @@ from typing import Optional
 
 import typer
 
+from kernelevo.archive_cli import archive_app
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Evolve fast, verified CUDA kernels for PyTorch modules.")
 
@@ -176,6 +178,9 @@ def models(
     from kernelevo.report import print_models
 
     print_models(rows)
+
+
+app.add_typer(archive_app, name="archive")
 
 
 def main() -> None:

@@ -1,0 +1,432 @@
+"""`kernelevo archive`: read back what runs stored: tasks, runs, kernels, verdicts, profiles, lineage.
+
+Opened read-only, so looking never changes a run's record, even while a run writes. Data goes to
+stdout (a table, or --json / --csv), notes to stderr, so a pipe receives only data.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Optional
+
+import typer
+
+if TYPE_CHECKING:
+    from kernelevo.archive.store import Archive
+
+archive_app = typer.Typer(no_args_is_help=True,
+                          help="Read the archive: list tasks, runs and kernels; show, diff and trace a kernel.")
+
+# The options every read command shares, declared once so that they read the same everywhere.
+ArchiveOpt = Annotated[Optional[Path], typer.Option(
+    "--archive", help="archive file (default: archive = in kernelevo.toml, else ~/.local/share/kernelevo/archive.sqlite)")]
+ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="kernelevo.toml (default: ./kernelevo.toml)")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON on stdout")]
+CsvOpt = Annotated[bool, typer.Option("--csv", help="print CSV on stdout")]
+
+KERNEL_FIELDS = ("id", "run", "task", "operator", "parents", "generation", "island", "format", "verdict", "reason",
+                 "speedup_eager", "speedup_compile", "candidate_ms", "stepping_stone", "problem")
+RUN_FIELDS = ("id", "task", "status", "started", "finished", "model", "kernels", "evaluations", "ok",
+              "best_speedup", "best_kernel", "cost_usd")
+TASK_FIELDS = ("id", "name", "source_hash", "runs", "kernels", "best_speedup")
+_HEADERS = {"operator": "op", "generation": "gen", "island": "isl", "format": "fmt", "speedup_eager": "eager",
+            "speedup_compile": "compile", "candidate_ms": "ms", "stepping_stone": "stone", "best_speedup": "best",
+            "best_kernel": "best id", "evaluations": "evals", "cost_usd": "USD"}
+# The columns a narrow terminal loses first, least needed first.
+_DROP_ORDER = ("island", "format", "stepping_stone", "best_kernel", "finished", "evaluations", "speedup_compile",
+               "candidate_ms", "generation", "source_hash", "reason", "run", "model", "started", "kernels")
+_NUMERIC = {"id", "generation", "island", "speedup_eager", "speedup_compile", "candidate_ms", "kernels",
+            "evaluations", "ok", "best_speedup", "best_kernel", "cost_usd", "runs"}
+
+
+class Kind(str, Enum):
+    tasks = "tasks"
+    runs = "runs"
+    kernels = "kernels"
+
+
+def _note(text: str) -> None:
+    typer.echo(text, err=True)
+
+
+def _fail(message: str) -> NoReturn:
+    # imported here: cli.py imports this module while it is still being defined
+    from kernelevo.cli import fail
+
+    fail(message)
+    raise AssertionError("fail() exits")
+
+
+@contextmanager
+def opened(archive: Optional[Path], config: Optional[Path]) -> Iterator[Archive]:
+    """The archive read-only, found as `kernelevo optimize` finds it: --archive, kernelevo.toml, the default."""
+    import sqlite3
+
+    from kernelevo.archive.store import Archive, default_path
+    from kernelevo.config import ConfigError, load_config
+
+    try:
+        raw = load_config(config).raw
+    except ConfigError as exc:
+        _fail(str(exc))
+    path = archive or (Path(str(raw["archive"])).expanduser() if raw.get("archive") else default_path())
+    if not path.is_file():
+        _fail(f"{path}: no such archive file; `kernelevo optimize TASK` creates one (or pass --archive PATH)")
+    try:
+        store = Archive.open_readonly(path)
+    except (ValueError, sqlite3.Error) as exc:
+        _fail(f"{path}: cannot read it as an archive: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+    with store:
+        yield store
+
+
+def output_format(as_json: bool, as_csv: bool = False) -> str:
+    if as_json and as_csv:
+        _fail("--json and --csv: pick one")
+    return "json" if as_json else "csv" if as_csv else "table"
+
+
+def emit(rows: Any, fmt: str, fields: Sequence[str] = ()) -> None:
+    """Write data to stdout: any JSON value for "json"; a list of dicts as CSV or a rich table."""
+    if fmt == "json":
+        # default=str: a stored config may hold values JSON has no type for; show their text
+        typer.echo(json.dumps(rows, indent=2, default=str))
+    elif fmt == "csv":
+        import csv
+        import sys
+
+        writer = csv.DictWriter(sys.stdout, fieldnames=list(fields), extrasaction="ignore", lineterminator="\n")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: " ".join(map(str, v)) if isinstance(v, list) else v for k, v in row.items()})
+    else:
+        _print_table(rows, fields)
+
+
+def _print_table(rows: list[dict], fields: Sequence[str]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    cells = [{f: _cell(f, row.get(f)) for f in fields} for row in rows]
+    shown = _fit(fields, cells, console.width)
+    if len(shown) < len(fields):
+        _note(f"left out {', '.join(f for f in fields if f not in shown)} to fit {console.width} columns; "
+              "--json and --csv give every field")
+    table = Table(header_style="bold")
+    for field in shown:
+        table.add_column(_HEADERS.get(field, field), justify="right" if field in _NUMERIC else "left",
+                         no_wrap=field in ("id", "run"), overflow="fold")
+    for row in cells:
+        table.add_row(*(row[f] for f in shown))
+    console.print(table)
+
+
+def _fit(fields: Sequence[str], cells: list[dict], width: int) -> list[str]:
+    """The fields whose columns fit `width`, dropping by _DROP_ORDER: rich would fold every column instead."""
+    widths = {f: max([len(_HEADERS.get(f, f)), *(row[f].cell_len for row in cells)]) for f in fields}
+    shown = list(fields)
+    for field in _DROP_ORDER:
+        if sum(widths[f] + 3 for f in shown) + 1 <= width:  # 3: a border and two spaces of padding
+            break
+        if field in shown:
+            shown.remove(field)
+    return shown
+
+
+def _cell(field: str, value: Any):
+    from rich.text import Text
+
+    from kernelevo.report import _COLOURS, speedup_text
+
+    if value is None:
+        return Text("-", style="dim")
+    if field in ("speedup_eager", "speedup_compile", "best_speedup"):
+        return Text(speedup_text(value))
+    if field == "verdict":
+        return Text(value, style=_COLOURS.get(value, "red"))
+    if field in ("started", "finished"):
+        return Text(value[:16])  # to the minute: the seconds are in --json and --csv
+    if field == "candidate_ms":
+        return Text(f"{value:.4g}")
+    if field == "cost_usd":
+        return Text(f"{value:.2f}")
+    if isinstance(value, bool):
+        return Text("yes" if value else "")
+    if isinstance(value, list):
+        return Text(", ".join(map(str, value)))
+    return Text(str(value))  # Text, not markup: stored strings may hold [brackets]
+
+
+def _when(t: float | None) -> str | None:
+    from datetime import datetime
+
+    return None if t is None else datetime.fromtimestamp(t).isoformat(sep=" ", timespec="seconds")
+
+
+def kernel_summary(k: dict, task_names: dict[int, str]) -> dict:
+    """A kernel as `ls kernels` lists it: no source, its task by name."""
+    return {**{f: k.get(f) for f in KERNEL_FIELDS}, "run": k["run_id"],
+            "task": task_names.get(k["task_id"], str(k["task_id"]))}
+
+
+def _run_rows(store: Archive, runs: list[dict]) -> list[dict]:
+    rows = []
+    for r in runs:
+        counts, best = store.counts(r["id"]), store.best_kernel(r["id"])
+        rows.append({"id": r["id"], "task": r["task_name"], "status": r["status"], "started": _when(r["created_at"]),
+                     "finished": _when(r["finished_at"]), "model": (r["config"] or {}).get("model"),
+                     "kernels": counts["kernels"], "evaluations": counts["evaluations"],
+                     "ok": counts["verdicts"].get("ok", 0), "best_speedup": best["speedup_eager"] if best else None,
+                     "best_kernel": best["id"] if best else None, "cost_usd": store.spend(r["id"])["cost_usd"]})
+    return rows
+
+
+def _task_rows(store: Archive, tasks: list[dict]) -> list[dict]:
+    runs, kernels = store.runs(), store.kernels()
+    rows = []
+    for t in tasks:
+        mine = [k for k in kernels if k["task_id"] == t["id"]]
+        speedups = [k["speedup_eager"] for k in mine if k["verdict"] == "ok" and k["speedup_eager"] is not None]
+        rows.append({"id": t["id"], "name": t["name"], "source_hash": t["source_hash"][:12],
+                     "runs": sum(r["task_id"] == t["id"] for r in runs), "kernels": len(mine),
+                     "best_speedup": max(speedups, default=None)})
+    return rows
+
+
+def _task_ids(store: Archive, task: str) -> set[int]:
+    ids = {t["id"] for t in store.tasks() if task in (t["name"], str(t["id"]))}
+    if not ids:
+        _fail(f"no task {task!r} in {store.path}; `kernelevo archive ls tasks` lists them")
+    return ids
+
+
+def _check_filters(kind: Kind, run: Optional[str], verdict: Optional[str], operator: Optional[str]) -> None:
+    from kernelevo.records import VERDICTS
+
+    if kind != Kind.kernels and (verdict or operator):
+        _fail(f"--verdict and --operator filter kernels; use `kernelevo archive ls kernels`, not {kind.value}")
+    if kind == Kind.tasks and run:
+        _fail("--run filters runs and kernels, not tasks")
+    if verdict and verdict not in (*VERDICTS, "none"):
+        _fail(f"--verdict {verdict}: use one of {', '.join(VERDICTS)}, or none (never judged)")
+
+
+@archive_app.command("ls")
+def ls(
+    kind: Kind = typer.Argument(Kind.runs, help="what to list"),
+    task: Optional[str] = typer.Option(None, help="only this task (name or id)"),
+    run: Optional[str] = typer.Option(None, help="only this run (id)"),
+    verdict: Optional[str] = typer.Option(None, help="kernels whose latest search verdict is this (none: unjudged)"),
+    min_speedup: Optional[float] = typer.Option(None, help="at least this fast vs eager (runs, tasks: their best)"),
+    operator: Optional[str] = typer.Option(None, help="kernels made by this operator (translate, mutate, ...)"),
+    limit: Optional[int] = typer.Option(None, min=1, help="only the newest N rows"),
+    archive: ArchiveOpt = None,
+    config: ConfigOpt = None,
+    as_json: JsonOpt = False,
+    as_csv: CsvOpt = False,
+) -> None:
+    """List runs (the default), tasks or kernels, oldest first, with their verdicts and speedups."""
+    fmt = output_format(as_json, as_csv)
+    _check_filters(kind, run, verdict, operator)
+    with opened(archive, config) as store:
+        task_ids = _task_ids(store, task) if task else None
+        if run and store.run(run) is None:
+            _fail(f"no run {run!r} in {store.path}; `kernelevo archive ls runs` lists them")
+        if kind == Kind.tasks:
+            rows = _task_rows(store, [t for t in store.tasks() if task_ids is None or t["id"] in task_ids])
+        elif kind == Kind.runs:
+            rows = _run_rows(store, [r for r in store.runs() if (task_ids is None or r["task_id"] in task_ids)
+                                     and run in (None, r["id"])])
+        else:
+            names = {t["id"]: t["name"] for t in store.tasks()}
+            rows = [kernel_summary(k, names) for k in store.kernels(run_id=run)
+                    if (task_ids is None or k["task_id"] in task_ids) and operator in (None, k["operator"])
+                    and verdict in (None, k["verdict"] or "none")]
+    if min_speedup is not None:
+        key = "speedup_eager" if kind == Kind.kernels else "best_speedup"
+        rows = [r for r in rows if r[key] is not None and r[key] >= min_speedup]
+    matched = len(rows)
+    rows = rows[-limit:] if limit else rows
+    emit(rows, fmt, {Kind.tasks: TASK_FIELDS, Kind.runs: RUN_FIELDS, Kind.kernels: KERNEL_FIELDS}[kind])
+    if fmt == "table":
+        _note(f"{len(rows)} of {matched} {kind.value}" if len(rows) < matched else f"{matched} {kind.value}")
+
+
+def _kernel(store: Archive, kernel_id: int) -> dict:
+    row = store.kernel(kernel_id)
+    if row is None:
+        _fail(f"no kernel {kernel_id} in {store.path}; `kernelevo archive ls kernels` lists them")
+    return row
+
+
+@archive_app.command()
+def show(
+    kernel_id: int = typer.Argument(..., metavar="ID", help="kernel id"),
+    archive: ArchiveOpt = None,
+    config: ConfigOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """One kernel: its facts, its source, its latest evaluation with the profile, its lineage."""
+    fmt = output_format(as_json)
+    with opened(archive, config) as store:
+        k = _kernel(store, kernel_id)
+        task = store.task(k["task_id"]) or {}
+        ancestors = store.lineage(kernel_id)
+    if fmt == "json":
+        emit(k, fmt)
+        return
+    from rich.console import Console
+
+    console = Console()
+    _print_facts(k, task, console)
+    if k["evaluations"]:
+        _print_latest(k["evaluations"][-1], console)
+    console.print(_lineage_line(k, ancestors), markup=False, highlight=False)
+
+
+def _print_facts(k: dict, task: dict, console) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    from kernelevo.report import _COLOURS, speedup_text
+
+    judged = next((e for e in k["evaluations"] if e["id"] == k["evaluation_id"]), None) or {}
+    times = [f"{name} {judged[col]:.4g} ms" for name, col in
+             (("candidate", "candidate_ms"), ("eager", "eager_ms"), ("compile", "compiled_ms")) if judged.get(col)]
+    verdict = (k["verdict"] + (f"  ({k['reason']})" if k["reason"] else "")) if k["verdict"] else "never judged"
+    rows = [("kernel", f"{k['id']}  (origin {k['origin']}, stored {_when(k['created_at'])})", ""),
+            ("task", f"{task.get('name', '?')}  (task {k['task_id']}, {task.get('source_hash', '')[:12]})", ""),
+            ("run", k["run_id"] or "- (not made by a run)", ""),
+            ("operator", f"{k['operator']}, generation {k['generation']}, island {k['island']}", ""),
+            ("parents", ", ".join(map(str, k["parents"])) or "none", ""),
+            ("format", k["format"] or "-", ""),
+            ("verdict", verdict, _COLOURS.get(k["verdict"], "red") if k["verdict"] else "dim"),
+            ("message", judged.get("message"), ""),
+            ("speedup", k["speedup_eager"] is not None and f"{speedup_text(k['speedup_eager'])} vs eager, "
+             f"{speedup_text(k['speedup_compile'])} vs torch.compile", ""),
+            ("time", ", ".join(times), ""),
+            ("stepping stone", k["stepping_stone"] and (k["stone_reason"] or "yes"), ""),
+            ("problem", k["problem"], "yellow")]
+    facts = Table(show_header=False, box=None, pad_edge=False)
+    facts.add_column(style="bold")
+    facts.add_column(overflow="fold")
+    for name, value, style in rows:
+        if value:  # a fact this kernel does not have is left out, not shown empty
+            facts.add_row(name, Text(value, style=style))  # Text: stored strings may hold [brackets]
+    console.print(facts)
+    if k["source"]:
+        from rich.syntax import Syntax
+
+        console.print(Syntax(k["source"], "python", line_numbers=True, word_wrap=True))
+    else:
+        console.print(f"(no source: {k['problem'] or 'none stored'})", markup=False, style="dim")
+
+
+def _print_latest(evaluation: dict, console) -> None:
+    """The kernel's latest evaluation as `kernelevo evaluate` prints one, profile included."""
+    from kernelevo.records import Evaluation, Profile
+    from kernelevo.report import print_evaluation, print_profile
+
+    console.rule(f"evaluation {evaluation['id']} ({evaluation['purpose']}, {_when(evaluation['created_at'])})",
+                 align="left")
+    try:
+        record = Evaluation.from_dict(evaluation["data"])
+        profile = Profile.from_dict(evaluation["profile"]) if evaluation["profile"] else None
+    except (TypeError, KeyError, ValueError) as exc:
+        # a record written by another kernelevo version: the facts above still hold
+        _note(f"evaluation {evaluation['id']}: stored record not readable by this kernelevo ({exc})")
+        return
+    print_evaluation(record, console)
+    if profile:
+        print_profile(profile, console)
+
+
+def _lineage_line(k: dict, ancestors: list[dict]) -> str:
+    """'lineage: 9 <- 7 mutate <- 3 translate, 4 translate': each step one generation of parents."""
+    steps = [", ".join(f"{a['id']} {a['operator']}" for a in ancestors if a["depth"] == depth)
+             for depth in sorted({a["depth"] for a in ancestors})]
+    return f"lineage: {k['id']} " + ("<- " + " <- ".join(steps) if steps else "(no parents)")
+
+
+@archive_app.command()
+def diff(
+    a: int = typer.Argument(..., metavar="A", help="kernel id (the old side)"),
+    b: int = typer.Argument(..., metavar="B", help="kernel id (the new side)"),
+    archive: ArchiveOpt = None,
+    config: ConfigOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Unified diff of two kernels' sources."""
+    import difflib
+
+    fmt = output_format(as_json)
+    with opened(archive, config) as store:
+        left, right = _kernel(store, a), _kernel(store, b)
+        names = {t["id"]: t["name"] for t in store.tasks()}
+    lines = difflib.unified_diff(left["source"].splitlines(), right["source"].splitlines(),
+                                 f"kernel {a}", f"kernel {b}", lineterm="")
+    text = "".join(line + "\n" for line in lines)
+    if fmt == "json":
+        emit({"a": kernel_summary(left, names), "b": kernel_summary(right, names), "diff": text}, fmt)
+        return
+    if not text:
+        _note(f"kernels {a} and {b} have the same source")
+        return
+    from rich.console import Console
+    from rich.syntax import Syntax
+
+    Console().print(Syntax(text, "diff", word_wrap=True))
+
+
+@archive_app.command()
+def lineage(
+    kernel_id: int = typer.Argument(..., metavar="ID", help="kernel id"),
+    archive: ArchiveOpt = None,
+    config: ConfigOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The kernel and its ancestors, up through its parents to the first translations."""
+    fmt = output_format(as_json)
+    with opened(archive, config) as store:
+        k = _kernel(store, kernel_id)
+        ancestors = store.lineage(kernel_id)
+    k = {key: value for key, value in k.items() if key != "evaluations"} | {"depth": 0}
+    if fmt == "json":
+        emit([k, *ancestors], fmt)
+        return
+    from rich.console import Console
+
+    Console().print(_tree(k, {a["id"]: a for a in ancestors}))
+
+
+def _tree(k: dict, by_id: dict[int, dict]):
+    """A rich Tree, child at the root, each node's parents below it. A kernel reached twice (two
+    crossovers sharing an ancestor) is expanded once and then only named, so the tree stays small."""
+    from rich.text import Text
+    from rich.tree import Tree
+
+    from kernelevo.report import _COLOURS, speedup_text
+
+    def label(row: dict, seen_before: bool = False) -> Text:
+        return Text.assemble((f"{row['id']} ", "bold"), f"{row['operator']} ",
+                             (row["verdict"] or "unjudged", _COLOURS.get(row["verdict"], "dim")),
+                             f" {speedup_text(row['speedup_eager'])}", (" (shown above)" if seen_before else "", "dim"))
+
+    root, seen = Tree(label(k)), {k["id"]}
+    # an explicit stack in preorder, not recursion: a long chain of generations must not hit the
+    # recursion limit, and "shown above" must name a node that really is above
+    stack = [(root, p) for p in reversed(k["parents"])]
+    while stack:
+        holder, parent_id = stack.pop()
+        parent = by_id[parent_id]  # lineage() holds every ancestor
+        if parent_id in seen:
+            holder.add(label(parent, seen_before=True))
+        else:
+            seen.add(parent_id)
+            node = holder.add(label(parent))
+            stack.extend((node, p) for p in reversed(parent["parents"]))
+    return root

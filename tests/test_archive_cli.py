@@ -1,0 +1,178 @@
+"""`kernelevo archive`: the read side of the archive, through the real command on a real archive file."""
+import csv
+import dataclasses
+import io
+import json
+
+import pytest
+from kernelevo.archive.store import Archive
+
+from kernelevo.records import Correctness, Evaluation, LLMCall, Profile
+from kernelevo.tasks import source_hash
+
+from conftest import FIXTURES, run_cli
+
+SOFTMAX = "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x.softmax(-1)\n"
+SCALE = "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"
+KERNEL_A = "import torch\n\nBLOCK = 256\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n" \
+           "        return launch(x, BLOCK)\n"
+KERNEL_B = KERNEL_A.replace("BLOCK = 256", "BLOCK = 1024  # one block per row")
+
+
+def recorded() -> dict:
+    return json.loads((FIXTURES / "profile" / "evaluation_row_softmax.json").read_text())
+
+
+def ok(speedup: float, profile: Profile | None = None) -> Evaluation:
+    base = Evaluation.from_dict({**recorded(), "profile": None})
+    return dataclasses.replace(base, speedup_eager=speedup, speedup_compile=speedup / 2, profile=profile)
+
+
+def failed(verdict: str, reason: str, message: str) -> Evaluation:
+    return Evaluation(verdict=verdict, reason=reason, message=message, excerpt="kernel.cu(3): error",
+                      correctness=Correctness(trials=5, passed=0) if verdict == "incorrect" else None)
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory):
+    """Two tasks, two runs; on row_softmax: two translations (one fails to compile), a mutation of the
+    first (profiled), a crossover of both lines (incorrect) and a repair that produced no code."""
+    path = tmp_path_factory.mktemp("archive-cli") / "archive.sqlite"
+    profile = Profile.from_dict(recorded()["profile"])
+    with Archive.open(path) as a:
+        softmax = a.add_task("row_softmax", SOFTMAX, source_hash(SOFTMAX))
+        scale = a.add_task("scale", SCALE, source_hash(SCALE))
+        run = a.start_run(softmax, {"model": "anthropic:claude-sonnet-4-5"}, 0, "cuda:0", "NVIDIA H100",
+                          "2.11", "13.0")
+        other = a.start_run(scale, {"model": "openai:gpt-5"}, 1, "cuda:0", "NVIDIA H100", "2.11", "13.0")
+        for cost in (0.25, 0.5):
+            a.add_llm_call(run, LLMCall(provider="anthropic", model="claude-sonnet-4-5", operator="mutate",
+                                        outcome="ok", cost_usd=cost))
+        k = {}
+        k["a"] = a.add_kernel(softmax, KERNEL_A, "nvrtc", "translate", run_id=run)
+        k["broken"] = a.add_kernel(softmax, KERNEL_A.replace("launch", "lanch"), "nvrtc", "translate", run_id=run)
+        k["b"] = a.add_kernel(softmax, KERNEL_B, "nvrtc", "mutate", run_id=run, parents=[k["a"]], generation=1)
+        k["cross"] = a.add_kernel(softmax, KERNEL_B + "# crossed\n", "nvrtc", "crossover", run_id=run,
+                                  parents=[k["b"], k["broken"]], generation=2, island=1)
+        k["none"] = a.add_kernel(softmax, "", "nvrtc", "repair", run_id=run, parents=[k["broken"]], problem="no_code")
+        k["scale"] = a.add_kernel(scale, KERNEL_A, "nvrtc", "translate", run_id=other)
+        a.add_evaluation(k["a"], ok(1.15))
+        a.add_evaluation(k["broken"], failed("compile_error", "nvrtc_error", "error: identifier 'lanch' is undefined"))
+        a.add_evaluation(k["b"], ok(1.6, profile))
+        a.add_evaluation(k["cross"], failed("incorrect", "value_mismatch", "output 0 differs at (3, 7)"))
+        a.add_evaluation(k["scale"], ok(2.0))
+        a.finish_run(other, "finished", "generations")
+    return {"path": str(path), "run": run, "other": other, **k}
+
+
+@pytest.fixture(autouse=True)
+def wide_terminal(monkeypatch):
+    # rich draws 80 columns when stdout is a pipe; wider keeps table cells on one line for the asserts
+    monkeypatch.setenv("COLUMNS", "200")
+
+
+def cli(archive: dict, *args: str):
+    out = run_cli("archive", *args, "--archive", archive["path"], timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out
+
+
+def test_ls_runs_found_through_the_config(archive, tmp_path):
+    config = tmp_path / "kernelevo.toml"
+    config.write_text(f"archive = {json.dumps(archive['path'])}\n")
+    out = run_cli("archive", "ls", "--config", str(config), timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert archive["run"] in out.stdout and archive["other"] in out.stdout
+    assert "anthropic:claude-sonnet-4-5" in out.stdout and "1.60x" in out.stdout and "finished" in out.stdout
+
+
+def test_ls_runs_json(archive):
+    rows = {r["id"]: r for r in json.loads(cli(archive, "ls", "runs", "--json").stdout)}
+    run = rows[archive["run"]]
+    assert run["task"] == "row_softmax" and run["status"] == "running" and run["finished"] is None
+    assert (run["kernels"], run["evaluations"], run["ok"]) == (5, 4, 2)
+    assert run["best_speedup"] == pytest.approx(1.6) and run["best_kernel"] == archive["b"]
+    assert run["cost_usd"] == pytest.approx(0.75) and run["model"] == "anthropic:claude-sonnet-4-5"
+    assert rows[archive["other"]]["status"] == "finished" and rows[archive["other"]]["finished"]
+
+
+def test_ls_tasks_table_and_csv(archive):
+    table = cli(archive, "ls", "tasks").stdout
+    assert "row_softmax" in table and "scale" in table and "2.00x" in table
+    rows = list(csv.DictReader(io.StringIO(cli(archive, "ls", "tasks", "--csv").stdout)))
+    assert [r["name"] for r in rows] == ["row_softmax", "scale"]
+    assert (rows[0]["runs"], rows[0]["kernels"], float(rows[0]["best_speedup"])) == ("1", "5", 1.6)
+    assert len(rows[1]["source_hash"]) == 12 and rows[1]["best_speedup"] == "2.0"
+
+
+def test_ls_kernels_table(archive):
+    out = cli(archive, "ls", "kernels")
+    for verdict in ("ok", "compile_error", "incorrect", "no_code", "crossover"):
+        assert verdict in out.stdout
+    assert "1.60x" in out.stdout and "source" not in out.stdout
+    assert out.stderr.strip() == "6 kernels"
+
+
+def test_ls_kernels_csv_filtered_by_task_name_and_verdict(archive):
+    out = cli(archive, "ls", "kernels", "--csv", "--task", "row_softmax", "--verdict", "ok")
+    rows = list(csv.DictReader(io.StringIO(out.stdout)))
+    assert [int(r["id"]) for r in rows] == [archive["a"], archive["b"]]
+    assert rows[1]["parents"] == str(archive["a"]) and rows[1]["operator"] == "mutate"
+    assert rows[1]["run"] == archive["run"] and "source" not in rows[0]
+
+
+def test_ls_kernels_json_min_speedup_and_limit(archive):
+    rows = json.loads(cli(archive, "ls", "kernels", "--json", "--min-speedup", "1.5").stdout)
+    assert [r["id"] for r in rows] == [archive["b"], archive["scale"]]
+    assert rows[0]["speedup_eager"] == pytest.approx(1.6) and rows[0]["task"] == "row_softmax"
+    assert "source" not in rows[0] and rows[0]["stepping_stone"] is False
+    rows = json.loads(cli(archive, "ls", "kernels", "--json", "--operator", "translate", "--limit", "1").stdout)
+    assert [r["id"] for r in rows] == [archive["scale"]]  # the newest
+
+
+def test_show_source_evaluation_profile_lineage(archive):
+    out = cli(archive, "show", str(archive["b"])).stdout
+    assert "BLOCK = 1024  # one block per row" in out  # the source
+    assert "mutate" in out and "1.60x" in out and "row_softmax" in out
+    assert "speed of light" in out and "as the search's prompts show it" in out  # the profile
+    assert f"lineage: {archive['b']} <- {archive['a']} translate" in out
+
+
+def test_show_json_has_the_evaluations(archive):
+    data = json.loads(cli(archive, "show", str(archive["b"]), "--json").stdout)
+    assert data["id"] == archive["b"] and data["source"] == KERNEL_B and data["parents"] == [archive["a"]]
+    [evaluation] = data["evaluations"]
+    assert evaluation["data"]["speedup_eager"] == pytest.approx(1.6)
+    assert evaluation["profile"] == recorded()["profile"]
+
+
+def test_diff(archive):
+    out = cli(archive, "diff", str(archive["a"]), str(archive["b"])).stdout
+    assert "-BLOCK = 256" in out and "+BLOCK = 1024  # one block per row" in out
+    data = json.loads(cli(archive, "diff", str(archive["a"]), str(archive["b"]), "--json").stdout)
+    assert (data["a"]["id"], data["b"]["id"]) == (archive["a"], archive["b"])
+    assert f"--- kernel {archive['a']}" in data["diff"] and "+BLOCK = 1024  # one block per row\n" in data["diff"]
+
+
+def test_lineage_json_and_tree(archive):
+    rows = json.loads(cli(archive, "lineage", str(archive["cross"]), "--json").stdout)
+    # the kernel, then its parents, then theirs: breadth-first, by id within a generation
+    assert [(r["id"], r["depth"]) for r in rows] == [(archive["cross"], 0), (archive["broken"], 1),
+                                                     (archive["b"], 1), (archive["a"], 2)]
+    tree = cli(archive, "lineage", str(archive["cross"])).stdout
+    lines = [line for line in tree.splitlines() if line.strip()]
+    assert f"{archive['cross']} crossover incorrect" in lines[0]
+    assert f"{archive['b']} mutate ok 1.60x" in lines[1] and f"{archive['a']} translate ok 1.15x" in lines[2]
+    assert f"{archive['broken']} translate compile_error" in lines[3]
+
+
+def test_missing_archive_is_one_line_exit_2(tmp_path):
+    out = run_cli("archive", "ls", "--archive", str(tmp_path / "nowhere.sqlite"), timeout=60)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip().count("\n") == 0 and "kernelevo optimize" in out.stderr
+
+
+def test_unknown_kernel_is_one_line_exit_2(archive):
+    out = run_cli("archive", "show", "999", "--archive", archive["path"], timeout=60)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip().count("\n") == 0 and "no kernel 999" in out.stderr
