@@ -61,6 +61,20 @@ ORDER BY e.verdict = 'ok' DESC, e.speedup_eager DESC NULLS LAST, k.id
 LIMIT :limit
 """
 
+# One row per kernel for export: the kernel, its task, its latest evaluation, the call that wrote it.
+_EXPORT_SELECT = """
+SELECT k.id, k.run_id, k.task_id, t.name AS task_name, t.source_hash AS task_hash, t.source AS task_source,
+       k.source, k.format, k.operator, k.generation, k.island, k.origin, k.stepping_stone, k.problem, k.claims,
+       k.created_at, e.purpose, e.verdict, e.reason, e.message, e.speedup_eager, e.speedup_compile,
+       e.candidate_ms, e.eager_ms, e.device_name, e.profile, c.provider, c.model, c.cost_usd
+FROM kernels k
+JOIN tasks t ON t.id = k.task_id
+LEFT JOIN evaluations e ON e.id = (SELECT MAX(id) FROM evaluations WHERE kernel_id = k.id)
+LEFT JOIN llm_calls c ON c.id = k.llm_call_id
+WHERE (:run IS NULL OR k.run_id = :run) AND (:task IS NULL OR k.task_id = :task)
+ORDER BY k.id
+"""
+
 _TOKEN_SUMS = ", ".join(f"COALESCE(SUM({c}), 0) AS {c}" for c in
                         ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens", "reasoning_tokens"))
 
@@ -436,6 +450,14 @@ class Archive:
             ids += [task["id"]] if task else []
         every = task_hash is None and task_ids is None
         rows = self._read(_STONES_SELECT, {"all": every, "ids": dumps(ids), "limit": limit})
+        return self._with_parents(rows)
+
+    def export_rows(self, run_id: str | None = None, task_id: int | None = None) -> list[dict]:
+        """Every kernel (of a run or task) with its task's source, its latest evaluation of any purpose
+        (verdict, speedups, profile decoded), the model and cost of the call that wrote it, and parents."""
+        rows = self._read(_EXPORT_SELECT, {"run": run_id, "task": task_id})
+        for row in rows:
+            row["profile"], row["claims"] = loads(row.get("profile")), loads(row.get("claims"))
         return self._with_parents(rows)
 
     def _with_parents(self, rows: list[dict]) -> list[dict]:

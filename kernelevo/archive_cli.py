@@ -32,14 +32,6 @@ KERNEL_FIELDS = ("id", "run", "task", "operator", "parents", "generation", "isla
 RUN_FIELDS = ("id", "task", "status", "started", "finished", "model", "kernels", "evaluations", "ok",
               "best_speedup", "best_kernel", "cost_usd")
 TASK_FIELDS = ("id", "name", "source_hash", "runs", "kernels", "best_speedup")
-_HEADERS = {"operator": "op", "generation": "gen", "island": "isl", "format": "fmt", "speedup_eager": "eager",
-            "speedup_compile": "compile", "candidate_ms": "ms", "stepping_stone": "stone", "best_speedup": "best",
-            "best_kernel": "best id", "evaluations": "evals", "cost_usd": "USD"}
-# The columns a narrow terminal loses first, least needed first.
-_DROP_ORDER = ("island", "format", "stepping_stone", "best_kernel", "finished", "evaluations", "speedup_compile",
-               "candidate_ms", "generation", "source_hash", "reason", "run", "model", "started", "kernels")
-_NUMERIC = {"id", "generation", "island", "speedup_eager", "speedup_compile", "candidate_ms", "kernels",
-            "evaluations", "ok", "best_speedup", "best_kernel", "cost_usd", "runs"}
 
 
 class Kind(str, Enum):
@@ -103,62 +95,9 @@ def emit(rows: Any, fmt: str, fields: Sequence[str] = ()) -> None:
         for row in rows:
             writer.writerow({k: " ".join(map(str, v)) if isinstance(v, list) else v for k, v in row.items()})
     else:
-        _print_table(rows, fields)
+        from kernelevo.report import print_rows
 
-
-def _print_table(rows: list[dict], fields: Sequence[str]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    cells = [{f: _cell(f, row.get(f)) for f in fields} for row in rows]
-    shown = _fit(fields, cells, console.width)
-    if len(shown) < len(fields):
-        _note(f"left out {', '.join(f for f in fields if f not in shown)} to fit {console.width} columns; "
-              "--json and --csv give every field")
-    table = Table(header_style="bold")
-    for field in shown:
-        table.add_column(_HEADERS.get(field, field), justify="right" if field in _NUMERIC else "left",
-                         no_wrap=field in ("id", "run"), overflow="fold")
-    for row in cells:
-        table.add_row(*(row[f] for f in shown))
-    console.print(table)
-
-
-def _fit(fields: Sequence[str], cells: list[dict], width: int) -> list[str]:
-    """The fields whose columns fit `width`, dropping by _DROP_ORDER: rich would fold every column instead."""
-    widths = {f: max([len(_HEADERS.get(f, f)), *(row[f].cell_len for row in cells)]) for f in fields}
-    shown = list(fields)
-    for field in _DROP_ORDER:
-        if sum(widths[f] + 3 for f in shown) + 1 <= width:  # 3: a border and two spaces of padding
-            break
-        if field in shown:
-            shown.remove(field)
-    return shown
-
-
-def _cell(field: str, value: Any):
-    from rich.text import Text
-
-    from kernelevo.report import _COLOURS, speedup_text
-
-    if value is None:
-        return Text("-", style="dim")
-    if field in ("speedup_eager", "speedup_compile", "best_speedup"):
-        return Text(speedup_text(value))
-    if field == "verdict":
-        return Text(value, style=_COLOURS.get(value, "red"))
-    if field in ("started", "finished"):
-        return Text(value[:16])  # to the minute: the seconds are in --json and --csv
-    if field == "candidate_ms":
-        return Text(f"{value:.4g}")
-    if field == "cost_usd":
-        return Text(f"{value:.2f}")
-    if isinstance(value, bool):
-        return Text("yes" if value else "")
-    if isinstance(value, list):
-        return Text(", ".join(map(str, value)))
-    return Text(str(value))  # Text, not markup: stored strings may hold [brackets]
+        print_rows(rows, fields)
 
 
 def _when(t: float | None) -> str | None:
@@ -430,3 +369,35 @@ def _tree(k: dict, by_id: dict[int, dict]):
             node = holder.add(label(parent))
             stack.extend((node, p) for p in reversed(parent["parents"]))
     return root
+
+
+@archive_app.command()
+def export(
+    out: Path = typer.Option(..., "--out", "-o", help="file to write: .jsonl, or .parquet"),
+    fmt: Optional[str] = typer.Option(None, "--format", help="jsonl or parquet (default: from the file's suffix)"),
+    run: Optional[str] = typer.Option(None, help="only this run's kernels"),
+    task: Optional[str] = typer.Option(None, help="only this task's kernels (name or id)"),
+    verdict: Optional[str] = typer.Option(None, help="only kernels with this verdict"),
+    archive: ArchiveOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """One row per kernel (task source, kernel source, verdict, speedups, profile summary, parents, operator,
+    model, cost), as JSON lines or Parquet: usable as fine-tuning data."""
+    from kernelevo.archive import export as exporting
+
+    fmt = fmt or ("parquet" if out.suffix == ".parquet" else "jsonl")
+    if fmt not in exporting.FORMATS:
+        _fail(f"--format {fmt}: use jsonl or parquet")
+    with opened(archive, config) as store:
+        if run and store.run(run) is None:
+            _fail(f"no run {run} in {store.path}; `kernelevo archive ls runs` lists them")
+        task_ids = _task_ids(store, task) if task else {None}
+        stored = [r for t in sorted(task_ids, key=str) for r in store.export_rows(run_id=run, task_id=t)]
+    data = [r for r in exporting.rows(stored) if verdict is None or r["verdict"] == verdict]
+    try:
+        exporting.write(data, out, fmt)
+    except ImportError as exc:
+        _fail(f"Parquet needs pandas and pyarrow ({exc.name} is missing): pip install pandas pyarrow, or use .jsonl")
+    except OSError as exc:
+        _fail(f"{out}: cannot write it: {exc.strerror or exc}")
+    _note(f"wrote {len(data)} kernels to {out} ({fmt})")

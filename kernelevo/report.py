@@ -1,6 +1,9 @@
 """Terminal rendering of judge results (rich)."""
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from kernelevo.records import Evaluation, TimingStats
 
 _COLOURS = {"ok": "green", "incorrect": "yellow", "rejected": "red", "timeout": "magenta"}
@@ -167,3 +170,70 @@ def print_models(rows: list[dict]) -> None:
         table.add_row(r["spec"], r["alias"], price(r["input"]), price(r["cached_input"]), price(r["cache_write"]),
                       price(r["output"]), tokens(r["context"]), r["edit_format"])
     Console().print(table)
+
+
+# -- archive rows as a table (kernelevo archive ls) ---------------------------------------------
+
+_HEADERS = {"operator": "op", "generation": "gen", "island": "isl", "format": "fmt", "speedup_eager": "eager",
+            "speedup_compile": "compile", "candidate_ms": "ms", "stepping_stone": "stone", "best_speedup": "best",
+            "best_kernel": "best id", "evaluations": "evals", "cost_usd": "USD"}
+# The columns a narrow terminal loses first, least needed first.
+_DROP_ORDER = ("island", "format", "stepping_stone", "best_kernel", "finished", "evaluations", "speedup_compile",
+               "candidate_ms", "generation", "source_hash", "reason", "run", "model", "started", "kernels")
+_NUMERIC = {"id", "generation", "island", "speedup_eager", "speedup_compile", "candidate_ms", "kernels",
+            "evaluations", "ok", "best_speedup", "best_kernel", "cost_usd", "runs"}
+
+
+def print_rows(rows: list[dict], fields: Sequence[str]) -> None:
+    """Archive rows as a table on stdout; on a narrow terminal the least needed columns go (named on stderr)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    cells = [{f: _cell(f, row.get(f)) for f in fields} for row in rows]
+    shown = _fit(fields, cells, console.width)
+    if len(shown) < len(fields):
+        left_out = ", ".join(f for f in fields if f not in shown)
+        Console(stderr=True).print(f"left out {left_out} to fit {console.width} columns; --json and --csv give "
+                                   "every field", markup=False, highlight=False)
+    table = Table(header_style="bold")
+    for field in shown:
+        table.add_column(_HEADERS.get(field, field), justify="right" if field in _NUMERIC else "left",
+                         no_wrap=field in ("id", "run"), overflow="fold")
+    for row in cells:
+        table.add_row(*(row[f] for f in shown))
+    console.print(table)
+
+
+def _fit(fields: Sequence[str], cells: list[dict], width: int) -> list[str]:
+    """The fields whose columns fit `width`, dropping by _DROP_ORDER: rich would fold every column instead."""
+    widths = {f: max([len(_HEADERS.get(f, f)), *(row[f].cell_len for row in cells)]) for f in fields}
+    shown = list(fields)
+    for field in _DROP_ORDER:
+        if sum(widths[f] + 3 for f in shown) + 1 <= width:  # 3: a border and two spaces of padding
+            break
+        if field in shown:
+            shown.remove(field)
+    return shown
+
+
+def _cell(field: str, value: Any):
+    from rich.text import Text
+
+    if value is None:
+        return Text("-", style="dim")
+    if field in ("speedup_eager", "speedup_compile", "best_speedup"):
+        return Text(speedup_text(value))
+    if field == "verdict":
+        return Text(value, style=_COLOURS.get(value, "red"))
+    if field in ("started", "finished"):
+        return Text(value[:16])  # to the minute: the seconds are in --json and --csv
+    if field == "candidate_ms":
+        return Text(f"{value:.4g}")
+    if field == "cost_usd":
+        return Text(f"{value:.2f}")
+    if isinstance(value, bool):
+        return Text("yes" if value else "")
+    if isinstance(value, list):
+        return Text(", ".join(map(str, value)))
+    return Text(str(value))  # Text, not markup: stored strings may hold [brackets]

@@ -46,12 +46,13 @@ def archive(tmp_path_factory):
                           "2.11", "13.0")
         other = a.start_run(scale, {"model": "openai:gpt-5"}, 1, "cuda:0", "NVIDIA H100", "2.11", "13.0")
         for cost in (0.25, 0.5):
-            a.add_llm_call(run, LLMCall(provider="anthropic", model="claude-sonnet-4-5", operator="mutate",
-                                        outcome="ok", cost_usd=cost))
+            call = a.add_llm_call(run, LLMCall(provider="anthropic", model="claude-sonnet-4-5", operator="mutate",
+                                               outcome="ok", cost_usd=cost))
         k = {}
         k["a"] = a.add_kernel(softmax, KERNEL_A, "nvrtc", "translate", run_id=run)
         k["broken"] = a.add_kernel(softmax, KERNEL_A.replace("launch", "lanch"), "nvrtc", "translate", run_id=run)
-        k["b"] = a.add_kernel(softmax, KERNEL_B, "nvrtc", "mutate", run_id=run, parents=[k["a"]], generation=1)
+        k["b"] = a.add_kernel(softmax, KERNEL_B, "nvrtc", "mutate", run_id=run, parents=[k["a"]], generation=1,
+                              llm_call_id=call)
         k["cross"] = a.add_kernel(softmax, KERNEL_B + "# crossed\n", "nvrtc", "crossover", run_id=run,
                                   parents=[k["b"], k["broken"]], generation=2, island=1)
         k["none"] = a.add_kernel(softmax, "", "nvrtc", "repair", run_id=run, parents=[k["broken"]], problem="no_code")
@@ -176,3 +177,27 @@ def test_unknown_kernel_is_one_line_exit_2(archive):
     out = run_cli("archive", "show", "999", "--archive", archive["path"], timeout=60)
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.strip().count("\n") == 0 and "no kernel 999" in out.stderr
+
+
+def test_export_jsonl_and_parquet(archive, tmp_path):
+    import pandas as pd
+
+    out = cli(archive, "export", "-o", str(tmp_path / "all.jsonl"))
+    assert "wrote 6 kernels" in out.stderr and not out.stdout
+    rows = [json.loads(line) for line in (tmp_path / "all.jsonl").read_text().splitlines()]
+    by_id = {r["kernel_id"]: r for r in rows}
+    b = by_id[archive["b"]]
+    assert b["task"] == "row_softmax" and b["task_source"] == SOFTMAX and b["source"] == KERNEL_B
+    assert (b["operator"], b["parents"], b["verdict"], b["speedup_eager"]) == ("mutate", [archive["a"]], "ok", 1.6)
+    assert b["profile"]["dominant_kernel"] == "softmax_rows" and b["profile"]["registers"] == 31
+    assert b["profile"]["bound"] == "memory" and 80 < b["profile"]["sol_pct"] < 100
+    assert (b["model"], b["cost_usd"]) == ("anthropic:claude-sonnet-4-5", 0.5)
+    assert by_id[archive["none"]]["verdict"] is None and by_id[archive["none"]]["problem"] == "no_code"
+    assert by_id[archive["cross"]]["parents"] == [archive["b"], archive["broken"]]
+
+    cli(archive, "export", "-o", str(tmp_path / "ok.parquet"), "--task", "row_softmax", "--verdict", "ok")
+    frame = pd.read_parquet(tmp_path / "ok.parquet")
+    assert sorted(frame["kernel_id"]) == sorted([archive["a"], archive["b"]])
+    row = frame.set_index("kernel_id").loc[archive["b"]]
+    assert json.loads(row["parents"]) == [archive["a"]] and json.loads(row["profile"])["registers"] == 31
+    assert row["speedup_eager"] == 1.6 and row["task_source"] == SOFTMAX
