@@ -401,3 +401,50 @@ def export(
     except OSError as exc:
         _fail(f"{out}: cannot write it: {exc.strerror or exc}")
     _note(f"wrote {len(data)} kernels to {out} ({fmt})")
+
+
+@archive_app.command("import")
+def import_(
+    source: Path = typer.Argument(..., help="a folder of KernelBench-format candidate files, or CUDA-L1's .jsonl"),
+    task: Optional[Path] = typer.Option(None, help="folder: the task file, or a folder with <task>.py for each "
+                                        "candidate <task>__*.py (default: the candidates' parent folder)"),
+    archive: ArchiveOpt = None,
+    config: ConfigOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Store kernels found elsewhere, their published numbers kept as claims; tasks matched by source hash."""
+    from kernelevo.archive import importing
+    from kernelevo.archive.store import Archive, default_path
+    from kernelevo.config import ConfigError, load_config
+    from kernelevo.judge.formats import detect_format
+    from kernelevo.tasks import source_hash
+
+    if source.is_dir():
+        found, skipped = importing.kernelbench_folder(source, task or source.resolve().parent)
+    elif source.suffix == ".jsonl" and source.is_file():
+        found, skipped = importing.cuda_l1_jsonl(source)
+    else:
+        _fail(f"{source}: give a folder of candidate .py files or a .jsonl file of CUDA-L1's collection")
+    try:
+        raw = load_config(config).raw
+    except ConfigError as exc:
+        _fail(str(exc))
+    path = archive or (Path(str(raw["archive"])).expanduser() if raw.get("archive") else default_path())
+    imported, known = [], 0
+    with Archive.open(path) as store:
+        for item in found:
+            task_id = store.add_task(item.task_name, item.task_source, source_hash(item.task_source))
+            if source_hash(item.source) in {k["source_hash"] for k in store.kernels(task_id=task_id)}:
+                known += 1  # imported before, or found by a run: one row per kernel
+                continue
+            try:
+                fmt = detect_format(item.source)
+            except (SyntaxError, ValueError):
+                fmt = "unknown"
+            imported.append(store.add_kernel(task_id, item.source, fmt, "import", origin="import",
+                                             claims=item.claims or None, thinking=f"imported from {item.where}"))
+    if as_json:
+        emit({"archive": str(path), "imported": imported, "already_there": known, "skipped": skipped}, "json")
+    for line in skipped:
+        _note(f"skipped {line}")
+    _note(f"imported {len(imported)} kernels into {path}" + (f"; {known} were already there" if known else ""))

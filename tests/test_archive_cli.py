@@ -201,3 +201,42 @@ def test_export_jsonl_and_parquet(archive, tmp_path):
     row = frame.set_index("kernel_id").loc[archive["b"]]
     assert json.loads(row["parents"]) == [archive["a"]] and json.loads(row["profile"])["registers"] == 31
     assert row["speedup_eager"] == 1.6 and row["task_source"] == SOFTMAX
+
+
+def test_import_kernelbench_folder_then_cuda_l1_lines(tmp_path):
+    db = str(tmp_path / "imported.sqlite")
+    folder = FIXTURES.parent.parent / "benchmarks" / "tasks" / "candidates"
+    first = run_cli("archive", "import", str(folder), "--archive", db, "--json")
+    assert first.returncode == 0, first.stderr
+    report = json.loads(first.stdout)
+    assert len(report["imported"]) == len(list(folder.glob("*.py"))) and report["skipped"] == []
+    again = json.loads(run_cli("archive", "import", str(folder), "--archive", db, "--json").stdout)
+    assert again["imported"] == [] and again["already_there"] == len(report["imported"])  # one row per kernel
+
+    softmax_task = (folder.parent / "row_softmax.py").read_text()
+    kernel = (folder / "row_softmax__nvrtc.py").read_text().replace("BLOCK 256", "BLOCK 512")
+    lines = [json.dumps({"level_id": 1, "task_id": 23, "ref_code": softmax_task, "custom_code": kernel,
+                         "score_default": 1.31, "score_torch_compile_default": 0.9}),
+             "{not json",
+             json.dumps({"level_id": 1, "task_id": 24, "ref_code": SCALE, "custom_code": ""}),
+             json.dumps({"level_id": 2, "task_id": 7, "ref_code": SCALE, "custom_code": KERNEL_A.replace("BLOCK", "B")})]
+    (tmp_path / "cuda_l1.jsonl").write_text("\n".join(lines) + "\n")
+    out = run_cli("archive", "import", str(tmp_path / "cuda_l1.jsonl"), "--archive", db, "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert len(report["imported"]) == 2
+    assert [line.split(":")[1] for line in report["skipped"]] == ["2", "3"]  # the broken line, the empty kernel
+    assert "skipped cuda_l1.jsonl:2: not JSON" in out.stderr
+    shown = json.loads(run_cli("archive", "show", str(report["imported"][0]), "--archive", db, "--json").stdout)
+    assert shown["origin"] == "import" and shown["operator"] == "import" and shown["format"] == "nvrtc"
+    assert shown["claims"] == {"score_default": 1.31, "score_torch_compile_default": 0.9, "source": "CUDA-L1",
+                               "level_id": 1, "task_id": 23}
+    tasks = json.loads(run_cli("archive", "ls", "tasks", "--archive", db, "--json").stdout)
+    softmax = [t for t in tasks if t["source_hash"] == source_hash(softmax_task)[:12] or t["name"] == "row_softmax"]
+    assert len(softmax) == 1 and softmax[0]["kernels"] == 4  # matched by source hash: the folder's 3, and this one
+    assert len(tasks) == len(list(folder.parent.glob("*.py"))) + 1  # plus the CUDA-L1 row's own task
+
+
+def test_import_refuses_what_it_cannot_read(tmp_path):
+    out = run_cli("archive", "import", str(tmp_path / "nothing.txt"), "--archive", str(tmp_path / "a.sqlite"))
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "CUDA-L1" in out.stderr
