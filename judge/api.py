@@ -11,7 +11,6 @@ import concurrent.futures
 import dataclasses
 import hashlib
 import json
-import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from kernelevo.judge.formats import detect_format
 from kernelevo.judge.probe import IMPLAUSIBLE_SPEEDUP
 from kernelevo.judge.timing import TimingConfig
 from kernelevo.records import Correctness, Evaluation, KernelResources, Profile, TimingStats
+from kernelevo.runtime._common import slug
 from kernelevo.tasks import Task, source_hash
 
 
@@ -240,8 +240,7 @@ def judge_remeasure(result: dict, second: dict, kind: str, limit: float, toleran
 
 
 def _baseline_key(task_hash: str, device_name: str, torch_version: str, compiled: bool) -> str:
-    slug = re.sub(r"[^A-Za-z0-9.]+", "-", f"{device_name}-{torch_version}").strip("-")
-    return f"{task_hash[:16]}-{slug}{'' if compiled else '-eager'}"
+    return f"{task_hash[:16]}-{slug(device_name, torch_version)}{'' if compiled else '-eager'}"
 
 
 def _stats(data: dict | None, scale: float = 1.0) -> TimingStats | None:

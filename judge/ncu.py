@@ -20,6 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from kernelevo.judge.policy import _short
 from kernelevo.records import NcuKernel
 
 RANGE = "kernelevo_profile"
@@ -98,10 +99,6 @@ def _number(value: str | None) -> float:
         return float((value or "0").replace(",", ""))
     except ValueError:
         return 0.0
-
-
-def _short(name: str) -> str:
-    return name if len(name) <= 80 else name[:77] + "..."
 
 
 def run(job: dict, device: str, timeout: float = 120.0) -> tuple[list[NcuKernel], str]:

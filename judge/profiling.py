@@ -42,19 +42,15 @@ def run_profile(job: dict, device: str, channel) -> dict:
         cand, cand_ms = breakdown(lambda: trial.forward(candidate, args), device, own)
         ref, ref_ms = breakdown(lambda: trial.forward(reference, args), device, set())
         found = resources.collect()
-        if device.startswith("cuda") and job.get("ncu", True):
-            kernels, note = ncu.run(job, device)
-        else:
-            kernels, note = [], ("" if device.startswith("cuda") else "Nsight Compute profiles CUDA kernels: "
-                                 "skipped on the CPU")
+        kernels, note = [], "Nsight Compute profiles CUDA kernels: skipped on the CPU"
+        if device.startswith("cuda"):
+            kernels, note = ncu.run(job, device) if job.get("ncu", True) else ([], "Nsight Compute not asked for")
     except Exception as exc:  # noqa: BLE001 - candidate code runs here too
         return {"verdict": "runtime_error", "reason": "profile_failed",
                 "message": f"profiling failed: {type(exc).__name__}: {exc}"[:300]}
     finally:
         channel.release_device()
     notes += [note] if note else []
-    if not job.get("ncu", True):
-        notes.append("Nsight Compute not asked for")
     bound = sol.bound(work, peaks, job.get("eager_ms"), job.get("candidate_ms"))
     profile = Profile(device_name=name, backend="cuda" if device.startswith("cuda") else "cpu", candidate=tuple(cand), reference=tuple(ref), candidate_ms=cand_ms,
                       reference_ms=ref_ms, resources=tuple(found), ncu=tuple(kernels), sol=bound,

@@ -15,7 +15,6 @@ Measured on an H100 80GB HBM3 (torch 2.11, 2026-11-22): copy 2.86 TB/s at 1 GiB 
 from __future__ import annotations
 
 import json
-import re
 import statistics
 import time
 from pathlib import Path
@@ -83,8 +82,9 @@ def bound(work: dict, peaks: dict, reference_ms: float | None, candidate_ms: flo
 # -- calibration: once per device model and torch version --------------------------------------------
 
 def calibration_path(cache_dir: Path, device_name: str, torch_version: str) -> Path:
-    slug = re.sub(r"[^A-Za-z0-9.]+", "-", f"{device_name}-{torch_version}").strip("-")
-    return Path(cache_dir) / "calibration" / f"{slug}.json"
+    from kernelevo.runtime._common import slug
+
+    return Path(cache_dir) / "calibration" / f"{slug(device_name, torch_version)}.json"
 
 
 def peaks(cache_dir: Path, device: str, device_name: str) -> tuple[dict, bool]:

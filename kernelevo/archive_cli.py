@@ -57,14 +57,9 @@ def opened(archive: Optional[Path], config: Optional[Path]) -> Iterator[Archive]
     """The archive read-only, found as `kernelevo optimize` finds it: --archive, kernelevo.toml, the default."""
     import sqlite3
 
-    from kernelevo.archive.store import Archive, default_path
-    from kernelevo.config import ConfigError, load_config
+    from kernelevo.archive.store import Archive
 
-    try:
-        raw = load_config(config).raw
-    except ConfigError as exc:
-        _fail(str(exc))
-    path = archive or (Path(str(raw["archive"])).expanduser() if raw.get("archive") else default_path())
+    path = archive_path(archive, config)
     if not path.is_file():
         _fail(f"{path}: no such archive file; `kernelevo optimize TASK` creates one (or pass --archive PATH)")
     try:
@@ -73,6 +68,16 @@ def opened(archive: Optional[Path], config: Optional[Path]) -> Iterator[Archive]
         _fail(f"{path}: cannot read it as an archive: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
     with store:
         yield store
+
+
+def archive_path(archive: Optional[Path], config: Optional[Path]) -> Path:
+    """Where the archive is, as `kernelevo optimize` finds it: --archive, kernelevo.toml, the default."""
+    from kernelevo.config import ConfigError, load_config
+
+    try:
+        return load_config(config).archive_path(archive)
+    except ConfigError as exc:
+        _fail(str(exc))
 
 
 def output_format(as_json: bool, as_csv: bool = False) -> str:
@@ -414,8 +419,7 @@ def import_(
 ) -> None:
     """Store kernels found elsewhere, their published numbers kept as claims; tasks matched by source hash."""
     from kernelevo.archive import importing
-    from kernelevo.archive.store import Archive, default_path
-    from kernelevo.config import ConfigError, load_config
+    from kernelevo.archive.store import Archive
     from kernelevo.judge.formats import detect_format
     from kernelevo.tasks import source_hash
 
@@ -425,18 +429,17 @@ def import_(
         found, skipped = importing.cuda_l1_jsonl(source)
     else:
         _fail(f"{source}: give a folder of candidate .py files or a .jsonl file of CUDA-L1's collection")
-    try:
-        raw = load_config(config).raw
-    except ConfigError as exc:
-        _fail(str(exc))
-    path = archive or (Path(str(raw["archive"])).expanduser() if raw.get("archive") else default_path())
+    path = archive_path(archive, config)
     imported, known = [], 0
+    hashes: dict[int, set[str]] = {}  # task id -> its kernels' source hashes, read once per task
     with Archive.open(path) as store:
         for item in found:
             task_id = store.add_task(item.task_name, item.task_source, source_hash(item.task_source))
-            if source_hash(item.source) in {k["source_hash"] for k in store.kernels(task_id=task_id)}:
+            seen = hashes.setdefault(task_id, {k["source_hash"] for k in store.kernels(task_id=task_id)})
+            if source_hash(item.source) in seen:
                 known += 1  # imported before, or found by a run: one row per kernel
                 continue
+            seen.add(source_hash(item.source))
             try:
                 fmt = detect_format(item.source)
             except (SyntaxError, ValueError):

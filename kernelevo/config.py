@@ -48,6 +48,16 @@ class Config:
     models: dict[str, ModelChoice] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict)
 
+    def archive_path(self, given: Path | None = None) -> Path:
+        """The archive file: `given` (--archive), else `archive =` here, else the default location."""
+        if given is not None:
+            return Path(given)
+        if self.raw.get("archive"):
+            return Path(str(self.raw["archive"])).expanduser()
+        from kernelevo.archive.store import default_path
+
+        return default_path()
+
     def model(self, name: str) -> ModelChoice:
         """An alias from [models.ALIAS], or a plain provider:model string."""
         return self.models.get(name) or ModelChoice(spec=name)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 from typing import Optional
 
 import typer
@@ -62,7 +61,6 @@ def _model(model: Optional[str], config) -> str:
 def _options(args: dict):
     """OptimizeOptions from the command's arguments, after every check that can fail early."""
     from kernelevo import runtime
-    from kernelevo.archive.store import default_path
     from kernelevo.config import ConfigError, load_config
     from kernelevo.evolution import budget
     from kernelevo.evolution.records import OptimizeOptions, SearchSettings
@@ -90,8 +88,7 @@ def _options(args: dict):
     settings = SearchSettings(children_per_generation=args["children"], islands=args["islands"],
                               llm_concurrency=args["concurrency"], profile_per_generation=args["profile_top"],
                               ncu=args["ncu"])
-    archive = args["archive"] or (Path(config.raw["archive"]).expanduser() if config.raw.get("archive")
-                                  else default_path())
+    archive = config.archive_path(args["archive"])
     return OptimizeOptions(task_path=args["task"], model=_model(args["model"], config), devices=devices,
                            archive_path=archive, out_dir=args["out"], cache_dir=args["cache_dir"] or runtime.cache_dir(),
                            fmt=args["fmt"], limits=limits, settings=settings, seed=args["seed"],

@@ -27,6 +27,13 @@ def cache_dir() -> Path:
     return Path(root)
 
 
+def slug(*parts: str) -> str:
+    """A file-name-safe join of `parts` ("NVIDIA H100 80GB HBM3", "2.11.0+cu130" -> "NVIDIA-H100-...")."""
+    import re
+
+    return re.sub(r"[^A-Za-z0-9.]+", "-", "-".join(parts)).strip("-")
+
+
 def digest(*parts: str) -> str:
     h = hashlib.sha256()
     for part in parts:
