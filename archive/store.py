@@ -492,6 +492,23 @@ class Archive:
             costs[op] = costs.get(op, 0.0) + r["cost"]
         return costs
 
+    def timeline(self, run_id: str) -> list[dict]:
+        """The run's search evaluations in the order they were judged: kernel_id, verdict, reason,
+        speedup_eager, created_at, and spent_usd, the known LLM spend of the run up to that moment."""
+        return self._read(
+            "SELECT e.id AS evaluation_id, e.kernel_id, e.verdict, e.reason, e.speedup_eager, e.created_at, "
+            "(SELECT TOTAL(c.cost_usd) FROM llm_calls c WHERE c.run_id = e.run_id AND c.created_at <= e.created_at) "
+            "AS spent_usd FROM evaluations e WHERE e.run_id = ? AND e.purpose = 'search' ORDER BY e.id", (run_id,))
+
+    def llm_usage(self, run_id: str) -> list[dict]:
+        """LLM calls of a run per (operator, model): calls, failed_calls, cost_usd (known costs),
+        unknown_cost_calls, latency_s (sum) and the token sums, as in spend()."""
+        return self._read(
+            "SELECT operator, model, COUNT(*) AS calls, COALESCE(SUM(outcome != 'ok'), 0) AS failed_calls, "
+            "TOTAL(cost_usd) AS cost_usd, COUNT(*) - COUNT(cost_usd) AS unknown_cost_calls, "
+            f"TOTAL(latency_s) AS latency_s, {_TOKEN_SUMS} FROM llm_calls WHERE run_id = ? "
+            "GROUP BY operator, model ORDER BY operator, model", (run_id,))
+
     def counts(self, run_id: str) -> dict:
         """{'verdicts': {verdict: n} of search evaluations, 'operators': {operator: n} of kernels,
         'problems': {problem: n} of kernels without source, 'kernels', 'max_generation' (None when

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from kernelevo.archive.store import Archive
 
 archive_app = typer.Typer(no_args_is_help=True,
-                          help="Read the archive: list tasks, runs and kernels; show, diff and trace a kernel.")
+                          help="Browse the archive: list, show, diff and trace kernels; export, import, and a run's HTML report.")
 
 # The options every read command shares, declared once so that they read the same everywhere.
 ArchiveOpt = Annotated[Optional[Path], typer.Option(
@@ -374,80 +374,3 @@ def _tree(k: dict, by_id: dict[int, dict]):
             node = holder.add(label(parent))
             stack.extend((node, p) for p in reversed(parent["parents"]))
     return root
-
-
-@archive_app.command()
-def export(
-    out: Path = typer.Option(..., "--out", "-o", help="file to write: .jsonl, or .parquet"),
-    fmt: Optional[str] = typer.Option(None, "--format", help="jsonl or parquet (default: from the file's suffix)"),
-    run: Optional[str] = typer.Option(None, help="only this run's kernels"),
-    task: Optional[str] = typer.Option(None, help="only this task's kernels (name or id)"),
-    verdict: Optional[str] = typer.Option(None, help="only kernels with this verdict"),
-    archive: ArchiveOpt = None,
-    config: ConfigOpt = None,
-) -> None:
-    """One row per kernel (task source, kernel source, verdict, speedups, profile summary, parents, operator,
-    model, cost), as JSON lines or Parquet: usable as fine-tuning data."""
-    from kernelevo.archive import export as exporting
-
-    fmt = fmt or ("parquet" if out.suffix == ".parquet" else "jsonl")
-    if fmt not in exporting.FORMATS:
-        _fail(f"--format {fmt}: use jsonl or parquet")
-    with opened(archive, config) as store:
-        if run and store.run(run) is None:
-            _fail(f"no run {run} in {store.path}; `kernelevo archive ls runs` lists them")
-        task_ids = _task_ids(store, task) if task else {None}
-        stored = [r for t in sorted(task_ids, key=str) for r in store.export_rows(run_id=run, task_id=t)]
-    data = [r for r in exporting.rows(stored) if verdict is None or r["verdict"] == verdict]
-    try:
-        exporting.write(data, out, fmt)
-    except ImportError as exc:
-        _fail(f"Parquet needs pandas and pyarrow ({exc.name} is missing): pip install pandas pyarrow, or use .jsonl")
-    except OSError as exc:
-        _fail(f"{out}: cannot write it: {exc.strerror or exc}")
-    _note(f"wrote {len(data)} kernels to {out} ({fmt})")
-
-
-@archive_app.command("import")
-def import_(
-    source: Path = typer.Argument(..., help="a folder of KernelBench-format candidate files, or CUDA-L1's .jsonl"),
-    task: Optional[Path] = typer.Option(None, help="folder: the task file, or a folder with <task>.py for each "
-                                        "candidate <task>__*.py (default: the candidates' parent folder)"),
-    archive: ArchiveOpt = None,
-    config: ConfigOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Store kernels found elsewhere, their published numbers kept as claims; tasks matched by source hash."""
-    from kernelevo.archive import importing
-    from kernelevo.archive.store import Archive
-    from kernelevo.judge.formats import detect_format
-    from kernelevo.tasks import source_hash
-
-    if source.is_dir():
-        found, skipped = importing.kernelbench_folder(source, task or source.resolve().parent)
-    elif source.suffix == ".jsonl" and source.is_file():
-        found, skipped = importing.cuda_l1_jsonl(source)
-    else:
-        _fail(f"{source}: give a folder of candidate .py files or a .jsonl file of CUDA-L1's collection")
-    path = archive_path(archive, config)
-    imported, known = [], 0
-    hashes: dict[int, set[str]] = {}  # task id -> its kernels' source hashes, read once per task
-    with Archive.open(path) as store:
-        for item in found:
-            task_id = store.add_task(item.task_name, item.task_source, source_hash(item.task_source))
-            seen = hashes.setdefault(task_id, {k["source_hash"] for k in store.kernels(task_id=task_id)})
-            if source_hash(item.source) in seen:
-                known += 1  # imported before, or found by a run: one row per kernel
-                continue
-            seen.add(source_hash(item.source))
-            try:
-                fmt = detect_format(item.source)
-            except (SyntaxError, ValueError):
-                fmt = "unknown"
-            imported.append(store.add_kernel(task_id, item.source, fmt, "import", origin="import",
-                                             claims=item.claims or None, thinking=f"imported from {item.where}"))
-    if as_json:
-        emit({"archive": str(path), "imported": imported, "already_there": known, "skipped": skipped}, "json")
-    for line in skipped:
-        _note(f"skipped {line}")
-    _note(f"imported {len(imported)} kernels into {path}" + (f"; {known} were already there" if known else ""))

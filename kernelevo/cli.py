@@ -9,6 +9,7 @@ from typing import Optional
 
 import typer
 
+from kernelevo import archive_files  # noqa: F401 - registers export, import and report on archive_app
 from kernelevo.archive_cli import archive_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -139,6 +140,26 @@ def run_optimize(args: dict) -> None:
     except OSError as exc:
         fail(f"{exc.strerror or exc}: {exc.filename or ''} (a full disk or an unwritable archive?)")
     print_summary(outcome)
+    page = _write_report(options, outcome.run_id)
     say(f"run {outcome.run_id}: {outcome.reason}" + (f"; best kernel written to {outcome.written}"
-                                                     if outcome.written else ""))
+                                                     if outcome.written else "")
+        + (f"; report: {page}" if page else ""))
     raise typer.Exit(outcome.exit_code)
+
+
+def _write_report(options, run_id: str):
+    """The run's HTML report beside the drop-in kernel; a failure here costs the report, not the run."""
+    from kernelevo.archive.report_data import report_data
+    from kernelevo.archive.report_html import render
+    from kernelevo.archive.store import Archive
+
+    path = Path(options.out_dir) / f"{options.task_path.stem}_{run_id}.html"
+    try:
+        with Archive.open_readonly(options.archive_path) as store:
+            data = report_data(store, run_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(render(data), encoding="utf-8")
+    except (OSError, ValueError) as exc:
+        say(f"no report written ({exc}); `kernelevo archive report {run_id} -o FILE` tries again")
+        return None
+    return path

@@ -5,11 +5,13 @@ import itertools
 import os
 import pty
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from kernelevo.archive.report_data import report_data
 from kernelevo.archive.store import Archive
 from llm_server import ScriptedServer, kernel_replies, request_text
 
@@ -21,14 +23,17 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 
 
 def scripted_cuda(name: str):
-    """Translate: a kernel that does not compile, then the starter nvrtc one; improvements alternate
-    between the inline kernel and an nvrtc one with a tunable constant."""
+    """Translate: a kernel that does not compile, then the starter nvrtc and inline ones in turn.
+    Improvements cycle through fast exponentials with a tunable block size (which the tune operator
+    then explores), wrong math, and the inline kernel: every kind of outcome for the run's report."""
     nvrtc = (TASKS / "candidates" / f"{name}__nvrtc.py").read_text()
     inline = (TASKS / "candidates" / f"{name}__inline.py").read_text()
     broken = nvrtc.replace("expf(", "expff(").replace("tanhf(", "tanhff(")
-    tunable = nvrtc.replace("#define BLOCK 256", "#define BLOCK 256  // tune: 128 256 512")
-    return kernel_replies(itertools.chain([broken], itertools.repeat(nvrtc)), itertools.cycle([inline, tunable]),
-                          nvrtc, dict(input=4000, cache_read=8000, output=1500))
+    fast = nvrtc.replace("expf(", "__expf(").replace("#define BLOCK 256", "#define BLOCK 256  // tune: 128 256 512")
+    wrong = (fast.replace("* inv", "* inv * 0.5f").replace("return tanhf(y)", "return 0.5f * tanhf(y)")
+             .replace("out[i] = r;", "out[i] = make_float4(r.x, r.y, r.z, 0.0f);"))
+    return kernel_replies(itertools.chain([broken], itertools.cycle([nvrtc, inline])),
+                          itertools.cycle([fast, wrong, inline]), nvrtc, dict(input=4000, cache_read=8000, output=1500))
 
 
 def run_in_pty(args: list[str], env: dict, log: Path) -> int:
@@ -66,14 +71,15 @@ def test_optimize_starter_task_on_the_gpu(name, tmp_path):
     try:
         code = run_in_pty([exe, "optimize", str(TASKS / f"{name}.py"), "--model", "scripted", "--config", str(config),
                            "--archive", str(tmp_path / "archive.sqlite"), "--out", str(tmp_path / "out"),
-                           "--children", "3", "--generations", "2", "--max-llm-calls", "8", "--concurrency", "2"],
+                           "--children", "4", "--generations", "4", "--max-llm-calls", "16", "--plateau", "4",
+                           "--concurrency", "2"],
                           env, log)
     finally:
         server.close()
-    if os.environ.get("OUT"):  # the archive travels back with the screen log, for the record
-        import shutil
-
-        shutil.copy(tmp_path / "archive.sqlite", Path(os.environ["OUT"]) / f"optimize_{name}.sqlite")
+    reports = list((tmp_path / "out").glob(f"{name}_r*.html"))
+    if os.environ.get("OUT"):  # the archive and the report travel back with the screen log, for the record
+        for path in [tmp_path / "archive.sqlite", *reports]:
+            shutil.copy(path, Path(os.environ["OUT"]) / f"optimize_{name}{path.suffix}")
     screen = ANSI.sub("", log.read_bytes().decode(errors="replace"))
     assert code in (0, 3), screen[-3000:]
     with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
@@ -90,5 +96,13 @@ def test_optimize_starter_task_on_the_gpu(name, tmp_path):
     # the first correct kernel is a new best: profiled, with Nsight Compute where it is installed
     assert profiles and all(p["sol"] and p["candidate"] for p in profiles.values()), profiles
     fed = sum("Profile of this kernel on" in request_text(r["body"]) for r in server.requests)
+    # the report optimize wrote: every section has data (tests/test_report.py renders it in Chromium)
+    with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
+        data = report_data(archive, run["id"])
+    assert len(reports) == 1 and f"report:{reports[0]}" in "".join(screen.split())
+    assert len(data["progress"]) >= 3 and data["progress"][-1]["spent_usd"] > 0
+    assert {"translate", "repair", "mutate"} <= {k["operator"] for k in data["lineage"]} and data["best_path"]
+    assert len(data["top"]) >= 2 and any(t["diff"] for t in data["top"]) and {"ok", "compile_error"} <= set(data["verdicts"])
+    assert len(data["operators"]) >= 3 and data["models"][0]["cost_usd"] > 0
     print(f"{name}: best {finals[-1]['speedup_eager']:.2f}x eager, verdicts {verdicts}, "
           f"{len(kernels)} kernels, {len(profiles)} profiled, {fed} prompts with a profile; screen log {log}")

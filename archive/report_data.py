@@ -1,0 +1,159 @@
+"""What a run's report shows, read from the archive into one plain dict (JSON-ready).
+
+Kept apart from the HTML so that the numbers can be tested, and printed with --json, without a
+browser. Everything is derived from stored rows; nothing is recomputed or measured here.
+"""
+from __future__ import annotations
+
+import difflib
+import time
+from typing import TYPE_CHECKING, Any
+
+from .export import profile_summary
+
+if TYPE_CHECKING:
+    from .store import Archive
+
+TOP_KERNELS = 5
+DIFF_CONTEXT = 3
+MAX_DIFF_LINES = 400  # a whole-file rewrite is shown as such, not as 2,000 lines of diff
+
+
+def report_data(store: Archive, run_id: str, top: int = TOP_KERNELS) -> dict[str, Any]:
+    """The report of run `run_id`: run facts, progress, lineage, top kernels, verdicts, yield and cost."""
+    run = store.run(run_id)
+    if run is None:
+        raise KeyError(run_id)
+    task = store.task(run["task_id"]) or {}
+    kernels = store.kernels(run_id=run_id)
+    by_id = {k["id"]: k for k in kernels}
+    models = {r["id"]: r["model"] for r in store.export_rows(run_id=run_id)}
+    timeline = _progress(store.timeline(run_id))
+    best = store.best_kernel(run_id)
+    path = _best_path(best["id"], by_id) if best else []
+    usage = store.llm_usage(run_id)
+    return {
+        "run": _run_facts(run, task, store.spend(run_id), best),
+        "progress": timeline,
+        "lineage": [_node(k, models.get(k["id"]), set(path)) for k in kernels],
+        "best_path": path,
+        "top": _top_kernels(store, kernels, by_id, store.profiles(run_id), top),
+        "verdicts": store.counts(run_id)["verdicts"],
+        "problems": store.counts(run_id)["problems"],
+        "operators": _yield_by(kernels, timeline, usage, "operator", lambda k: k["operator"]),
+        "models": _yield_by(kernels, timeline, usage, "model", lambda k: models.get(k["id"]) or "(none)"),
+        "reflections": [{"kernel": r["kernel_id"], "analysis": r["analysis"], "variants": r.get("variant_ids")}
+                        for r in store.reflections(run_id=run_id)],
+        "generated_at": time.strftime("%Y-%m-%d %H:%M", time.localtime()),
+    }
+
+
+def _run_facts(run: dict, task: dict, spend: dict, best: dict | None) -> dict:
+    config = run.get("config") or {}
+    return {
+        "id": run["id"], "task": task.get("name", ""), "task_hash": task.get("source_hash", ""),
+        "status": run["status"], "stop_reason": run.get("stop_reason") or "",
+        "started": _when(run.get("created_at")), "finished": _when(run.get("finished_at")),
+        "gpu": run.get("gpu_name") or run.get("device") or "", "torch": run.get("torch_version") or "",
+        "model": config.get("model") or "", "format": config.get("format") or "", "policy": config.get("policy") or "",
+        "calls": spend["calls"], "failed_calls": spend["failed_calls"], "cost_usd": spend["cost_usd"],
+        "unknown_cost_calls": spend["unknown_cost_calls"],
+        "best_kernel": best["id"] if best else None,
+        "best_speedup": best["speedup_eager"] if best else None,
+        "best_speedup_compile": best["speedup_compile"] if best else None,
+    }
+
+
+def _when(t: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if t else ""
+
+
+def _progress(rows: list[dict]) -> list[dict]:
+    """One point per judged candidate: its speedup (None unless ok), the best so far, the spend so far."""
+    points, best = [], None
+    for n, r in enumerate(rows, 1):
+        speedup = r["speedup_eager"] if r["verdict"] == "ok" else None
+        improved = speedup is not None and (best is None or speedup > best)
+        best = speedup if improved else best
+        points.append({"n": n, "kernel": r["kernel_id"], "verdict": r["verdict"], "speedup": speedup,
+                       "best": best, "improved": improved, "spent_usd": round(r["spent_usd"], 6)})
+    return points
+
+
+def _best_path(best_id: int, by_id: dict[int, dict]) -> list[int]:
+    """Root to the best kernel through first parents (a crossover's first parent is its main one)."""
+    path, seen, node = [], set(), best_id
+    while node is not None and node in by_id and node not in seen:
+        seen.add(node)
+        path.append(node)
+        parents = [p for p in by_id[node]["parents"] if p in by_id]
+        node = parents[0] if parents else None
+    return path[::-1]
+
+
+def _node(k: dict, model: str | None, on_path: set[int]) -> dict:
+    return {"id": k["id"], "parents": k["parents"], "operator": k["operator"], "generation": k["generation"],
+            "island": k["island"], "verdict": k["verdict"] or ("not judged" if k["source"] else "no kernel"),
+            "reason": k["reason"] or k["problem"] or "", "speedup": k["speedup_eager"], "model": model or "",
+            "stepping_stone": k["stepping_stone"], "on_best_path": k["id"] in on_path}
+
+
+def _top_kernels(store: Archive, kernels: list[dict], by_id: dict[int, dict], profiles: dict, top: int) -> list[dict]:
+    ok = sorted((k for k in kernels if k["verdict"] == "ok" and k["speedup_eager"] is not None),
+                key=lambda k: (-k["speedup_eager"], k["id"]))[:top]
+    out = []
+    for k in ok:
+        parent = next((by_id.get(p) or store.kernel(p) for p in k["parents"]), None)
+        out.append({"id": k["id"], "operator": k["operator"], "format": k["format"], "parents": k["parents"],
+                    "speedup": k["speedup_eager"], "speedup_compile": k["speedup_compile"],
+                    "candidate_ms": k["candidate_ms"], "source": k["source"],
+                    "parent": parent["id"] if parent else None,
+                    "parent_speedup": parent.get("speedup_eager") if parent else None,
+                    "diff": _diff(parent["source"], k["source"], parent["id"], k["id"]) if parent else "",
+                    "profile": profile_summary(profiles.get(k["id"])), "thinking": k.get("thinking") or ""})
+    return out
+
+
+def _diff(old: str, new: str, old_id: int, new_id: int) -> str:
+    lines = list(difflib.unified_diff(old.splitlines(), new.splitlines(), f"kernel {old_id}", f"kernel {new_id}",
+                                      n=DIFF_CONTEXT, lineterm=""))
+    if len(lines) > MAX_DIFF_LINES:
+        return "\n".join(lines[:MAX_DIFF_LINES] + [f"... {len(lines) - MAX_DIFF_LINES} more diff lines"])
+    return "\n".join(lines)
+
+
+def _yield_by(kernels: list[dict], progress: list[dict], usage: list[dict], key: str, of) -> list[dict]:
+    """Per operator (or model): kernels written, judged, ok, yield, new bests set, best speedup, spend."""
+    improved = {p["kernel"] for p in progress if p["improved"]}
+    groups: dict[str, dict] = {}
+    for k in kernels:
+        g = groups.setdefault(of(k), _empty(key, of(k)))
+        g["kernels"] += 1
+        g["judged"] += k["verdict"] is not None
+        g["ok"] += k["verdict"] == "ok"
+        g["new_bests"] += k["id"] in improved
+        if k["verdict"] == "ok" and k["speedup_eager"] is not None:
+            g["best_speedup"] = max(g["best_speedup"] or 0.0, k["speedup_eager"])
+    for u in usage:
+        name = _operator(u["operator"]) if key == "operator" else u["model"]
+        g = groups.setdefault(name, _empty(key, name))
+        g["calls"] += u["calls"]
+        g["failed_calls"] += u["failed_calls"]
+        g["cost_usd"] += u["cost_usd"]
+        g["tokens"] += u["input_tokens"] + u["cache_read_tokens"] + u["cache_write_tokens"] + u["output_tokens"]
+    for g in groups.values():
+        g["yield"] = g["ok"] / g["judged"] if g["judged"] else None
+        g["usd_per_ok"] = g["cost_usd"] / g["ok"] if g["ok"] and g["calls"] else None
+        g["cost_usd"] = round(g["cost_usd"], 6)
+    return sorted(groups.values(), key=lambda g: (-g["kernels"], g[key]))
+
+
+def _empty(key: str, name: str) -> dict:
+    return {key: name, "kernels": 0, "judged": 0, "ok": 0, "new_bests": 0, "best_speedup": None,
+            "calls": 0, "failed_calls": 0, "cost_usd": 0.0, "tokens": 0}
+
+
+def _operator(name: str) -> str:
+    # follow-up calls (an edit that failed to apply) and the functional rewrite count for their operator
+    name = name.removesuffix("_edit_followup")
+    return "translate" if name == "functional" else name

@@ -1,0 +1,207 @@
+"""`kernelevo archive export|import|report`: the archive's files in and out.
+
+Registered on the same `archive` command group as the read commands (archive_cli.py); kept apart
+because these write files (or the archive) and the read commands never do.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from kernelevo.archive_cli import (ArchiveOpt, ConfigOpt, JsonOpt, _fail, _note, _task_ids, archive_app,
+                                   archive_path, emit, opened)
+
+
+@archive_app.command()
+def export(
+    out: Path = typer.Option(..., "--out", "-o", help="file to write: .jsonl, or .parquet"),
+    fmt: Optional[str] = typer.Option(None, "--format", help="jsonl or parquet (default: from the file's suffix)"),
+    run: Optional[str] = typer.Option(None, help="only this run's kernels"),
+    task: Optional[str] = typer.Option(None, help="only this task's kernels (name or id)"),
+    verdict: Optional[str] = typer.Option(None, help="only kernels with this verdict"),
+    archive: ArchiveOpt = None,
+    config: ConfigOpt = None,
+) -> None:
+    """One row per kernel (task source, kernel source, verdict, speedups, profile summary, parents, operator,
+    model, cost), as JSON lines or Parquet: usable as fine-tuning data."""
+    from kernelevo.archive import export as exporting
+
+    fmt = fmt or ("parquet" if out.suffix == ".parquet" else "jsonl")
+    if fmt not in exporting.FORMATS:
+        _fail(f"--format {fmt}: use jsonl or parquet")
+    with opened(archive, config) as store:
+        if run and store.run(run) is None:
+            _fail(f"no run {run} in {store.path}; `kernelevo archive ls runs` lists them")
+        task_ids = _task_ids(store, task) if task else {None}
+        stored = [r for t in sorted(task_ids, key=str) for r in store.export_rows(run_id=run, task_id=t)]
+    data = [r for r in exporting.rows(stored) if verdict is None or r["verdict"] == verdict]
+    try:
+        exporting.write(data, out, fmt)
+    except ImportError as exc:
+        _fail(f"Parquet needs pandas and pyarrow ({exc.name} is missing): pip install pandas pyarrow, or use .jsonl")
+    except OSError as exc:
+        _fail(f"{out}: cannot write it: {exc.strerror or exc}")
+    _note(f"wrote {len(data)} kernels to {out} ({fmt})")
+
+
+def _found(source: Path, task: Optional[Path]):
+    """(kernels, skipped lines) of a folder, CUDA-L1's JSON lines, or Sakana's Parquet / JSON lines."""
+    from kernelevo.archive import importing
+
+    if source.is_dir():
+        return importing.kernelbench_folder(source, task or source.resolve().parent)
+    if not source.is_file() or source.suffix not in (".jsonl", ".json", ".parquet"):
+        _fail(f"{source}: give a folder of candidate .py files, a .jsonl file (CUDA-L1's collection or "
+              "Sakana's archive rows) or a .parquet file of Sakana's archive")
+    try:
+        rows, skipped = importing.read_rows(source)
+    except ImportError as exc:
+        _fail(f"reading Parquet needs pandas and pyarrow ({exc.name} is missing): pip install pandas pyarrow")
+    except (OSError, ValueError) as exc:
+        _fail(f"{source}: cannot read it: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+    found, more = (importing.sakana_rows if importing.is_sakana(rows) else importing.cuda_l1_rows)(rows)
+    return found, skipped + more
+
+
+def _store_found(store, found) -> tuple[list[int], list[int]]:
+    """(new kernel ids, ids of imported kernels that were already there); one row per kernel source."""
+    from kernelevo.judge.formats import detect_format
+    from kernelevo.tasks import source_hash
+
+    imported, known = [], []
+    hashes: dict[int, dict[str, dict]] = {}  # task id -> its kernels by source hash, read once per task
+    for item in found:
+        task_id = store.add_task(item.task_name, item.task_source, source_hash(item.task_source))
+        seen = hashes.setdefault(task_id, {k["source_hash"]: k for k in store.kernels(task_id=task_id)})
+        digest = source_hash(item.source)
+        if digest in seen:
+            known.append(seen[digest]["id"])  # imported before, or found by a run: one row per kernel
+            continue
+        try:
+            fmt = detect_format(item.source)
+        except (SyntaxError, ValueError):
+            fmt = "unknown"
+        kernel_id = store.add_kernel(task_id, item.source, fmt, "import", origin="import",
+                                     claims=item.claims or None, thinking=f"imported from {item.where}")
+        seen[digest] = {"id": kernel_id}
+        imported.append(kernel_id)
+    return imported, known
+
+
+@archive_app.command("import")
+def import_(
+    source: Path = typer.Argument(..., help="a folder of KernelBench-format candidates, CUDA-L1's .jsonl, or "
+                                  "Sakana's AI CUDA Engineer Archive as .parquet or .jsonl"),
+    task: Optional[Path] = typer.Option(None, help="folder: the task file, or a folder with <task>.py for each "
+                                        "candidate <task>__*.py (default: the candidates' parent folder)"),
+    rejudge: bool = typer.Option(False, "--rejudge", help="judge the imported kernels here, beside their claims "
+                                 "(also those imported before and never judged)"),
+    device: Optional[str] = typer.Option(None, help="with --rejudge: cuda or cpu [default: cuda if present]"),
+    gpus: str = typer.Option("all", help="with --rejudge: GPUs to judge on: all, or indices such as 0,1"),
+    policy: str = typer.Option("mixed", help="with --rejudge: mixed or strict (see kernelevo evaluate)"),
+    build_timeout: float = typer.Option(900.0, help="with --rejudge: seconds allowed to build one kernel"),
+    cache_dir: Optional[Path] = typer.Option(None, help="build and baseline cache [default: ~/.cache/kernelevo]"),
+    archive: ArchiveOpt = None,
+    config: ConfigOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Store kernels found elsewhere, their published numbers kept as claims; tasks matched by source hash."""
+    from kernelevo.archive.store import Archive
+
+    if policy not in ("mixed", "strict"):
+        _fail(f"--policy {policy}: use mixed or strict")
+    found, skipped = _found(source, task)
+    path = archive_path(archive, config)
+    with Archive.open(path) as store:
+        imported, known = _store_found(store, found)
+        for line in skipped:
+            _note(f"skipped {line}")
+        _note(f"imported {len(imported)} kernels into {path}" + (f"; {len(known)} were already there" if known else ""))
+        judged = []
+        if rejudge:
+            todo = imported + [k for k in known if _never_judged(store, k)]
+            judged = _rejudge(store, todo, device, gpus, policy, build_timeout, cache_dir)
+    if as_json:
+        emit({"archive": str(path), "imported": imported, "already_there": len(known), "skipped": skipped,
+              "rejudged": [vars(r) for r in judged]}, "json")
+    elif judged:
+        _print_rejudged(judged)
+
+
+def _never_judged(store, kernel_id: int) -> bool:
+    kernel = store.kernel(kernel_id)
+    return kernel["origin"] == "import" and not kernel["evaluations"]
+
+
+def _rejudge(store, kernel_ids: list[int], device, gpus, policy, build_timeout, cache_dir) -> list:
+    from kernelevo import runtime
+    from kernelevo.evolution.rejudge import rejudge
+    from kernelevo.judge.api import Judge, JudgeOptions
+    from kernelevo.judge.executor import Limits
+    from kernelevo.optimize_cli import _devices
+
+    if not kernel_ids:
+        _note("nothing to rejudge")
+        return []
+    devices = _devices(device, gpus)
+    cache = cache_dir or runtime.cache_dir()
+    options = JudgeOptions(devices=devices, policy=policy, limits=Limits(build=build_timeout), spares=1)
+    _note(f"judging {len(kernel_ids)} kernels on {', '.join(devices)} (Ctrl-C keeps every verdict already in)")
+
+    def tell(r) -> None:
+        speed = f"{r.speedup_eager:.2f}x" if r.speedup_eager is not None else "-"
+        claim = f" (claimed {r.claimed:.2f}x)" if r.claimed is not None else ""
+        _note(f"  kernel {r.kernel_id} {r.task}: {r.verdict}{' ' + r.reason if r.reason else ''} {speed}{claim}")
+
+    try:
+        with Judge(cache, options) as judge:
+            return rejudge(store, kernel_ids, judge, cache / "imports", tell)
+    except KeyboardInterrupt:
+        _note("stopped: every verdict so far is in the archive; `--rejudge` again judges the rest")
+        raise typer.Exit(130) from None
+
+
+def _print_rejudged(judged: list) -> None:
+    from kernelevo.report import print_rows
+
+    rows = [{"kernel": r.kernel_id, "task": r.task, "verdict": r.verdict, "reason": r.reason,
+             "speedup": r.speedup_eager, "claimed": r.claimed, "gpu": r.device_name} for r in judged]
+    print_rows(sorted(rows, key=lambda r: r["kernel"]), ("kernel", "task", "verdict", "reason", "speedup", "claimed",
+                                                        "gpu"))
+    ok = sum(r.verdict == "ok" for r in judged)
+    _note(f"{ok} of {len(judged)} passed here; they are stepping stones for runs on their tasks")
+
+
+@archive_app.command()
+def report(
+    run: str = typer.Argument(..., help="run id (`kernelevo archive ls runs` lists them)"),
+    out: Path = typer.Option(..., "--out", "-o", help="HTML file to write (one self-contained file)"),
+    archive: ArchiveOpt = None,
+    config: ConfigOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """One self-contained HTML page of a run: progress against candidates and dollars, the lineage tree,
+    the top kernels with diffs, verdicts, and yield and cost per operator and model. Opens offline."""
+    from kernelevo.archive.report_data import report_data
+
+    with opened(archive, config) as store:
+        if store.run(run) is None:
+            _fail(f"no run {run} in {store.path}; `kernelevo archive ls runs` lists them")
+        data = report_data(store, run)
+    if as_json:
+        emit(data, "json")
+    write_report(data, out)
+    _note(f"wrote {out} ({len(data['lineage'])} kernels)")
+
+
+def write_report(data: dict, out: Path) -> None:
+    """Render the report and write it; a full disk or an unwritable folder is a one-line error."""
+    from kernelevo.archive.report_html import render
+
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(render(data), encoding="utf-8")
+    except OSError as exc:
+        _fail(f"{out}: cannot write it: {exc.strerror or exc}")
