@@ -31,15 +31,15 @@ def report_data(store: Archive, run_id: str, top: int = TOP_KERNELS) -> dict[str
     timeline = _progress(store.timeline(run_id))
     best = store.best_kernel(run_id)
     path = _best_path(best["id"], by_id) if best else []
-    usage = store.llm_usage(run_id)
+    usage, counts = store.llm_usage(run_id), store.counts(run_id)
     return {
         "run": _run_facts(run, task, store.spend(run_id), best),
         "progress": timeline,
         "lineage": [_node(k, models.get(k["id"]), set(path)) for k in kernels],
         "best_path": path,
         "top": _top_kernels(store, kernels, by_id, store.profiles(run_id), top),
-        "verdicts": store.counts(run_id)["verdicts"],
-        "problems": store.counts(run_id)["problems"],
+        "verdicts": counts["verdicts"],
+        "problems": counts["problems"],
         "operators": _yield_by(kernels, timeline, usage, "operator", lambda k: k["operator"]),
         "models": _yield_by(kernels, timeline, usage, "model", lambda k: models.get(k["id"]) or "(none)"),
         "reflections": [{"kernel": r["kernel_id"], "analysis": r["analysis"], "variants": r.get("variant_ids")}

@@ -240,3 +240,30 @@ def test_import_kernelbench_folder_then_cuda_l1_lines(tmp_path):
 def test_import_refuses_what_it_cannot_read(tmp_path):
     out = run_cli("archive", "import", str(tmp_path / "nothing.txt"), "--archive", str(tmp_path / "a.sqlite"))
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "CUDA-L1" in out.stderr
+
+
+def test_report_numbers_come_from_the_rows(archive, tmp_path):
+    out = cli(archive, "report", archive["run"], "-o", str(tmp_path / "r.html"), "--json")
+    data = json.loads(out.stdout)
+    progress = data["progress"]
+    assert [p["kernel"] for p in progress] == [archive[k] for k in ("a", "broken", "b", "cross")]
+    assert [p["best"] for p in progress] == [1.15, 1.15, 1.6, 1.6]
+    assert [p["improved"] for p in progress] == [True, False, True, False]
+    assert all(p["spent_usd"] == pytest.approx(0.75) for p in progress)  # both calls came before any verdict
+    assert data["best_path"] == [archive["a"], archive["b"]] and data["run"]["best_kernel"] == archive["b"]
+    assert [t["id"] for t in data["top"]] == [archive["b"], archive["a"]]
+    assert "+BLOCK = 1024  # one block per row" in data["top"][0]["diff"] and data["top"][0]["profile"]["bound"]
+    assert data["verdicts"] == {"ok": 2, "compile_error": 1, "incorrect": 1} and data["problems"] == {"no_code": 1}
+    ops = {o["operator"]: o for o in data["operators"]}
+    assert (ops["mutate"]["ok"], ops["mutate"]["new_bests"], ops["mutate"]["calls"]) == (1, 1, 2)
+    assert ops["mutate"]["cost_usd"] == pytest.approx(0.75) and ops["mutate"]["usd_per_ok"] == pytest.approx(0.75)
+    assert (ops["translate"]["judged"], ops["translate"]["ok"], ops["translate"]["yield"]) == (2, 1, 0.5)
+    assert {m["model"] for m in data["models"]} == {"claude-sonnet-4-5", "(none)"}
+    page = (tmp_path / "r.html").read_text()
+    assert f"kernelevo report: {archive['run']} (row_softmax)" in page and "wrote" in out.stderr
+
+
+def test_report_of_an_unknown_run_is_a_one_line_error(archive, tmp_path):
+    out = run_cli("archive", "report", "r-nope", "-o", str(tmp_path / "r.html"), "--archive", archive["path"])
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "archive ls runs" in out.stderr
+    assert not (tmp_path / "r.html").exists()

@@ -102,7 +102,9 @@ def test_optimize_starter_task_on_the_gpu(name, tmp_path):
     assert len(reports) == 1 and f"report:{reports[0]}" in "".join(screen.split())
     assert len(data["progress"]) >= 3 and data["progress"][-1]["spent_usd"] > 0
     assert {"translate", "repair", "mutate"} <= {k["operator"] for k in data["lineage"]} and data["best_path"]
-    assert len(data["top"]) >= 2 and any(t["diff"] for t in data["top"]) and {"ok", "compile_error"} <= set(data["verdicts"])
+    assert len(data["top"]) >= 2 and {"ok", "compile_error"} <= set(data["verdicts"])
+    if name == "row_softmax":  # elementwise's scripted variants change a line or two: the gate skips most
+        assert any(t["diff"] and t["operator"] == "mutate" for t in data["top"]), data["top"]
     assert len(data["operators"]) >= 3 and data["models"][0]["cost_usd"] > 0
     print(f"{name}: best {finals[-1]['speedup_eager']:.2f}x eager, verdicts {verdicts}, "
           f"{len(kernels)} kernels, {len(profiles)} profiled, {fed} prompts with a profile; screen log {log}")
