@@ -5,17 +5,16 @@ browser. Everything is derived from stored rows; nothing is recomputed or measur
 """
 from __future__ import annotations
 
-import difflib
 import time
 from typing import TYPE_CHECKING, Any
 
 from .export import profile_summary
+from .rows import call_operator, source_diff
 
 if TYPE_CHECKING:
     from .store import Archive
 
 TOP_KERNELS = 5
-DIFF_CONTEXT = 3
 MAX_DIFF_LINES = 400  # a whole-file rewrite is shown as such, not as 2,000 lines of diff
 
 
@@ -27,7 +26,8 @@ def report_data(store: Archive, run_id: str, top: int = TOP_KERNELS) -> dict[str
     task = store.task(run["task_id"]) or {}
     kernels = store.kernels(run_id=run_id)
     by_id = {k["id"]: k for k in kernels}
-    models = {r["id"]: r["model"] for r in store.export_rows(run_id=run_id)}
+    calls = store.call_models(run_id)
+    models = {k["id"]: calls.get(k["llm_call_id"]) for k in kernels}
     timeline = _progress(store.timeline(run_id))
     best = store.best_kernel(run_id)
     path = _best_path(best["id"], by_id) if best else []
@@ -115,8 +115,7 @@ def _top_kernels(store: Archive, kernels: list[dict], by_id: dict[int, dict], pr
 
 
 def _diff(old: str, new: str, old_id: int, new_id: int) -> str:
-    lines = list(difflib.unified_diff(old.splitlines(), new.splitlines(), f"kernel {old_id}", f"kernel {new_id}",
-                                      n=DIFF_CONTEXT, lineterm=""))
+    lines = source_diff(old, new, old_id, new_id)
     if len(lines) > MAX_DIFF_LINES:
         return "\n".join(lines[:MAX_DIFF_LINES] + [f"... {len(lines) - MAX_DIFF_LINES} more diff lines"])
     return "\n".join(lines)
@@ -135,7 +134,7 @@ def _yield_by(kernels: list[dict], progress: list[dict], usage: list[dict], key:
         if k["verdict"] == "ok" and k["speedup_eager"] is not None:
             g["best_speedup"] = max(g["best_speedup"] or 0.0, k["speedup_eager"])
     for u in usage:
-        name = _operator(u["operator"]) if key == "operator" else u["model"]
+        name = call_operator(u["operator"]) if key == "operator" else u["model"]
         g = groups.setdefault(name, _empty(key, name))
         g["calls"] += u["calls"]
         g["failed_calls"] += u["failed_calls"]
@@ -152,8 +151,3 @@ def _empty(key: str, name: str) -> dict:
     return {key: name, "kernels": 0, "judged": 0, "ok": 0, "new_bests": 0, "best_speedup": None,
             "calls": 0, "failed_calls": 0, "cost_usd": 0.0, "tokens": 0}
 
-
-def _operator(name: str) -> str:
-    # follow-up calls (an edit that failed to apply) and the functional rewrite count for their operator
-    name = name.removesuffix("_edit_followup")
-    return "translate" if name == "functional" else name

@@ -11,6 +11,7 @@ import html
 import json
 import math
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 # (section id, heading); the script draws into each section's `.content` box
@@ -56,6 +57,15 @@ def render(data: dict[str, Any]) -> str:
         "</html>",
         "",
     ])
+
+
+def write(data: dict[str, Any], path: Path) -> Path:
+    """Render the report and write it to `path` (its folder made if missing); OSError on a full disk."""
+    path = Path(path)
+    page = render(data)  # before touching the file: a rendering fault leaves no half-written page
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(page, encoding="utf-8")
+    return path
 
 
 def embed_json(data: Any) -> str:

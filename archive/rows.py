@@ -4,6 +4,7 @@ Kept apart from store.py so that the one module that talks SQL stays short enoug
 """
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import secrets
@@ -71,6 +72,19 @@ def eval_values(evaluation: Evaluation) -> tuple:
 def _finite(x: float | None) -> float | None:
     # SQLite stores NaN as NULL anyway; say so explicitly, and keep inf out of ORDER BY
     return x if x is None or math.isfinite(x) else None
+
+
+def call_operator(name: str) -> str:
+    """The operator an LLM call counts for: a follow-up (an edit that failed to apply) and the
+    functional rewrite count for the operator they serve."""
+    name = name.removesuffix("_edit_followup")
+    return "translate" if name == "functional" else name
+
+
+def source_diff(old: str, new: str, old_id: int, new_id: int, context: int = 3) -> list[str]:
+    """Unified diff lines (no line ends) of two kernels' sources, labelled by kernel id."""
+    return list(difflib.unified_diff(old.splitlines(), new.splitlines(), f"kernel {old_id}", f"kernel {new_id}",
+                                     n=context, lineterm=""))
 
 
 def kernel_row(row: dict[str, Any]) -> dict[str, Any]:

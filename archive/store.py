@@ -24,8 +24,8 @@ from kernelevo.records import Evaluation, LLMCall
 from kernelevo.tasks import source_hash as hash_source
 
 from .migrations import MIGRATIONS
-from .rows import (EVAL_COLUMNS, LLM_COLUMNS, ORIGINS, OWNERS, PURPOSES, RUN_STATUSES, check_choice, dumps,
-                   eval_values, evaluation_row, from_blob, kernel_row, llm_values, loads, new_run_id,
+from .rows import (EVAL_COLUMNS, LLM_COLUMNS, ORIGINS, OWNERS, PURPOSES, RUN_STATUSES, call_operator, check_choice,
+                   dumps, eval_values, evaluation_row, from_blob, kernel_row, llm_values, loads, new_run_id,
                    rank_cosine, split_script, to_blob, unique)
 
 if TYPE_CHECKING:
@@ -487,10 +487,13 @@ class Archive:
                           "GROUP BY operator", (run_id,))
         costs: dict[str, float] = {}
         for r in rows:
-            op = r["operator"].removesuffix("_edit_followup")
-            op = "translate" if op == "functional" else op
+            op = call_operator(r["operator"])
             costs[op] = costs.get(op, 0.0) + r["cost"]
         return costs
+
+    def call_models(self, run_id: str) -> dict[int, str]:
+        """LLM call id -> the model that answered it, for a run's calls."""
+        return {r["id"]: r["model"] for r in self._read("SELECT id, model FROM llm_calls WHERE run_id = ?", (run_id,))}
 
     def timeline(self, run_id: str) -> list[dict]:
         """The run's search evaluations in the order they were judged: kernel_id, verdict, reason,

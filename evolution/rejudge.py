@@ -46,22 +46,26 @@ def rejudge(store: Archive, kernel_ids: Sequence[int], judge: Judge, work_dir: P
     """Judge each kernel on the judge's devices (spread over them by its executor); store each
     evaluation with purpose 'rejudge'; mark the ones that pass as stepping stones."""
     tasks: dict[int, Task | str] = {}
+    names: dict[int, str] = {}  # task id -> the stored task name, read once per task
     pending: dict[concurrent.futures.Future, dict] = {}
     done: list[Rejudged] = []
     for kernel_id in kernel_ids:
         kernel = store.kernel(kernel_id)
         task = _task(store, kernel["task_id"], work_dir, tasks)
+        if kernel["task_id"] not in names:
+            names[kernel["task_id"]] = (store.task(kernel["task_id"]) or {}).get("name", "")
+        name = names[kernel["task_id"]]
         if isinstance(task, str):
-            done.append(_tell(on_result, Rejudged(kernel_id, _task_name(store, kernel), "not judged", task,
+            done.append(_tell(on_result, Rejudged(kernel_id, name, "not judged", task,
                                                   None, claimed_speedup(kernel["claims"]))))
             continue
         path = work_dir / "kernels" / f"kernel_{kernel_id}_{kernel['source_hash'][:12]}.py"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(kernel["source"])
-        pending[judge.submit(task, path)] = {"kernel": kernel}
+        pending[judge.submit(task, path)] = {"kernel": kernel, "name": name}
     try:
         for future in concurrent.futures.as_completed(pending):
-            kernel, name = pending[future]["kernel"], _task_name(store, pending[future]["kernel"])
+            kernel, name = pending[future]["kernel"], pending[future]["name"]
             try:
                 evaluation = future.result()
             except Exception as exc:  # noqa: BLE001 - a fault of the judge itself: say so, judge the rest
@@ -85,10 +89,6 @@ def rejudge(store: Archive, kernel_ids: Sequence[int], judge: Judge, work_dir: P
 def _tell(on_result: Callable[[Rejudged], None], result: Rejudged) -> Rejudged:
     on_result(result)
     return result
-
-
-def _task_name(store: Archive, kernel: dict) -> str:
-    return (store.task(kernel["task_id"]) or {}).get("name", "")
 
 
 def _task(store: Archive, task_id: int, work_dir: Path, loaded: dict[int, Task | str]) -> Task | str:

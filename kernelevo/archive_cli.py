@@ -305,15 +305,13 @@ def diff(
     as_json: JsonOpt = False,
 ) -> None:
     """Unified diff of two kernels' sources."""
-    import difflib
+    from kernelevo.archive.rows import source_diff
 
     fmt = output_format(as_json)
     with opened(archive, config) as store:
         left, right = _kernel(store, a), _kernel(store, b)
         names = {t["id"]: t["name"] for t in store.tasks()}
-    lines = difflib.unified_diff(left["source"].splitlines(), right["source"].splitlines(),
-                                 f"kernel {a}", f"kernel {b}", lineterm="")
-    text = "".join(line + "\n" for line in lines)
+    text = "".join(line + "\n" for line in source_diff(left["source"], right["source"], a, b))
     if fmt == "json":
         emit({"a": kernel_summary(left, names), "b": kernel_summary(right, names), "diff": text}, fmt)
         return

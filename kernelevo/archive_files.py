@@ -185,6 +185,7 @@ def report(
     """One self-contained HTML page of a run: progress against candidates and dollars, the lineage tree,
     the top kernels with diffs, verdicts, and yield and cost per operator and model. Opens offline."""
     from kernelevo.archive.report_data import report_data
+    from kernelevo.archive.report_html import write
 
     with opened(archive, config) as store:
         if store.run(run) is None:
@@ -192,16 +193,8 @@ def report(
         data = report_data(store, run)
     if as_json:
         emit(data, "json")
-    write_report(data, out)
-    _note(f"wrote {out} ({len(data['lineage'])} kernels)")
-
-
-def write_report(data: dict, out: Path) -> None:
-    """Render the report and write it; a full disk or an unwritable folder is a one-line error."""
-    from kernelevo.archive.report_html import render
-
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(render(data), encoding="utf-8")
+        write(data, out)
     except OSError as exc:
         _fail(f"{out}: cannot write it: {exc.strerror or exc}")
+    _note(f"wrote {out} ({len(data['lineage'])} kernels)")

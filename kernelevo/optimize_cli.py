@@ -150,16 +150,13 @@ def run_optimize(args: dict) -> None:
 def _write_report(options, run_id: str):
     """The run's HTML report beside the drop-in kernel; a failure here costs the report, not the run."""
     from kernelevo.archive.report_data import report_data
-    from kernelevo.archive.report_html import render
+    from kernelevo.archive.report_html import write
     from kernelevo.archive.store import Archive
 
-    path = Path(options.out_dir) / f"{options.task_path.stem}_{run_id}.html"
     try:
         with Archive.open_readonly(options.archive_path) as store:
             data = report_data(store, run_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(render(data), encoding="utf-8")
+        return write(data, Path(options.out_dir) / f"{options.task_path.stem}_{run_id}.html")
     except (OSError, ValueError) as exc:
         say(f"no report written ({exc}); `kernelevo archive report {run_id} -o FILE` tries again")
         return None
-    return path

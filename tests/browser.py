@@ -5,6 +5,7 @@ works here works on an offline GPU server.
 """
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tempfile
@@ -27,6 +28,18 @@ def chromium() -> str | None:
         if path:
             return path
     return None
+
+
+def required() -> bool:
+    """Whether a browser test can run: True with chromium; without it False, or a test failure
+    where KERNELEVO_REQUIRE_BROWSER=1 (CI), so a missing browser cannot pass for a checked page."""
+    if chromium() is not None:
+        return True
+    if os.environ.get("KERNELEVO_REQUIRE_BROWSER") == "1":
+        import pytest
+
+        pytest.fail("chromium is required (install Debian's chromium)")
+    return False
 
 
 def load(html: Path, screenshot: Path | None = None, width: int = 1400, height: int = 5000) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from browser import chromium, load
+from browser import load, required
 from kernelevo.archive.report_html import render
 
 SECTIONS = ["summary", "progress", "lineage", "top", "verdicts", "operators", "models", "reflections"]
@@ -271,9 +271,7 @@ def test_an_empty_run_renders_without_reflections():
 # ---------- the page in a browser ----------
 
 def _browser_or_skip() -> None:
-    if chromium() is None:
-        if os.environ.get("KERNELEVO_REQUIRE_BROWSER") == "1":
-            pytest.fail("chromium is required (install Debian's chromium)")
+    if not required():
         pytest.skip("no chromium found (set KERNELEVO_REQUIRE_BROWSER=1 to make this a failure)")
 
 
