@@ -3,7 +3,7 @@
 The file is meant to be copied off (or opened on) an offline GPU server, so nothing in it may point
 outside it. A Content-Security-Policy makes the browser itself refuse any request the page might
 still try, and the script reports such a refusal as an error (tests/test_report.py checks there is
-none). The page is drawn by assets/report.js from the JSON of report_data.report_data().
+none). The page is drawn by archive/report.js (with report.css) from the JSON of report_data.report_data().
 """
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ def _section(sid: str, heading: str) -> str:
 
 def _asset(name: str) -> str:
     """An asset's text, checked so that inlining it cannot end its <style>/<script> element early."""
-    text = (resources.files(__package__) / "assets" / name).read_text(encoding="utf-8")
+    text = (resources.files(__package__) / name).read_text(encoding="utf-8")
     closing = "</style" if name.endswith(".css") else "</script"
     if closing in text.lower():
         raise ValueError(f"asset {name} contains {closing}>, which would end its element when inlined")

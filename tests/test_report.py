@@ -1,4 +1,4 @@
-"""The HTML report (archive/report_html.py + assets): one self-contained file, drawn by its own script.
+"""The HTML report (archive/report_html.py, report.css, report.js): one self-contained file, drawn by its own script.
 
 The unit tests read the HTML as written; the Chromium test opens it in a headless browser with the
 network cut off and reads the DOM after the script ran, so it proves the page draws offline.
