@@ -28,19 +28,25 @@ class Imported:
     claims: dict[str, Any] = field(default_factory=dict)
 
 
-def kernelbench_folder(folder: Path, tasks: Path) -> tuple[list[Imported], list[str]]:
+def kernelbench_folder(folder: Path, tasks: Path | None = None) -> tuple[list[Imported], list[str]]:
     """Candidates `*.py` in `folder` (defining ModelNew) and their task: `tasks` itself when it is a
-    file, else `tasks/<stem>.py` for a candidate `<stem>__<anything>.py` or `<stem>.py`. Returns
-    (kernels, one line per file skipped, saying why)."""
+    file, else `<stem>.py` for a candidate `<stem>__<anything>.py` or `<stem>.py`, looked for in
+    `tasks`, or by default beside the candidate, then one folder up (`tasks/candidates/`). Returns
+    (kernels, one line per file skipped, saying why); task files in `folder` are not candidates."""
+    folder = Path(folder)
+    places = [tasks] if tasks is not None else [folder, folder.resolve().parent]
     found, skipped = [], []
-    for path in sorted(Path(folder).glob("*.py")):
+    for path in sorted(folder.glob("*.py")):
         text = path.read_text(errors="replace")
         if not _MODEL_NEW.search(text):
-            skipped.append(f"{path.name}: defines no ModelNew class")
+            if not _MODEL.search(text):  # a task (class Model) beside its candidates is no news
+                skipped.append(f"{path.name}: defines no ModelNew class")
             continue
-        task = tasks if tasks.is_file() else tasks / f"{path.stem.split('__')[0]}.py"
-        if not task.is_file():
-            skipped.append(f"{path.name}: no task file {task} (name candidates <task>__<label>.py, or give --task)")
+        task = _task_file(path, places)
+        if task is None:
+            where = " or ".join(str(p) for p in places)
+            skipped.append(f"{path.name}: no task file {path.stem.split('__')[0]}.py in {where} "
+                           "(name candidates <task>__<label>.py beside <task>.py, or give --task)")
             continue
         task_text = task.read_text(errors="replace")
         if not _MODEL.search(task_text):
@@ -48,6 +54,19 @@ def kernelbench_folder(folder: Path, tasks: Path) -> tuple[list[Imported], list[
             continue
         found.append(Imported(task.stem, task_text, text, path.name))
     return found, skipped
+
+
+def _task_file(candidate: Path, places: list[Path]) -> Path | None:
+    """The candidate's task: the one file given, or the first `<task>.py` in `places` that is not a
+    candidate itself (candidates named `<task>.py` keep their task one folder up)."""
+    if len(places) == 1 and places[0].is_file():
+        return places[0]
+    name = f"{candidate.stem.split('__')[0]}.py"
+    for place in places:
+        task = place / name
+        if task.is_file() and not _MODEL_NEW.search(task.read_text(errors="replace")):
+            return task
+    return None
 
 
 def cuda_l1_rows(rows: list[tuple[str, Any]]) -> tuple[list[Imported], list[str]]:

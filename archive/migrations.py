@@ -164,4 +164,7 @@ END;
 # Append only; never edit or reorder a released entry.
 MIGRATIONS: list[tuple[str, str]] = [
     ("0001_initial", _INITIAL),
+    # 1: the kernel passed but refuses some input shapes the reference handles; 0: it handled every
+    # shape it was checked on; NULL: not known (not passed, or judged before shapes were checked).
+    ("0002_evaluation_specialized", "ALTER TABLE evaluations ADD COLUMN specialized INTEGER;"),
 ]

@@ -321,6 +321,20 @@
   }
 
   /* ---------- top kernels ---------- */
+  // A specialized kernel refuses input shapes the reference handles: not a drop-in there.
+  function shapesChip(s) {
+    if (!s) return el("span", { class: "chip" }, "shapes not checked");
+    if (s.specialized) return el("span", { class: "chip warn" }, "specialized");
+    return el("span", { class: "chip" }, s.mode === "exact" ? "task shapes only" : "general");
+  }
+
+  function shapesList(s) {
+    if (!s) return el("span");
+    const items = (s.supported || []).map((x) => el("li", {}, "correct on " + x))
+      .concat((s.refused || []).map((x) => el("li", { class: "refused" }, "refuses " + x)));
+    return el("details", { class: "shapes" }, el("summary", {}, `Input shapes checked (${items.length})`), el("ul", {}, items));
+  }
+
   function top(box, d) {
     const list = d.top || [];
     if (!list.length) { box.append(empty("No candidate passed yet: there is no kernel to show.")); return false; }
@@ -334,8 +348,9 @@
       el("h3", {}, `#${rank}  kernel ${k.id}`),
       el("div", { class: "chips" }, el("span", { class: "chip big" }, fx(k.speedup) + " vs eager"),
         el("span", { class: "chip" }, fx(k.speedup_compile) + " vs torch.compile"), el("span", { class: "chip" }, fms(k.candidate_ms)),
-        el("span", { class: "chip" }, txt(k.operator)), el("span", { class: "chip" }, txt(k.format)), el("span", { class: "chip" }, from)),
-      profileList(k.profile));
+        el("span", { class: "chip" }, txt(k.operator)), el("span", { class: "chip" }, txt(k.format)), el("span", { class: "chip" }, from),
+        shapesChip(k.shapes)),
+      profileList(k.profile), shapesList(k.shapes));
     const lines = (k.source || "").split("\n").length;
     card.append(el("details", { class: "source" }, el("summary", {}, `Source (${lines} lines)`), highlight(k.source || "")));
     if (k.parent != null) {

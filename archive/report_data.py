@@ -110,8 +110,16 @@ def _top_kernels(store: Archive, kernels: list[dict], by_id: dict[int, dict], pr
                     "parent": parent["id"] if parent else None,
                     "parent_speedup": parent.get("speedup_eager") if parent else None,
                     "diff": _diff(parent["source"], k["source"], parent["id"], k["id"]) if parent else "",
-                    "profile": profile_summary(profiles.get(k["id"])), "thinking": k.get("thinking") or ""})
+                    "profile": profile_summary(profiles.get(k["id"])), "thinking": k.get("thinking") or "",
+                    "shapes": _shapes(store, k["evaluation_id"])})
     return out
+
+
+def _shapes(store: Archive, evaluation_id: int | None) -> dict | None:
+    """The input shapes the kernel's evaluation checked (supported, refused), when it says."""
+    row = store.evaluation(evaluation_id) if evaluation_id is not None else None
+    shapes = ((row or {}).get("data") or {}).get("shapes")
+    return {"specialized": bool(shapes.get("refused")), **shapes} if shapes else None
 
 
 def _diff(old: str, new: str, old_id: int, new_id: int) -> str:

@@ -32,7 +32,7 @@ LLM_COLUMNS = ("provider", "model", "operator", "outcome", "input_tokens", "cach
 # the whole record is kept as JSON in `data` as well.
 EVAL_COLUMNS = ("verdict", "reason", "message", "speedup_eager", "speedup_eager_ci", "speedup_compile",
                 "candidate_ms", "eager_ms", "compiled_ms", "device", "device_name", "torch_version",
-                "build_s", "device_s", "wall_s", "data")
+                "build_s", "device_s", "wall_s", "data", "specialized")
 
 
 def new_run_id(now: float | None = None) -> str:
@@ -66,7 +66,8 @@ def eval_values(evaluation: Evaluation) -> tuple:
     return (e.verdict, e.reason, e.message, _finite(e.speedup_eager), _finite(e.speedup_eager_ci),
             _finite(e.speedup_compile), _median(e.candidate), _median(e.eager), _median(e.compiled),
             e.device, e.device_name, e.torch_version, e.build_s, e.device_s, e.wall_s,
-            dumps({k: v for k, v in e.to_dict().items() if k != "profile"}))  # the profile has its own column
+            dumps({k: v for k, v in e.to_dict().items() if k != "profile"}),  # the profile has its own column
+            None if e.shapes is None else int(e.specialized))
 
 
 def _finite(x: float | None) -> float | None:

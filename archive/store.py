@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 BUSY_TIMEOUT_MS = 10_000
 
 # The fields of one evaluation that every kernel row carries (None when there is none).
-_EVAL_FIELDS = "e.id AS evaluation_id, e.verdict, e.reason, e.speedup_eager, e.speedup_compile, e.candidate_ms"
+_EVAL_FIELDS = ("e.id AS evaluation_id, e.verdict, e.reason, e.speedup_eager, e.speedup_compile, e.candidate_ms, "
+                "e.specialized")
 
 # A kernel with the fields of its latest 'search' evaluation: what the loop rebuilds its population from.
 _KERNEL_SELECT = f"""
@@ -419,6 +420,11 @@ class Archive:
             "SELECT * FROM evaluations WHERE kernel_id = ? ORDER BY id", (kernel_id,))]
         return row
 
+    def evaluation(self, evaluation_id: int) -> dict | None:
+        """One evaluation row, its data and profile parsed."""
+        row = self._one("SELECT * FROM evaluations WHERE id = ?", (evaluation_id,))
+        return evaluation_row(row) if row else None
+
     def lineage(self, kernel_id: int) -> list[dict]:
         """The kernel's ancestors up to the roots (itself excluded), breadth-first: by `depth`
         (1 = a parent), then id; each as in kernels()."""
@@ -457,7 +463,7 @@ class Archive:
         (verdict, speedups, profile decoded), the model and cost of the call that wrote it, and parents."""
         rows = self._read(_EXPORT_SELECT, {"run": run_id, "task": task_id})
         for row in rows:
-            row["profile"], row["claims"] = loads(row.get("profile")), loads(row.get("claims"))
+            row["profile"] = loads(row.get("profile"))  # claims: decoded with the other kernel columns
         return self._with_parents(rows)
 
     def _with_parents(self, rows: list[dict]) -> list[dict]:

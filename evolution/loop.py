@@ -418,6 +418,7 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
         # not wait for Python and torch to import (the search always has the next child ready).
         judge_options = JudgeOptions(devices=options.devices, policy=options.policy, trials=options.trials,
                                      seed=seed, compile_baseline=options.compile_baseline, spares=1,
+                                     shapes=options.shapes,
                                      **({"timing": options.timing} if options.timing else {}))
         with Judge(options.cache_dir, judge_options) as judge:
             rng = random.Random(f"{seed}:{state.judged()}")  # a resumed run does not replay its draws
@@ -460,7 +461,7 @@ def _open_run(archive, task, options: OptimizeOptions, llm: LLM) -> tuple[int, s
         return task_id, options.resume, run["seed"], run["config"].get("format", fmt)
     gpu = "cpu" if options.devices[0] == "cpu" else torch.cuda.get_device_name(torch.device(options.devices[0]))
     config = run_config(task=options.task_path, model=llm.name, devices=options.devices, format=fmt,
-                        policy=options.policy, trials=options.trials, seed=options.seed,
+                        policy=options.policy, trials=options.trials, shapes=options.shapes, seed=options.seed,
                         limits=dataclasses.asdict(options.limits), search=dataclasses.asdict(options.settings),
                         seed_from=options.seed_from)
     run_id = archive.start_run(task_id, config, options.seed, ",".join(options.devices), gpu,

@@ -75,6 +75,7 @@ class OptimizeOptions:
     config_path: Path | None = None
     timing: Any = None  # a judge TimingConfig; None: the judge's default
     compile_baseline: bool = True
+    shapes: str = "general"  # or "exact": the judge derives no other input shapes (judge/shapes.py)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -107,8 +108,25 @@ def write_drop_in(member: Member, evaluation: Evaluation, task_name: str, run_id
               f"{evaluation.speedup_eager:.2f}x eager, {evaluation.speedup_compile or 0:.2f}x torch.compile "
               f"on {evaluation.device_name or evaluation.device} (torch {evaluation.torch_version}).\n"
               f"# Drop-in: `from {task_name}_kernelevo import ModelNew` replaces the task's Model.\n")
+    header += _shapes_comment(evaluation)
     path.write_text(header + member.source)
     return path
+
+
+def _shapes_comment(evaluation: Evaluation) -> str:
+    """The input shapes the kernel was verified on; for a specialized kernel, loudly, the ones it
+    refuses, so that whoever drops it in knows where it does not apply."""
+    shapes = evaluation.shapes
+    if shapes is None:
+        return ""
+    checked = "\n".join(f"#   {s}" for s in shapes.supported)
+    if shapes.specialized:
+        refused = "\n".join(f"#   {s}" for s in shapes.refused)
+        return (f"# SPECIALIZED: verified correct only on these input shapes:\n{checked}\n"
+                f"# It refuses (raises on) others the reference handles, e.g.:\n{refused}\n")
+    if shapes.mode == "exact":
+        return f"# Verified on the task's own input shapes only (--shapes exact):\n{checked}\n"
+    return f"# Verified correct on these input shapes (the task's and ones the judge derived):\n{checked}\n"
 
 
 def elapsed_s(events: list[dict], now: float) -> float:

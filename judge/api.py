@@ -20,7 +20,7 @@ from kernelevo.judge.executor import Limits, LocalExecutor
 from kernelevo.judge.formats import detect_format
 from kernelevo.judge.probe import IMPLAUSIBLE_SPEEDUP
 from kernelevo.judge.timing import TimingConfig
-from kernelevo.records import Correctness, Evaluation, KernelResources, Profile, TimingStats
+from kernelevo.records import Correctness, Evaluation, KernelResources, Profile, ShapeReport, TimingStats
 from kernelevo.runtime._common import slug
 from kernelevo.tasks import Task, source_hash
 
@@ -40,6 +40,7 @@ class JudgeOptions:
     implausible: dict[str, float] = field(default_factory=dict)  # per task kind; over probe.IMPLAUSIBLE_SPEEDUP
     remeasure_tolerance: float = 0.25  # how far the event speedup may exceed the re-measured one
     eager_tolerance: float = 1.5  # eager next to the candidate vs in its own process (GPU), as a factor
+    shapes: str = "general"  # or "exact": check only the task's own shapes, derive no others (shapes.py)
 
 
 class Judge:
@@ -63,7 +64,7 @@ class Judge:
         return {"kind": kind, "task_source": task.source, "task_path": task.path, "seed": self.options.seed,
                 "trials": self.options.trials, "input_sets": self.options.input_sets,
                 "timing": dataclasses.asdict(self.options.timing), "policy": self.options.policy,
-                "compile": self.options.compile_baseline, **extra}
+                "shapes": self.options.shapes, "compile": self.options.compile_baseline, **extra}
 
     def baseline(self, task: Task, device: str) -> dict | None:
         """Cached (or freshly measured) eager (+ torch.compile) timings, the task's kind and its
@@ -91,7 +92,7 @@ class Judge:
                ncu: bool = True) -> concurrent.futures.Future:
         """Judge one candidate file; the future holds its Evaluation (with its Profile when `profile`
         and it passed)."""
-        device = device or self.options.devices[0]
+        device = device or self.executor.choose_device()  # kept for this candidate's baseline and profile
         path = Path(candidate_path).resolve()
         source = path.read_text()
         digest = source_hash(source)
@@ -229,9 +230,17 @@ def judge_remeasure(result: dict, second: dict, kind: str, limit: float, toleran
     evidence.update(remeasured_speedup=second["speedup"], remeasure_timer=second["timer"],
                     remeasured_ms=second["times_ms"])
     if result["speedup_eager"] > (1 + tolerance) * second["speedup"]:
+        if not device.startswith("cuda"):
+            # Host clocks on a shared CPU disagree without any cheat (an eager op's worker threads
+            # descheduled under load: 16x per call against 2x batched for an honest kernel), and
+            # work escaping the call is caught there by the thread checks. So no verdict rests on
+            # it: the lower figure is the one reported.
+            note = (f"the host clock per call gave {result['speedup_eager']:.2f}x, {second['timer']} in a fresh "
+                    f"process {second['speedup']:.2f}x: the lower is reported")
+            return {**result, "speedup_eager": second["speedup"], "speedup_eager_ci": None, "evidence": evidence,
+                    "notes": [*result.get("notes", []), note]}
         return {**result, "verdict": "rejected", "reason": "timing_mismatch",
-                "message": f"{'CUDA events' if device.startswith('cuda') else 'the host clock per call'} give "
-                           f"a speedup of {result['speedup_eager']:.2f}x, {second['timer']} in a "
+                "message": f"CUDA events give a speedup of {result['speedup_eager']:.2f}x, {second['timer']} in a "
                            f"fresh process {second['speedup']:.2f}x: the timed calls did not contain all the work",
                 "evidence": evidence}
     note = (f"speedup above {limit:g}x for a {kind} task: re-measured in a fresh process by "
@@ -279,4 +288,5 @@ def to_evaluation(task: Task, digest: str, fmt: str, device: str, result: dict,
         compiled=compiled, speedup_eager=result.get("speedup_eager") if passed else None,
         speedup_eager_ci=result.get("speedup_eager_ci") if passed else None, speedup_compile=speedup_compile, notes=tuple(notes),
         policy=result.get("policy", ""), evidence=result.get("evidence") or {}, warnings=warnings,
-        resources=tuple(KernelResources(**r) for r in result.get("resources") or ()))
+        resources=tuple(KernelResources(**r) for r in result.get("resources") or ()),
+        shapes=ShapeReport.from_dict(result["shapes"]) if passed and result.get("shapes") else None)

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 
-from kernelevo.judge import compare, guards, inputs
+from kernelevo.judge import compare, generality, guards, inputs, shapes, verdicts
+from kernelevo.judge.shapes import describe
 
 
 def forward(model, args: list):
@@ -26,18 +29,64 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+@dataclass(frozen=True)
+class Trial:
+    args: list
+    label: str  # says what was drawn: "trial 3 (scaled x1/8)", "derived shape (...)"
+    kind: str = "draw"  # draw, test, or one of GENERAL's keys
+
+
+# Trials that check the candidate beyond the benchmark's own weights, values and shapes: a
+# mismatch there gets its own reason, and a hint on what kind of kernel fails that way.
+GENERAL = {
+    "weights": ("weight_specific", "correct only with the default-initialised weights"),
+    "range": ("value_range", "numerically fragile at magnitudes the reference handles"),
+    "shape": ("shape_specific", "correct only on the task's own shapes"),
+}
+
+
 class Reference:
-    """The task's model in its own dtype (TF32 off) and, where it runs, in float64."""
+    """The task's model in its own dtype (TF32 off), in float64 where it runs, and a twin that
+    probes inputs (is the output finite?) without advancing the reference's own state: a
+    recurrent task keeps its hidden state across calls, and so must an honest candidate."""
 
     def __init__(self, model):
         self.model = model
-        try:
-            self.model64 = copy.deepcopy(model).double()
-        except Exception:  # noqa: BLE001 - float64 is a refinement, not a requirement
-            self.model64 = None
+        self.model64 = _copy(model, double=True)  # float64 is a refinement, not a requirement
+        self.twin = _copy(model)
 
     def plain(self, args: list):
         return forward(self.model, args)
+
+    def finite_on(self, args: list) -> bool:
+        """Whether the reference runs on (copies of) `args` with a finite output, probed on the twin."""
+        try:
+            return all_finite(forward(self.twin or self.model, inputs.clone_inputs(args)))
+        except Exception:  # noqa: BLE001 - the reference rejects these inputs
+            return False
+
+    def keeps_state(self, args: list) -> bool:
+        """Whether two calls on the same inputs disagree: the reference carries state from call
+        to call (an RNN's hidden state). Then only calls made in lockstep with it compare."""
+        if self.twin is None:
+            return False
+        try:
+            first = [t.clone() if hasattr(t, "clone") else t
+                     for t in compare.flatten(forward(self.twin, inputs.clone_inputs(args)))]
+            second = compare.flatten(forward(self.twin, inputs.clone_inputs(args)))
+            return not all(_close(a, b) for a, b in zip(first, second)) or len(first) != len(second)
+        except Exception:  # noqa: BLE001 - a probe (out of memory on a huge output...): the trials decide
+            return False
+
+
+    def sync(self) -> None:
+        """Give the float64 model and the twin the reference's current weights (after a redraw)."""
+        state = self.model.state_dict()
+        for other in (self.model64, self.twin):
+            if other is not None:
+                for name, tensor in other.state_dict().items():
+                    if name in state and tensor.is_floating_point():
+                        tensor.copy_(state[name])
 
     def __call__(self, args: list):
         """(outputs, float64 outputs or None, all finite) on `args` (which may be mutated)."""
@@ -52,6 +101,29 @@ class Reference:
         return out, exact, all_finite(out)
 
 
+def _close(a, b) -> bool:
+    """Equal, or within float32 noise (a nondeterministic reduction): without float64 copies, since an
+    output can be gigabytes."""
+    import torch
+
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        return a == b
+    if a.shape != b.shape or a.dtype != b.dtype or torch.equal(a, b):
+        return a.shape == b.shape and a.dtype == b.dtype
+    if not a.is_floating_point():
+        return False
+    scale = float(b.float().norm())
+    return float((a.float() - b.float()).norm()) <= 1e-5 * scale if scale > 0 else False
+
+
+def _copy(model, double: bool = False):
+    try:
+        twin = copy.deepcopy(model)
+        return twin.double() if double else twin
+    except Exception:  # noqa: BLE001 - some modules hold handles that cannot be copied
+        return None
+
+
 def all_finite(out) -> bool:
     import torch
 
@@ -59,18 +131,56 @@ def all_finite(out) -> bool:
                if isinstance(t, torch.Tensor) and t.is_floating_point())
 
 
-def _trial_sets(task, job: dict, device: str, ref: Reference):
-    """(inputs, label) per trial: fresh draws in the task's domain, then the task's extra shapes."""
+def _draws(task, job: dict, device: str, ref: Reference) -> Iterator[Trial]:
+    """Fresh draws in the task's domain, each reshaped by one of inputs.TRANSFORMS."""
     for t in range(job["trials"]):
         args, kind = inputs.trial_inputs(task.get_inputs, t, job["seed"], device)
-        if kind != "as given" and not all_finite(ref.plain(inputs.clone_inputs(args))):
+        if kind != "as given" and not ref.finite_on(args):
             # This transform left the task's domain (log of a negative...): redraw plainly.
             args, kind = inputs.trial_inputs(task.get_inputs, t, job["seed"], device, "as given")
-        yield args, f"trial {t + 1} ({kind})"
+        yield Trial(args, f"trial {t + 1} ({kind})")
+
+
+def _trials(task, job: dict, device: str, ref: Reference, candidate, twins: dict, report: dict,
+            checks: list) -> Iterator[Trial]:
+    """Every trial in order: draws with the built weights, then with redrawn weights (kept from
+    there on): as given, at large values, the task's extra shapes, and the shapes the judge derives."""
+    yield from _draws(task, job, device, ref)
+    n, seed = job["trials"], job["seed"]
+
+    def plain(k: int) -> list:
+        return inputs.trial_inputs(task.get_inputs, k, seed, device, "as given")[0]
+
+    args = plain(n)
+    saved, said = generality.redraw(ref.model, candidate, twins, seed)
+    ref.sync()
+    if saved and ref.finite_on(args):
+        checks.extend(said)
+        yield Trial(args, f"trial {n + 1} (redrawn weights)", "weights")
+    elif saved:
+        generality.restore(ref.model, candidate, twins, saved)
+        ref.sync()
+        checks.append("weights not redrawn: the reference's output was not finite with redrawn weights")
+    found = generality.large_values(plain(n + 1), ref.finite_on)
+    if found:
+        yield Trial(found[0], f"trial {n + 2} ({found[1]})", "range")
+    else:
+        checks.append("no large-value trial: the reference's output is not finite on inputs scaled x16")
     extra = getattr(task, "get_test_inputs", None)
-    if extra is not None:
-        for i, args in enumerate(extra()):
-            yield inputs.to_device(list(args), device), f"test inputs {i + 1}"
+    for i, test_args in enumerate(extra() if extra is not None else ()):
+        yield Trial(inputs.to_device(list(test_args), device), f"test inputs {i + 1}", "test")
+    if report["mode"] == "general":
+        base = plain(n + 2)
+        # On a GPU an invalid shape could leave a sticky CUDA error behind: check it on the meta
+        # device. On the CPU nothing sticks, and a real run on the twin costs less than meta's imports.
+        runs = shapes.meta_check(lambda: task.Model(*task.get_init_inputs())) if device.startswith("cuda") else None
+        if runs is None or not runs(base):  # meta cannot run this reference: probe on the twin
+            runs = ref.finite_on
+        fixed = frozenset(a for a in task.get_init_inputs() if isinstance(a, int) and not isinstance(a, bool))
+        variants, said = shapes.derive(lambda: base, runs, fixed)
+        report["notes"].extend(said)
+        for v in variants:
+            yield Trial(v.args, f"derived shape ({v.label}: {v.shapes})", "shape")
 
 
 def _same_place(old: list | None, new: list) -> list | None:
@@ -89,33 +199,84 @@ def _same_place(old: list | None, new: list) -> list | None:
     return old
 
 
-def check(task, reference, candidate, job: dict, device: str, threads: guards.ThreadWatch) -> dict:
-    """All trials; returns the result fields, or raises guards.Rejected."""
+class _Skip(Exception):
+    """A derived shape on which the reference's own output is not finite: not a test of anything."""
+
+
+def check(task, reference, candidate, job: dict, device: str, threads: guards.ThreadWatch,
+          on_trial=lambda label: None) -> dict:
+    """All trials; returns the result fields, or raises guards.Rejected. `on_trial` hears each
+    trial's label before it runs (the parent names it if the process dies there)."""
     import torch
 
     ref = Reference(reference)
+    twins = generality.value_twins(ref.model, candidate)  # before anything runs: values still equal
+    stateful = ref.keeps_state(inputs.trial_inputs(task.get_inputs, 0, job["seed"], device, "as given")[0])
     watch = guards.ReferenceWatch(ref.model, ref.model64)
     state = {"previous_args": None, "previous_out": [], "previous_values": None, "sizes": []}
+    checks: list[str] = []  # what the weights and value-range trials did, for the verdict's notes
+    report = {"mode": job.get("shapes", "general"), "supported": [], "refused": [], "notes": []}
     trials, worst = 0, None
     try:
         with torch.no_grad():
-            for t, (args, label) in enumerate(_trial_sets(task, job, device, ref)):
-                result = _trial(t, args, label, ref, candidate, watch, threads, device, state)
+            for t, trial in enumerate(_trials(task, job, device, ref, candidate, twins, report, checks)):
+                on_trial(trial.label)
+                try:
+                    result = _trial(t, trial, ref, candidate, watch, threads, device, state)
+                except _Skip:
+                    report["notes"].append(f"{trial.label}: not judged, the reference's output is not finite there")
+                    continue
+                except Exception as exc:  # noqa: BLE001 - a refusal of a derived shape, or a failure
+                    failed = _shape_failure(exc, trial, device, report, trials)
+                    if failed is None:
+                        continue
+                    return failed
                 trials += 1
                 if isinstance(result, compare.Mismatch):
-                    return _incorrect(result, label, trials)
+                    return _incorrect(result, trial, trials)
+                if trial.kind in ("draw", "test", "shape") and describe(trial.args) not in report["supported"]:
+                    report["supported"].append(describe(trial.args))
                 if worst is None or result.rel_l2 >= worst[0].rel_l2:
-                    worst = (result, label)
+                    worst = (result, trial.label)
     finally:
         watch.remove()
     match, label = worst
     where = f"{label}, index {match.index}" if match.index else label
-    return {"verdict": "ok", "reason": "", "message": "", "correctness": dict(
+    if stateful:
+        checks.append("the reference keeps state across calls: outputs are compared only in lockstep with it")
+    return {"verdict": "ok", "reason": "", "message": "", "shapes": report, "checks": checks,
+            "stateful": stateful, "correctness": dict(
         trials=trials, passed=trials, rel_l2=match.rel_l2, max_abs=match.max_abs,
         max_rel=match.max_rel, where=where, tolerance=match.tolerance)}
 
 
-def _trial(t: int, args: list, label: str, ref: Reference, candidate, watch, threads, device: str, state: dict):
+def _shape_failure(exc: Exception, trial: Trial, device: str, report: dict, trials: int) -> dict | None:
+    """What an exception in a trial means. On a derived shape, a clean refusal (a Python-level
+    exception, the device still healthy) marks the candidate specialized and the trials go on
+    (None). Unwritten output, or an input overwritten (an out-of-bounds write), is a wrong answer
+    there, not a cheat: the same kernel passed those checks on the task's own shapes. Anything
+    else propagates or is a failure."""
+    if trial.kind != "shape":
+        raise exc
+    if isinstance(exc, guards.Rejected):
+        if exc.reason not in ("uninitialized_output", "inputs_modified"):
+            raise exc
+        return _incorrect(compare.Mismatch(exc.reason, exc.message.removeprefix(f"{trial.label}: ")), trial, trials + 1)
+    failure = verdicts.classify_run(exc)
+    if failure.reason == "exception":
+        try:
+            sync(device)
+        except Exception:  # noqa: BLE001 - the refusal left the device broken: a crash after all
+            pass
+        else:
+            report["refused"].append(f"{describe(trial.args)}: {failure.message}")
+            return None
+    return {"verdict": failure.verdict, "reason": failure.reason, "message": f"{trial.label}: {failure.message}",
+            "excerpt": failure.excerpt}
+
+
+def _trial(t: int, trial: Trial, ref: Reference, candidate, watch, threads, device: str, state: dict):
+    args, label = trial.args, trial.label
     if t == 1:  # the same addresses as the first trial, holding new values
         moved = _same_place(state["previous_args"], args)
         args = moved if moved is not None else args
@@ -128,7 +289,9 @@ def _trial(t: int, args: list, label: str, ref: Reference, candidate, watch, thr
     threads.verify("a correctness trial")
     changed = guards.changed_inputs(originals, args)
     ref_args = inputs.clone_inputs(originals)
-    expected, exact, _ = ref(ref_args)
+    expected, exact, finite = ref(ref_args)
+    if trial.kind == "shape" and not finite:
+        raise _Skip
     if not _same(returned, compare.flatten(out)):
         raise guards.Rejected("background_work", f"{label}: the output kept changing after forward returned "
                               "(and the device was synchronised): its work runs outside the call")
@@ -215,8 +378,10 @@ def _check_cached(out, expected, state: dict, label: str) -> None:
                               "inputs: results must be computed on every call")
 
 
-def _incorrect(m: compare.Mismatch, label: str, trials: int) -> dict:
+def _incorrect(m: compare.Mismatch, trial: Trial, trials: int) -> dict:
+    label = trial.label
     where = f"{label}, index {m.index}" if m.index else label
-    return {"verdict": "incorrect", "reason": m.reason, "message": f"{label}: {m.message}",
+    reason, hint = GENERAL.get(trial.kind, (m.reason, ""))
+    return {"verdict": "incorrect", "reason": reason, "message": f"{label}: {m.message}" + (f" ({hint})" if hint else ""),
             "excerpt": "", "correctness": dict(trials=trials, passed=trials - 1, rel_l2=m.rel_l2,
                                                max_abs=m.max_abs, max_rel=m.max_rel, where=where)}

@@ -4,7 +4,8 @@
 job, then exits, so every candidate gets a fresh process and CUDA context), any number of jobs
 building at once on the CPU cores, and an exclusive lock per device for the correctness and
 timing phase. The lock is a file lock, so separate kernelevo processes on one machine also take
-turns. Another executor (several machines) only needs to provide `submit` and `device_info`.
+turns. Another executor (several machines) only needs to provide `submit`, `choose_device`,
+`device_info` and `close`.
 """
 from __future__ import annotations
 
@@ -211,6 +212,12 @@ class WorkerPool:
                 self._idle.popleft().kill()
 
 
+def least_busy(outstanding: dict[str, int], last_chosen: dict[str, int]) -> str:
+    """The device with the fewest jobs outstanding; on a tie, the one chosen longest ago, so that
+    candidates submitted in one burst (before any job is counted) still alternate."""
+    return min(outstanding, key=lambda d: (outstanding[d], last_chosen.get(d, 0)))
+
+
 @contextlib.contextmanager
 def device_lock(cache_dir: Path, device: str):
     """Exclusive use of a device for timing, across threads and processes."""
@@ -235,19 +242,39 @@ class LocalExecutor:
                       for d in devices}
         workers = concurrency or max(1, min(8, (os.cpu_count() or 2) - 1)) * len(devices)
         self._threads = concurrent.futures.ThreadPoolExecutor(max_workers=workers)
-        self._next = 0
         self._busy: set[Worker] = set()
+        self._counts_lock = threading.Lock()
+        self.outstanding = {d: 0 for d in devices}  # jobs submitted, queued or running, not finished
+        self._last_chosen = {d: 0 for d in devices}
+        self._choices = 0
 
     def device_info(self, device: str) -> dict:
         """What the worker reported of `device` (name, torch and CUDA versions)."""
         return self.pools[device].describe()
 
+    def choose_device(self) -> str:
+        """The device for a new candidate: the least busy one (least_busy). The caller keeps it for
+        the candidate's follow-up jobs (baseline, profile), which must run where it was timed."""
+        with self._counts_lock:
+            device = least_busy(self.outstanding, self._last_chosen)
+            self._choices += 1
+            self._last_chosen[device] = self._choices
+        return device
+
     def submit(self, job: dict, device: str | None = None) -> concurrent.futures.Future:
-        if device is None:
-            device = self.devices[self._next % len(self.devices)]
-            self._next += 1
+        device = device or self.choose_device()
+        if device not in self.pools:
+            raise ValueError(f"device {device} is not one of this executor's: {', '.join(self.devices)}")
         job = {**job, "cache_dir": str(self.cache_dir)}
-        return self._threads.submit(self._run, job, device)
+        future = self._threads.submit(self._run, job, device)
+        with self._counts_lock:
+            self.outstanding[device] += 1
+        future.add_done_callback(lambda _: self._finished(device))  # also when cancelled
+        return future
+
+    def _finished(self, device: str) -> None:
+        with self._counts_lock:
+            self.outstanding[device] -= 1
 
     def _run(self, job: dict, device: str) -> dict:
         worker = self.pools[device].take()
@@ -267,6 +294,7 @@ class LocalExecutor:
         """Send the job, follow its events, enforce the limits; always return a result dict."""
         phase, deadline = "build", time.monotonic() + self.limits.build
         token, granted, released = secrets.token_hex(16), None, None
+        trial = ""  # the correctness trial under way: a crash or hang there names its shape
         with contextlib.ExitStack() as held:
             try:
                 worker.send(job)
@@ -280,17 +308,19 @@ class LocalExecutor:
                     elif event["event"] == "release" and granted is not None and released is None:
                         held.close()  # the worker finishes on the CPU; the device may go to the next
                         released = time.monotonic()
+                    elif event["event"] == "trial":
+                        trial = f" ({event.get('label', '')})"
                     elif event["event"] == "result":
                         result = {k: v for k, v in event.items() if k not in ("event", "token")}
                         return audit(result, event.get("token"), token, granted, released)
             except TimeoutError:
                 limit = self.limits.build if phase == "build" else self.limits.run
                 return {"verdict": "timeout", "reason": f"{phase}_timeout",
-                        "message": f"no verdict within {limit:.0f} s of {phase}; the process was killed",
+                        "message": f"no verdict within {limit:.0f} s of {phase}{trial}; the process was killed",
                         "excerpt": verdicts.tail(worker.log_text())}
             except (WorkerDied, BrokenPipeError):
                 worker.proc.wait()
-                failure = verdicts.classify_exit(worker.proc.returncode, worker.log_text(), phase)
+                failure = verdicts.classify_exit(worker.proc.returncode, worker.log_text(), phase + trial)
                 return {"verdict": failure.verdict, "reason": failure.reason,
                         "message": failure.message, "excerpt": failure.excerpt}
 

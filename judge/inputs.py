@@ -4,7 +4,9 @@ Every trial draws fresh inputs from the task's own `get_inputs()` under a new se
 their distribution (scaled up, scaled down, shifted, uniform) so that a kernel must compute the
 same function on any valid input, not just on unit normals. Non-negative inputs stay
 non-negative (logs, square roots and probabilities keep their domain); integer inputs are only
-redrawn.
+redrawn. Inputs with a structure the task promises (a fixed pattern of zeros, as in a triangular
+matrix, or symmetry) are only scaled: a shift or a uniform redraw would break what a kernel may
+rightly rely on (a triangular product skips the zero half).
 """
 from __future__ import annotations
 
@@ -68,6 +70,18 @@ def draw(get_inputs, device) -> list:
     return to_device(list(raw), device)
 
 
+def structured(x) -> bool:
+    """A floating tensor whose zeros form a pattern (over 1 % exact zeros: triangular, masked) or a
+    symmetric matrix: only a transform that keeps the structure may be applied."""
+    import torch
+
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.numel() < 2:
+        return False
+    if float((x == 0).float().mean()) > 0.01:
+        return True
+    return x.dim() >= 2 and x.shape[-1] == x.shape[-2] > 1 and torch.equal(x, x.transpose(-1, -2))
+
+
 def trial_inputs(get_inputs, trial: int, seed: int, device, transform: str | None = None) -> tuple[list, str]:
     """Fresh inputs for one trial, and the name of the transform applied."""
     import torch
@@ -75,6 +89,8 @@ def trial_inputs(get_inputs, trial: int, seed: int, device, transform: str | Non
     seed_all(seed + 7919 * trial)
     raw = draw(get_inputs, device)
     kind = transform or TRANSFORMS[trial % len(TRANSFORMS)]
+    if kind in ("shifted", "uniform") and any(structured(x) for x in raw):
+        kind = "as given"  # a structure the task promises: scale it, never shift or redraw it
     generator = torch.Generator(device=device).manual_seed(seed + trial)
     return [_transform(x, kind, generator) for x in raw], kind
 
@@ -121,17 +137,3 @@ def copy_weights(reference, candidate) -> str:
         return (f"copied {len(matched)} of {len(ref_state)} reference weights by name; "
                 f"the other {missing} rely on the shared seed")
     return f"copied all {len(ref_state)} reference weights by name"
-
-
-def floating_dtypes(get_inputs) -> frozenset[str] | None:
-    """The dtypes of the task's floating-point inputs, drawn on the meta device (no data), or
-    None where get_inputs() does not run there."""
-    import torch
-
-    try:
-        with torch.device("meta"):
-            raw = get_inputs()
-    except Exception:  # noqa: BLE001 - a task that insists on real devices
-        return None
-    return frozenset(str(x.dtype).removeprefix("torch.") for x in raw
-                     if isinstance(x, torch.Tensor) and x.is_floating_point())

@@ -1,6 +1,8 @@
 """Static anti-cheat checks: read a candidate's source (never run it) for the obvious ways to fool
 the judge. Each check is a small function in `CHECKS`, registered under its stable reason id; the
-dynamic checks (guards.py) catch what reading cannot.
+dynamic checks (guards.py, correctness, the kernel policy) catch what reading cannot. Any finding
+rejects the candidate unrun, so a pattern is a finding only where it can never be honest; where it is
+merely suspicious (a half type, a try around the build, state on self), the dynamic checks decide.
 
 Names resolve through the file's imports, so `nn.Module` reads as `torch.nn.Module` and an unbound
 `open` as `builtins.open`; a name the file binds itself is never taken for a module. Kernel source
@@ -35,7 +37,8 @@ class Context:
     refs: list[tuple[str, ast.AST]]      # (dotted name, node) for those and for every imported name
     literals: list[cu.Literal]
     task_params: tuple[list[str], bool] | None  # reference Model.__init__ parameters, and whether it has *args
-    dtype: tuple[str, int] | None        # the task's float dtype and its precision rank; None: no float input
+    task_kept: frozenset[str]            # self attributes the reference Model.forward assigns
+    task_unread: frozenset[int]          # positions of reference Model.__init__ parameters it never reads
 
 
 CHECKS: dict[str, Callable[[Context], list[Finding]]] = {}
@@ -50,14 +53,12 @@ def check_named(reason: str) -> Callable:
     return register
 
 
-def check(source: str, *, task_source: str | None = None,
-          input_dtypes: frozenset[str] | None = None) -> list[Finding]:
+def check(source: str, *, task_source: str | None = None) -> list[Finding]:
     """All findings, in registry order then line order. A source that does not parse returns [] (the
-    judge reports syntax errors itself). `input_dtypes` None: the dtypes named in the task's
-    get_inputs (torch.float16, .half(), ...), else float32, torch.randn's default; mixed dtypes are
-    judged against the lowest; no floating dtype at all skips precision_downgrade."""
+    judge reports syntax errors itself). No check depends on the task's dtype: its tolerance judges
+    lower-precision compute."""
     try:
-        ctx = _context(source, task_source, input_dtypes)
+        ctx = _context(source, task_source)
     except (SyntaxError, ValueError, RecursionError):
         return []
     found = {reason: fn(ctx) for reason, fn in CHECKS.items()}
@@ -70,20 +71,6 @@ def check(source: str, *, task_source: str | None = None,
 # --- context ---------------------------------------------------------------------------------------
 
 _BUILTINS = frozenset(dir(builtins))
-_RANKS = {"float64": 4, "double": 4, "complex128": 4, "float32": 3, "float": 3, "complex64": 3,
-          "float16": 1, "half": 1, "bfloat16": 1}
-
-
-def _task_dtype(input_dtypes: frozenset[str] | None, task: ast.Module | None, task_source: str | None):
-    if input_dtypes is None:
-        fn = next((n for n in task.body if getattr(n, "name", "") == "get_inputs"), None) if task else None
-        text = ast.get_source_segment(task_source, fn) or "" if fn else ""
-        input_dtypes = frozenset(re.findall(r"\b(float64|double|float16|half|bfloat16|float8\w*)\b", text)) \
-            or frozenset({"float32"})
-    ranked = sorted((0 if d.startswith("float8") else _RANKS.get(d, -1), d)
-                    for d in (d.removeprefix("torch.") for d in input_dtypes))
-    ranked = [(r, d) for r, d in ranked if r >= 0]
-    return (ranked[0][1], ranked[0][0]) if ranked else None
 
 
 def _task_params(task: ast.Module | None) -> tuple[list[str], bool] | None:
@@ -93,6 +80,28 @@ def _task_params(task: ast.Module | None) -> tuple[list[str], bool] | None:
     init = _method(model, "__init__")
     a = init.args if init else None
     return ([p.arg for p in (a.posonlyargs + a.args)[1:]], bool(a.vararg or a.kwarg)) if a else ([], False)
+
+
+def _task_unread(task: ast.Module | None) -> frozenset[int]:
+    """Positions of the reference constructor's parameters that its body never reads: a candidate
+    that ignores them ignores nothing (KernelBench passes `groups` to some models that drop it)."""
+    model = next((n for n in task.body if isinstance(n, ast.ClassDef) and n.name == "Model"), None) if task else None
+    init = _method(model, "__init__")
+    if init is None:
+        return frozenset()
+    read = {n.id for s in init.body for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    params = (init.args.posonlyargs + init.args.args)[1:]
+    return frozenset(i for i, p in enumerate(params) if p.arg not in read)
+
+
+def _task_kept(task: ast.Module | None) -> frozenset[str]:
+    """Attributes the reference's forward assigns on self: state the task itself carries from one call
+    to the next (KernelBench's RNN tasks keep self.hidden), which an honest candidate mirrors."""
+    model = next((n for n in task.body if isinstance(n, ast.ClassDef) and n.name == "Model"), None) if task else None
+    forward = _method(model, "forward")
+    return frozenset(name for n in ast.walk(forward) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+                     for t in _flat(n.targets if isinstance(n, ast.Assign) else [n.target])
+                     if (name := _self_attr(t))) if forward else frozenset()
 
 
 def _resolve(node: ast.AST, aliases: dict[str, str], bound: set[str]) -> str | None:
@@ -106,7 +115,7 @@ def _resolve(node: ast.AST, aliases: dict[str, str], bound: set[str]) -> str | N
     return ".".join([base, *reversed(parts)]) if base else None
 
 
-def _context(source: str, task_source: str | None, input_dtypes: frozenset[str] | None) -> Context:
+def _context(source: str, task_source: str | None) -> Context:
     tree = ast.parse(source)
     nodes = list(ast.walk(tree))
     try:
@@ -139,7 +148,7 @@ def _context(source: str, task_source: str | None, input_dtypes: frozenset[str] 
              if isinstance(node, (ast.Name, ast.Attribute)) and (name := _resolve(node, aliases, bound))}
     parents = {child: node for node in nodes for child in ast.iter_child_nodes(node)}
     return Context(tree, nodes, source.splitlines(), parents, names, refs + [(v, k) for k, v in names.items()],
-                   cu.literals(tree), _task_params(task), _task_dtype(input_dtypes, task, task_source))
+                   cu.literals(tree), _task_params(task), _task_kept(task), _task_unread(task))
 
 
 # --- helpers -----------------------------------------------------------------------------------------
@@ -188,6 +197,15 @@ def _in_model(ctx: Context, node: ast.AST) -> bool:
 def _flat(targets: list[ast.AST]) -> list[ast.AST]:
     return [e for t in targets for e in (_flat(t.elts) if isinstance(t, (ast.Tuple, ast.List)) else
                                           [t.value] if isinstance(t, ast.Starred) else [t])]
+
+
+def _self_attr(node: ast.AST) -> str | None:
+    """`x` for a target under self.x (self.x, self.x[i], self.x.y), else None."""
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        if isinstance(node, ast.Attribute) and getattr(node.value, "id", None) == "self":
+            return node.attr
+        node = node.value
+    return None
 
 
 def _in_strings(ctx: Context, pattern: re.Pattern, what: str, todo: str) -> list[tuple[int, str, str]]:
@@ -264,22 +282,55 @@ _COMPUTE = frozenset({"forward", "matmul", "mm", "bmm", "addmm", "relu", "relu_"
                       "addcmul", "baddbmm", "maximum", "minimum", "where", "abs"})
 
 
+def _per_call(ctx: Context) -> list[ast.FunctionDef]:
+    """forward and __call__ of every class, and what they call by name, transitively: `helper(x)` of a
+    module-level def, `self.helper(x)` of a method of the same class. Calls by any other route are
+    not followed: this reads the usual shapes of a candidate, it does not prove reachability."""
+    module_fns = {n.name: n for n in ctx.tree.body if isinstance(n, ast.FunctionDef)}
+    methods_of, todo = {}, []
+    for cls in (n for n in ctx.nodes if isinstance(n, ast.ClassDef)):
+        methods = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
+        methods_of |= {m: methods for m in methods.values()}
+        todo += [methods[name] for name in ("forward", "__call__") if name in methods]
+    seen: list[ast.FunctionDef] = []
+    while todo:
+        if (fn := todo.pop()) in seen:
+            continue
+        seen.append(fn)
+        for f in (n.func for n in ast.walk(fn) if isinstance(n, ast.Call)):
+            if isinstance(f, ast.Name) and f.id in module_fns:
+                todo.append(module_fns[f.id])
+            elif isinstance(f, ast.Attribute) and getattr(f.value, "id", None) == "self" and \
+                    f.attr in methods_of.get(fn, {}):
+                todo.append(methods_of[fn][f.attr])
+    return seen
+
+
 @check_named("reference_fallback")
 def _reference_fallback(ctx: Context) -> list[Finding]:
-    # A handler that computes the answer hides a kernel that crashed or was never built.
+    # Only handlers on forward's path count (_per_call): there the kernel can launch, fail, and torch
+    # compute the output while the profiler still lists the kernel. A handler around building or
+    # loading the extension (module level, __init__) is no such fallback: if it is taken, forward runs
+    # only torch and the policy check rejects the candidate as no_own_kernel.
     init = _method(_model_new(ctx), "__init__")
     modules = {t.attr for n in ast.walk(init) if isinstance(n, ast.Assign) and _name_of(
         ctx, getattr(n.value, "func", None)).startswith("torch.nn.") for t in n.targets
         if isinstance(t, ast.Attribute)} if init else set()
+    # a set: a function on the path can hold another (a class defined inside forward)
+    handlers = {n for fn in _per_call(ctx) for n in ast.walk(fn) if isinstance(n, ast.ExceptHandler)}
     hits = []
-    for handler in (n for n in ctx.nodes if isinstance(n, ast.ExceptHandler)):
+    for handler in sorted(handlers, key=lambda h: (h.lineno, h.col_offset)):
+        if isinstance(handler.body[-1], ast.Raise):  # it re-raises: whatever it computed is dropped
+            continue
         # (line, rank, what): on one line, name the computation rather than the `return` around it
         bad = [(n.lineno, *what) for s in handler.body for n in ast.walk(s) if (what := (
             (0, "uses the reference Model") if getattr(n, "id", None) == "Model" and not _in_model(ctx, n) else
             (0, f"calls {name}()") if isinstance(n, ast.Call) and (name := _name_of(ctx, n.func)).startswith("torch.")
             else (1, f"calls .{n.func.attr}()") if _attr_call(n, _COMPUTE) else
             (1, f"calls self.{n.func.attr}()") if _attr_call(n, modules) and getattr(n.func.value, "id", "") == "self"
-            else (2, "returns a value") if isinstance(n, ast.Return) else None))]
+            else (2, "returns a value") if isinstance(n, ast.Return) and n.value is not None
+            and not isinstance(n.value, ast.Constant)  # a status (`return False`) computes nothing
+            else None))]
         if bad:
             line, _, what = min(bad)
             hits.append((line, f"except handler {what} instead of re-raising, hiding a failed kernel",
@@ -333,84 +384,32 @@ def _tensor_subclass(ctx: Context) -> list[Finding]:
     return _findings("tensor_subclass", hits)
 
 
-# Precision ranks: float64 4 > float32 3 > tf32 2 > float16/bfloat16 1 > float8 0.
-_PY_RANK = {"torch.float16": 1, "torch.half": 1, "torch.bfloat16": 1, "torch.HalfTensor": 1, "torch.BFloat16Tensor": 1,
-            "torch.cuda.HalfTensor": 1, "torch.cuda.BFloat16Tensor": 1, "torch.autocast": 1, "torch.float32": 3,
-            "torch.float": 3, "torch.FloatTensor": 3, "torch.cuda.FloatTensor": 3}
-_FLAG_RANK = {"allow_tf32": 2, "allow_fp16_reduced_precision_reduction": 1, "allow_bf16_reduced_precision_reduction": 1}
-_MODE_RANK = {"high": 2, "medium": 1, "tf32": 2, "bf16": 1}
-
-
-def _py_rank(ctx: Context, node: ast.AST, name: str) -> int | None:
-    parent = ctx.parents.get(node)
-    while isinstance(parent, (ast.Tuple, ast.List, ast.Set)):
-        parent = ctx.parents.get(parent)
-    if isinstance(parent, ast.Compare):  # x.dtype == torch.float16 only asks
-        return None
-    return 0 if name.startswith("torch.float8_") else 1 if re.match(r"torch\.((cuda|cpu)\.)?amp(\.|$)", name) \
-        else _PY_RANK.get(name)
+# Torch's global numerics, which the judge fixes before anything runs (TF32 off, matmul precision
+# "highest"): lowering them also lowers the reference the candidate is compared with, so no candidate
+# sets them honestly. Dtypes, casts, fp16 headers and autocast are no such setting: what they compute
+# is judged by the task dtype's tolerance (float32's 5e-5 rejects TF32 and fp16 compute).
+_FLAGS = frozenset({"allow_tf32", "allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction"})
+_LOW_MODES = frozenset({"high", "medium", "tf32", "bf16"})  # below "highest" / "ieee"
 
 
 @check_named("precision_downgrade")
 def _precision_downgrade(ctx: Context) -> list[Finding]:
-    # The judge compares at the task's dtype; lower-precision compute is faster and less accurate.
-    if ctx.dtype is None:
-        return []
-    dtype, task_rank = ctx.dtype
-    hits = [(node.lineno, name, r) for name, node in ctx.refs if (r := _py_rank(ctx, node, name)) is not None]
+    hits = []
     for node in ctx.nodes:
-        if _attr_call(node, ("half", "bfloat16", "float")) and not node.args:
-            hits.append((node.lineno, f".{node.func.attr}()", 3 if node.func.attr == "float" else 1))
-        elif isinstance(node, ast.Assign) and getattr(node.value, "value", None) is not False:
-            for t in (t for t in node.targets if isinstance(t, ast.Attribute)
-                      and _name_of(ctx, t).startswith("torch.")):
-                r = _MODE_RANK.get(getattr(node.value, "value", None)) if t.attr == "fp32_precision" else \
-                    _FLAG_RANK.get(t.attr)
-                hits += [(node.lineno, f"setting {t.attr}", r)] if r is not None else []
+        value = getattr(node, "value", None)
+        if isinstance(node, ast.Assign) and getattr(value, "value", None) is not False:  # `= False` restores
+            hits += [(node.lineno, f"setting {t.attr}") for t in _flat(node.targets) if isinstance(t, ast.Attribute)
+                     and _name_of(ctx, t).startswith("torch.") and (t.attr in _FLAGS or t.attr == "fp32_precision"
+                                                                  and getattr(value, "value", None) in _LOW_MODES)]
         elif isinstance(node, ast.Call) and _name_of(ctx, node.func) == "torch.set_float32_matmul_precision" and \
-                (mode := getattr(node.args[0] if node.args else None, "value", None)) in _MODE_RANK:
-            hits.append((node.lineno, f"set_float32_matmul_precision({mode!r})", _MODE_RANK[mode]))
-    hits += [(line, f"{text} in the kernel source", r)
-             for pattern, r in cu.PRECISION for line, text in cu.find(ctx.literals, ctx.lines, pattern)]
+                (mode := getattr(node.args[0] if node.args else None, "value", None)) in _LOW_MODES:
+            hits.append((node.lineno, f"set_float32_matmul_precision({mode!r})"))
     return _findings("precision_downgrade", [
-        (line, f"{what} computes below the task's {dtype} precision",
-         f"compute and accumulate in {dtype} (or wider) throughout") for line, what, r in hits if r < task_rank])
+        (line, f"{what} lowers torch's precision for the judge's reference as well as the candidate",
+         "leave torch's precision settings as the judge set them (TF32 off, matmul precision \"highest\")")
+        for line, what in hits])
 
 
-@check_named("io_access")
-def _io_access(ctx: Context) -> list[Finding]:
-    # Files, environment and network let a candidate remember answers or tell checking from timing.
-    todo = "compute from forward's inputs only (print() for logging is fine)"
-    what = "reaches files, the environment or the network"
-    hits = [(line, f"{name} {what}", todo) for line, name in _refs(
-        ctx, r"(pathlib|shutil|tempfile|socket|urllib|urllib3|http|requests|httpx|aiohttp|ftplib|smtplib|pickle|dill"
-             r"|cloudpickle|joblib|shelve|dbm|sqlite3|glob|fcntl|mmap)(\..*)?|builtins\.(open|exit|quit|input)"
-             r"|io\.(open|FileIO)|os\.(environ\w*|getenv\w*|putenv|unsetenv|open|read|write|remove|unlink|rename"
-             r"|replace|makedirs|mkdir|rmdir|removedirs|listdir|scandir|walk|dup2?|kill|killpg|_exit|abort|truncate"
-             r"|chdir|chmod|link|symlink|pipe|mkfifo|fdopen)(\..*)?|sys\.(exit|argv|stdin)(\..*)?"
-             r"|torch\.(save|load|from_file|hub)(\..*)?|numpy\.(save\w*|load\w*|fromfile|memmap|genfromtxt)")]
-    return _findings("io_access", hits + _in_strings(ctx, cu.IO, what, todo))
-
-
-_FRAME_ATTRS = frozenset({"__subclasses__", "__globals__", "__code__", "__closure__", "f_back", "f_locals",
-                          "f_globals", "tb_frame", "gi_frame", "cr_frame", "__builtins__"})
-
-
-@check_named("introspection")
-def _introspection(ctx: Context) -> list[Finding]:
-    # Frames, the garbage collector and the judge's modules hold the reference output and the timers.
-    todo = "use only torch, math and kernelevo.runtime (launch kernels through it, not ctypes)"
-    what = "reaches into the interpreter or the judge"
-    hits = [(line, f"{name} {what}", todo) for line, name in _refs(
-        ctx, r"(gc|inspect|ctypes|_ctypes|importlib|cffi)(\..*)?|sys\.(_getframe|_current_frames|modules|settrace"
-             r"|setprofile|meta_path|path_hooks)(\..*)?|builtins\.(__import__|eval|exec|compile|globals|locals"
-             r"|breakpoint)|kernelevo\.(?!runtime(\.|$)).*")]
-    hits += [(n.lineno, f"vars() {what}", todo) for n in ctx.nodes
-             if isinstance(n, ast.Call) and not n.args and _name_of(ctx, n.func) == "builtins.vars"]
-    hits += [(n.lineno, f"{name} {what}", todo) for n in ctx.nodes
-             if (name := getattr(n, "attr", None) or getattr(n, "id", None)) in _FRAME_ATTRS]
-    return _findings("introspection", hits + _in_strings(ctx, cu.INTROSPECTION, what, todo))
-
-
-# Registered last, in this order: checks of state kept across calls and of the constructor.
-from . import static_state  # noqa: E402, F401
+# Registered last, in this order: checks of what the code reaches beyond its inputs, then of state kept
+# across calls and of the constructor.
+from . import static_reach, static_state  # noqa: E402, F401

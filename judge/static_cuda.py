@@ -1,5 +1,7 @@
 """Kernel source held in a candidate's string literals (CUDA C, C, C++): where each literal sits in
-the file, and the patterns static.py looks for in the code a candidate compiles rather than runs.
+the file, and the patterns the static checks look for in the code a candidate compiles rather than
+runs. Precision has none: a half type or a TF32 instruction in a kernel can be honest (an unused
+dtype branch, error-compensated TF32), and the task dtype's tolerance judges what the kernel computes.
 
 Patterns are matched with C comments blanked out, so prose about a construct is not the construct.
 """
@@ -74,12 +76,3 @@ IO = _any(r"\bf?open\s*\(", r"\bfreopen\s*\(", r"\b(?:secure_)?getenv\s*\(", r"\
 INTROSPECTION = _any(r"\bdl(?:open|sym)\s*\(", r"\bPy(?:Import|Run|Eval|Frame|Sys)_\w+",
                      r"\bPyObject_(?:Set|Del)Attr\w*", r"\bpy(?:bind11)?::module_?::import\b",
                      r"\bpy(?:bind11)?::(?:eval|exec|globals)\b")
-# Precision rank of each type or instruction: float64 4 > float32 3 > tf32 2 > 16-bit 1 > float8 0.
-PRECISION: tuple[tuple[re.Pattern, int], ...] = (
-    (_any(r"\bcuda_fp8\.h\b", r"\b__nv_fp8\w*", r"\bkFloat8\w*", r"\bmma\.sync[\w.]*\.e[45]m[23]\b"), 0),
-    (_any(r"\bcuda_(?:fp16|bf16)\.h\b", r"\b__half2?\b", r"\bhalf2\b", r"\b_?_?nv_bfloat162?\b",
-          r"\b__float2(?:half|bfloat16)\w*", r"\b__h(?:add|sub|mul|fma|div)2?\b", r"\b(?:at|c10)::(?:Half|BFloat16)\b",
-          r"\bk(?:Half|BFloat16|Float16)\b", r"\bmma\.sync[\w.]*\.b?f16\b"), 1),
-    (_any(r"\bwmma::precision::tf32\b", r"\b__float_to_tf32\b", r"\bcvt\.rna\.tf32", r"\bmma\.sync[\w.]*\.tf32\b"), 2),
-    (_any(r"\b__double2float\w*"), 3),
-)

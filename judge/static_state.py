@@ -15,6 +15,7 @@ from .static import (
     _model_new,
     _name_of,
     _refs,
+    _self_attr,
     check_named,
 )
 
@@ -74,14 +75,16 @@ def _forward_hits(ctx: Context, fn: ast.FunctionDef, module_names: set[str],
         ok = t.id in names if isinstance(t, ast.Name) else isinstance(root, ast.Name) and root.id in holders
         return ast.unparse(t) if ok else None
 
-    hits = [(t.lineno, name) for targets, value in stores if _mentions(ctx, value, dirty)
+    hits = [(t, name) for targets, value in stores if _mentions(ctx, value, dirty)
             for t in _flat(targets) if (name := kept(t, {"self"} | declared | (module_names - local), declared))]
     # self._memo.append(y), _CACHE.update(...): a container on self or at module level
-    hits += [(c.lineno, name) for c in ast.walk(fn) if _attr_call(c, ("append", "extend", "update", "add", "insert",
-                                                                        "setdefault", "__setitem__"))
+    hits += [(c.func.value, name) for c in ast.walk(fn) if _attr_call(c, ("append", "extend", "update", "add",
+                                                                            "insert", "setdefault", "__setitem__"))
              and any(_mentions(ctx, arg, dirty) for arg in c.args)
              and (name := kept(c.func.value, {"self"} | containers | declared, containers | declared))]
-    return hits
+    # State the reference's own forward keeps (self.hidden of an RNN cell) is the task's, not a cache:
+    # mirroring it is honest, and the dynamic cached-result checks still compare results across calls.
+    return [(t.lineno, name) for t, name in hits if _self_attr(t) not in ctx.task_kept]
 
 
 @check_named("input_cache")
@@ -152,7 +155,9 @@ def _init_args(ctx: Context) -> list[Finding]:
             sig = f"ModelNew.__init__({', '.join(p.arg for p in params)})"
             hits.append((init.lineno, (f"{sig} does not take the reference Model.__init__({', '.join(ref[0])}) "
                          "arguments"), "accept the same parameters in the same order"))
-    for p in checked:
+    for i, p in enumerate(checked):
+        if ref and i in ctx.task_unread:
+            continue  # the reference ignores this argument too
         use = _first_use(ctx, init, p.arg)
         if use is None:
             hits.append((p.lineno, f"constructor argument {p.arg!r} is never read", todo))

@@ -47,8 +47,7 @@ def _load_candidate(job: dict):
 
 
 def static_rejection(job: dict, task) -> dict | None:
-    findings = static.check(job["candidate_source"], task_source=job["task_source"],
-                            input_dtypes=inputs.floating_dtypes(task.get_inputs))
+    findings = static.check(job["candidate_source"], task_source=job["task_source"])
     if not findings:
         return None
     first = findings[0]
@@ -115,7 +114,9 @@ def _check_and_time(task, reference, candidate, job: dict, device: str, result: 
         phases[name], clock = round(now - clock, 4), now
 
     try:
-        checked = correctness.check(task, reference, candidate, job, device, threads)
+        checked = correctness.check(task, reference, candidate, job, device, threads,
+                                    lambda label: channel.send("trial", label=label))
+        result["notes"] = [*result.get("notes", []), *checked.pop("checks", [])]
         result.update(checked)
         phase("correctness")
         if checked["verdict"] != "ok":
@@ -125,7 +126,8 @@ def _check_and_time(task, reference, candidate, job: dict, device: str, result: 
         evidence["policy"] = policy.check(result["policy"], lambda a: forward(candidate, a), sets[0], device,
                                           job["candidate_source"])
         phase("policy")
-        measured = _time_and_crosscheck(reference, candidate, sets, task, job, device, evidence, phase)
+        measured = _time_and_crosscheck(reference, candidate, sets, task, job, device, evidence, phase,
+                                        checked.get("stateful", False))
         threads.verify("timing")
         result["device_s"] = time.perf_counter() - acquired
         channel.release_device()  # the idle check needs no GPU: let the next candidate start
@@ -146,7 +148,7 @@ def _check_and_time(task, reference, candidate, job: dict, device: str, result: 
 
 
 def _time_and_crosscheck(reference, candidate, sets: list, task, job: dict, device: str,
-                         evidence: dict, phase) -> timing.Measurement:
+                         evidence: dict, phase, stateful: bool) -> timing.Measurement:
     import torch
 
     recorder = crosscheck.Recorder(lambda a: forward(candidate, a), keep=len(sets))
@@ -158,14 +160,16 @@ def _time_and_crosscheck(reference, candidate, sets: list, task, job: dict, devi
         if device.startswith("cuda"):  # first: escaped work also corrupts what the other checks see
             plain = {"candidate": lambda a: forward(candidate, a), "eager": fns["eager"]}
             evidence["host_clock"] = crosscheck.host_clock(plain, sets[0])
-        crosscheck.timed_outputs(recorder, lambda a: forward(reference, a))
+        if not stateful:  # the policy check called the candidate alone: no longer in lockstep with it
+            crosscheck.timed_outputs(recorder, lambda a: forward(reference, a))
         fresh = _input_sets(task, job, device, 2, first=2000)
         clock = timing.Clock(device, config.flush)
         if clock.cuda:  # the same head start as the timed calls, or host launch time counts here alone
             clock.set_head_start(max(s.host_ms or 0.0 for s in measured.stats.values()))
         evidence["fresh_values"] = crosscheck.fresh_values(
             lambda a: forward(candidate, a), lambda a: forward(reference, a), clock, fresh,
-            measured.stats["candidate"].median_ms)
+            measured.stats["candidate"].median_ms, repeats=measured.stats["candidate"].n // len(sets),
+            lockstep=not stateful)
     phase("crosschecks")
     return measured
 

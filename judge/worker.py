@@ -73,6 +73,9 @@ def _prepare_device(device: str) -> dict:
         props = torch.cuda.get_device_properties(device)
         info.update(device_name=props.name, capability=f"{props.major}.{props.minor}",
                     cuda=torch.version.cuda)
+        # Meta-device shape checks (shapes.py) import torch._dynamo on first use: 1.4 s of CPU, which
+        # would otherwise be spent holding the GPU. (The CPU backend checks shapes without meta.)
+        import torch._dynamo  # noqa: F401
     else:
         info.update(device_name=_cpu_name())
     return info

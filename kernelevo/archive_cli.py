@@ -28,7 +28,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON on stdout")]
 CsvOpt = Annotated[bool, typer.Option("--csv", help="print CSV on stdout")]
 
 KERNEL_FIELDS = ("id", "run", "task", "operator", "parents", "generation", "island", "format", "verdict", "reason",
-                 "speedup_eager", "speedup_compile", "candidate_ms", "stepping_stone", "problem")
+                 "speedup_eager", "speedup_compile", "candidate_ms", "specialized", "stepping_stone", "problem")
 RUN_FIELDS = ("id", "task", "status", "started", "finished", "model", "kernels", "evaluations", "ok",
               "best_speedup", "best_kernel", "cost_usd")
 TASK_FIELDS = ("id", "name", "source_hash", "runs", "kernels", "best_speedup")

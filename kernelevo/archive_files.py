@@ -51,7 +51,9 @@ def _found(source: Path, task: Optional[Path]):
     from kernelevo.archive import importing
 
     if source.is_dir():
-        return importing.kernelbench_folder(source, task or source.resolve().parent)
+        if task is not None and not task.exists():
+            _fail(f"--task {task}: no such file or folder; give the task file, or the folder holding <task>.py")
+        return importing.kernelbench_folder(source, task)
     if not source.is_file() or source.suffix not in (".jsonl", ".json", ".parquet"):
         _fail(f"{source}: give a folder of candidate .py files, a .jsonl file (CUDA-L1's collection or "
               "Sakana's archive rows) or a .parquet file of Sakana's archive")
@@ -66,28 +68,11 @@ def _found(source: Path, task: Optional[Path]):
 
 
 def _store_found(store, found) -> tuple[list[int], list[int]]:
-    """(new kernel ids, ids of imported kernels that were already there); one row per kernel source."""
-    from kernelevo.judge.formats import detect_format
-    from kernelevo.tasks import source_hash
+    """(new kernel ids, ids of imported kernels that were already there)."""
+    from kernelevo.evolution.rejudge import store_imported
 
-    imported, known = [], []
-    hashes: dict[int, dict[str, dict]] = {}  # task id -> its kernels by source hash, read once per task
-    for item in found:
-        task_id = store.add_task(item.task_name, item.task_source, source_hash(item.task_source))
-        seen = hashes.setdefault(task_id, {k["source_hash"]: k for k in store.kernels(task_id=task_id)})
-        digest = source_hash(item.source)
-        if digest in seen:
-            known.append(seen[digest]["id"])  # imported before, or found by a run: one row per kernel
-            continue
-        try:
-            fmt = detect_format(item.source)
-        except (SyntaxError, ValueError):
-            fmt = "unknown"
-        kernel_id = store.add_kernel(task_id, item.source, fmt, "import", origin="import",
-                                     claims=item.claims or None, thinking=f"imported from {item.where}")
-        seen[digest] = {"id": kernel_id}
-        imported.append(kernel_id)
-    return imported, known
+    stored = store_imported(store, found)
+    return [k for k, new in stored if new], [k for k, new in stored if not new]
 
 
 @archive_app.command("import")
@@ -95,7 +80,8 @@ def import_(
     source: Path = typer.Argument(..., help="a folder of KernelBench-format candidates, CUDA-L1's .jsonl, or "
                                   "Sakana's AI CUDA Engineer Archive as .parquet or .jsonl"),
     task: Optional[Path] = typer.Option(None, help="folder: the task file, or a folder with <task>.py for each "
-                                        "candidate <task>__*.py (default: the candidates' parent folder)"),
+                                        "candidate <task>__*.py (default: <task>.py beside the candidates, "
+                                        "else in their parent folder)"),
     rejudge: bool = typer.Option(False, "--rejudge", help="judge the imported kernels here, beside their claims "
                                  "(also those imported before and never judged)"),
     device: Optional[str] = typer.Option(None, help="with --rejudge: cuda or cpu [default: cuda if present]"),

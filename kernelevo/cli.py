@@ -71,6 +71,9 @@ def evaluate(
     profile: bool = typer.Option(False, "--profile", help="if it passes: per-kernel times, registers and spills, "
                                  "% of speed of light, Nsight Compute metrics"),
     ncu: bool = typer.Option(True, help="with --profile: also run Nsight Compute when it is installed (~10 s)"),
+    shapes: str = typer.Option("general", help="general: also check shapes the judge derives (other batch and inner "
+                               "sizes); a kernel that refuses them cleanly is marked specialized; exact: the task's "
+                               "shapes only"),
 ) -> None:
     """Judge one candidate: is it correct, how fast is it, against eager and torch.compile?"""
     from kernelevo import runtime
@@ -86,11 +89,13 @@ def evaluate(
         fail(str(exc))
     if policy not in ("mixed", "strict"):
         fail(f"--policy {policy}: use mixed or strict")
+    if shapes not in ("general", "exact"):
+        fail(f"--shapes {shapes}: use general or exact")
     dev = resolve_device(device)
     if dev == "cpu":
         _refuse_cuda_only(candidate)
     options = JudgeOptions(devices=(dev,), trials=trials, seed=seed, compile_baseline=compile_baseline,
-                           limits=Limits(build=build_timeout, run=run_timeout), policy=policy)
+                           limits=Limits(build=build_timeout, run=run_timeout), policy=policy, shapes=shapes)
     from rich.console import Console
 
     status = Console(stderr=True)
@@ -143,6 +148,9 @@ def optimize(
     seed: int = typer.Option(0, help="seed of the search's random choices and of the judge's inputs"),
     policy: str = typer.Option("mixed", help="mixed or strict (see `kernelevo evaluate --help`)"),
     trials: int = typer.Option(5, min=1, help="correctness trials per candidate, each with fresh inputs"),
+    shapes: str = typer.Option("general", help="general: also check shapes the judge derives (other batch and inner "
+                               "sizes); a kernel that refuses them cleanly is marked specialized; exact: the task's "
+                               "shapes only"),
     compile_baseline: bool = typer.Option(True, help="also compare with torch.compile (cached per task and GPU)"),
     timing_seconds: float = typer.Option(1.5, min=0.05, help="seconds spent timing each candidate (less: faster, "
                                          "noisier)"),

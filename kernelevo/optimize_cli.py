@@ -71,6 +71,8 @@ def _options(args: dict):
         fail(f"{args['task']}: no such file; give the path of a KernelBench-format task .py file")
     if args["policy"] not in ("mixed", "strict"):
         fail(f"--policy {args['policy']}: use mixed or strict")
+    if args["shapes"] not in ("general", "exact"):
+        fail(f"--shapes {args['shapes']}: use general or exact")
     if args["fmt"] not in (None, "nvrtc", "inline", "c"):
         fail(f"--format {args['fmt']}: use nvrtc, inline or c")
     for path in args["seed_from"]:
@@ -94,6 +96,7 @@ def _options(args: dict):
                            archive_path=archive, out_dir=args["out"], cache_dir=args["cache_dir"] or runtime.cache_dir(),
                            fmt=args["fmt"], limits=limits, settings=settings, seed=args["seed"],
                            policy=args["policy"], trials=args["trials"], compile_baseline=args["compile_baseline"],
+                           shapes=args["shapes"],
                            seed_from=tuple(args["seed_from"]), resume=args["resume"],
                            config_path=args["config"], timing=TimingConfig(max_seconds=args["timing_seconds"]))
 
@@ -105,7 +108,7 @@ def _echo(options) -> None:
     limits = ", ".join(f"{k} {v}" for k, v in dataclasses.asdict(options.limits).items() if v is not None)
     search = ", ".join(f"{k} {v}" for k, v in dataclasses.asdict(options.settings).items())
     say(f"kernelevo optimize {options.task_path}: model {options.model}, devices {','.join(options.devices)}, "
-        f"format {options.fmt or 'default'}, policy {options.policy}, seed {options.seed}\n"
+        f"format {options.fmt or 'default'}, policy {options.policy}, shapes {options.shapes}, seed {options.seed}\n"
         f"  limits: {limits}\n  search: {search}\n  archive: {options.archive_path}"
         + (f", resuming {options.resume}" if options.resume else ""))
 

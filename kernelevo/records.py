@@ -45,6 +45,27 @@ class Correctness:
 
 
 @dataclass(frozen=True)
+class ShapeReport:
+    """The input shapes a candidate was checked on: the task's own, its extra test inputs, and
+    shapes the judge derived (other leading and inner sizes). A candidate that refused some of
+    them with a clean exception is specialized: correct where it runs, not a drop-in elsewhere."""
+
+    mode: str = "general"  # "exact": only the task's own shapes were checked (--shapes exact)
+    supported: tuple[str, ...] = ()  # input shapes it computed correctly, e.g. "float32[13, 16384]"
+    refused: tuple[str, ...] = ()  # "<shapes>: <its exception>" for each shape it refused
+    notes: tuple[str, ...] = ()  # what could not be derived or judged, and why
+
+    @property
+    def specialized(self) -> bool:
+        return bool(self.refused)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ShapeReport":
+        return cls(mode=data.get("mode", "general"), supported=tuple(data.get("supported") or ()),
+                   refused=tuple(data.get("refused") or ()), notes=tuple(data.get("notes") or ()))
+
+
+@dataclass(frozen=True)
 class KernelResources:
     """What the compiler gave one kernel: ptxas's report (-v), through NVRTC or nvcc."""
 
@@ -173,10 +194,16 @@ class Evaluation:
     warnings: tuple[str, ...] = field(default_factory=tuple)  # about the task: speedups on it may mean nothing
     resources: tuple[KernelResources, ...] = field(default_factory=tuple)  # of every kernel it built
     profile: Profile | None = None  # when asked for, and only of a passing candidate
+    shapes: ShapeReport | None = None  # of a passing candidate: which input shapes it handles
 
     @property
     def ok(self) -> bool:
         return self.verdict == "ok"
+
+    @property
+    def specialized(self) -> bool:
+        """Passed, but refused some valid input shapes: not a drop-in for them."""
+        return self.shapes is not None and self.shapes.specialized
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -193,6 +220,7 @@ class Evaluation:
         data["warnings"] = tuple(data.get("warnings") or ())
         data["resources"] = tuple(KernelResources(**r) for r in data.get("resources") or ())
         data["profile"] = Profile.from_dict(data["profile"]) if data.get("profile") else None
+        data["shapes"] = ShapeReport.from_dict(data["shapes"]) if data.get("shapes") else None
         return cls(**data)
 
 

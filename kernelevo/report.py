@@ -62,6 +62,8 @@ def print_evaluation(e: Evaluation, console=None) -> None:
         c = e.correctness
         table.add_row("correctness", f"{c.passed}/{c.trials} trials passed; worst rel L2 {c.rel_l2:.2e}, "
                       f"max abs {c.max_abs:.2e} ({c.where})")
+    if e.shapes:
+        table.add_row("shapes", shapes_text(e))
     if e.policy:
         table.add_row("policy", e.policy)
     if e.verdict == "rejected" and e.evidence:
@@ -84,6 +86,18 @@ def print_evaluation(e: Evaluation, console=None) -> None:
         from rich.text import Text
 
         console.print(Text(e.excerpt, style="dim"))
+
+
+def shapes_text(e: Evaluation) -> str:
+    """'general: float32[64, 1024], float32[61, 1024]' or 'specialized: ..., refused ...'."""
+    s = e.shapes
+    if s is None:
+        return ""
+    kind = "specialized" if s.specialized else "general" if s.mode == "general" else "task's shapes only (--shapes exact)"
+    text = f"{kind}: correct on {' | '.join(s.supported) or 'the task shapes'}"
+    if s.refused:
+        text += "; refused " + " | ".join(s.refused)
+    return text + "".join(f"; [dim]{n}[/dim]" for n in s.notes)
 
 
 def resource_text(r) -> str:
@@ -176,9 +190,9 @@ def print_models(rows: list[dict]) -> None:
 
 _HEADERS = {"operator": "op", "generation": "gen", "island": "isl", "format": "fmt", "speedup_eager": "eager",
             "speedup_compile": "compile", "candidate_ms": "ms", "stepping_stone": "stone", "best_speedup": "best",
-            "best_kernel": "best id", "evaluations": "evals", "cost_usd": "USD"}
+            "best_kernel": "best id", "evaluations": "evals", "cost_usd": "USD", "specialized": "spec"}
 # The columns a narrow terminal loses first, least needed first.
-_DROP_ORDER = ("island", "format", "stepping_stone", "best_kernel", "finished", "evaluations", "speedup_compile",
+_DROP_ORDER = ("island", "format", "specialized", "stepping_stone", "best_kernel", "finished", "evaluations", "speedup_compile",
                "candidate_ms", "generation", "source_hash", "reason", "run", "model", "started", "kernels")
 _NUMERIC = {"id", "generation", "island", "speedup_eager", "speedup_compile", "candidate_ms", "kernels",
             "evaluations", "ok", "best_speedup", "best_kernel", "cost_usd", "runs"}
@@ -232,6 +246,8 @@ def _cell(field: str, value: Any):
         return Text(f"{value:.4g}")
     if field == "cost_usd":
         return Text(f"{value:.2f}")
+    if field == "specialized":  # stored as 0/1: 1 refuses shapes the reference handles
+        return Text("yes" if value else "", style="yellow")
     if isinstance(value, bool):
         return Text("yes" if value else "")
     if isinstance(value, list):

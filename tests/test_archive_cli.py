@@ -267,3 +267,88 @@ def test_report_of_an_unknown_run_is_a_one_line_error(archive, tmp_path):
     out = run_cli("archive", "report", "r-nope", "-o", str(tmp_path / "r.html"), "--archive", archive["path"])
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "archive ls runs" in out.stderr
     assert not (tmp_path / "r.html").exists()
+
+
+def cuda_l1_line(task_id: int, ref_code: str | None, custom_code: str | None, *scores: float | None) -> str:
+    """One line shaped like CUDA-L1's published collection, nulls included where theirs has them."""
+    names = ("score_default", "score_torch_compile_default", "score_torch_compile_reduce_overhead",
+             "score_cuda_graph", "score_cudnn")
+    return json.dumps({"level_id": 1, "task_id": task_id, "ref_code": ref_code, "custom_code": custom_code,
+                       "cuda_graph_code": None, "cudnn_code": custom_code, **dict(zip(names, scores))})
+
+
+def test_cuda_l1_import_with_nulls_reads_back_everywhere(tmp_path):
+    """Imported kernels carry claims (some null), some judged, most not: every read command and the
+    export take them (export once decoded the claims twice and died with a TypeError)."""
+    import pandas as pd
+
+    lines = [cuda_l1_line(1, SOFTMAX, KERNEL_A, 1.5, None, None, None, 1.4),
+             cuda_l1_line(2, SCALE, None, None, None, None, None, None),  # no kernel: skipped
+             cuda_l1_line(3, SCALE, KERNEL_B, None, None, None, None, None),
+             cuda_l1_line(4, SCALE, KERNEL_A + "# other\n", 0.9, 1.1, 1.2, None, 0.8)]
+    (tmp_path / "l1.jsonl").write_text("\n".join(lines) + "\n")
+    db = tmp_path / "l1.sqlite"
+    out = run_cli("archive", "import", str(tmp_path / "l1.jsonl"), "--archive", str(db), "--json", timeout=60)
+    assert out.returncode == 0, out.stderr
+    first, unjudged, scored = json.loads(out.stdout)["imported"]
+    with Archive.open(db) as a:
+        a.add_evaluation(first, failed("compile_error", "nvrtc_error", "error: identifier 'launch' is undefined"),
+                         purpose="rejudge")
+    archive = {"path": str(db)}
+    for command in (("ls", "kernels"), ("ls", "kernels", "--json"), ("ls", "kernels", "--csv"), ("ls", "tasks"),
+                    ("ls", "tasks", "--json"), ("ls", "tasks", "--csv"), ("show", str(first)),
+                    ("show", str(unjudged)), ("show", str(unjudged), "--json"), ("lineage", str(first))):
+        assert "Traceback" not in cli(archive, *command).stderr
+    shown = json.loads(cli(archive, "show", str(unjudged), "--json").stdout)
+    assert shown["claims"]["score_default"] is None and shown["evaluations"] == []
+
+    cli(archive, "export", "-o", str(tmp_path / "l1.jsonl.out"), "--format", "jsonl")
+    rows = {r["kernel_id"]: r for r in map(json.loads, (tmp_path / "l1.jsonl.out").read_text().splitlines())}
+    assert len(rows) == 3 and rows[first]["verdict"] == "compile_error" and rows[first]["speedup_eager"] is None
+    assert rows[first]["claims"]["score_default"] == 1.5 and rows[first]["claims"]["score_cuda_graph"] is None
+    assert rows[unjudged]["verdict"] is None and rows[unjudged]["claims"]["source"] == "CUDA-L1"
+    cli(archive, "export", "-o", str(tmp_path / "l1.parquet"))
+    frame = pd.read_parquet(tmp_path / "l1.parquet").set_index("kernel_id")
+    assert json.loads(frame.loc[scored, "claims"])["score_torch_compile_default"] == 1.1
+    assert frame.loc[first, "verdict"] == "compile_error" and pd.isna(frame.loc[unjudged, "verdict"])
+
+
+TASK_RELU = "import torch\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x.relu()\n\n" \
+            "def get_inputs():\n    return [torch.randn(8)]\n\ndef get_init_inputs():\n    return []\n"
+
+
+def test_import_flat_folder_finds_tasks_beside_their_candidates(tmp_path):
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    (flat / "relu.py").write_text(TASK_RELU)
+    (flat / "relu__mine.py").write_text(KERNEL_A)
+    (flat / "relu__theirs.py").write_text(KERNEL_B)
+    (flat / "gelu__lost.py").write_text(KERNEL_A.replace("256", "128"))  # its task is nowhere
+    (flat / "notes.py").write_text("LIMIT = 3\n")
+    out = run_cli("archive", "import", str(flat), "--archive", str(tmp_path / "a.sqlite"), "--json", timeout=60)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert len(report["imported"]) == 2
+    assert [line.split(":")[0] for line in report["skipped"]] == ["gelu__lost.py", "notes.py"]
+    assert "beside <task>.py" in report["skipped"][0] and "relu.py" not in out.stderr  # the task is no candidate
+    tasks = json.loads(run_cli("archive", "ls", "tasks", "--archive", str(tmp_path / "a.sqlite"), "--json").stdout)
+    assert [(t["name"], t["kernels"]) for t in tasks] == [("relu", 2)]
+
+
+def test_import_tasks_one_folder_up_and_an_explicit_task(tmp_path):
+    candidates = tmp_path / "tasks" / "candidates"
+    candidates.mkdir(parents=True)
+    (tmp_path / "tasks" / "relu.py").write_text(TASK_RELU)
+    (candidates / "relu__mine.py").write_text(KERNEL_A)
+    (candidates / "relu.py").write_text(KERNEL_B)  # a candidate named as its task: the task is one folder up
+    db = str(tmp_path / "a.sqlite")
+    report = json.loads(run_cli("archive", "import", str(candidates), "--archive", db, "--json").stdout)
+    assert len(report["imported"]) == 2 and report["skipped"] == []
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "any__name.py").write_text(KERNEL_A + "# third\n")
+    out = run_cli("archive", "import", str(tmp_path / "other"), "--task", str(tmp_path / "tasks" / "relu.py"),
+                  "--archive", db, "--json")
+    assert len(json.loads(out.stdout)["imported"]) == 1
+    missing = run_cli("archive", "import", str(tmp_path / "other"), "--task", str(tmp_path / "nowhere"),
+                      "--archive", db)
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "--task" in missing.stderr

@@ -15,6 +15,7 @@ pytestmark = pytest.mark.gpu
 CHEATS = FIXTURES / "cheats" / "cuda"
 SUITE = ROOT / "benchmarks" / "tasks"
 STARTERS = sorted(p for p in (SUITE / "candidates").glob("*.py") if not p.stem.endswith(("__c", "_cpp_inline")))
+JOINED = FIXTURES / "cuda" / "side_stream_joined_nvrtc.py"  # honest: a side stream joined back
 OPTIONS = dict(devices=("cuda:0",), compile_baseline=False, limits=Limits(run=60),
                timing=TimingConfig(max_seconds=0.5), concurrency=8)
 
@@ -30,6 +31,7 @@ def judged(cache_dir):
         futures = {p.name: judge.submit(relu, p) for p in sorted(CHEATS.glob("*.py"))}
         futures.update({p.name: judge.submit(load_task(SUITE / f"{p.stem.split('__')[0]}.py"), p)
                         for p in STARTERS})
+        futures[JOINED.name] = judge.submit(relu, JOINED)
         return {name: f.result(timeout=900) for name, f in futures.items()}
 
 
@@ -43,6 +45,18 @@ def test_gpu_cheat_rejected_with_its_reason(judged, name):
 def test_side_stream_evidence_is_event_against_wall_time(judged):
     clock = judged["escaped_work__side_stream.py"].evidence
     assert clock["wall_ms"] > clock["event_ms"] + clock["escaped_ms"] * 0.9 > 0
+
+
+def test_joined_side_stream_with_host_overhead_passes(judged):
+    """Fresh-value calls are compared with control calls measured alike, not with the timed calls:
+    against those (device time only) the lone calls of a candidate like this one, host launch
+    included, once looked seven times slower, and it was rejected as cached_result."""
+    e = judged[JOINED.name]
+    assert e.verdict == "ok", (e.reason, e.message, e.evidence)
+    # The case it stands for: more host time per call than device time (else it tests nothing).
+    assert e.candidate.host_ms > e.candidate.median_ms, e.candidate
+    fresh = e.evidence["fresh_values"]
+    assert fresh["control_ms"] > 0 and fresh["fresh_values_ms"] > 0
 
 
 @pytest.mark.parametrize("name", [p.name for p in STARTERS])

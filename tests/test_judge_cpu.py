@@ -60,7 +60,10 @@ def test_verdict(verdicts, name):
 def test_ok_has_times_and_correctness(verdicts):
     e = verdicts["ok_c.py"]
     assert e.format == "c" and e.device == "cpu"
-    assert e.correctness.trials == 5 + 2  # five fresh draws and the task's two extra shapes
+    # five fresh draws, redrawn weights, large values, the task's two extra shapes, and the shape the
+    # judge derives (a batch of 251; the 512 features are tied to the weights)
+    assert e.correctness.trials == 5 + 1 + 1 + 2 + 1
+    assert e.shapes.supported == ("float32[256, 512]", "float32[3, 512]", "float32[1000, 512]", "float32[251, 512]")
     assert e.correctness.rel_l2 < 1e-6
     assert e.candidate.median_ms > 0 and e.eager.median_ms > 0
     # The paired median of per-round ratios, close to (not equal to) the ratio of the medians.
@@ -100,6 +103,16 @@ def test_near_constant_output_rejected(judge):
     assert judge.evaluate(offset, CPU / "offset_ok_c.py").verdict == "ok"
 
 
+@pytest.mark.slow
+def test_inline_cpp_extension_counts_as_own_kernel(judge, task):
+    """A load_inline C++ loop is the candidate's own code: torch imports what it builds without
+    entering it in sys.modules, where the policy once looked for it and said no_own_kernel."""
+    e = judge.evaluate(task, CPU / "ok_inline_cpu.py")
+    assert (e.format, e.verdict) == ("inline", "ok"), (e.reason, e.message, e.evidence)
+    assert e.evidence["policy"]["own_kernels"] == ["ok_inline_cpu_scale_relu.scale_relu"]
+    assert e.evidence["policy"]["torch_compute"] == []  # its empty_like is glue
+
+
 def test_build_cached_by_source_hash(judge, task, cache_dir):
     judge.evaluate(task, CPU / "ok_c.py")
     libraries = list((cache_dir / "c").glob("*.so"))
@@ -112,7 +125,7 @@ def test_build_cached_by_source_hash(judge, task, cache_dir):
 def test_workers_build_in_parallel(cache_dir, task, tmp_path):
     """Two slow imports overlap: the pool runs builds concurrently, only timing is exclusive."""
     slow = tmp_path / "slow.py"
-    slow.write_text("import time\ntime.sleep(4)\n" + (CPU / "ok_c.py").read_text())
+    slow.write_text("import time\ntime.sleep(10)\n" + (CPU / "ok_c.py").read_text())
     options = JudgeOptions(devices=("cpu",), compile_baseline=False, timing=FAST, trials=1,
                            concurrency=2)
     with Judge(cache_dir, options) as judge:
@@ -121,8 +134,10 @@ def test_workers_build_in_parallel(cache_dir, task, tmp_path):
         results = [f.result(timeout=120) for f in futures]
         elapsed = time.monotonic() - started
     assert [r.verdict for r in results] == ["ok", "ok"]
-    assert all(r.build_s >= 4 for r in results)
-    assert elapsed < 8 + 2 * 6  # two 4 s builds side by side, not one after the other
+    assert all(r.build_s >= 10 for r in results)
+    # One after the other, the second's device phase would follow two builds; side by side it
+    # follows one build and the first's device phase (shorter than a build).
+    assert elapsed < 2 * 10 + min(r.device_s for r in results)
 
 
 def test_compile_baseline_cached(cache_dir, task):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import browser
 import pytest
+from kernelevo.archive.report_data import report_data
 from kernelevo.archive.store import Archive
 from llm_server import ScriptedServer, kernel_replies, request_text
 
@@ -79,6 +80,7 @@ def test_optimize_end_to_end_on_the_cpu(tmp_path):
         best = archive.best_kernel(run["id"])
         finals = [e for k in kernels for e in archive.kernel(k["id"])["evaluations"] if e["purpose"] == "final"]
         profiles = archive.profiles(run["id"])
+        top = report_data(archive, run["id"])["top"]
     prompts = [request_text(r["body"]) for r in server.requests]
     assert run["status"] in ("finished", "budget") and run["config"]["model"] == "openai:scripted-coder"
     assert verdicts.get("compile_error", 0) >= 1 and verdicts.get("ok", 0) >= 2
@@ -92,6 +94,9 @@ def test_optimize_end_to_end_on_the_cpu(tmp_path):
     assert events[0] == "session_start" and "final" in events and events[-1] == "finished"
     assert best is not None and finals and finals[0]["verdict"] == "ok"
     assert any(k["stepping_stone"] for k in kernels)
+    # every passing kernel says which shapes it handles: the column for `archive ls`, the record for the report
+    assert {k["specialized"] for k in kernels if k["verdict"] == "ok"} == {0}
+    assert top and top[0]["shapes"]["supported"] and top[0]["shapes"]["specialized"] is False
     # new bests are profiled; a kernel is mutated once its profile is in, which the prompt then shows
     assert profiles and all(p["backend"] == "cpu" and p["sol"]["bound_ms"] > 0 for p in profiles.values())
     assert any("Profile of this kernel on" in text and "Speed of light" in text for text in prompts)
@@ -99,6 +104,8 @@ def test_optimize_end_to_end_on_the_cpu(tmp_path):
     assert rejected == {"cached_result"}  # the cheat, caught inside the loop
     written = tmp_path / "out" / "task_scale_kernelevo.py"
     assert written.is_file() and "class ModelNew" in written.read_text()
+    # the drop-in says which input shapes it was verified on: the task's, its test inputs, a derived batch
+    assert "# Verified correct on these input shapes" in written.read_text() and "#   float32[251, 512]" in written.read_text()
     assert "best kernel" in done.stdout and "best kernel written to" in done.stderr
     assert str(written) in "".join(done.stdout.split())  # the path, folded over lines
     assert "kernelevo optimize" in done.stderr and "generation" in done.stderr  # config echo and progress

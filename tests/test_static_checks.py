@@ -10,9 +10,10 @@ from kernelevo.judge import static
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 CHEATS = sorted((FIXTURES / "cheats" / "static").glob("*.py"))
+# Honest candidates that static patterns used to reject; the task_*.py files beside them are tasks they name.
+HONEST = sorted(p for p in (FIXTURES / "honest" / "static").glob("*.py") if not p.name.startswith("task_"))
 REASONS = ["side_stream", "threads", "monkeypatch", "rng_control", "reference_fallback", "reference_model",
            "tensor_subclass", "precision_downgrade", "io_access", "introspection", "input_cache", "init_args"]
-FLOAT32 = frozenset({"float32"})
 SCALE_TASK = (FIXTURES / "cpu" / "task_scale.py").read_text()
 
 
@@ -25,7 +26,7 @@ def _honest() -> list[tuple[Path, Path]]:
 
 
 def _check(source: str, task: str | None = SCALE_TASK) -> list[static.Finding]:
-    return static.check(textwrap.dedent(source), task_source=task, input_dtypes=FLOAT32)
+    return static.check(textwrap.dedent(source), task_source=task)
 
 
 def test_registry_lists_exactly_the_reason_ids():
@@ -38,17 +39,31 @@ def test_every_reason_has_a_cheat_fixture():
 
 @pytest.mark.parametrize("candidate,task", _honest(), ids=lambda p: p.name)
 def test_honest_candidates_have_no_findings(candidate: Path, task: Path):
-    assert static.check(candidate.read_text(), task_source=task.read_text(), input_dtypes=FLOAT32) == []
+    assert static.check(candidate.read_text(), task_source=task.read_text()) == []
+
+
+def _task_of(fixture: Path) -> str:
+    task = re.search(r"^# task: (\S+)$", fixture.read_text(), re.MULTILINE)
+    assert task, "a fixture names its task"
+    return (FIXTURES / task.group(1)).read_text()
+
+
+@pytest.mark.parametrize("fixture", HONEST, ids=lambda p: p.stem)
+def test_honest_fixture_has_no_findings(fixture: Path):
+    assert static.check(fixture.read_text(), task_source=_task_of(fixture)) == []
+
+
+def test_honest_fixtures_cover_the_loosened_reasons():
+    assert {p.name.split("__")[0] for p in HONEST} >= {"precision_downgrade", "reference_fallback", "input_cache",
+                                                              "io_access"}
 
 
 @pytest.mark.parametrize("fixture", CHEATS, ids=lambda p: p.stem)
 def test_cheat_fixture_is_caught_on_its_line(fixture: Path):
     source = fixture.read_text()
-    task = re.search(r"^# task: (\S+)$", source, re.MULTILINE)
-    assert task, "a fixture names its task"
     also = re.search(r"^# also: (.+)$", source, re.MULTILINE)
     expected = fixture.stem.split("__")[0]
-    findings = static.check(source, task_source=(FIXTURES / task.group(1)).read_text(), input_dtypes=FLOAT32)
+    findings = static.check(source, task_source=_task_of(fixture))
     lines = source.splitlines()
     marked = {n for n, text in enumerate(lines, 1) if "<- cheat" in text}
     mine = [f for f in findings if f.reason == expected]
@@ -158,28 +173,82 @@ def test_tf32_flag_is_one_precision_finding_not_a_monkeypatch():
     assert [(f.reason, f.line) for f in findings] == [("precision_downgrade", 2)]
 
 
-@pytest.mark.parametrize("dtypes,flagged", [
-    (frozenset({"float64"}), True), (frozenset({"float32"}), False), (frozenset({"float16"}), False)])
-def test_float_cast_is_a_downgrade_only_for_float64_tasks(dtypes, flagged):
-    findings = static.check("def f(x):\n    return x.float() * 2\n", input_dtypes=dtypes)
-    assert [f.reason for f in findings] == (["precision_downgrade"] if flagged else [])
+def test_precision_flags_are_findings_whatever_the_task_dtype():
+    source = ("import torch\ntorch.set_float32_matmul_precision('high')\n"
+              "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = True\n")
+    assert [(f.reason, f.line) for f in static.check(source)] == [
+        ("precision_downgrade", 2), ("precision_downgrade", 3)]
 
 
-def test_half_task_allows_half_but_not_float8():
-    source = "import torch\ndef f(x):\n    return x.half(), x.to(torch.float8_e4m3fn)\n"
-    findings = static.check(source, input_dtypes=frozenset({"float16"}))
-    assert [(f.reason, f.line, "float8" in f.message) for f in findings] == [("precision_downgrade", 3, True)]
+def test_restoring_precision_flags_is_not_a_downgrade():
+    findings = _check("""
+        import torch
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.set_float32_matmul_precision("highest")
+        torch.backends.cuda.matmul.fp32_precision = "ieee"
+    """)
+    # (an assignment into torch stays a monkeypatch finding; only the downgrade is in question here)
+    assert [(f.reason, f.line) for f in findings] == [("monkeypatch", 3), ("monkeypatch", 5)]
 
 
-def test_dtype_comparison_is_not_a_downgrade():
-    assert _check("import torch\ndef f(x):\n    assert x.dtype not in (torch.float16, torch.bfloat16)\n") == []
+def test_dtypes_and_casts_are_left_to_the_tolerances():
+    # Lower-precision compute shows in the outputs: float64's bound (1e-10) rejects float32, float32's
+    # rejects TF32 and fp16, float16's rejects float8.
+    source = ("import torch\ndef f(x):\n    with torch.autocast('cuda', dtype=torch.bfloat16):\n"
+              "        return x.float(), x.half(), x.to(torch.float8_e4m3fn), torch.cuda.amp.autocast()\n"
+              "K = '#include <cuda_fp16.h>\\n__half2 h; __nv_bfloat16 b; wmma::precision::tf32 t;'\n"
+              "D = '__double2float_rn(d); __float_to_tf32(f); mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32'\n")
+    assert static.check(source) == []
 
 
-def test_task_dtype_is_read_from_get_inputs_when_unknown():
-    task = "import torch\ndef get_inputs():\n    return [torch.randn(4, 4, dtype=torch.float16)]\n"
-    source = "def f(x):\n    return x.half()\n"
-    assert static.check(source, task_source=task) == []
-    assert [f.reason for f in static.check(source)] == ["precision_downgrade"]
+def test_fallback_outside_the_per_call_path_is_not_flagged():
+    findings = _check("""
+        import torch
+        import torch.nn as nn
+
+        def build(features):  # called from __init__ only
+            try:
+                return torch.ops.load_library("ext.so")
+            except OSError:
+                return torch.nn.Identity()
+
+        class ModelNew(nn.Module):
+            def __init__(self, features):
+                super().__init__()
+                self.weight = nn.Parameter(torch.randn(features))
+                self.ext = build(features)
+
+            def forward(self, x):
+                return self.ext(x) * self.weight
+    """)
+    assert findings == []
+
+
+def test_fallback_in_a_module_function_forward_calls_is_flagged():
+    findings = _check("""
+        import torch
+        import torch.nn as nn
+
+        def run(lib, x, w):
+            try:
+                return lib.scale(x, w)
+            except RuntimeError:
+                return torch.mul(x, w)
+
+        class ModelNew(nn.Module):
+            def __init__(self, features):
+                super().__init__()
+                self.weight = nn.Parameter(torch.randn(features))
+
+            def forward(self, x):
+                return run(None, x, self.weight)
+    """)
+    assert [(f.reason, f.line) for f in findings] == [("reference_fallback", 9)]
+
+
+def test_reference_state_is_allowed_only_with_the_task():
+    honest = FIXTURES / "honest" / "static" / "input_cache__rnn_hidden.py"
+    assert [f.reason for f in _check(honest.read_text(), task=None)] == ["input_cache"]
 
 
 def test_init_args_renamed_parameters_are_accepted():

@@ -82,15 +82,19 @@ def test_inline_device_code_compiles(path):
 
 
 @pytest.fixture(scope="module")
-def judge(cache_dir):
-    options = JudgeOptions(devices=("cpu",), compile_baseline=False, trials=2,
-                           timing=TimingConfig(min_reps=5, max_seconds=0.2, target_rel_ci=0.05))
-    with Judge(cache_dir, options) as j:
-        yield j
+def c_verdicts(cache_dir):
+    """Every starter C candidate, submitted at once so builds and worker start-up overlap the judging."""
+    # The starter tasks are sized for GPUs (device_copy moves 128 MiB): on a 2-core CPU each trial's
+    # float64 comparison takes seconds, so one draw, the task's own shapes and one timed input set.
+    # The judge's generality checks are tested on small tasks in test_generality.py.
+    options = JudgeOptions(devices=("cpu",), compile_baseline=False, trials=1, shapes="exact", input_sets=1,
+                           timing=TimingConfig(min_reps=5, max_seconds=0.2, target_rel_ci=0.05), concurrency=2)
+    with Judge(cache_dir, options) as judge:
+        futures = {p.stem: judge.submit(load_task(SUITE / f"{p.stem.split('__')[0]}.py"), p) for p in of_format("c")}
+        return {name: f.result(timeout=900) for name, f in futures.items()}
 
 
 @pytest.mark.parametrize("path", of_format("c"), ids=lambda p: p.stem)
-def test_c_candidates_are_correct(judge, path):
-    task = load_task(SUITE / f"{path.stem.split('__')[0]}.py")
-    e = judge.evaluate(task, path)
+def test_c_candidates_are_correct(c_verdicts, path):
+    e = c_verdicts[path.stem]
     assert e.verdict == "ok", (e.reason, e.message, e.excerpt)

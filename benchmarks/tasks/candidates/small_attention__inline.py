@@ -4,6 +4,8 @@ import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
+HEAD_DIM = 64  # as the kernel's own #define
+
 cuda_source = r"""
 #include <torch/extension.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -130,4 +132,8 @@ class ModelNew(nn.Module):
         super().__init__()
 
     def forward(self, q, k, v):
+        # Refused here, not by the extension's TORCH_CHECK: an exception thrown from nvcc-built code
+        # killed the process with SIGSEGV (H100 host, torch 2.11 + CUDA 13) instead of reaching Python.
+        if q.shape[-1] != HEAD_DIM:
+            raise ValueError(f"this kernel is built for head_dim {HEAD_DIM}, got {q.shape[-1]}")
         return _ext.attention_forward(q, k, v)

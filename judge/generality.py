@@ -1,0 +1,143 @@
+"""Weights and value ranges beyond the benchmark's own, so that "verified" means drop-in.
+
+Redrawn weights: a module built under a seed has default-initialised parameters, and many of
+them are trivial (a norm's weight 1 and bias 0). A kernel that drops an affine stage passes
+on them and breaks as soon as trained weights are loaded. So one trial draws new values for
+every floating parameter and buffer of the reference, copies them into the candidate, and
+keeps them for the trials after it.
+
+Large values: a kernel that is numerically fragile (a softmax without max subtraction, a
+variance as E[x^2] - E[x]^2 of large numbers) passes on unit normals and fails on inputs the
+reference handles. So one trial scales and shifts the inputs by the largest factor for which
+the reference's own output stays finite.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+SCALES = (1024.0, 256.0, 64.0, 16.0)  # tried largest first: inputs become scale * (x + std(x))
+_WEIGHT_SEED = 15485863  # redrawn weights are drawn from a generator of their own
+
+
+def _state(model) -> dict[str, Any]:
+    return model.state_dict(keep_vars=True) if model is not None else {}
+
+
+def value_twins(reference, candidate) -> dict[str, str]:
+    """Candidate tensors that are not named like a reference tensor but hold exactly its values,
+    as built under the shared seed (candidate name -> reference name); taken before anything
+    runs, so that redrawn weights reach a candidate that renamed its parameters."""
+    import torch
+
+    ref = {k: v for k, v in _state(reference).items() if isinstance(v, torch.Tensor)}
+    cand = _state(candidate)
+    taken: set[str] = set()
+    twins = {}
+    for name, tensor in cand.items():
+        if name in ref or not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
+            continue
+        for ref_name, ref_tensor in ref.items():
+            if ref_name not in taken and ref_name not in cand and ref_tensor.shape == tensor.shape \
+                    and ref_tensor.dtype == tensor.dtype and ref_tensor.device == tensor.device \
+                    and torch.equal(ref_tensor.detach(), tensor.detach()):
+                twins[name] = ref_name
+                taken.add(ref_name)
+                break
+    return twins
+
+
+def _is_mask(tensor) -> bool:
+    """A buffer of only 0s and 1s, both present (a causal mask): structure, not a weight. Kernels
+    that implement the structure directly are right, so it is never redrawn."""
+    return bool(((tensor == 0) | (tensor == 1)).all()) and bool((tensor == 0).any()) and bool((tensor == 1).any())
+
+
+def _redrawn(tensor, generator):
+    """New values in the tensor's own character: a signed tensor gets a fresh normal draw with its
+    mean and spread; a non-negative one (variances, scales) is scaled elementwise by 0.5..1.5; a
+    constant one (a norm's ones, a zero bias) is perturbed around its value."""
+    import torch
+
+    x = tensor.detach().double()
+    noise = torch.randn(x.shape, generator=generator, dtype=torch.float64, device="cpu").to(x.device)
+    factor = torch.rand(x.shape, generator=generator, dtype=torch.float64, device="cpu").to(x.device) + 0.5
+    std = float(x.std()) if x.numel() > 1 else 0.0
+    if std == 0.0:
+        value = float(x.flatten()[0])
+        new = value * factor if value != 0.0 else 0.5 * noise
+    elif float(x.min()) >= 0:
+        new = x * factor
+    else:
+        new = float(x.mean()) + std * noise
+    return new.to(tensor.dtype)
+
+
+def redraw(reference, candidate, twins: dict[str, str], seed: int) -> tuple[dict[str, Any], list[str]]:
+    """Draw new values for the reference's floating parameters and buffers and copy them into the
+    candidate (by name, else by `twins`). Returns the values before (to undo) and a note."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed + _WEIGHT_SEED)
+    ref_state, cand_state = _state(reference), _state(candidate)
+    by_ref = {ref_name: name for name, ref_name in twins.items()}
+    params = {name for name, _ in reference.named_parameters()}
+    saved, skipped = {}, []
+    with torch.no_grad():
+        for name, tensor in ref_state.items():
+            if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point() or not tensor.numel():
+                continue
+            if name not in params and _is_mask(tensor):
+                skipped.append(name)
+                continue
+            saved[name] = tensor.detach().clone()
+            tensor.copy_(_redrawn(tensor, generator))
+            _copy_into(cand_state.get(name) if name in cand_state else cand_state.get(by_ref.get(name, "")), tensor)
+    note = f"redrew {len(saved)} floating parameters and buffers of the reference"
+    if skipped:
+        note += f" (kept {len(skipped)} 0/1 mask buffers: {', '.join(skipped[:3])})"
+    return saved, [note]
+
+
+def restore(reference, candidate, twins: dict[str, str], saved: dict[str, Any]) -> None:
+    """Put the weights `redraw` replaced back, in both models."""
+    import torch
+
+    ref_state, cand_state = _state(reference), _state(candidate)
+    by_ref = {ref_name: name for name, ref_name in twins.items()}
+    with torch.no_grad():
+        for name, value in saved.items():
+            ref_state[name].copy_(value)
+            _copy_into(cand_state.get(name) if name in cand_state else cand_state.get(by_ref.get(name, "")), value)
+
+
+def _copy_into(target, value) -> None:
+    """`value` into the candidate's tensor of the same name, reshaped where only the layout differs
+    (a Conv1d weight kept as the batched-matmul weight it is: same elements, same order)."""
+    import torch
+
+    if isinstance(target, torch.Tensor) and target.numel() == value.numel():
+        target.copy_(value.reshape(target.shape))
+
+
+def large_values(args: list, finite: Callable[[list], bool]) -> tuple[list, str] | None:
+    """`args` scaled and shifted by the largest of SCALES for which `finite` (the reference's
+    output on them is finite) holds, with a label saying the range; None if none does. Inputs
+    with a structure the task promises (inputs.structured) are scaled, not shifted."""
+    import torch
+
+    from kernelevo.judge.inputs import structured
+
+    for scale in SCALES:
+        moved = []
+        for a in args:
+            if isinstance(a, torch.Tensor) and a.is_floating_point() and a.numel():
+                std = float(a.float().std()) if a.numel() > 1 and not structured(a) else 0.0
+                a = (a * scale + scale * std).to(a.dtype)
+            moved.append(a)
+        floats = [a for a in moved if isinstance(a, torch.Tensor) and a.is_floating_point() and a.numel()]
+        if not floats or not all(bool(torch.isfinite(a).all()) for a in floats):
+            continue
+        if finite(moved):
+            top = max(float(a.abs().max()) for a in floats)
+            return moved, f"large values: inputs x{scale:g} shifted by {scale:g} std, |x| up to {top:.3g}"
+    return None

@@ -1,0 +1,195 @@
+"""Verified means drop-in: the judge checks candidates on shapes it derives itself, on redrawn weights
+and on large values, and accepts a kernel that refuses other shapes cleanly as specialized. The
+fixtures under fixtures/general name their task and the verdict they must get; the real judge
+runs them on the CPU backend (C kernels)."""
+import re
+
+import pytest
+import torch
+
+from kernelevo.judge import generality, shapes
+from kernelevo.judge.api import Judge, JudgeOptions
+from kernelevo.judge.executor import Limits
+from kernelevo.judge.probe import IMPLAUSIBLE_SPEEDUP
+from kernelevo.judge.timing import TimingConfig
+from kernelevo.records import Evaluation
+from kernelevo.tasks import load_task
+
+from conftest import FIXTURES
+
+GENERAL = FIXTURES / "general"
+CPU_FIXTURES = sorted(GENERAL.glob("*_c.py"))
+CUDA_FIXTURES = sorted(GENERAL.glob("*_nvrtc.py"))
+FAST = TimingConfig(min_reps=10, max_seconds=0.3, target_rel_ci=0.02)
+# Verdicts here rest on correctness alone; speedups of tiny CPU kernels are not what is tested.
+NO_REMEASURE = {kind: 1e9 for kind in IMPLAUSIBLE_SPEEDUP}
+
+
+def header(path, key: str) -> str:
+    return re.search(rf"^# {key}: (.+)$", path.read_text(), re.M).group(1).strip()
+
+
+def options(**extra) -> JudgeOptions:
+    return JudgeOptions(devices=("cpu",), compile_baseline=False, timing=FAST, concurrency=2,
+                        limits=Limits(build=120, run=60), implausible=NO_REMEASURE, **extra)
+
+
+@pytest.fixture(scope="module")
+def verdicts(cache_dir):
+    """Every fixture judged, and the no-tail kernel once more with --shapes exact."""
+    no_tail = GENERAL / "shape_specific__no_tail_c.py"
+    with Judge(cache_dir, options()) as judge, Judge(cache_dir, options(shapes="exact")) as exact:
+        futures = {p.name: judge.submit(load_task(FIXTURES / header(p, "task")), p) for p in CPU_FIXTURES}
+        futures["exact:no_tail"] = exact.submit(load_task(FIXTURES / header(no_tail, "task")), no_tail)
+        return {name: f.result(timeout=600) for name, f in futures.items()}
+
+
+def assert_expected(e: Evaluation, expected: list[str]) -> None:
+    if expected[0] == "ok":
+        assert e.verdict == "ok", (e.reason, e.message)
+        assert e.specialized == ("specialized" in expected), e.shapes
+    else:
+        assert (e.verdict, e.reason) == tuple(expected), (e.message, e.evidence)
+        assert e.message and e.speedup_eager is None
+
+
+@pytest.mark.parametrize("name", [p.name for p in CPU_FIXTURES])
+def test_fixture_gets_its_verdict(verdicts, name):
+    assert_expected(verdicts[name], header(GENERAL / name, "expect").split())
+
+
+@pytest.mark.gpu
+def test_cuda_fixtures_get_their_verdicts(cache_dir):
+    """A tile kernel without bounds checks on a task with no extra test shapes: only the derived
+    shapes catch it; its honest counterpart passes them."""
+    options = JudgeOptions(devices=("cuda:0",), compile_baseline=False, timing=TimingConfig(max_seconds=0.5),
+                           limits=Limits(run=60), concurrency=4)
+    with Judge(cache_dir, options) as judge:
+        futures = {p: judge.submit(load_task(FIXTURES / header(p, "task")), p) for p in CUDA_FIXTURES}
+        for path, future in futures.items():
+            assert_expected(future.result(timeout=600), header(path, "expect").split())
+    tile = futures[GENERAL / "shape_specific__tile_nvrtc.py"].result()
+    assert tile.message.startswith("derived shape (") and "never written" in tile.message
+
+
+def test_failures_name_the_shape_or_range_that_broke_them(verdicts):
+    tail = verdicts["shape_specific__no_tail_c.py"].message
+    assert tail.startswith("derived shape (inner dimension 1024 -> 1021: float32[64, 1021])")
+    # the unwritten tail shows as poison or as stale values, whichever block malloc hands out
+    assert ("never written" in tail or "relative L2 error" in tail) and "correct only on the task's own shapes" in tail
+    rows = verdicts["shape_specific__row_tiles_c.py"].message
+    assert "leading dimension 64 -> 61" in rows and "float32[61, 1024]" in rows
+    naive = verdicts["value_range__no_max_c.py"].message
+    assert "large values: inputs x1024" in naive and "NaN/inf" in naive and "numerically fragile" in naive
+    affine = verdicts["weight_specific__no_affine_c.py"].message
+    assert "(redrawn weights)" in affine and "default-initialised weights" in affine
+
+
+def test_honest_kernels_report_what_was_checked(verdicts):
+    softmax = verdicts["softmax_ok_c.py"]
+    assert softmax.shapes.supported == ("float32[64, 1024]", "float32[61, 1024]", "float32[64, 1021]")
+    assert not softmax.specialized and softmax.shapes.refused == ()
+    norm = verdicts["layernorm_ok_c.py"]
+    assert "float32[127, 512]" in norm.shapes.supported
+    assert "not varied: 512, also a constructor argument" in norm.shapes.notes  # the module is built for 512
+    assert any(n.startswith("redrew 2 floating parameters") for n in norm.notes)
+    assert any(n.startswith("redrew 2") for n in verdicts["renamed_weights_ok_c.py"].notes)
+    assert any("keeps state across calls" in n for n in verdicts["rnn_state_ok_c.py"].notes)
+
+
+def test_specialized_kernel_says_what_it_refused_and_round_trips(verdicts):
+    e = verdicts["specialized__refuses_c.py"]
+    assert e.ok and e.specialized
+    assert e.shapes.supported == ("float32[64, 1024]", "float32[61, 1024]")
+    assert e.shapes.refused == ("float32[64, 1021]: ValueError: softmax_1024 handles rows of 1024 elements, "
+                                "got shape [64, 1021]",)
+    again = Evaluation.from_dict(e.to_dict())
+    assert again == e and again.specialized
+
+
+def test_shapes_exact_opts_out(verdicts):
+    e = verdicts["exact:no_tail"]
+    assert e.ok and e.shapes.mode == "exact" and e.shapes.supported == ("float32[64, 1024]",)
+
+
+# --- the pieces, without a judge ------------------------------------------------------------------
+
+def test_other_sizes_are_odd_primes():
+    assert [shapes.other_size(n) for n in (1, 2, 3, 4, 16, 64, 1024, 4096, 16384)] == \
+        [None, 3, 5, 3, 13, 61, 1021, 4093, 16381]
+
+
+def _matmul_runs(args) -> bool:
+    try:
+        torch.matmul(args[0], args[1])
+        return True
+    except RuntimeError:
+        return False
+
+
+def test_a_shared_dimension_changes_in_every_input():
+    variants, notes = shapes.derive(lambda: [torch.randn(16, 256), torch.randn(256, 64)], _matmul_runs)
+    assert [(v.label, v.shapes) for v in variants] == [
+        ("leading dimension 16 -> 13", "float32[13, 256], float32[256, 64]"),
+        ("inner dimension 256 -> 251", "float32[16, 251], float32[251, 64]"),
+        ("inner dimension 64 -> 61", "float32[16, 256], float32[256, 61]")]
+    assert notes == []
+
+
+def test_integer_inputs_that_could_index_a_dimension_veto_shrinking_it():
+    index = torch.tensor([0, 50, 99, 3, 4, 5, 6, 7])  # indexes the 100 columns of x, up to the last
+    variants, notes = shapes.derive(lambda: [torch.randn(8, 100), index], lambda args: True)
+    assert [v.label for v in variants] == ["leading dimension 8 -> 7"]
+    assert notes == ["not checked on another inner dimension: the reference runs on none of 100 -> 97"]
+
+
+def test_meta_check_runs_the_reference_without_memory():
+    runs = shapes.meta_check(lambda: torch.nn.Linear(64, 32))
+    assert runs([torch.randn(5, 64)]) and not runs([torch.randn(5, 63)])
+    assert shapes.meta_check(lambda: torch.nn.Linear(64, torch.tensor(3).item() * 0 - 1)) is None
+
+
+def test_redrawn_weights_keep_each_tensor_in_character():
+    norm, gen = torch.nn.LayerNorm(256), torch.Generator().manual_seed(0)
+    scale, shift = generality._redrawn(norm.weight, gen), generality._redrawn(norm.bias, gen)
+    assert bool((scale >= 0.5).all() and (scale <= 1.5).all()) and float(scale.std()) > 0.1
+    assert float(shift.abs().mean()) > 0.1
+    signed = torch.randn(10000) * 3 + 1
+    fresh = generality._redrawn(signed, gen)
+    assert not torch.equal(fresh, signed) and abs(float(fresh.mean()) - 1) < 0.2 and abs(float(fresh.std()) - 3) < 0.2
+
+
+def test_redraw_reaches_renamed_parameters_and_keeps_masks():
+    class Ref(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(8, 8)
+            self.register_buffer("mask", torch.tril(torch.ones(8, 8)))
+
+    class Cand(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(8, 8))
+            self.b = torch.nn.Parameter(torch.zeros(8))
+
+    ref, cand = Ref(), Cand()
+    with torch.no_grad():
+        cand.w.copy_(ref.proj.weight)
+        cand.b.copy_(ref.proj.bias)
+    twins = generality.value_twins(ref, cand)
+    assert twins == {"w": "proj.weight", "b": "proj.bias"}
+    saved, notes = generality.redraw(ref, cand, twins, seed=1)
+    assert set(saved) == {"proj.weight", "proj.bias"} and "kept 1 0/1 mask buffers: mask" in notes[0]
+    assert torch.equal(cand.w, ref.proj.weight) and not torch.equal(saved["proj.weight"], ref.proj.weight)
+    assert torch.equal(ref.mask, torch.tril(torch.ones(8, 8)))
+    generality.restore(ref, cand, twins, saved)
+    assert torch.equal(ref.proj.weight, saved["proj.weight"]) and torch.equal(cand.w, saved["proj.weight"])
+
+
+def test_large_values_take_the_largest_scale_the_reference_handles():
+    x = [torch.randn(4, 16)]
+    moved, label = generality.large_values(x, lambda args: bool(torch.isfinite(torch.softmax(args[0], 1)).all()))
+    assert label.startswith("large values: inputs x1024") and float(moved[0].abs().max()) > 500
+    moved, label = generality.large_values(x, lambda args: bool(torch.isfinite(torch.exp(args[0] / 4)).all()))
+    assert label.startswith("large values: inputs x64")  # exp overflows float32 past 88
+    assert generality.large_values(x, lambda args: False) is None
