@@ -19,7 +19,9 @@ def test_evaluate_json(cache_dir):
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert data["verdict"] == "ok" and data["format"] == "c"
-    assert data["correctness"]["trials"] == 4
+    # 2 trials, 2 test-input sets, 1 derived leading size (251), redrawn weights, large values
+    assert data["correctness"]["trials"] == 7
+    assert "float32[251, 512]" in data["shapes"]["supported"] and not data["shapes"]["refused"]
     assert data["speedup_eager"] > 0 and data["candidate"]["median_ms"] > 0
     assert data["verdict"] in VERDICTS
     assert json.loads(json.dumps(Evaluation.from_dict(data).to_dict())) == data  # lossless round trip

@@ -202,7 +202,10 @@ def test_evaluation_round_trip(name):
     e = Evaluation.from_dict(data)
     assert isinstance(e.profile, Profile) and e.profile.ncu and e.profile.sol is not None
     assert Evaluation.from_dict(e.to_dict()) == e
-    assert json.loads(json.dumps(e.to_dict())) == data  # lossless against what was recorded
+    again = json.loads(json.dumps(e.to_dict()))
+    # lossless against what was recorded; fields added since the recording come back as defaults
+    assert {k: v for k, v in again.items() if k in data} == data
+    assert again.get("shapes") is None and e.shapes is None
 
 
 def test_archive_keeps_profile_in_its_own_column(tmp_path):

@@ -24,7 +24,10 @@ def example(fmt: str) -> str:
 def judge_example(fmt: str, device: str, tmp_path):
     path = tmp_path / f"example_{fmt}.py"
     path.write_text(example(fmt))
-    options = JudgeOptions(devices=(device,), compile_baseline=False, timing=FAST, limits=Limits(build=600, run=60))
+    # two random draws besides the judge's derived shapes, redrawn weights and large values: the
+    # task is GPU-sized (32 MiB), and more draws add nothing to "is this example a correct kernel"
+    options = JudgeOptions(devices=(device,), compile_baseline=False, timing=FAST, trials=2,
+                           limits=Limits(build=600, run=60))
     with Judge(tmp_path / "cache", options) as judge:
         return judge.evaluate(load_task(TASK), path)
 
