@@ -4,7 +4,10 @@ The client adds no retries (the SDK's own happen inside each call). What it adds
 - a refused key or request raises `Stop`, which ends the run with the provider's one-line message;
 - a rate limit pauses every call of this client until the server's Retry-After has passed (the
   caller tries again later as part of the search: the failed call is recorded, not repeated here);
-- a timeout, a server error or an unreadable body is recorded as a failed call and returns None.
+- a timeout, a server error or an unreadable body is recorded as a failed call and returns None;
+- transport failures in a row (no connection, timeouts, server errors) pause every call, longer
+  each time, and after STOP_AFTER of them the client raises `Unreachable`, naming the endpoint and
+  the error: a server that is gone must not burn the call budget in seconds.
 Records reach `on_call` as soon as a reply arrives, before anything is done with it, so a crash
 afterwards loses no paid reply.
 """
@@ -25,10 +28,18 @@ from .providers import Completion, Message, Provider, ProviderError, make_provid
 
 DEFAULT_PAUSE_S = 30.0  # a 429 without Retry-After
 DEFAULT_MAX_TOKENS = 16384
+BACKOFF_AFTER = 3  # transport failures in a row before calls pause
+BACKOFF_S = 2.0  # the first pause; it doubles with each further failure in a row
+STOP_AFTER = 6  # transport failures in a row that end the run (about 14 s of pauses)
+TRANSPORT = ("unreachable", "transient")
 
 
 class Stop(Exception):
     """The run cannot go on with this model (bad key, refused request); the message is one line."""
+
+
+class Unreachable(Stop):
+    """The model server did not answer STOP_AFTER calls in a row; the message names it and the error."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +69,8 @@ class LLM:
         except ProviderError as exc:
             raise Stop(str(exc)) from exc
         self._paused_until = 0.0
+        self._failures_in_row = 0
+        self._gone = ""  # why the server was given up on; calls after that are not sent
         self._lock = threading.Lock()
 
     @property
@@ -90,6 +103,8 @@ class LLM:
         wait = self.paused_for()
         if wait:
             time.sleep(wait)
+        if self._gone:  # given up on while this call waited: it is not sent
+            raise Unreachable(self._gone)
         max_tokens, temperature, extra = self._request()
         started = time.time()
         base = dict(provider=self.ref.provider, model=self.ref.model, operator=operator, started_at=started,
@@ -97,9 +112,9 @@ class LLM:
         try:
             done = self.provider.complete(messages, max_tokens, temperature, extra)
         except ProviderError as exc:
-            # A refused request (an HTTP status) is not billed; a timeout or an unreadable body may
-            # have been, for an amount nobody told us: unknown, not 0.
-            paid = 0.0 if exc.status is not None and exc.kind != "malformed" else None
+            # A refused request (an HTTP status) or one that never connected is not billed; a
+            # timeout or an unreadable body may have been, for an amount nobody told us: unknown, not 0.
+            paid = 0.0 if (exc.status is not None and exc.kind != "malformed") or exc.kind == "unreachable" else None
             call = LLMCall(outcome=exc.kind, error=str(exc), request_id=exc.request_id,
                            latency_s=time.time() - started, cost_usd=paid, **base)
             self.on_call(call)
@@ -109,7 +124,10 @@ class LLM:
                 with self._lock:
                     pause = exc.retry_after if exc.retry_after is not None else DEFAULT_PAUSE_S
                     self._paused_until = max(self._paused_until, time.monotonic() + pause)
+            self._transport_failed(exc)
             return Answer(None, call)
+        with self._lock:
+            self._failures_in_row = 0
         u = done.usage
         call = LLMCall(outcome="ok", input_tokens=u.input, cache_read_tokens=u.cache_read,
                        cache_write_tokens=u.cache_write, output_tokens=u.output, reasoning_tokens=u.reasoning,
@@ -117,6 +135,22 @@ class LLM:
                        reply=done.text, stop_reason=done.stop_reason, **base)
         self.on_call(call)
         return Answer(done, call)
+
+
+    def _transport_failed(self, exc) -> None:
+        """Count transport failures in a row: pause all calls after BACKOFF_AFTER, stop after STOP_AFTER."""
+        if exc.kind not in TRANSPORT:
+            return
+        with self._lock:
+            self._failures_in_row += 1
+            n = self._failures_in_row
+            if BACKOFF_AFTER <= n < STOP_AFTER:
+                pause = BACKOFF_S * 2 ** (n - BACKOFF_AFTER)
+                self._paused_until = max(self._paused_until, time.monotonic() + pause)
+        if n >= STOP_AFTER:
+            endpoint = getattr(self.provider, "endpoint", "") or self.name
+            self._gone = self._gone or f"the model server at {endpoint} failed {n} calls in a row: {exc}"
+            raise Unreachable(self._gone) from exc
 
 
 def prompt_hash(messages: list[Message]) -> str:

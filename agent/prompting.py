@@ -136,7 +136,8 @@ def prefix(ctx: Context) -> list[Message]:
     """The stable part: system rules, formats and device notes; then the task, where the cache ends."""
     if ctx.target.format not in FORMATS:
         raise ValueError(f"format {ctx.target.format!r}: use one of {', '.join(FORMATS)}")
-    system = fill("system.md", formats=_formats(ctx.target), device_notes=_device_notes(ctx.target))
+    timing = template_text("timing_cpu.md" if ctx.target.capability is None else "timing_gpu.md").rstrip("\n")
+    system = fill("system.md", formats=_formats(ctx.target), device_notes=_device_notes(ctx.target), timing=timing)
     task = ctx.task
     functional = _then(fill("task_functional.md", code=task.functional.rstrip("\n")) if task.functional else "")
     user = fill("task.md", name=task.name, source=task.source.rstrip("\n"), inputs=task.inputs,

@@ -8,12 +8,14 @@ loops. (The SDKs honour Retry-After while retrying: the OpenAI one up to 2 minut
 Anthropic one however long it says, so a long limit from Anthropic pauses inside the call.) Failures become a ProviderError whose `kind` tells the caller what to do:
 - "auth", "bad_request": stop the run with the one-line message;
 - "rate_limit": pause (for `retry_after` seconds when the server said) and go on;
-- "transient" (timeout, connection, 5xx after the SDK's retries), "malformed": record a failed call.
+- "unreachable" (the connection could not be made: nothing sent, nothing billed), "transient"
+  (timeout, connection lost, 5xx after the SDK's retries), "malformed": record a failed call.
 """
 from __future__ import annotations
 
 import os
 import re
+import socket
 import time
 from dataclasses import dataclass
 from typing import Protocol
@@ -97,6 +99,19 @@ def _key(ref: ModelRef, key_env: str | None = None) -> str:
     return key
 
 
+def _never_sent(exc: Exception) -> bool:
+    """The connection itself failed (refused, no route, unknown host): the request never reached
+    a server, so nothing was billed. A connection lost later may have been. The SDKs' transport
+    (httpx, or httpx2 in newer SDKs) names that failure ConnectError; it is matched by name so
+    that either transport is recognised."""
+    cause, depth = exc.__cause__, 0
+    while cause is not None and depth < 5:
+        if type(cause).__name__ == "ConnectError" or isinstance(cause, (ConnectionRefusedError, socket.gaierror)):
+            return True
+        cause, depth = cause.__cause__ or cause.__context__, depth + 1
+    return False
+
+
 def _classify(sdk, exc: Exception, ref: ModelRef) -> ProviderError:
     """Map an SDK exception (openai or anthropic; same class names) to a ProviderError."""
     status = getattr(exc, "status_code", None)
@@ -109,6 +124,8 @@ def _classify(sdk, exc: Exception, ref: ModelRef) -> ProviderError:
     if isinstance(exc, sdk.RateLimitError):
         return ProviderError("rate_limit", f"{where}: rate limited (429): {first}", status,
                              _retry_after(getattr(exc, "response", None)), request_id)
+    if isinstance(exc, sdk.APIConnectionError) and not isinstance(exc, sdk.APITimeoutError) and _never_sent(exc):
+        return ProviderError("unreachable", f"{where}: cannot connect: {first_line(exc.__cause__ or exc)[:200]}")
     if isinstance(exc, (sdk.APITimeoutError, sdk.APIConnectionError, sdk.InternalServerError)):
         return ProviderError("transient", f"{where}: {type(exc).__name__}: {first}", status, request_id=request_id)
     if isinstance(exc, sdk.APIResponseValidationError):
@@ -152,6 +169,10 @@ class OpenAIProvider:
         self._client = openai.OpenAI(api_key=_key(ref, key_env), base_url=ref.base_url, timeout=timeout_s,
                                      max_retries=max_retries)
 
+    @property
+    def endpoint(self) -> str:
+        return str(self._client.base_url)
+
     def complete(self, messages: list[Message], max_tokens: int, temperature: float | None = None,
                  extra: dict | None = None) -> Completion:
         body = {"model": self.ref.model, "messages": [{"role": m.role, "content": m.content} for m in messages]}
@@ -190,6 +211,10 @@ class AnthropicProvider:
         self.ref, self._sdk = ref, anthropic
         self._client = anthropic.Anthropic(api_key=_key(ref, key_env), base_url=ref.base_url, timeout=timeout_s,
                                            max_retries=max_retries)
+
+    @property
+    def endpoint(self) -> str:
+        return str(self._client.base_url)
 
     def complete(self, messages: list[Message], max_tokens: int, temperature: float | None = None,
                  extra: dict | None = None) -> Completion:

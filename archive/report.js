@@ -75,7 +75,7 @@
       el("div", { class: "label" }, label), el("div", { class: "value" }, value), el("div", { class: "note" }, note));
     box.append(el("div", { class: "cards" },
       card("Best vs eager", fx(r.best_speedup), r.best_kernel == null ? "no candidate passed yet" : kernelLink(r.best_kernel, tops)),
-      card("Best vs torch.compile", fx(r.best_speedup_compile), "same kernel"),
+      card("Best vs torch.compile", fx(r.best_speedup_compile), figuresNote(r.best_figures, r.best_search_speedup)),
       card("LLM spend", fusd(r.cost_usd), `${fint(r.calls)} calls` + unknown),
       card("Kernels", fint((d.lineage || []).length), `${(d.progress || []).length} judged`)));
     const status = txt(r.status) + (r.stop_reason ? ` (${r.stop_reason})` : "");
@@ -84,7 +84,9 @@
       ["Status", status], ["GPU", r.gpu], ["torch", r.torch], ["Model", r.model], ["Format", r.format],
       ["Policy", r.policy], ["Started", r.started], ["Finished", r.finished],
       ["LLM calls", `${fint(r.calls)} (${fint(r.failed_calls)} failed)`], ["Spend", fusd(r.cost_usd) + unknown],
-      ["Best speedup", `${fx(r.best_speedup)} vs eager, ${fx(r.best_speedup_compile)} vs torch.compile`],
+      ["Best speedup", `${fx(r.best_speedup)} vs eager, ${fx(r.best_speedup_compile)} vs torch.compile` +
+        (r.best_figures === "final" ? ` (final re-judgement; in the search ${fx(r.best_search_speedup)}, ${fx(r.best_search_speedup_compile)})`
+          : r.best_figures === "search" ? " (search, not re-judged)" : "")],
       ["Best kernel", r.best_kernel == null ? DASH : kernelLink(r.best_kernel, tops)],
     ];
     box.append(el("dl", { class: "facts" }, facts.map(([k, v]) => [el("dt", {}, k), el("dd", {}, v instanceof Node ? v : txt(v))])));
@@ -342,12 +344,20 @@
     return true;
   }
 
+  // Which measurement a figure is: the final re-judgement in a fresh process, or the search's.
+  function figuresNote(which, search) {
+    if (which === "final") return `final re-judgement (search: ${fx(search)} vs eager)`;
+    return which === "search" ? "search figure, not re-judged" : "same kernel";
+  }
+
   function kernelCard(k, rank) {
     const from = k.parent == null ? "written from scratch" : `from kernel ${k.parent} (${fx(k.parent_speedup)})`;
     const card = el("article", { class: "kernel", id: "kernel-" + k.id },
       el("h3", {}, `#${rank}  kernel ${k.id}`),
       el("div", { class: "chips" }, el("span", { class: "chip big" }, fx(k.speedup) + " vs eager"),
-        el("span", { class: "chip" }, fx(k.speedup_compile) + " vs torch.compile"), el("span", { class: "chip" }, fms(k.candidate_ms)),
+        el("span", { class: "chip" }, fx(k.speedup_compile) + " vs torch.compile"),
+        el("span", { class: "chip" }, k.figures === "final" ? `final re-judgement (search ${fx(k.search_speedup)})` : "search figure"),
+        el("span", { class: "chip" }, fms(k.candidate_ms)),
         el("span", { class: "chip" }, txt(k.operator)), el("span", { class: "chip" }, txt(k.format)), el("span", { class: "chip" }, from),
         shapesChip(k.shapes)),
       profileList(k.profile), shapesList(k.shapes));
@@ -443,7 +453,9 @@
   }
 
   /* ---------- operators and models ---------- */
-  const COLUMNS = [["kernels", "kernels", fint], ["judged", "judged", fint], ["ok", "ok", fint], ["yield", "yield", null],
+  // yield: replies judged / replies received (the live panel's); ok rate: ok / judged
+  const COLUMNS = [["kernels", "kernels", fint], ["replies", "replies", fint], ["yield", "yield", null],
+    ["judged", "judged", fint], ["ok", "ok", fint], ["ok_rate", "ok rate", fpct],
     ["new_bests", "new bests", fint], ["best_speedup", "best speedup", fx], ["calls", "LLM calls", fint],
     ["failed_calls", "failed", fint], ["cost_usd", "spent", fusd], ["usd_per_ok", "$ per ok kernel", fusd], ["tokens", "tokens", fint]];
 

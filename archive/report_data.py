@@ -29,15 +29,16 @@ def report_data(store: Archive, run_id: str, top: int = TOP_KERNELS) -> dict[str
     calls = store.call_models(run_id)
     models = {k["id"]: calls.get(k["llm_call_id"]) for k in kernels}
     timeline = _progress(store.timeline(run_id))
-    best = store.best_kernel(run_id)
+    finals = store.final_evaluations(run_id)
+    best = _announced(finals, by_id) or store.best_kernel(run_id)
     path = _best_path(best["id"], by_id) if best else []
     usage, counts = store.llm_usage(run_id), store.counts(run_id)
     return {
-        "run": _run_facts(run, task, store.spend(run_id), best),
+        "run": _run_facts(run, task, store.spend(run_id), best, finals),
         "progress": timeline,
         "lineage": [_node(k, models.get(k["id"]), set(path)) for k in kernels],
         "best_path": path,
-        "top": _top_kernels(store, kernels, by_id, store.profiles(run_id), top),
+        "top": _top_kernels(store, kernels, by_id, store.profiles(run_id), top, finals),
         "verdicts": counts["verdicts"],
         "problems": counts["problems"],
         "operators": _yield_by(kernels, timeline, usage, "operator", lambda k: k["operator"]),
@@ -48,7 +49,14 @@ def report_data(store: Archive, run_id: str, top: int = TOP_KERNELS) -> dict[str
     }
 
 
-def _run_facts(run: dict, task: dict, spend: dict, best: dict | None) -> dict:
+def _announced(finals: dict[int, dict], by_id: dict[int, dict]) -> dict | None:
+    """The kernel the run wrote out: the first to pass its final re-judgement (optimize tries the
+    search's best first), or None before a run has one."""
+    passed = [kid for kid, e in finals.items() if e["verdict"] == "ok" and kid in by_id]
+    return by_id[passed[0]] if passed else None
+
+
+def _run_facts(run: dict, task: dict, spend: dict, best: dict | None, finals: dict[int, dict]) -> dict:
     config = run.get("config") or {}
     return {
         "id": run["id"], "task": task.get("name", ""), "task_hash": task.get("source_hash", ""),
@@ -59,9 +67,20 @@ def _run_facts(run: dict, task: dict, spend: dict, best: dict | None) -> dict:
         "calls": spend["calls"], "failed_calls": spend["failed_calls"], "cost_usd": spend["cost_usd"],
         "unknown_cost_calls": spend["unknown_cost_calls"],
         "best_kernel": best["id"] if best else None,
-        "best_speedup": best["speedup_eager"] if best else None,
-        "best_speedup_compile": best["speedup_compile"] if best else None,
+        # one truth per kernel: the final re-judgement's figures where there is one, the
+        # search's (labelled "search") otherwise; the search's figure is kept beside it
+        **_figures(best, finals, "best_"),
     }
+
+
+def _figures(kernel: dict | None, finals: dict[int, dict], prefix: str = "") -> dict:
+    final = finals.get(kernel["id"]) if kernel else None
+    final = final if final and final["verdict"] == "ok" else None
+    return {f"{prefix}speedup": (final or kernel or {}).get("speedup_eager"),
+            f"{prefix}speedup_compile": (final or kernel or {}).get("speedup_compile"),
+            f"{prefix}figures": "final" if final else "search" if kernel else None,
+            f"{prefix}search_speedup": kernel["speedup_eager"] if kernel else None,
+            f"{prefix}search_speedup_compile": kernel["speedup_compile"] if kernel else None}
 
 
 def _when(t: float | None) -> str:
@@ -98,14 +117,15 @@ def _node(k: dict, model: str | None, on_path: set[int]) -> dict:
             "stepping_stone": k["stepping_stone"], "on_best_path": k["id"] in on_path}
 
 
-def _top_kernels(store: Archive, kernels: list[dict], by_id: dict[int, dict], profiles: dict, top: int) -> list[dict]:
+def _top_kernels(store: Archive, kernels: list[dict], by_id: dict[int, dict], profiles: dict, top: int,
+                 finals: dict[int, dict]) -> list[dict]:
     ok = sorted((k for k in kernels if k["verdict"] == "ok" and k["speedup_eager"] is not None),
                 key=lambda k: (-k["speedup_eager"], k["id"]))[:top]
     out = []
     for k in ok:
         parent = next((by_id.get(p) or store.kernel(p) for p in k["parents"]), None)
         out.append({"id": k["id"], "operator": k["operator"], "format": k["format"], "parents": k["parents"],
-                    "speedup": k["speedup_eager"], "speedup_compile": k["speedup_compile"],
+                    **_figures(k, finals),
                     "candidate_ms": k["candidate_ms"], "source": k["source"],
                     "parent": parent["id"] if parent else None,
                     "parent_speedup": parent.get("speedup_eager") if parent else None,
@@ -130,13 +150,17 @@ def _diff(old: str, new: str, old_id: int, new_id: int) -> str:
 
 
 def _yield_by(kernels: list[dict], progress: list[dict], usage: list[dict], key: str, of) -> list[dict]:
-    """Per operator (or model): kernels written, judged, ok, yield, new bests set, best speedup, spend."""
+    """Per operator (or model): kernels written, judged, ok, replies received and judged (yield: the
+    share of replies the judge got), new bests set, best speedup, spend."""
     improved = {p["kernel"] for p in progress if p["improved"]}
     groups: dict[str, dict] = {}
     for k in kernels:
         g = groups.setdefault(of(k), _empty(key, of(k)))
         g["kernels"] += 1
         g["judged"] += k["verdict"] is not None
+        if k.get("llm_call_id") is not None and not (k.get("problem") or "").startswith("failed_call"):
+            g["replies"] += 1  # a reply came back; judged unless it was a copy or held no kernel
+            g["replies_judged"] += bool(k["source"]) and not k.get("problem")
         g["ok"] += k["verdict"] == "ok"
         g["new_bests"] += k["id"] in improved
         if k["verdict"] == "ok" and k["speedup_eager"] is not None:
@@ -149,13 +173,15 @@ def _yield_by(kernels: list[dict], progress: list[dict], usage: list[dict], key:
         g["cost_usd"] += u["cost_usd"]
         g["tokens"] += u["input_tokens"] + u["cache_read_tokens"] + u["cache_write_tokens"] + u["output_tokens"]
     for g in groups.values():
-        g["yield"] = g["ok"] / g["judged"] if g["judged"] else None
+        g["yield"] = g["replies_judged"] / g["replies"] if g["replies"] else None  # as the live panel's
+        g["ok_rate"] = g["ok"] / g["judged"] if g["judged"] else None
         g["usd_per_ok"] = g["cost_usd"] / g["ok"] if g["ok"] and g["calls"] else None
         g["cost_usd"] = round(g["cost_usd"], 6)
     return sorted(groups.values(), key=lambda g: (-g["kernels"], g[key]))
 
 
 def _empty(key: str, name: str) -> dict:
-    return {key: name, "kernels": 0, "judged": 0, "ok": 0, "new_bests": 0, "best_speedup": None,
+    return {key: name, "kernels": 0, "judged": 0, "ok": 0, "replies": 0, "replies_judged": 0, "new_bests": 0,
+            "best_speedup": None,
             "calls": 0, "failed_calls": 0, "cost_usd": 0.0, "tokens": 0}
 

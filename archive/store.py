@@ -62,12 +62,15 @@ ORDER BY e.verdict = 'ok' DESC, e.speedup_eager DESC NULLS LAST, k.id
 LIMIT :limit
 """
 
-# One row per kernel for export: the kernel, its task, its latest evaluation, the call that wrote it.
+# One row per kernel for export: the kernel, its task, its latest evaluation (the final re-judgement
+# where there is one), the latest profile (measured in the search), the call that wrote it.
 _EXPORT_SELECT = """
 SELECT k.id, k.run_id, k.task_id, t.name AS task_name, t.source_hash AS task_hash, t.source AS task_source,
        k.source, k.format, k.operator, k.generation, k.island, k.origin, k.stepping_stone, k.problem, k.claims,
        k.created_at, e.purpose, e.verdict, e.reason, e.message, e.speedup_eager, e.speedup_compile,
-       e.candidate_ms, e.eager_ms, e.device_name, e.profile, c.provider, c.model, c.cost_usd
+       e.candidate_ms, e.eager_ms, e.device_name,
+       (SELECT profile FROM evaluations WHERE kernel_id = k.id AND profile IS NOT NULL ORDER BY id DESC LIMIT 1)
+       AS profile, c.provider, c.model, c.cost_usd
 FROM kernels k
 JOIN tasks t ON t.id = k.task_id
 LEFT JOIN evaluations e ON e.id = (SELECT MAX(id) FROM evaluations WHERE kernel_id = k.id)
@@ -444,6 +447,13 @@ class Archive:
                         "AND e.speedup_eager IS NOT NULL ORDER BY e.speedup_eager DESC, e.id LIMIT 1", (run_id,))
         return self._with_parents([row])[0] if row else None
 
+    def final_evaluations(self, run_id: str) -> dict[int, dict]:
+        """Kernel id -> its latest 'final' evaluation of the run (the re-judgement in a fresh process
+        at the end of a run): verdict, speedup_eager, speedup_compile, candidate_ms."""
+        rows = self._read("SELECT kernel_id, verdict, speedup_eager, speedup_compile, candidate_ms FROM evaluations "
+                          "WHERE run_id = ? AND purpose = 'final' ORDER BY id", (run_id,))
+        return {r["kernel_id"]: r for r in rows}
+
     def stepping_stones(self, task_hash: str | None = None, task_ids: Sequence[int] | None = None,
                         limit: int = 20) -> list[dict]:
         """Stepping-stone kernels of the task named by hash and/or of `task_ids` (of all tasks when both
@@ -496,6 +506,24 @@ class Archive:
             op = call_operator(r["operator"])
             costs[op] = costs.get(op, 0.0) + r["cost"]
         return costs
+
+    def call_yield(self, run_id: str) -> dict[str, dict]:
+        """Per operator of a run: `calls` (follow-ups and the functional rewrite count for the
+        operator they serve), `replies` (operator calls whose reply came back: kernel rows of a call
+        that did not fail) and
+        `judged` (those replies whose kernel went to the judge: not a copy, not unparsable)."""
+        out: dict[str, dict] = {}
+        for r in self._read("SELECT operator, COUNT(*) AS calls FROM llm_calls WHERE run_id = ? GROUP BY operator",
+                            (run_id,)):
+            row = out.setdefault(call_operator(r["operator"]), {"calls": 0, "replies": 0, "judged": 0})
+            row["calls"] += r["calls"]
+        for r in self._read(
+                "SELECT operator, COUNT(*) AS replies, COALESCE(SUM(source != '' AND problem = ''), 0) AS judged "
+                "FROM kernels WHERE run_id = ? AND llm_call_id IS NOT NULL AND problem NOT LIKE 'failed_call%' "
+                "GROUP BY operator", (run_id,)):
+            row = out.setdefault(r["operator"], {"calls": 0, "replies": 0, "judged": 0})
+            row["replies"], row["judged"] = r["replies"], r["judged"]
+        return out
 
     def call_models(self, run_id: str) -> dict[int, str]:
         """LLM call id -> the model that answered it, for a run's calls."""

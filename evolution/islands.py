@@ -7,7 +7,7 @@ islands without flooding them at once.
 from __future__ import annotations
 
 import random
-from typing import Iterable
+from typing import Collection, Iterable
 
 from .population import Member, Population
 
@@ -48,3 +48,25 @@ def migrate(population: Population | Iterable[Member], n_islands: int, rng: rand
         moves.append((rng.choice(sorted((m for m in ok if m.fitness == top), key=lambda m: m.kernel_id)).kernel_id,
                       target))
     return moves
+
+
+COLLAPSE_AFTER = 6  # judged children in a row that all failed: the island's lines of descent are stuck
+
+
+def needing_seed(population: Population | Iterable[Member], n_islands: int,
+                 pending: Collection[int] = ()) -> int | None:
+    """The first island that a fresh translation should seed: one with no correct kernel, or one
+    whose last COLLAPSE_AFTER judged children all failed. None when every island is working, which
+    is when translating again would only repeat the first kernels (a run spent 3 of 12 calls on
+    translations no better than its first two). Islands in `pending` are being seeded already (a
+    translation in flight or being judged)."""
+    for i, members in sorted(_islands(population, n_islands).items()):
+        if i >= max(1, n_islands) or i in pending:
+            continue
+        judged = [m for m in members if m.verdict]
+        if not any(m.ok for m in members):
+            return i
+        recent = sorted(judged, key=lambda m: m.kernel_id)[-COLLAPSE_AFTER:]
+        if len(recent) == COLLAPSE_AFTER and not any(m.ok for m in recent):
+            return i
+    return None

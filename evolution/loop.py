@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kernelevo.agent import operators
-from kernelevo.agent.client import LLM, Stop
+from kernelevo.agent.client import LLM, Stop, Unreachable
 from kernelevo.agent.pool import CallPool
 from kernelevo.agent.profile_block import profile_block
 from kernelevo.agent.prompting import Context, Variant, feedback_from
@@ -35,6 +35,7 @@ from .records import (
     BUDGET_REASONS,
     EXIT_BUDGET,
     EXIT_OK,
+    EXIT_UNREACHABLE,
     Interrupted,
     OptimizeOptions,
     Outcome,
@@ -71,6 +72,8 @@ class Search:
         self.improved_at = self.progress.generation  # generation of the last new best (plateau rule)
         self._island_turn = -1
         self.repair_tried: set[int] = state.repair_targets()  # one repair per failure, whatever came of it
+        self.unreachable = ""  # why the model server is given up on (stops the run)
+        self.crossed = state.crossed()  # parent sets already sent to crossover: the same prompt again
         self._refresh()
 
     def _generation(self) -> int:
@@ -88,34 +91,47 @@ class Search:
         recent = [m for m in self.population.members[-40:] if m.kernel_id not in self.repair_tried]
         repairable = selection.pick_repair_target(recent, self.rng)
         tunable = any(tune.has_tunables(m.source) for m in correct)
+        seeding = {m["island"] for m in [*self.llm_futures.values(), *self.judge_futures.values()]
+                   if m["op"] == "translate"}
+        seed_island = islands.needing_seed(self.population, self.settings.islands, seeding)
         op = scheduling.choose_operator(self.stats, bool(correct), len(correct), repairable is not None, tunable,
-                                        self.rng)
+                                        self.rng, translate_ok=seed_island is not None)
         if op == "tune":
             return self._start_tune(correct)
-        if not correct and (self.judge_futures or len(self.llm_futures) >= self.settings.llm_concurrency):
-            return False  # no correct kernel yet: translate in batches, each after the last one's verdicts
-        job = self._job(op, correct, repairable)
+        if not correct and self.judge_futures:
+            return False  # no correct kernel yet: the next translation waits for the last one's verdict
+        job = self._job(op, correct, repairable, seed_island)
         if job is None:
+            return False
+        fn, args, parents, island = job
+        key = (op, tuple(sorted(parents)))  # same operator, same parents: the same prompt
+        if key in self._in_flight():
             return False
         reservation = self.budget.reserve(self._estimate())
         if reservation is None:
             return False
-        fn, args, parents, island = job
         future = self.pool.submit(fn, self.llm, self.state.context(), *args)
-        self.llm_futures[future] = {"op": op, "parents": parents, "island": island, "reservation": reservation}
+        self.llm_futures[future] = {"op": op, "parents": parents, "island": island, "reservation": reservation,
+                                    "key": key}
         return True
 
-    def _job(self, op: str, correct: list[Member], repairable: Member | None):
+    def _in_flight(self) -> set[tuple]:
+        return {meta["key"] for meta in self.llm_futures.values()}
+
+    def _job(self, op: str, correct: list[Member], repairable: Member | None, seed_island: int | None):
         island = self._next_island()
         pool = [m for m in correct if m.island == island] or correct
-        if op == "translate":
-            return operators.translate, (), (), island
+        if op == "translate":  # the first kernels, then only to seed an empty or collapsed island
+            return operators.translate, (), (), seed_island if seed_island is not None else island
         if op == "mutate":
             parent = selection.pick_parent(pool, self.population.elites(), self.rng)
             return self._after_profile(parent.kernel_id), (self._variant(parent, "A"),), (parent.kernel_id,), \
                 parent.island
         if op == "crossover":
-            parents = selection.pick_crossover_parents(correct, self.rng)
+            parents = selection.pick_crossover_parents(correct, self.rng, avoid=self.crossed)
+            if len(parents) < 2:
+                return None
+            self.crossed.add(frozenset(p.kernel_id for p in parents))
             variants = [self._variant(p, "ABC"[i], notes=p.niche) for i, p in enumerate(parents)]
             return operators.crossover, (variants,), tuple(p.kernel_id for p in parents), parents[0].island
         if op == "reflect":
@@ -160,11 +176,17 @@ class Search:
         return estimate if estimate is not None else 0.0
 
     def _start_tune(self, correct: list[Member]) -> bool:
+        """A variant of one of the best tunable kernels of an island, within the ranges its own
+        `// tune:` marks list; the next of them when one has no untried variant left."""
         tunable = [m for m in correct if tune.has_tunables(m.source)]
-        parent = selection.tournament(tunable, self.rng)
-        known = [m.source for m in self.population.members]  # tune skips the novelty gate: no repeats
-        variants = tune.tune_variants(parent.source, self.rng, limit=1, exclude=known)
-        if not variants:
+        known = [m.source for m in self.population.members]
+        for parent in selection.tune_parents(tunable, self.rng):
+            # the gate knows every kernel submitted, judged or not: no variant is judged twice
+            variants = [v for v in tune.tune_variants(parent.source, self.rng, limit=4, exclude=known)
+                        if self.gate.check(v[0]).novel]
+            if variants:
+                break
+        else:
             return False
         source, change = variants[0]
         self._submit_child("tune", source, (parent.kernel_id,), parent.island, None,
@@ -177,6 +199,10 @@ class Search:
         meta = self.llm_futures.pop(future)
         try:
             proposal = future.result()
+        except Unreachable as exc:  # the server is gone: finish what is being judged, then stop
+            self.budget.release(meta["reservation"])
+            self.unreachable = self.unreachable or str(exc)
+            return
         except Stop:  # a refused key or request: the run cannot go on
             self.budget.release(meta["reservation"])
             raise
@@ -192,12 +218,11 @@ class Search:
                                   thinking=proposal.thinking, problem=f"{proposal.outcome}: {proposal.problem}")
             self.progress.verdicts[proposal.outcome] += 1
             return
-        novel, nearest, similarity = self.gate.check(proposal.source)
-        if not novel:
+        seen = self.gate.check(proposal.source)
+        if not seen.novel:  # an exact or renamed copy; any change to the code is judged
             self.state.add_kernel(proposal.source, meta["op"], meta["parents"], meta["island"], call_id,
-                                  self._generation(), thinking=proposal.thinking,
-                                  problem=f"near_duplicate: of kernel {nearest} (similarity {similarity:.3f})")
-            self.progress.skipped_duplicates += 1
+                                  self._generation(), thinking=proposal.thinking, problem=seen.problem())
+            self.progress.skipped_copies += 1
             return
         self._submit_child(meta["op"], proposal.source, meta["parents"], meta["island"], call_id,
                            thinking=proposal.thinking)
@@ -206,7 +231,7 @@ class Search:
                       thinking: str = "", note: str = "") -> None:
         kernel_id = self.state.add_kernel(source, op, parents, island, call_id, self._generation(),
                                           thinking=thinking, note=note)
-        self.resubmit({"id": kernel_id, "source": source, "operator": op})
+        self.resubmit({"id": kernel_id, "source": source, "operator": op, "island": island})
 
     def _judged(self, future: concurrent.futures.Future) -> None:
         meta = self.judge_futures.pop(future)
@@ -304,10 +329,15 @@ class Search:
         p.spend_usd, p.unknown_cost_calls, p.calls = spend["cost_usd"], spend["unknown_cost_calls"], spend["calls"]
         prompt = spend["input_tokens"] + spend["cache_read_tokens"] + spend["cache_write_tokens"]
         p.cache_hit = spend["cache_read_tokens"] / prompt if prompt else None
+        calls = self.archive.call_yield(self.state.run_id)
+        p.calls_by_operator = {op: row["calls"] for op, row in calls.items() if row["calls"]}
+        p.replies, p.replies_judged = (sum(row[k] for row in calls.values()) for k in ("replies", "judged"))
         p.llm_in_flight, p.judging = len(self.llm_futures), len(self.judge_futures)
         self.on_progress(p)
 
     def _stop_reason(self) -> str | None:
+        if self.unreachable:
+            return f"model unreachable: {self.unreachable}"
         since = self.progress.generation - self.improved_at
         return self.budget.exhausted(self.progress.generation, since)
 
@@ -349,7 +379,8 @@ class Search:
         device = min(self.device_load, key=lambda d: self.device_load[d])
         self.device_load[device] += 1
         future = self.judge.submit(self.state.task, path, device)
-        self.judge_futures[future] = {"kernel_id": row["id"], "device": device, "op": row["operator"]}
+        self.judge_futures[future] = {"kernel_id": row["id"], "device": device, "op": row["operator"],
+                                      "island": row.get("island", 0)}
 
     def abandon(self, grace_s: float = 0.0) -> int:
         """Ctrl-C: stop planning, cancel queued calls; returns calls still in flight after `grace_s`."""
@@ -394,11 +425,13 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
     from .novelty import default_embedder
 
     task = load_task(options.task_path)
-    llm = LLM(load_config(options.config_path).model(options.model))  # its calls are recorded once the run exists
+    config = load_config(options.config_path)
+    llm = LLM(config.model(options.model))  # its calls are recorded once the run exists
     archive = Archive.open(options.archive_path)
     try:
         task_id, run_id, seed, fmt = _open_run(archive, task, options, llm)
-        embedder = default_embedder()
+        embedder = default_embedder(config.embed_model())
+        on_status(f"embedder: {embedder.why}")
         stones, seeded = _stepping_stones(archive, task, task_id, embedder, options, on_status)
         ctx = Context(task_view(task), target_for(options.devices[0], fmt), inspirations=stones)
         state = RunState(archive, run_id, task, task_id, ctx, Path(options.archive_path).parent / "runs" / run_id, fmt)
@@ -408,7 +441,7 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
         budget = budgets.Budget(options.limits)
         spend = archive.spend(run_id)
         budget.restore(spend["cost_usd"], spend["calls"], elapsed_s(archive.events(run_id), time.time()))
-        gate = NoveltyGate(embedder, options.settings.novelty_threshold)
+        gate = NoveltyGate(embedder)
         for member in state.population.members:  # children left unjudged join it when resubmitted
             if member.ok:
                 gate.add_source(member.kernel_id, member.source)
@@ -434,12 +467,14 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
                 raise Interrupted(run_id) from None
             member, final = final_judgement(search, options, on_status)
         written = write_drop_in(member, final, task.name, run_id, options.out_dir) if final else None
-        budget_hit = reason.startswith(BUDGET_REASONS)
-        archive.finish_run(run_id, "budget" if budget_hit else "finished", reason)
+        budget_hit, unreachable = reason.startswith(BUDGET_REASONS), bool(search.unreachable)
+        archive.finish_run(run_id, "stopped" if unreachable else "budget" if budget_hit else "finished", reason)
         archive.add_event(run_id, "finished", {"reason": reason, "written": str(written) if written else None})
-        return Outcome(run_id, reason, EXIT_BUDGET if budget_hit else EXIT_OK, final,
-                       member.kernel_id if member else None, written, seeded,
-                       {"spend": archive.spend(run_id), "counts": archive.counts(run_id)})
+        code = EXIT_UNREACHABLE if unreachable else EXIT_BUDGET if budget_hit else EXIT_OK
+        return Outcome(run_id, reason, code, final, member.kernel_id if member else None, written, seeded,
+                       {"spend": archive.spend(run_id), "counts": archive.counts(run_id),
+                        "calls": archive.call_yield(run_id),
+                        "search_speedups": (member.speedup_eager, member.speedup_compile) if member else None})
     finally:
         archive.close()
 

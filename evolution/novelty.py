@@ -1,4 +1,4 @@
-"""Novelty: embed kernel sources and skip LLM outputs that are near-duplicates of known kernels.
+"""Novelty: embed kernel sources and skip LLM outputs that are copies of known kernels.
 
 Two embedders behind one protocol: `HashingEmbedder`, built in and offline (hashed n-grams of code
 tokens), and `SentenceEmbedder`, a sentence-transformers model used only when that package is
@@ -10,6 +10,7 @@ import hashlib
 import logging
 import os
 import re
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from .niches import code_parts
@@ -164,43 +165,71 @@ class SentenceEmbedder:
         return np.asarray(vectors, dtype=np.float32).reshape(len(texts), self.dim)
 
 
-def default_embedder(model_name: str | None = None) -> Embedder:
-    """The sentence model if asked for and available offline, else HashingEmbedder; `.why` says which."""
+DEFAULT_SENTENCE_MODEL = "sentence-transformers/all-MiniLM-L6-v2"  # small (90 MB), fast on a CPU
+
+
+def default_embedder(model_name: str | None = DEFAULT_SENTENCE_MODEL) -> Embedder:
+    """A sentence-transformers model when the `embed` extra is installed and the model is in the
+    local cache (nothing is downloaded), else HashingEmbedder; `.why` says which and why."""
+    import importlib.util
+
     if not model_name:
         return HashingEmbedder(why="built-in hashing embedder (no sentence model configured)")
     try:
+        installed = importlib.util.find_spec("sentence_transformers") is not None
+    except (ValueError, AttributeError):  # a module entry without a spec (a stub): not usable
+        installed = False
+    if not installed:
+        return HashingEmbedder(why="built-in hashing embedder (sentence-transformers is not installed: "
+                                   "pip install 'kernelevo[embed]')")
+    try:
         return SentenceEmbedder(model_name)
-    except Exception as exc:  # ImportError, model not cached, broken install: all mean "fall back"
-        why = f"sentence model {model_name} unavailable ({type(exc).__name__}: {str(exc)[:120]}); using hashing"
+    except Exception as exc:  # model not cached, broken install: all mean "fall back"
+        why = (f"built-in hashing embedder (sentence model {model_name} unavailable offline: "
+               f"{type(exc).__name__}: {str(exc)[:120]})")
         log.info(why)
         return HashingEmbedder(why=why)
 
 
+@dataclass(frozen=True)
+class GateResult:
+    """What the gate found for one candidate. `copy` is "" (judge it), "copy" (the same code as
+    kernel `nearest` once comments, docstrings and layout are dropped) or "renamed_copy" (the same
+    code up to a consistent renaming of identifiers). `similarity` is the cosine to the nearest
+    correct kernel: information for steering, never a reason to discard."""
+
+    copy: str
+    nearest: int | None
+    similarity: float
+
+    @property
+    def novel(self) -> bool:
+        return not self.copy
+
+    def problem(self) -> str:
+        """The stored reason a copy was not judged."""
+        what = "comments and layout aside" if self.copy == "copy" else "up to renamed identifiers"
+        return f"{self.copy}: the same code as kernel {self.nearest}, {what}"
+
+
 class NoveltyGate:
-    """Decides whether an LLM's candidate is new enough to be judged.
+    """Decides whether an LLM's candidate is worth judging: every reply that changes code is.
 
-    Not novel: (1) an exact duplicate of a known kernel once comments, docstrings and layout are
-    dropped; (2) the same code up to a consistent renaming of identifiers (both are checked by
-    fingerprint, whatever the threshold); (3) cosine similarity >= `threshold` to a known kernel.
+    Discarded are only (1) exact copies of a known kernel once comments, docstrings and layout are
+    dropped and (2) the same code up to a consistent renaming of identifiers, both by fingerprint.
+    A reply costs 30-120 s and cents to dollars, judging it about two seconds: a one-line change
+    can be the winning idea (a run lost non-temporal stores to a 0.98 similarity threshold, and
+    the crossover that carried them was that run's best kernel), so similarity never discards.
 
-    Threshold 0.98, measured with the hashing embedder on benchmarks/tasks/candidates (see
-    tests/test_evolution_novelty.py): in the ~90-line row_softmax kernel file a changed BLOCK
-    constant scores 0.998, one removed `#pragma unroll` 0.999, renaming one to four variables
-    0.998 to 0.98 (renames are caught exactly by the fingerprint anyway); replacing expf by
-    __expf at its ten call sites scores 0.97, dropping the float4 paths 0.88, and different
-    kernels (other tasks, or the same kernel in another format) stay below 0.75. So at 0.98 an
-    LLM output that changed about one line of a known kernel counts as a near-duplicate, while an
-    edit at several sites passes. The LLM was paid for an idea, and a lone constant is what the
-    tune operator explores systematically and for free: a changed BLOCK constant IS a
-    meaningful variant for tune, so the loop does not send tune's outputs through this gate
-    (tune dedupes by exact source). Cosine is size-relative: in a kernel three times longer, the
-    same edit scores closer to 1. The numbers are this embedder's; a sentence model has its own
-    scale, so pass a threshold measured for it.
+    Similarity to the known correct kernels (cosine of the embeddings) is still measured and
+    returned, for the record and for steering. Measured with the hashing embedder on
+    benchmarks/tasks/candidates: in the ~90-line row_softmax kernel a changed BLOCK constant
+    scores 0.998, renaming variables 0.98 to 0.998, replacing expf by __expf at ten sites 0.97,
+    dropping the float4 paths 0.88, and different kernels stay below 0.75.
     """
 
-    def __init__(self, embedder: Embedder, threshold: float = 0.98):
+    def __init__(self, embedder: Embedder):
         self.embedder = embedder
-        self.threshold = threshold
         self._ids: list[int] = []
         self._rows: list = []
         self._matrix = None  # stacked rows, rebuilt lazily after adds
@@ -228,9 +257,8 @@ class NoveltyGate:
             self._structure.setdefault(struct, kernel_id)
 
     def remember(self, kernel_id: int, source: str) -> None:
-        """Know a kernel by its fingerprints only: exact and renamed copies are blocked, near ones
-        pass. For kernels not (yet) judged correct: a small edit of a failed kernel is what a fix
-        looks like, and one of a kernel still being judged may be the fix of its failure."""
+        """Know a kernel by its fingerprints only: its copies are skipped, but it is not measured
+        against. For kernels not (yet) judged correct, whose similarity steers nothing."""
         exact, struct = fingerprints(source)
         self._exact.setdefault(exact, kernel_id)
         self._structure.setdefault(struct, kernel_id)
@@ -252,11 +280,11 @@ class NoveltyGate:
         i = int(np.argmax(sims))
         return self._ids[i], float(sims[i])
 
-    def check(self, source: str) -> tuple[bool, int | None, float]:
-        """(novel?, nearest known kernel id, its similarity); duplicates report similarity 1.0."""
+    def check(self, source: str) -> GateResult:
+        """Copies by fingerprint; otherwise novel, with the nearest correct kernel and its similarity."""
         exact, struct = fingerprints(source)
-        for table, key in ((self._exact, exact), (self._structure, struct)):
+        for kind, table, key in (("copy", self._exact, exact), ("renamed_copy", self._structure, struct)):
             if key in table:
-                return False, table[key], 1.0
-        nearest, sim = self.nearest(self.embedder.embed([source])[0])
-        return (nearest is None or sim < self.threshold), nearest, sim
+                return GateResult(kind, table[key], 1.0)
+        nearest, sim = self.nearest(self.embedder.embed([source])[0]) if self._ids else (None, 0.0)
+        return GateResult("", nearest, sim)

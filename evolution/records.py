@@ -13,7 +13,7 @@ from kernelevo.records import Evaluation
 from . import budget as budgets
 from .population import Member
 
-EXIT_OK, EXIT_BUDGET = 0, 3
+EXIT_OK, EXIT_BUDGET, EXIT_UNREACHABLE = 0, 3, 4  # 4: the model server stopped answering
 BUDGET_REASONS = ("max-cost-usd", "max-llm-calls", "max-wall-time")
 
 
@@ -23,7 +23,6 @@ class SearchSettings:
     islands: int = 2
     llm_concurrency: int = 4
     reflect_k: int = 4
-    novelty_threshold: float = 0.98  # see evolution/novelty.py for how it was chosen
     prompt_tokens_estimate: int = 12000  # what a call is reserved at before it is made
     output_tokens_estimate: int = 6000
     profile_per_generation: int = 2  # new island bests profiled per generation (0: none); see loop._profile
@@ -47,7 +46,10 @@ class Progress:
     verdicts: Counter = field(default_factory=Counter)
     llm_in_flight: int = 0
     judging: int = 0
-    skipped_duplicates: int = 0
+    skipped_copies: int = 0  # replies that were exact or renamed copies of a known kernel
+    calls_by_operator: dict = field(default_factory=dict)  # operator -> LLM calls
+    replies: int = 0  # replies that came back and became a kernel row
+    replies_judged: int = 0  # of those, the ones the judge got
     status: str = "starting"
 
     @property
@@ -106,7 +108,8 @@ def write_drop_in(member: Member, evaluation: Evaluation, task_name: str, run_id
     path = out_dir / f"{task_name}_kernelevo.py"
     header = (f"# kernelevo run {run_id}, kernel {member.kernel_id}, {date.today().isoformat()}: "
               f"{evaluation.speedup_eager:.2f}x eager, {evaluation.speedup_compile or 0:.2f}x torch.compile "
-              f"on {evaluation.device_name or evaluation.device} (torch {evaluation.torch_version}).\n"
+              f"on {evaluation.device_name or evaluation.device} (torch {evaluation.torch_version}), "
+              f"re-judged in a fresh process (the search measured {member.fitness:.2f}x eager).\n"
               f"# Drop-in: `from {task_name}_kernelevo import ModelNew` replaces the task's Model.\n")
     header += _shapes_comment(evaluation)
     path.write_text(header + member.source)

@@ -47,11 +47,13 @@ class OperatorStats:
                        improvements=self.improvements + bool(improvement), cost_usd=self.cost_usd + (cost_usd or 0.0))
 
 
-def eligible_operators(has_correct: bool, n_correct: int, has_failed_fixable: bool, has_tunable: bool) -> list[str]:
-    """Operators that can run now; only translate before any kernel is correct."""
+def eligible_operators(has_correct: bool, n_correct: int, has_failed_fixable: bool, has_tunable: bool,
+                       translate_ok: bool = True) -> list[str]:
+    """Operators that can run now; only translate before any kernel is correct, and afterwards
+    translate only when `translate_ok` (an island is empty or has collapsed: islands.needing_seed)."""
     if not has_correct or n_correct < 1:
         return ["translate"]
-    out = ["translate", "mutate"]
+    out = ["translate", "mutate"] if translate_ok else ["mutate"]
     if has_failed_fixable:
         out.append("repair")
     if n_correct >= 2:
@@ -92,9 +94,9 @@ def operator_weights(stats: Mapping[str, OperatorStats], eligible: list[str],
 
 def choose_operator(stats: Mapping[str, OperatorStats], has_correct: bool, n_correct: int,
                     has_failed_fixable: bool, has_tunable: bool, rng: random.Random,
-                    base_weights: Mapping[str, float] | None = None) -> str:
+                    base_weights: Mapping[str, float] | None = None, translate_ok: bool = True) -> str:
     """The next operator: "translate" until a kernel is correct, then a draw from operator_weights."""
-    eligible = eligible_operators(has_correct, n_correct, has_failed_fixable, has_tunable)
+    eligible = eligible_operators(has_correct, n_correct, has_failed_fixable, has_tunable, translate_ok)
     if len(eligible) == 1:
         return eligible[0]
     weights = operator_weights(stats, eligible, base_weights)

@@ -7,7 +7,8 @@ tested on its statistics alone.
 from __future__ import annotations
 
 import random
-from typing import Iterable, Mapping, Sequence
+from itertools import combinations
+from typing import Collection, Iterable, Mapping, Sequence
 
 from .population import Member, rank_key
 
@@ -48,12 +49,29 @@ def pick_parent(pop_members: Sequence[Member], elites: Mapping[str, Member] | It
     return _weighted(rest, rng, stone_bias)
 
 
-def pick_crossover_parents(members: Sequence[Member], rng: random.Random, n: int = 2) -> list[Member]:
+def pick_crossover_parents(members: Sequence[Member], rng: random.Random, n: int = 2,
+                           avoid: Collection[frozenset] = (), draws: int = 8) -> list[Member]:
     """Up to `n` correct members with distinct sources, from distinct niches when there are
     enough: crossover is meant to combine different strengths (a tiled kernel with a vectorised
     one), and two kernels of one niche mostly share theirs. Each parent is a tournament winner
-    of its niche. Fewer than `n` only when fewer distinct correct kernels exist."""
+    of its niche. A set of parents in `avoid` (crossed before, or in flight: the same prompt
+    again) is drawn again, up to `draws` times, then chosen among the sets not in `avoid` (of the
+    40 fastest); [] when there is none. Fewer than `n` only when fewer distinct correct kernels
+    exist."""
     ok = _distinct_sources([m for m in members if m.ok])
+    for _ in range(max(1, draws)):
+        picked = _draw_parents(ok, rng, n)
+        if frozenset(m.kernel_id for m in picked) not in avoid:
+            return picked
+    # the draws keep landing on known sets: choose among the sets not tried, distinct niches first
+    fresh = [c for c in combinations(ok[:40], min(n, len(ok))) if frozenset(m.kernel_id for m in c) not in avoid]
+    if not fresh:
+        return []
+    apart = [c for c in fresh if len({m.niche for m in c}) == len(c)]
+    return sorted(rng.choice(apart or fresh), key=rank_key)
+
+
+def _draw_parents(ok: list[Member], rng: random.Random, n: int) -> list[Member]:
     by_niche: dict[str, list[Member]] = {}
     for m in ok:
         by_niche.setdefault(m.niche, []).append(m)
@@ -67,6 +85,18 @@ def pick_crossover_parents(members: Sequence[Member], rng: random.Random, n: int
             break
         picked.append(tournament(left, rng))
     return picked
+
+
+def tune_parents(tunable: Sequence[Member], rng: random.Random, per_island: int = 2) -> list[Member]:
+    """Kernels to tune, in the order to try them: the `per_island` fastest correct kernels of
+    each island, shuffled. Tuning a slow kernel spends judge time where no improvement can come
+    from (a run tuned its slowest kernel twice, a 0.71x crossover)."""
+    by_island: dict[int, list[Member]] = {}
+    for m in sorted((m for m in tunable if m.ok), key=rank_key):
+        by_island.setdefault(m.island, []).append(m)
+    top = list({m.kernel_id: m for ms in by_island.values() for m in ms[:max(1, per_island)]}.values())
+    rng.shuffle(top)
+    return top
 
 
 def pick_reflect_variants(members: Sequence[Member], rng: random.Random, k: int = 4) -> list[Member]:

@@ -86,6 +86,10 @@ class RunState:
     def judged(self) -> int:
         return self.archive.counts(self.run_id)["evaluations"]
 
+    def crossed(self) -> set[frozenset]:
+        """Parent sets crossover was called on before this session (whatever came of each call)."""
+        return {frozenset(r["parents"]) for r in self._rows_at_start if r["operator"] == "crossover"}
+
     def unjudged(self) -> list[dict]:
         """Children stored but never judged (the run was killed while they waited): judge them first."""
         return [r for r in self._rows_at_start if r["source"] and not r.get("verdict") and not r.get("problem")]

@@ -227,8 +227,8 @@ def show(
 
     console = Console()
     _print_facts(k, task, console)
-    if k["evaluations"]:
-        _print_latest(k["evaluations"][-1], console)
+    if k["evaluations"]:  # the profile is taken where it was measured (a search evaluation)
+        _print_latest(k["evaluations"][-1], console, next((e for e in reversed(k["evaluations"]) if e["profile"]), None))
     console.print(_lineage_line(k, ancestors), markup=False, highlight=False)
 
 
@@ -236,7 +236,7 @@ def _print_facts(k: dict, task: dict, console) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from kernelevo.report import _COLOURS, speedup_text
+    from kernelevo.report import _COLOURS
 
     judged = next((e for e in k["evaluations"] if e["id"] == k["evaluation_id"]), None) or {}
     times = [f"{name} {judged[col]:.4g} ms" for name, col in
@@ -250,8 +250,7 @@ def _print_facts(k: dict, task: dict, console) -> None:
             ("format", k["format"] or "-", ""),
             ("verdict", verdict, _COLOURS.get(k["verdict"], "red") if k["verdict"] else "dim"),
             ("message", judged.get("message"), ""),
-            ("speedup", k["speedup_eager"] is not None and f"{speedup_text(k['speedup_eager'])} vs eager, "
-             f"{speedup_text(k['speedup_compile'])} vs torch.compile", ""),
+            ("speedup", _speedups(k), ""),
             ("time", ", ".join(times), ""),
             ("stepping stone", k["stepping_stone"] and (k["stone_reason"] or "yes"), ""),
             ("problem", k["problem"], "yellow")]
@@ -270,8 +269,22 @@ def _print_facts(k: dict, task: dict, console) -> None:
         console.print(f"(no source: {k['problem'] or 'none stored'})", markup=False, style="dim")
 
 
-def _print_latest(evaluation: dict, console) -> None:
-    """The kernel's latest evaluation as `kernelevo evaluate` prints one, profile included."""
+def _speedups(k: dict) -> str:
+    """The final re-judgement's figures where the kernel has one, the search's labelled beside them."""
+    from kernelevo.report import speedup_text
+
+    def pair(e: dict) -> str:
+        return f"{speedup_text(e['speedup_eager'])} vs eager, {speedup_text(e['speedup_compile'])} vs torch.compile"
+
+    final = next((e for e in reversed(k["evaluations"]) if e["purpose"] == "final" and e["verdict"] == "ok"), None)
+    search = pair(k) if k["speedup_eager"] is not None else ""
+    if final is None:
+        return search
+    return f"{pair(final)} (final re-judgement)" + (f"; search: {search}" if search else "")
+
+
+def _print_latest(evaluation: dict, console, profile_row: dict | None = None) -> None:
+    """The kernel's latest evaluation as `kernelevo evaluate` prints one, with the latest profile."""
     from kernelevo.records import Evaluation, Profile
     from kernelevo.report import print_evaluation, print_profile
 
@@ -279,7 +292,8 @@ def _print_latest(evaluation: dict, console) -> None:
                  align="left")
     try:
         record = Evaluation.from_dict(evaluation["data"])
-        profile = Profile.from_dict(evaluation["profile"]) if evaluation["profile"] else None
+        stored = evaluation["profile"] or (profile_row or {}).get("profile")
+        profile = Profile.from_dict(stored) if stored else None
     except (TypeError, KeyError, ValueError) as exc:
         # a record written by another kernelevo version: the facts above still hold
         _note(f"evaluation {evaluation['id']}: stored record not readable by this kernelevo ({exc})")

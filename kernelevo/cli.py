@@ -116,10 +116,15 @@ def evaluate(
 
 @app.command()
 def doctor(as_json: bool = typer.Option(False, "--json", help="print the findings as JSON")) -> None:
-    """What this machine offers kernelevo: GPUs, driver, compilers, profilers, API keys."""
+    """What this machine offers kernelevo: GPUs, driver, compilers, profilers, embedder, API keys."""
+    from kernelevo.config import ConfigError, load_config
     from kernelevo.doctor import collect, print_findings
 
-    findings = collect()
+    try:
+        config = load_config()
+    except ConfigError as exc:
+        fail(str(exc))
+    findings = collect(config.embed_model())
     if as_json:
         typer.echo(json.dumps(findings, indent=2))
     else:

@@ -58,6 +58,13 @@ class Config:
 
         return default_path()
 
+    def embed_model(self) -> str | None:
+        """The sentence-transformers model for embeddings (`embed_model =`; "" for the built-in one)."""
+        from kernelevo.evolution.novelty import DEFAULT_SENTENCE_MODEL
+
+        value = self.raw.get("embed_model", DEFAULT_SENTENCE_MODEL)
+        return str(value) if value else None
+
     def model(self, name: str) -> ModelChoice:
         """An alias from [models.ALIAS], or a plain provider:model string."""
         return self.models.get(name) or ModelChoice(spec=name)

@@ -61,7 +61,15 @@ def _tool(name: str, version_args: list[str], fix: str, places: tuple[str, ...] 
     return {"ok": True, "detail": f"{path}  {version.splitlines()[line] if version else ''}".strip()}
 
 
-def collect() -> dict:
+def _embedder(model_name: str | None) -> dict:
+    from kernelevo.evolution.novelty import SentenceEmbedder, default_embedder
+
+    embedder = default_embedder(model_name)
+    return {"ok": isinstance(embedder, SentenceEmbedder), "detail": f"{embedder.name}: {embedder.why}",
+            "fix": "optional: pip install 'kernelevo[embed]' and cache the model once with network"}
+
+
+def collect(embed_model: str | None = None) -> dict:
     keys = {k: (mask(os.environ[k]) if os.environ.get(k) else None) for k in API_KEYS}
     return {
         "gpu": _gpus(),
@@ -71,6 +79,7 @@ def collect() -> dict:
                      line=-1),
         "c_compiler": _tool("cc", ["--version"], "install gcc (needed for the CPU backend)"),
         "ninja": _tool("ninja", ["--version"], "pip install ninja (needed for the inline format)"),
+        "embedder": _embedder(embed_model),
         "api_keys": {"ok": any(v for k, v in keys.items() if k.endswith("KEY")), "detail": keys,
                      "fix": "export OPENAI_API_KEY or ANTHROPIC_API_KEY (kernelevo optimize needs one)"},
     }

@@ -1,7 +1,8 @@
 """What `kernelevo optimize` shows while it runs (stderr) and when it ends (stdout).
 
 The live panel fits a 100-column terminal: one line of search state, one of spend, one of
-verdicts, one of activity. It redraws at most four times a second.
+verdicts, one of what the model's replies became (yield, calls per operator), one of activity.
+It redraws at most four times a second.
 """
 from __future__ import annotations
 
@@ -24,10 +25,19 @@ def lines(p: Any, limits: dict) -> list[str]:
         f"generation {p.generation}  judged {p.judged} ({p.per_minute:.1f}/min)  "
         f"best {_x(p.best_eager)} vs eager, {_x(p.best_compile)} vs torch.compile",
         f"spend ${p.spend_usd:.4f}{cap}{unknown}  LLM calls {p.calls}  prompt cache hits {cache}",
-        f"verdicts: {verdicts}" + (f"  near-duplicates skipped {p.skipped_duplicates}" if p.skipped_duplicates else ""),
+        f"verdicts: {verdicts}" + (f"  copies skipped {p.skipped_copies}" if p.skipped_copies else ""),
+        f"yield {p.replies_judged}/{p.replies} replies judged  calls: {call_shares(p.calls_by_operator)}",
         f"in flight: {p.llm_in_flight} LLM calls, {p.judging} being judged  {p.status}",
     ]
     return [line if len(line) <= WIDTH - 4 else line[:WIDTH - 7] + "..." for line in text]
+
+
+def call_shares(calls: dict) -> str:
+    """'mutate 5 (42%), crossover 3 (25%)': LLM calls per operator, most first."""
+    total = sum(calls.values())
+    if not total:
+        return "-"
+    return ", ".join(f"{op} {n} ({n / total:.0%})" for op, n in sorted(calls.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 class LiveProgress:
@@ -74,15 +84,21 @@ def summary_rows(outcome: Any) -> list[tuple[str, str]]:
     best = outcome.best
     rows = [("run", outcome.run_id), ("stopped because", outcome.reason)]
     if best is not None:
+        searched = outcome.summary.get("search_speedups") or (None, None)
         rows += [("best kernel", f"{outcome.best_kernel_id}: {_x(best.speedup_eager)} vs eager, "
                                  f"{_x(best.speedup_compile)} vs torch.compile (re-judged in a fresh process)"),
+                 ("in the search", f"{_x(searched[0])} vs eager, {_x(searched[1])} vs torch.compile"),
                  ("written to", str(outcome.written))]
     else:
         rows.append(("best kernel", "none passed the judge"))
     cost = f"${spend.get('cost_usd', 0.0):.4f}"
     if spend.get("unknown_cost_calls"):
         cost += f" + {spend['unknown_cost_calls']} calls of unknown cost"
+    calls = outcome.summary.get("calls") or {}
+    replies, judged = (sum(row[k] for row in calls.values()) for k in ("replies", "judged"))
     rows += [("LLM calls", f"{spend.get('calls', 0)} ({cost})"),
+             ("calls per operator", call_shares({op: row["calls"] for op, row in calls.items() if row["calls"]})),
+             ("yield", f"{judged} of {replies} replies judged" if replies else "-"),
              ("candidates judged", str(counts.get("evaluations", 0))),
              ("verdicts", ", ".join(f"{k} {v}" for k, v in sorted((counts.get("verdicts") or {}).items())) or "-")]
     return rows

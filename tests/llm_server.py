@@ -46,8 +46,9 @@ class ScriptedServer:
             def do_POST(self):  # noqa: N802 - the http.server protocol
                 raw = self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}"
                 body = json.loads(raw)
+                record = {"path": self.path, "body": body, "headers": dict(self.headers), "t0": time.monotonic()}
                 with server._lock:
-                    server.requests.append({"path": self.path, "body": body, "headers": dict(self.headers)})
+                    server.requests.append(record)
                     step = server._next(json.dumps(body))
                     server.active += 1
                     server.most_active = max(server.most_active, server.active)
@@ -55,6 +56,7 @@ class ScriptedServer:
                     time.sleep(step.delay_s)
                     self._answer(step)
                 finally:
+                    record["t1"] = time.monotonic()  # [t0, t1]: when this request was in flight here
                     with server._lock:
                         server.active -= 1
 

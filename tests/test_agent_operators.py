@@ -155,6 +155,30 @@ def test_timeout_costs_unknown(server, make_llm):
     assert llm.calls[0].outcome == "transient" and llm.calls[0].cost_usd is None
 
 
+def test_a_server_gone_costs_nothing_backs_off_then_stops(server, make_llm, monkeypatch):
+    from kernelevo.agent import client
+
+    monkeypatch.setattr(client, "BACKOFF_S", 0.05)  # the pauses' shape, not their length, is tested
+    server.steps.append(Step(text=WHOLE, usage=dict(input=5, output=5)))
+    llm = make_llm()
+    assert operators.translate(llm, CTX).ok
+    url = server.url
+    server.close()  # connection refused from now on
+    paused = []
+    for _ in range(client.STOP_AFTER - 1):
+        assert operators.translate(llm, CTX).outcome == "failed_call"
+        paused.append(llm.paused_for() > 0)
+    with pytest.raises(client.Unreachable) as info:
+        operators.translate(llm, CTX)
+    failed = llm.calls[1:]
+    assert [c.outcome for c in failed] == ["unreachable"] * client.STOP_AFTER
+    assert all(c.cost_usd == 0.0 for c in failed)  # never connected: nothing billed, not "unknown"
+    # calls pause once BACKOFF_AFTER have failed in a row
+    assert paused == [False] * (client.BACKOFF_AFTER - 1) + [True] * (client.STOP_AFTER - client.BACKOFF_AFTER)
+    message = str(info.value)
+    assert "\n" not in message and url.split("//")[1] in message and f"{client.STOP_AFTER} calls in a row" in message
+
+
 @pytest.mark.parametrize("status", [401, 400])
 def test_refused_key_or_request_stops_the_run(server, make_llm, status):
     server.steps.append(Step(status=status))

@@ -62,6 +62,7 @@ def archive(tmp_path_factory):
         a.add_evaluation(k["b"], ok(1.6, profile))
         a.add_evaluation(k["cross"], failed("incorrect", "value_mismatch", "output 0 differs at (3, 7)"))
         a.add_evaluation(k["scale"], ok(2.0))
+        a.add_evaluation(k["b"], ok(1.45), purpose="final")  # the re-judgement at the end of the run
         a.finish_run(other, "finished", "generations")
     return {"path": str(path), "run": run, "other": other, **k}
 
@@ -134,7 +135,9 @@ def test_ls_kernels_json_min_speedup_and_limit(archive):
 def test_show_source_evaluation_profile_lineage(archive):
     out = cli(archive, "show", str(archive["b"])).stdout
     assert "BLOCK = 1024  # one block per row" in out  # the source
-    assert "mutate" in out and "1.60x" in out and "row_softmax" in out
+    assert "mutate" in out and "row_softmax" in out
+    # the final re-judgement's figure, the search's labelled beside it
+    assert "1.45x vs eager" in out and "(final re-judgement); search: 1.60x vs eager" in "".join(out.split("\n"))
     assert "speed of light" in out and "as the search's prompts show it" in out  # the profile
     assert f"lineage: {archive['b']} <- {archive['a']} translate" in out
 
@@ -142,8 +145,8 @@ def test_show_source_evaluation_profile_lineage(archive):
 def test_show_json_has_the_evaluations(archive):
     data = json.loads(cli(archive, "show", str(archive["b"]), "--json").stdout)
     assert data["id"] == archive["b"] and data["source"] == KERNEL_B and data["parents"] == [archive["a"]]
-    [evaluation] = data["evaluations"]
-    assert evaluation["data"]["speedup_eager"] == pytest.approx(1.6)
+    evaluation, final = data["evaluations"]
+    assert evaluation["data"]["speedup_eager"] == pytest.approx(1.6) and final["purpose"] == "final"
     assert evaluation["profile"] == recorded()["profile"]
 
 
@@ -188,7 +191,8 @@ def test_export_jsonl_and_parquet(archive, tmp_path):
     by_id = {r["kernel_id"]: r for r in rows}
     b = by_id[archive["b"]]
     assert b["task"] == "row_softmax" and b["task_source"] == SOFTMAX and b["source"] == KERNEL_B
-    assert (b["operator"], b["parents"], b["verdict"], b["speedup_eager"]) == ("mutate", [archive["a"]], "ok", 1.6)
+    # the latest evaluation: the final re-judgement
+    assert (b["operator"], b["parents"], b["verdict"], b["speedup_eager"]) == ("mutate", [archive["a"]], "ok", 1.45)
     assert b["profile"]["dominant_kernel"] == "softmax_rows" and b["profile"]["registers"] == 31
     assert b["profile"]["bound"] == "memory" and 80 < b["profile"]["sol_pct"] < 100
     assert (b["model"], b["cost_usd"]) == ("anthropic:claude-sonnet-4-5", 0.5)
@@ -200,7 +204,7 @@ def test_export_jsonl_and_parquet(archive, tmp_path):
     assert sorted(frame["kernel_id"]) == sorted([archive["a"], archive["b"]])
     row = frame.set_index("kernel_id").loc[archive["b"]]
     assert json.loads(row["parents"]) == [archive["a"]] and json.loads(row["profile"])["registers"] == 31
-    assert row["speedup_eager"] == 1.6 and row["task_source"] == SOFTMAX
+    assert row["speedup_eager"] == 1.45 and row["task_source"] == SOFTMAX
 
 
 def test_import_kernelbench_folder_then_cuda_l1_lines(tmp_path):
@@ -257,7 +261,14 @@ def test_report_numbers_come_from_the_rows(archive, tmp_path):
     ops = {o["operator"]: o for o in data["operators"]}
     assert (ops["mutate"]["ok"], ops["mutate"]["new_bests"], ops["mutate"]["calls"]) == (1, 1, 2)
     assert ops["mutate"]["cost_usd"] == pytest.approx(0.75) and ops["mutate"]["usd_per_ok"] == pytest.approx(0.75)
-    assert (ops["translate"]["judged"], ops["translate"]["ok"], ops["translate"]["yield"]) == (2, 1, 0.5)
+    assert (ops["translate"]["judged"], ops["translate"]["ok"], ops["translate"]["ok_rate"]) == (2, 1, 0.5)
+    # yield: replies judged / replies received (the translations here came from no recorded call)
+    assert (ops["mutate"]["replies"], ops["mutate"]["yield"], ops["translate"]["yield"]) == (1, 1.0, None)
+    # one truth: the final re-judgement's figures for the best kernel, the search's kept beside them
+    run = data["run"]
+    assert (run["best_speedup"], run["best_figures"], run["best_search_speedup"]) == (1.45, "final", 1.6)
+    assert (data["top"][0]["speedup"], data["top"][0]["figures"]) == (1.45, "final")
+    assert (data["top"][1]["speedup"], data["top"][1]["figures"]) == (1.15, "search")
     assert {m["model"] for m in data["models"]} == {"claude-sonnet-4-5", "(none)"}
     page = (tmp_path / "r.html").read_text()
     assert f"kernelevo report: {archive['run']} (row_softmax)" in page and "wrote" in out.stderr

@@ -293,3 +293,43 @@ class ModelNew(torch.nn.Module):
 ])
 def test_torch_ops_counts_compute_not_glue(body, expected):
     assert niches.describe(TORCH_BASE.format(body=body), "nvrtc")["torch_ops"] is expected
+
+
+# --- spending replies where they pay -------------------------------------------------------
+
+def test_crossover_avoids_pairs_already_crossed_or_in_flight():
+    pool = [member(1, 2.0, niche="L1"), member(2, 1.5, niche="L2-smem"), member(3, 1.2, niche="L1-vec")]
+    rng = random.Random(0)
+    avoid = {frozenset({1, 2}), frozenset({1, 3})}
+    for _ in range(20):
+        picked = selection.pick_crossover_parents(pool, rng, avoid=avoid)
+        assert frozenset(m.kernel_id for m in picked) == {2, 3}
+    every = {frozenset({1, 2}), frozenset({1, 3}), frozenset({2, 3})}
+    assert selection.pick_crossover_parents(pool, rng, avoid=every) == []
+
+
+def test_tune_only_the_fastest_kernels_of_each_island():
+    tunable = [member(1, 3.0), member(2, 2.5), member(3, 0.7), member(4, 0.4),
+               member(5, 1.1, island=1), member(6, 0.9, island=1), member(7, 0.3, island=1),
+               member(8, 9.0, verdict="incorrect")]
+    seen = set()
+    for seed in range(30):
+        order = selection.tune_parents(tunable, random.Random(seed))
+        assert {m.kernel_id for m in order} == {1, 2, 5, 6}
+        seen.add(order[0].kernel_id)
+    assert seen == {1, 2, 5, 6}  # each of them comes first now and then
+
+
+def test_translate_again_only_to_seed_an_empty_or_collapsed_island():
+    assert islands.needing_seed([], 2) == 0
+    working = [member(1, 1.5, island=0), member(2, 1.2, island=1)]
+    assert islands.needing_seed(working, 2) is None
+    assert islands.needing_seed(working[:1], 2) == 1  # island 1 has no correct kernel
+    failing = [member(10 + i, verdict="incorrect", island=1) for i in range(islands.COLLAPSE_AFTER)]
+    assert islands.needing_seed(working + failing, 2) == 1  # its last children all failed
+    assert islands.needing_seed(working + failing[:-1], 2) is None
+    assert scheduling.eligible_operators(True, 2, False, False, translate_ok=False) == \
+        ["mutate", "crossover", "reflect"]
+    rng = random.Random(0)
+    picks = {scheduling.choose_operator({}, True, 2, False, False, rng, translate_ok=False) for _ in range(200)}
+    assert "translate" not in picks

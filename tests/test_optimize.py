@@ -205,7 +205,8 @@ def test_progress_panel_fits_100_columns():
     from rich.panel import Panel
 
     p = Progress(generation=123, judged=45678, best_eager=123.45, best_compile=98.76, spend_usd=1234.5678,
-                 unknown_cost_calls=12, calls=9999, cache_hit=0.873, skipped_duplicates=321,
+                 unknown_cost_calls=12, calls=9999, cache_hit=0.873, skipped_copies=321, calls_by_operator={"mutate": 5000, "crossover": 3000, "reflect": 1500, "translate": 499},
+                 replies=9000, replies_judged=8800,
                  verdicts=Counter(ok=1200, compile_error=300, incorrect=250, runtime_error=99, rejected=42,
                                   timeout=7, no_code=5, edit_failed=3, failed_call=2),
                  status="finishing: max-cost-usd reached ($1234.5678 of $1234.0000)")

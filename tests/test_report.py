@@ -50,7 +50,7 @@ def small_run() -> dict:
         (8, [99], "mutate", 2, "crashed", "illegal memory access", None, False),
         (9, [7], "tune", 3, "ok", "", 3.1, False),
         (10, [7], "reflect", 3, "rejected", "calls torch.softmax", None, False),
-        (11, [9], "mutate", 3, "not judged", "near_duplicate: of kernel 9", None, False),
+        (11, [9], "mutate", 3, "not judged", "copy: the same code as kernel 9, comments and layout aside", None, False),
         (12, [9], "mutate", 3, "no kernel", "no code block in the reply", None, False),
     ]
     path = [2, 3, 5, 7, 9]
@@ -78,7 +78,8 @@ def small_run() -> dict:
     for n in judged:
         verdicts[n["verdict"]] = verdicts.get(n["verdict"], 0) + 1
     group = {"kernels": 12, "judged": 10, "ok": 5, "new_bests": 5, "best_speedup": 3.1, "calls": 13, "failed_calls": 1,
-             "cost_usd": 0.3, "tokens": 123456, "yield": 0.5, "usd_per_ok": 0.06}
+             "cost_usd": 0.3, "tokens": 123456, "replies": 12, "replies_judged": 10, "yield": 10 / 12,
+             "ok_rate": 0.5, "usd_per_ok": 0.06}
     return {
         "run": {"id": "r-test-1", "task": "row_softmax", "task_hash": "abc123def4567890", "status": "budget",
                 "stop_reason": "max-llm-calls reached", "started": "2026-01-01 10:00", "finished": "2026-01-01 10:20",
