@@ -165,8 +165,9 @@ def _number(value: float | None, digits: int = 2) -> str:
 
 def variant(v: Variant) -> str:
     if v.verdict == "ok":
-        measured = fill("measured_ok.md", eager=_number(v.speedup_eager), compiled=_number(v.speedup_compile),
-                        ms=_number(v.ms, 4))
+        compiled = f"{_number(v.speedup_compile)}x torch.compile" if v.speedup_compile is not None \
+            else f"torch.compile {phrases()['labels']['unknown']}"  # not "not measuredx torch.compile"
+        measured = fill("measured_ok.md", eager=_number(v.speedup_eager), compiled=compiled, ms=_number(v.ms, 4))
     else:
         measured = fill("measured_failed.md", verdict=v.verdict, reason=v.reason, message=v.message)
     return fill("variant.md", label=v.label, format=v.format, measured=measured,

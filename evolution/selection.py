@@ -11,6 +11,7 @@ from itertools import combinations
 from typing import Collection, Iterable, Mapping, Sequence
 
 from .population import Member, rank_key
+from .tune import untuned
 
 FIXABLE = ("compile_error", "runtime_error", "incorrect")  # timeout/rejected: the idea, not a slip, is wrong
 REPAIR_WINDOW = 4  # repair picks among this many most recent eligible failures
@@ -138,9 +139,11 @@ def pick_repair_target(members: Sequence[Member], rng: random.Random) -> Member 
 
 
 def _distinct_sources(members: list[Member]) -> list[Member]:
-    """First member per source text after stripping trailing whitespace of each line."""
+    """The fastest member per approach: sources compared with trailing whitespace stripped and
+    tune-marked constants set alike, so that a kernel and its tune variants count once (a model
+    asked to cross or contrast kernels that differ in one constant has nothing to work with)."""
     seen: dict[str, Member] = {}
     for m in sorted(members, key=rank_key):  # keep the fastest of identical copies
-        key = "\n".join(line.rstrip() for line in m.source.strip().splitlines())
+        key = "\n".join(line.rstrip() for line in untuned(m.source).strip().splitlines())
         seen.setdefault(key, m)
     return list(seen.values())

@@ -62,6 +62,13 @@ def apply(source: str, changes: dict[str, str]) -> str:
     return _LINE.sub(swap, source)
 
 
+def untuned(source: str) -> str:
+    """`source` with every tune-marked constant set to its first listed choice: equal for a kernel
+    and its tune variants, which are one approach as far as crossover and reflect are concerned."""
+    firsts = {t.name: t.choices[0] for t in tunables(source)}
+    return apply(source, firsts) if firsts else source
+
+
 def _options(source: str) -> list[tuple[str, tuple[str, ...]]]:
     """(name, choices other than the current value) per tunable name, first occurrence wins."""
     seen: dict[str, tuple[str, ...]] = {}

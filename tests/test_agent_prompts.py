@@ -173,3 +173,12 @@ def test_config_aliases_and_refused_keys(tmp_path, monkeypatch):
 def test_template_syntax_is_valid():
     for path in PROMPTS.glob("*.md"):
         string.Template(path.read_text()).get_identifiers()  # raises on a stray $
+
+
+def test_unmeasured_torch_compile_reads_as_such():
+    from kernelevo.agent.prompting import Variant, variant
+
+    text = variant(Variant("x = 1\n", "c", "A", "ok", "", "", 1.5, None, 0.25, "", ""))
+    assert "1.50x the speed of PyTorch eager, torch.compile not measured, 0.2500 ms per call" in text
+    text = variant(Variant("x = 1\n", "c", "A", "ok", "", "", 1.5, 0.8, 0.25, "", ""))
+    assert "1.50x the speed of PyTorch eager, 0.80x torch.compile, 0.2500 ms per call" in text

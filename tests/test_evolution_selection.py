@@ -333,3 +333,14 @@ def test_translate_again_only_to_seed_an_empty_or_collapsed_island():
     rng = random.Random(0)
     picks = {scheduling.choose_operator({}, True, 2, False, False, rng, translate_ok=False) for _ in range(200)}
     assert "translate" not in picks
+
+
+def test_crossover_and_reflect_see_a_kernel_and_its_tune_variants_as_one():
+    base = "#define BLOCK 256  // tune: 128 256 512\n__global__ void k() {}\n"
+    other = "#define ROWS 4  // tune: 2 4 8\n__global__ void other() {}\n"
+    pool = [member(1, 2.0, source=base), member(2, 2.1, source=base.replace("BLOCK 256", "BLOCK 512")),
+            member(3, 1.2, source=other), member(4, 1.0, source=base.replace("BLOCK 256", "BLOCK 128"))]
+    for seed in range(10):
+        picked = selection.pick_crossover_parents(pool, random.Random(seed))
+        assert {m.kernel_id for m in picked} == {2, 3}  # the fastest of the tune family, and the other kernel
+    assert [m.kernel_id for m in selection.pick_reflect_variants(pool, random.Random(0))] == [2, 3]
