@@ -48,11 +48,18 @@ def _kernels(kernels, key: str, backend: str) -> str:
                 total_ms=_ms(sum(k.ms for k in kernels)), list="; ".join(items))
 
 
-def _advice(pct: float | None) -> str:
+def _advice(s) -> str:
+    """What the % of the speed of light means for the next change. Past the bound, say only what
+    is known: a memory bound is beaten by cache residency (or a low calibration), and a kernel
+    that skips arithmetic is already measured against its memory floor (sol_fewer_flops)."""
+    pct = s.candidate_pct
     if pct is None:
         return ""
-    key = "above" if pct > 105 else "near" if pct >= NEAR else "far" if pct < FAR else "room"
-    return " " + _say(key)
+    if pct > 105:
+        if s.bound == "memory" or s.fewer_flops:
+            return " " + _say("above_memory", bytes=_bytes(s.bytes))
+        return " " + _say("above_compute", dtype=s.dtype)
+    return " " + _say("near" if pct >= NEAR else "far" if pct < FAR else "room")
 
 
 def _sol(profile: Profile) -> str:
@@ -70,7 +77,7 @@ def _sol(profile: Profile) -> str:
     else:
         line = _say("sol", bound_ms=_ms(s.bound_ms), bound=s.bound, work=work, candidate_pct=_pct(s.candidate_pct),
                     reference_pct=_pct(s.reference_pct))
-    return line + _advice(s.candidate_pct)
+    return line + _advice(s)
 
 
 def _resources(profile: Profile) -> str:

@@ -55,6 +55,7 @@ class Target:
     l2_mib: float = 0.0
     smem_kib: int = 0  # shared memory per block with opt-in
     cores: int = 0
+    compiler: str = ""  # how C candidates are built (runtime.c.compiler_command), when known
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,7 @@ class Variant:
     ms: float | None = None
     profile: str = ""  # the condensed profile block, when the candidate was profiled
     notes: str = ""  # what it does well (crossover), or how it came about
+    eager_ms: float | None = None  # eager PyTorch timed alongside it, in the same measurement as `ms`
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,8 @@ def _formats(target: Target) -> str:
 
 def _device_notes(target: Target) -> str:
     if target.capability is None:
-        return fill("device_cpu.md", name=target.name, cores=target.cores)
+        compiler = fill("compiler_cpu.md", command=target.compiler) if target.compiler else ""
+        return fill("device_cpu.md", name=target.name, cores=target.cores, compiler=compiler)
     major, minor = target.capability
     arch = {9: "arch_hopper.md", 8: "arch_ampere.md"}.get(major, "arch_generic.md")
     return fill("device_gpu.md", name=target.name, capability=f"{major}.{minor}", sm=f"{major}{minor}",
@@ -137,7 +140,9 @@ def prefix(ctx: Context) -> list[Message]:
     if ctx.target.format not in FORMATS:
         raise ValueError(f"format {ctx.target.format!r}: use one of {', '.join(FORMATS)}")
     timing = template_text("timing_cpu.md" if ctx.target.capability is None else "timing_gpu.md").rstrip("\n")
-    system = fill("system.md", formats=_formats(ctx.target), device_notes=_device_notes(ctx.target), timing=timing)
+    role = phrases()["labels"]["role_cpu" if ctx.target.capability is None else "role_gpu"]
+    system = fill("system.md", role=role, formats=_formats(ctx.target), device_notes=_device_notes(ctx.target),
+                  timing=timing)
     task = ctx.task
     functional = _then(fill("task_functional.md", code=task.functional.rstrip("\n")) if task.functional else "")
     user = fill("task.md", name=task.name, source=task.source.rstrip("\n"), inputs=task.inputs,
@@ -167,12 +172,35 @@ def variant(v: Variant) -> str:
     if v.verdict == "ok":
         compiled = f"{_number(v.speedup_compile)}x torch.compile" if v.speedup_compile is not None \
             else f"torch.compile {phrases()['labels']['unknown']}"  # not "not measuredx torch.compile"
-        measured = fill("measured_ok.md", eager=_number(v.speedup_eager), compiled=compiled, ms=_number(v.ms, 4))
+        beside = fill("eager_beside.md", eager_ms=_number(v.eager_ms, 4)) if v.eager_ms is not None else ""
+        measured = fill("measured_ok.md", eager=_number(v.speedup_eager), compiled=compiled, ms=_number(v.ms, 4),
+                        beside=beside)
     else:
         measured = fill("measured_failed.md", verdict=v.verdict, reason=v.reason, message=v.message)
     return fill("variant.md", label=v.label, format=v.format, measured=measured,
                 notes=f"\n{v.notes}" if v.notes else "", source=v.source.rstrip("\n"),
                 profile=f"\n{v.profile}" if v.profile else "")
+
+
+def insight(analysis: str, speedups: list[float | None]) -> str:
+    """An earlier reflection's analysis, with what its letters named then: its letters A, B, ...
+    are not the letters of the prompt it is shown in."""
+    legend = ", ".join(f"{'ABCDEFGH'[i]} = " + (f"{s:.2f}x" if s is not None else phrases()["labels"]["unknown"])
+                       for i, s in enumerate(speedups[:8]))
+    return fill("insight.md", legend=legend, analysis=analysis.strip()) if legend else analysis.strip()
+
+
+def approach(descriptors: dict, fmt: str) -> str:
+    """A kernel's approach in words (from evolution.niches.describe), for prompts that compare kernels."""
+    words = phrases()["approach"]
+    launches = words["launches_cpu" if fmt == "c" else "launches_gpu"]
+    try:
+        parts = [launches[min(3, max(0, int(descriptors.get("launches", 0) or 0)))]]
+    except (TypeError, ValueError):
+        parts = []
+    parts += [words[key] for key in ("shared_memory", "tensor_cores", "vector_io", "torch_ops")
+              if descriptors.get(key)]
+    return string.Template(words["line"]).substitute(parts="; ".join(parts)) if parts else ""
 
 
 def feedback(fb: Feedback) -> str:
@@ -246,7 +274,10 @@ def target_for(device: str, fmt: str | None = None) -> Target:
     import platform
 
     if device == "cpu":
-        return Target(fmt or "c", _cpu_name() or platform.processor() or "CPU", cores=os.cpu_count() or 1)
+        from kernelevo.runtime.c import compiler_command
+
+        return Target(fmt or "c", _cpu_name() or platform.processor() or "CPU", cores=os.cpu_count() or 1,
+                      compiler=compiler_command())
     import torch
 
     props = torch.cuda.get_device_properties(torch.device(device))
@@ -279,5 +310,6 @@ def feedback_from(evaluation) -> Feedback:
 def variant_from(source: str, fmt: str, evaluation, label: str = "A", profile: str = "", notes: str = "") -> Variant:
     """A judged kernel as the prompts show it."""
     ms = evaluation.candidate.median_ms if evaluation.candidate else None
+    eager_ms = evaluation.eager.median_ms if evaluation.eager else None
     return Variant(source, fmt, label, evaluation.verdict, evaluation.reason, evaluation.message,
-                   evaluation.speedup_eager, evaluation.speedup_compile, ms, profile, notes)
+                   evaluation.speedup_eager, evaluation.speedup_compile, ms, profile, notes, eager_ms)

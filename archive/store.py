@@ -35,7 +35,7 @@ BUSY_TIMEOUT_MS = 10_000
 
 # The fields of one evaluation that every kernel row carries (None when there is none).
 _EVAL_FIELDS = ("e.id AS evaluation_id, e.verdict, e.reason, e.speedup_eager, e.speedup_compile, e.candidate_ms, "
-                "e.specialized")
+                "e.eager_ms, e.specialized")
 
 # A kernel with the fields of its latest 'search' evaluation: what the loop rebuilds its population from.
 _KERNEL_SELECT = f"""

@@ -23,12 +23,12 @@ from kernelevo.agent import operators
 from kernelevo.agent.client import LLM, Stop, Unreachable
 from kernelevo.agent.pool import CallPool
 from kernelevo.agent.profile_block import profile_block
-from kernelevo.agent.prompting import Context, Variant, feedback_from
+from kernelevo.agent.prompting import Context, Variant, approach, feedback_from
 
 from kernelevo.records import Evaluation, Profile
 
 from . import budget as budgets
-from . import islands, scheduling, selection, tune
+from . import islands, niches, scheduling, selection, tune
 from .novelty import NoveltyGate
 from .population import Member, Population
 from .records import (
@@ -132,7 +132,8 @@ class Search:
             if len(parents) < 2:
                 return None
             self.crossed.add(frozenset(p.kernel_id for p in parents))
-            variants = [self._variant(p, "ABC"[i], notes=p.niche) for i, p in enumerate(parents)]
+            variants = [self._variant(p, "ABC"[i], notes=approach(niches.describe(p.source, p.format), p.format))
+                        for i, p in enumerate(parents)]
             return operators.crossover, (variants,), tuple(p.kernel_id for p in parents), parents[0].island
         if op == "reflect":
             chosen = selection.pick_reflect_variants(correct, self.rng, self.settings.reflect_k)
@@ -164,7 +165,7 @@ class Search:
     def _variant(self, m: Member, label: str, notes: str = "") -> Variant:
         profile = self.state.profile_text(m.kernel_id)
         return Variant(m.source, m.format, label, m.verdict, m.reason, "", m.speedup_eager, m.speedup_compile,
-                       m.ms, profile, notes)
+                       m.ms, profile, notes, m.eager_ms)
 
     def _next_island(self) -> int:
         self._island_turn = (self._island_turn + 1) % self.settings.islands
@@ -401,7 +402,7 @@ def final_judgement(search: Search, options: OptimizeOptions, on_status: Callabl
     for member in ranked:
         on_status(f"re-judging kernel {member.kernel_id} ({member.fitness:.2f}x) in a fresh process")
         evaluation = search.judge.evaluate(search.state.task, search.state.kernel_path(member.kernel_id),
-                                           options.devices[0])
+                                           options.devices[0], final=True)
         search.archive.add_evaluation(member.kernel_id, evaluation, purpose="final", run_id=search.state.run_id)
         search.archive.add_event(search.state.run_id, "final", {"kernel": member.kernel_id,
                                                                 "verdict": evaluation.verdict,

@@ -29,6 +29,7 @@ class Member:
     speedup_eager: float | None = None
     speedup_compile: float | None = None
     ms: float | None = None
+    eager_ms: float | None = None  # eager PyTorch in the same measurement as `ms`
     niche: str = ""
     # Descriptors are a plain dict (JSON-friendly, as niches.describe returns them); treat it as
     # read-only. Excluded from the hash so that a frozen Member stays hashable.

@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 from kernelevo.agent.profile_block import profile_block
-from kernelevo.agent.prompting import Context, Variant
+from kernelevo.agent.prompting import Context, Variant, insight
 from kernelevo.records import LLMCall, Profile
 from kernelevo.tasks import Task
 
@@ -26,7 +26,7 @@ def member_from_row(row: dict) -> Member:
                   parents=tuple(row.get("parents") or ()), island=row.get("island") or 0,
                   generation=row.get("generation") or 0, verdict=row.get("verdict") or "",
                   reason=row.get("reason") or "", speedup_eager=row.get("speedup_eager"),
-                  speedup_compile=row.get("speedup_compile"), ms=row.get("candidate_ms"),
+                  speedup_compile=row.get("speedup_compile"), ms=row.get("candidate_ms"), eager_ms=row.get("eager_ms"),
                   niche=row.get("niche") or "", stepping_stone=bool(row.get("stepping_stone")))
 
 
@@ -113,7 +113,9 @@ class RunState:
 
     def context(self) -> Context:
         """The prompt context: the run's fixed prefix, plus the latest reflections' analyses."""
-        analyses = [r["analysis"] for r in self.archive.reflections(run_id=self.run_id)][-INSIGHTS:]
+        speedups = {m.kernel_id: m.speedup_eager for m in self.population.members}
+        analyses = [insight(r["analysis"], [speedups.get(i) for i in r["variant_ids"]])
+                    for r in self.archive.reflections(run_id=self.run_id)[-INSIGHTS:]]
         return dataclasses.replace(self.base_context, insights=tuple(analyses))
 
     def profile_text(self, kernel_id: int) -> str:
@@ -130,5 +132,6 @@ def inspirations(rows: list[dict], limit: int = 3) -> tuple[Variant, ...]:
     """Stepping stones of earlier runs (or other archives) as prompt variants, best first."""
     chosen = sorted((r for r in rows if r.get("source")), key=lambda r: -(r.get("speedup_eager") or 0.0))[:limit]
     return tuple(Variant(r["source"], r.get("format") or "", f"S{i + 1}", "ok", speedup_eager=r.get("speedup_eager"),
-                         speedup_compile=r.get("speedup_compile"), ms=r.get("candidate_ms"))
+                         speedup_compile=r.get("speedup_compile"), ms=r.get("candidate_ms"),
+                         eager_ms=r.get("eager_ms"))
                  for i, r in enumerate(chosen))

@@ -179,16 +179,25 @@ def _input_sets(task, job: dict, device: str, count: int, first: int = 1000) -> 
             for i in range(count)]
 
 
-def run_remeasure(job: dict, device: str, channel) -> dict:
-    """The speedup by another timer, in this fresh process: CUPTI kernel spans across all streams
-    on a GPU, batched wall time on the CPU. For speedups too good to believe at first sight."""
+def _rebuilt(job: dict, device: str, channel):
+    """(reference, candidate, input sets) of a candidate already judged, built again in this
+    fresh process for a second measurement; or a result dict saying why there are none."""
     task = _load_task(job)
     built = _build(job, task, device, guards.Integrity(), guards.ThreadWatch())
     if isinstance(built, dict):
         return built
-    reference, candidate, result = built
+    reference, candidate, _ = built
     channel.acquire_device()
-    sets = _input_sets(task, job, device, job.get("input_sets", 3))
+    return reference, candidate, _input_sets(task, job, device, job.get("input_sets", 3))
+
+
+def run_remeasure(job: dict, device: str, channel) -> dict:
+    """The speedup by another timer, in this fresh process: CUPTI kernel spans across all streams
+    on a GPU, batched wall time on the CPU. For speedups too good to believe at first sight."""
+    built = _rebuilt(job, device, channel)
+    if isinstance(built, dict):
+        return built
+    reference, candidate, sets = built
     fns = {"candidate": lambda a: forward(candidate, a), "eager": lambda a: forward(reference, a)}
     try:
         if device.startswith("cuda"):
@@ -199,6 +208,34 @@ def run_remeasure(job: dict, device: str, channel) -> dict:
         return _failure(verdicts.classify_run(exc))
     return {"verdict": "ok", "reason": "", "message": "", "timer": timer, "times_ms": times,
             "speedup": times["eager"] / times["candidate"]}
+
+
+def run_compile_beside(job: dict, device: str, channel) -> dict:
+    """torch.compile of the reference timed alternately with the candidate (and eager), in a fresh
+    process: where the clock is noisy (the CPU), a cached compile/eager ratio rescaled by another
+    process's eager time was off by 1.7x against an independent timing."""
+    import torch
+
+    built = _rebuilt(job, device, channel)
+    if isinstance(built, dict):
+        return built
+    reference, candidate, sets = built
+    started = time.perf_counter()
+    try:
+        compiled = torch.compile(reference)
+        with torch.no_grad():
+            compiled(*sets[0])
+            correctness.sync(device)
+        fns = {"candidate": lambda a: forward(candidate, a), "eager": lambda a: forward(reference, a),
+               "compiled": lambda a: forward(compiled, a)}
+        measured = timing.measure(fns, sets, device, _timing_config(job),
+                                  ratios=(("eager", "candidate"), ("compiled", "candidate")))
+    except Exception as exc:  # noqa: BLE001 - a failed compile or run is reported, the search figure stays
+        return _failure(verdicts.classify_run(exc))
+    return {"verdict": "ok", "reason": "", "message": "", "compile_s": time.perf_counter() - started,
+            "timing": {name: dataclasses.asdict(s) for name, s in measured.stats.items()},
+            "speedup_compile": measured.ratio("compiled", "candidate")[0],
+            "speedup_eager": measured.ratio("eager", "candidate")[0]}
 
 
 def run_baseline(job: dict, device: str, channel) -> dict:

@@ -148,7 +148,7 @@ def main() -> None:
 
     started = time.perf_counter()
     run = {"baseline": trial.run_baseline, "remeasure": trial.run_remeasure,
-           "profile": profiling.run_profile}.get(job["kind"], trial.run_candidate)
+           "compile_beside": trial.run_compile_beside, "profile": profiling.run_profile}.get(job["kind"], trial.run_candidate)
     result = run(job, device, channel)
     result["worker_s"] = time.perf_counter() - started
     channel.send_result(result)

@@ -101,7 +101,7 @@ def evaluate(
     status = Console(stderr=True)
     with status.status(f"judging {candidate.name} on {dev}"), \
             Judge(cache_dir or runtime.cache_dir(), options) as judge:
-        result = judge.evaluate(loaded, candidate, profile=profile, ncu=ncu)
+        result = judge.evaluate(loaded, candidate, profile=profile, ncu=ncu, final=True)  # what the user quotes
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
         return

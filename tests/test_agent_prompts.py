@@ -25,13 +25,14 @@ PROMPTS = Path(__file__).parents[1] / "prompts"
 TASK = TaskView("scale_relu", "import torch\n\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
                 "        return torch.relu(x * 2)\n", "float32[1024, 1024]", "[]")
 GPU = Target("nvrtc", "NVIDIA H100 80GB HBM3", (9, 0), 132, 79.2, 50.0, 227)
-CPU = Target("c", "Test CPU", cores=8)
+CPU = Target("c", "Test CPU", cores=8, compiler="cc -O3 -march=native -fopenmp -std=c11 -lm (cc 12.2.0)")
 KERNEL = "import torch\n\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
 # A profile as the judge stored it for an honest kernel on an H100 (tests/fixtures/profile/)
 PROFILE = Profile.from_dict(json.loads((Path(__file__).parent / "fixtures" / "profile" /
                                         "evaluation_row_softmax.json").read_text())["profile"])
 A = Variant(KERNEL, "nvrtc", "A", speedup_eager=1.52, speedup_compile=0.98, ms=0.0312,
-            profile=profile_block(PROFILE), notes="one pass, float4")
+            profile=profile_block(PROFILE), notes=prompting.approach({"launches": 1, "vector_io": True}, "nvrtc"),
+            eager_ms=0.0474)
 B = Variant(KERNEL.replace("x\n", "x + 0\n"), "nvrtc", "B", speedup_eager=2.1, speedup_compile=1.3, ms=0.0229)
 FAILED = Feedback("incorrect", "value_mismatch", "output 0 differs from the reference", where="trial 2 (scaled x8), "
                   "output 0, index (3, 17)", rel_l2=0.41, max_abs=3.5, max_rel=1.0, tolerance="atol 1e-05, rtol 1e-05")
@@ -40,7 +41,8 @@ COMPILE = Feedback("compile_error", "compile_error", "NVRTC refused the source",
 
 
 def render_all() -> dict[str, list]:
-    gpu, cpu = Context(TASK, GPU), Context(TASK, CPU, insights=("Fusing the scale into the load halves traffic.",))
+    gpu, cpu = Context(TASK, GPU), Context(TASK, CPU, insights=(
+        prompting.insight("A is fastest: fusing the scale into the load halves traffic.", [2.1, 1.52]),))
     edit = parse_edits("<<<<<<< SEARCH\n    def forward(self, y):\n=======\n    pass\n>>>>>>> REPLACE\n")
     try:
         apply_edits(KERNEL, edit)
@@ -182,3 +184,30 @@ def test_unmeasured_torch_compile_reads_as_such():
     assert "1.50x the speed of PyTorch eager, torch.compile not measured, 0.2500 ms per call" in text
     text = variant(Variant("x = 1\n", "c", "A", "ok", "", "", 1.5, 0.8, 0.25, "", ""))
     assert "1.50x the speed of PyTorch eager, 0.80x torch.compile, 0.2500 ms per call" in text
+
+
+def test_kernels_are_described_in_words_not_niche_codes():
+    text = prompting.crossover(Context(TASK, GPU), [A, B])[-1].content
+    assert "Approach: 1 kernel launch per forward; vector loads and stores." in text
+    assert "L1" not in text
+    assert prompting.approach({"launches": 5, "shared_memory": True}, "c") == \
+        "Approach: 3 or more compiled-function calls per forward; tiles in shared memory."
+
+
+def test_times_in_a_kernel_header_come_with_eager_from_the_same_measurement():
+    text = prompting.variant(A)
+    assert "0.0312 ms per call (PyTorch eager: 0.0474 ms per call in the same measurement)" in text
+    assert "in the same measurement" not in prompting.variant(B)  # no eager time recorded: nothing claimed
+
+
+def test_an_earlier_analysis_says_what_its_letters_named():
+    text = prompting.insight("B beats A because it fuses the store.", [1.5, 2.25])
+    assert text.startswith("Its letters named the kernels of that earlier prompt, by speedup over eager: A = 1.50x, B = 2.25x.")
+    assert prompting.insight("no letters known", []) == "no letters known"
+
+
+def test_the_role_and_the_compiler_match_the_target():
+    cpu = prompting.translate(Context(TASK, CPU))[0].content
+    assert cpu.startswith("You are an expert performance engineer for CPU code.") and "GPU" not in cpu.split("\n")[0]
+    assert "built at import as: cc -O3 -march=native -fopenmp -std=c11 -lm (cc 12.2.0)." in cpu
+    assert prompting.translate(Context(TASK, GPU))[0].content.startswith("You are an expert GPU performance engineer.")

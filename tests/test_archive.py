@@ -8,10 +8,11 @@ import threading
 
 import numpy as np
 import pytest
+from kernelevo.agent.prompting import Context, Target, TaskView
 from kernelevo.archive.migrations import MIGRATIONS
 from kernelevo.archive.rows import LLM_COLUMNS
 from kernelevo.archive.store import Archive, default_path
-
+from kernelevo.evolution.state import RunState
 from kernelevo.records import Correctness, Evaluation, LLMCall, TimingStats
 from kernelevo.tasks import source_hash
 
@@ -266,7 +267,7 @@ def test_similar_tasks_ordering(archive):
     assert archive.similar_tasks([1, 0], "m") == []  # another dimension is not comparable
 
 
-def test_stepping_stones_and_reflections(archive, run):
+def test_stepping_stones_and_reflections(archive, run, tmp_path):
     task_id, run_id = run
     slow = archive.add_kernel(task_id, "slow", "nvrtc", "translate", run_id=run_id)
     fast = archive.add_kernel(task_id, "fast", "nvrtc", "mutate", run_id=run_id, parents=[slow])
@@ -297,6 +298,13 @@ def test_stepping_stones_and_reflections(archive, run):
     [r] = archive.reflections(task_id=task_id)
     assert (r["variant_ids"], r["kernel_id"], r["llm_call_id"]) == ([fast, slow], plain, reflect_call)
     assert archive.reflections(run_id=run_id) == [r] and archive.reflections(task_id=other_task) == []
+
+    # later prompts show the analysis with what its letters named (speedups of the search)
+    ctx = Context(TaskView("scale", TASK_SOURCE, "float32[4]", "[]"), Target("c", "cpu"))
+    state = RunState(archive, run_id, None, task_id, ctx, tmp_path / "run", "nvrtc")
+    [text] = state.context().insights
+    assert text == ("Its letters named the kernels of that earlier prompt, by speedup over eager: "
+                    "A = not measured, B = 1.50x.\nfast wins by coalescing")
 
 
 def test_readonly_refuses_writes(tmp_path, archive, run):

@@ -2,6 +2,7 @@
 100-column pseudo-terminal (so the live panel is drawn), a judged ok best kernel faster than eager,
 every candidate in the archive with its lineage."""
 import itertools
+import json
 import os
 import pty
 import re
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 from kernelevo.archive.report_data import report_data
 from kernelevo.archive.store import Archive
+from kernelevo.evolution.novelty import fingerprints
 from llm_server import ScriptedServer, kernel_replies, request_text
 
 from conftest import ROOT
@@ -25,15 +27,25 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 def scripted_cuda(name: str):
     """Translate: a kernel that does not compile, then the starter nvrtc and inline ones in turn.
     Improvements cycle through fast exponentials with a tunable block size (which the tune operator
-    then explores), wrong math, and the inline kernel: every kind of outcome for the run's report."""
+    then explores), wrong math, the inline kernel, and small real edits (other block sizes, fast
+    exponentials at other block sizes): every kind of outcome for the run's report, and replies
+    that repeat a kernel once the cycle comes round again."""
     nvrtc = (TASKS / "candidates" / f"{name}__nvrtc.py").read_text()
     inline = (TASKS / "candidates" / f"{name}__inline.py").read_text()
     broken = nvrtc.replace("expf(", "expff(").replace("tanhf(", "tanhff(")
     fast = nvrtc.replace("expf(", "__expf(").replace("#define BLOCK 256", "#define BLOCK 256  // tune: 128 256 512")
     wrong = (fast.replace("* inv", "* inv * 0.5f").replace("return tanhf(y)", "return 0.5f * tanhf(y)")
              .replace("out[i] = r;", "out[i] = make_float4(r.x, r.y, r.z, 0.0f);"))
+    edits = [nvrtc.replace("#define BLOCK 256", f"#define BLOCK {b}") for b in (128, 512, 1024)]
+    edits += [fast.replace("#define BLOCK 256  // tune: 128 256 512", f"#define BLOCK {b}") for b in (64, 1024)]
     return kernel_replies(itertools.chain([broken], itertools.cycle([nvrtc, inline])),
-                          itertools.cycle([fast, wrong, inline]), nvrtc, dict(input=4000, cache_read=8000, output=1500))
+                          itertools.cycle([fast, wrong, inline, *edits]), nvrtc,
+                          dict(input=4000, cache_read=8000, output=1500))
+
+
+def archive_evaluations(tmp_path: Path, kernel_id: int) -> list[dict]:
+    with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
+        return archive.kernel(kernel_id)["evaluations"]
 
 
 def run_in_pty(args: list[str], env: dict, log: Path) -> int:
@@ -72,7 +84,7 @@ def test_optimize_starter_task_on_the_gpu(name, tmp_path):
         code = run_in_pty([exe, "optimize", str(TASKS / f"{name}.py"), "--model", "scripted", "--config", str(config),
                            "--archive", str(tmp_path / "archive.sqlite"), "--out", str(tmp_path / "out"),
                            "--children", "4", "--generations", "4", "--max-llm-calls", "16", "--plateau", "4",
-                           "--concurrency", "2"],
+                           "--concurrency", "2", "--gpus", "all"],
                           env, log)
     finally:
         server.close()
@@ -88,10 +100,18 @@ def test_optimize_starter_task_on_the_gpu(name, tmp_path):
         finals = [e for k in kernels for e in archive.kernel(k["id"])["evaluations"] if e["purpose"] == "final"]
         verdicts = archive.counts(run["id"])["verdicts"]
         profiles = archive.profiles(run["id"])
+        calls = archive.call_yield(run["id"])
     assert finals and finals[-1]["verdict"] == "ok" and finals[-1]["speedup_eager"] > 1.0
     assert verdicts.get("compile_error", 0) >= 1 and verdicts.get("ok", 0) >= 1
     assert all(k["parents"] for k in kernels if k["operator"] != "translate")
     assert "generation" in screen and "vs torch.compile" in screen
+    # every reply that changed code was judged; copies were skipped with their reason
+    seen: set[str] = set()
+    for k in sorted((k for k in kernels if k["source"]), key=lambda k: k["id"]):
+        prints = set(fingerprints(k["source"]))
+        assert k["verdict"] or (prints & seen and k["problem"].startswith(("copy:", "renamed_copy:"))), k
+        seen |= prints
+    assert "replies judged" in screen and "calls per operator" in screen  # the live panel and the summary
     assert all(len(line) <= 100 for line in screen.replace("\r", "\n").splitlines())  # rich wraps to the terminal
     # the first correct kernel is a new best: profiled, with Nsight Compute where it is installed
     assert profiles and all(p["sol"] and p["candidate"] for p in profiles.values()), profiles
@@ -106,5 +126,13 @@ def test_optimize_starter_task_on_the_gpu(name, tmp_path):
     if name == "row_softmax":  # elementwise's scripted variants change a line or two: the gate skips most
         assert any(t["diff"] and t["operator"] == "mutate" for t in data["top"]), data["top"]
     assert len(data["operators"]) >= 3 and data["models"][0]["cost_usd"] > 0
+    record = {"task": name, "exit": code, "kernels": len(kernels), "verdicts": verdicts,
+              "replies": sum(c["replies"] for c in calls.values()), "judged": sum(c["judged"] for c in calls.values()),
+              "calls_by_operator": {op: c["calls"] for op, c in calls.items()},
+              "copies_skipped": sum(1 for k in kernels if k["problem"].startswith(("copy:", "renamed_copy:"))),
+              "devices": sorted({e["device"] for k in kernels for e in archive_evaluations(tmp_path, k["id"])}),
+              "final_speedup_eager": finals[-1]["speedup_eager"], "final_speedup_compile": finals[-1]["speedup_compile"]}
+    if os.environ.get("OUT"):
+        (Path(os.environ["OUT"]) / f"optimize_{name}.json").write_text(json.dumps(record, indent=1))
     print(f"{name}: best {finals[-1]['speedup_eager']:.2f}x eager, verdicts {verdicts}, "
           f"{len(kernels)} kernels, {len(profiles)} profiled, {fed} prompts with a profile; screen log {log}")

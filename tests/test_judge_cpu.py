@@ -151,6 +151,13 @@ def test_compile_baseline_cached(cache_dir, task):
         second = judge.evaluate(task, CPU / "ok_c.py")
     assert second.speedup_compile is not None
     assert any("torch.compile measured" in n for n in second.notes)
+    # the final judgement on the CPU times torch.compile beside the candidate, in a fresh process
+    with Judge(cache_dir, options) as judge:
+        final = judge.evaluate(task, CPU / "ok_c.py", final=True)
+    assert final.ok and any("timed beside the candidate" in n for n in final.notes)
+    assert not any("rescaled" in n for n in final.notes)
+    assert final.compiled.median_ms > 0 and final.compiled != second.compiled  # its own samples
+    assert final.speedup_compile != second.speedup_compile
 
 
 ORPHAN = r'''

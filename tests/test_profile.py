@@ -185,6 +185,23 @@ def test_profile_block_fewer_flops_and_several_kernels():
     assert "Nsight Compute, sum_partial" in text  # the longest kernel only
 
 
+def test_profile_block_past_the_bound_says_what_is_known():
+    # A correct kernel past the memory bound is cache-resident (or the calibration is low): it is
+    # not accused of skipping work; past the compute bound it is within the calibration's error.
+    memory = sol.bound({"flops": 0.0, "bytes": 50_000_000, "dtype": "float32"},
+                       {**PEAKS, "bandwidth": 16.8e9}, reference_ms=6.0, candidate_ms=2.1)
+    text = profile_block(Profile(device_name="CPU", sol=memory))
+    assert "likely stays in cache" in text and "50 MB" in text and "non-temporal" in text
+    assert "less work" not in text and "sound" not in text
+    gemm = {"flops": 2.0 * 1024**3, "bytes": 3 * 4 * 1024 * 1024, "dtype": "float32"}
+    compute = sol.bound(gemm, PEAKS, reference_ms=0.25, candidate_ms=0.19)  # 113 %, under 80 %: no
+    text = profile_block(Profile(device_name="GPU", sol=compute))
+    assert "float32 compute peak" in text and "calibration's error" in text and "cache" not in text
+    skipped = sol.bound(gemm, PEAKS, reference_ms=0.25, candidate_ms=0.01)  # past its memory floor too
+    text = profile_block(Profile(device_name="GPU", sol=skipped))
+    assert "does less arithmetic" in text and "likely stays in cache" in text
+
+
 def test_profile_block_matches_golden_file():
     # regenerate with KERNELEVO_UPDATE_GOLDEN=1 after changing prompts/ on purpose, and read the diff
     text = profile_block(Profile.from_dict(stored("row_softmax")["profile"]))

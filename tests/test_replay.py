@@ -7,6 +7,7 @@ changed code was judged, copies were skipped with their reason, no two identical
 flight at once, tune only worked on the fastest kernels, and the outage stopped the run in a few
 calls with its own exit code and one line naming the endpoint."""
 import itertools
+import re
 import threading
 
 from kernelevo.agent import client
@@ -111,6 +112,15 @@ def test_replayed_search_spends_every_reply_and_stops_on_an_outage(tmp_path):
     for a, b in itertools.combinations(requests, 2):
         if a["body"] == b["body"]:
             assert a["t1"] <= b["t0"] or b["t1"] <= a["t0"], "the same prompt twice in flight"
+
+    # what the prompts showed: approaches in words, eager beside each time, earlier analyses' letters
+    jobs = [request_text(r["body"]).rsplit("# Your job", 1)[-1] for r in requests]
+    crossovers = [j for j in jobs if "combines their strengths" in j]
+    assert crossovers and all("Approach: 1 compiled-function call per forward" in j for j in crossovers)
+    assert not any(re.search(r"(?m)^L\d", j) for j in jobs)  # no bare niche codes
+    assert any("in the same measurement)" in j for j in jobs)
+    with_insights = [j for j in jobs if "What earlier analyses of this task found" in j]
+    assert all("Its letters named the kernels of that earlier prompt" in j for j in with_insights)
 
     # tune worked only on the two fastest tunable kernels known when it started
     searched = {k["id"]: next(e for e in details[k["id"]]["evaluations"] if e["purpose"] == "search")

@@ -59,6 +59,18 @@ def _c_compiler() -> str:
     return cc
 
 
+def compiler_command() -> str:
+    """How candidates are built: "cc -O3 ... -lm (cc (Debian 12.2.0-14) 12.2.0)"; "" without a compiler."""
+    try:
+        cc = _c_compiler()
+        out = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=10)
+    except (CompileError, OSError, subprocess.SubprocessError):
+        return ""
+    version = out.stdout.splitlines()[0].strip() if out.returncode == 0 and out.stdout.strip() else ""
+    command = " ".join([Path(cc).name, *C_FLAGS, "-lm"])
+    return f"{command} ({version})" if version else command
+
+
 def compile_c(source: str, options: tuple[str, ...] = ()) -> tuple[Path, str]:
     """Compile C source to a shared library in the cache; return (path, compiler log)."""
     cc = _c_compiler()
