@@ -161,10 +161,45 @@ BEGIN
 END;
 """
 
+# A bench: one suite of tasks, each searched (a run) or scored from given candidate files. A task's
+# figures are not copied here: they are read from the evaluation the row points to and the run's
+# calls, so the table and the archive cannot disagree.
+_BENCHES = """
+CREATE TABLE benches (
+    id TEXT PRIMARY KEY,
+    suite TEXT NOT NULL,
+    mode TEXT NOT NULL CHECK (mode IN ('search', 'candidates')),
+    config TEXT NOT NULL DEFAULT '{}',
+    device_name TEXT NOT NULL DEFAULT '',
+    torch_version TEXT NOT NULL DEFAULT '',
+    status TEXT NOT NULL DEFAULT 'running' CHECK (status IN ('running', 'finished', 'stopped')),
+    created_at REAL NOT NULL,
+    finished_at REAL
+);
+
+CREATE TABLE bench_tasks (
+    bench_id TEXT NOT NULL REFERENCES benches(id),
+    position INTEGER NOT NULL,
+    path TEXT NOT NULL,
+    name TEXT NOT NULL,
+    status TEXT NOT NULL DEFAULT 'pending'
+        CHECK (status IN ('pending', 'running', 'done', 'failed', 'skipped')),
+    task_id INTEGER REFERENCES tasks(id),
+    run_id TEXT REFERENCES runs(id),  -- the search (NULL when candidates were scored)
+    kernel_id INTEGER REFERENCES kernels(id),  -- the task's best kernel
+    evaluation_id INTEGER REFERENCES evaluations(id),  -- its final verdict: the row's figures
+    degenerate TEXT NOT NULL DEFAULT '',  -- why its speedups mean nothing ('' when they do)
+    error TEXT NOT NULL DEFAULT '',  -- why it failed or was skipped
+    wall_s REAL NOT NULL DEFAULT 0,  -- over every session that worked on it
+    PRIMARY KEY (bench_id, position)
+);
+"""
+
 # Append only; never edit or reorder a released entry.
 MIGRATIONS: list[tuple[str, str]] = [
     ("0001_initial", _INITIAL),
     # 1: the kernel passed but refuses some input shapes the reference handles; 0: it handled every
     # shape it was checked on; NULL: not known (not passed, or judged before shapes were checked).
     ("0002_evaluation_specialized", "ALTER TABLE evaluations ADD COLUMN specialized INTEGER;"),
+    ("0003_benches", _BENCHES),
 ]

@@ -19,6 +19,9 @@ if TYPE_CHECKING:  # numpy is imported lazily: opening an archive must not pay f
     import numpy
 
 RUN_STATUSES = ("running", "finished", "stopped", "budget", "failed")
+BENCH_STATUSES = ("running", "finished", "stopped")
+BENCH_TASK_STATUSES = ("pending", "running", "done", "failed", "skipped")
+BENCH_TASK_FIELDS = ("status", "task_id", "run_id", "kernel_id", "evaluation_id", "degenerate", "error", "wall_s")
 PURPOSES = ("search", "final", "rejudge", "import")
 ORIGINS = ("run", "import", "seed")
 OWNERS = ("kernel", "task")
@@ -35,10 +38,11 @@ EVAL_COLUMNS = ("verdict", "reason", "message", "speedup_eager", "speedup_eager_
                 "build_s", "device_s", "wall_s", "data", "specialized")
 
 
-def new_run_id(now: float | None = None) -> str:
-    """'r20261122-1530-ab12': sortable by start time, readable, unique enough with a retry on clash."""
+def new_run_id(now: float | None = None, prefix: str = "r") -> str:
+    """'r20261122-1530-ab12' (a bench: 'b...'): sortable by start time, readable, unique enough with a
+    retry on clash."""
     stamp = time.strftime("%Y%m%d-%H%M", time.localtime(time.time() if now is None else now))
-    return f"r{stamp}-{secrets.token_hex(2)}"
+    return f"{prefix}{stamp}-{secrets.token_hex(2)}"
 
 
 def dumps(value: Any) -> str:

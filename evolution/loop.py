@@ -60,7 +60,7 @@ class Search:
         self.on_progress = on_progress or (lambda p: None)
         self.population: Population = state.population
         self.stats: dict[str, scheduling.OperatorStats] = state.operator_stats()
-        self.progress = Progress(judged=state.judged())  # from rows once; counted here afterwards
+        self.progress = Progress(judged=state.judged(), run_id=state.run_id)  # from rows once; counted here afterwards
         self.progress.generation = self._generation()
         self.pool = CallPool(settings.llm_concurrency)
         self.llm_futures: dict[concurrent.futures.Future, dict] = {}

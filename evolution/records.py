@@ -51,6 +51,7 @@ class Progress:
     replies: int = 0  # replies that came back and became a kernel row
     replies_judged: int = 0  # of those, the ones the judge got
     status: str = "starting"
+    run_id: str = ""
 
     @property
     def per_minute(self) -> float:

@@ -40,18 +40,22 @@ def call_shares(calls: dict) -> str:
     return ", ".join(f"{op} {n} ({n / total:.0%})" for op, n in sorted(calls.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-class LiveProgress:
-    """A rich Live panel on stderr; a plain line every few seconds when stderr is not a terminal."""
+class LivePanel:
+    """A rich Live panel on stderr, redrawn with `show(lines)`; when stderr is not a terminal, the
+    first `plain` lines are printed every few seconds instead (a log, not a screen). Thread-safe."""
 
-    def __init__(self, title: str, limits: dict):
+    def __init__(self, title: str, plain: int = 2):
+        import threading
+
         from rich.console import Console
 
-        self.title, self.limits = title, limits
+        self.title, self.plain = title, plain
         self.console = Console(stderr=True)
         self.live = None
         self._last_plain = 0.0
+        self._lock = threading.Lock()
 
-    def __enter__(self) -> "LiveProgress":
+    def __enter__(self):
         if self.console.is_terminal:
             from rich.live import Live
 
@@ -66,16 +70,27 @@ class LiveProgress:
     def status(self, text: str) -> None:
         self.console.print(text, markup=False, highlight=False)
 
-    def __call__(self, progress: Any) -> None:
-        text = lines(progress, self.limits)
-        if self.live is not None:
-            from rich.panel import Panel
+    def show(self, text: list[str]) -> None:
+        with self._lock:
+            if self.live is not None:
+                from rich.panel import Panel
 
-            self.live.update(Panel("\n".join(text), title=self.title, width=min(WIDTH, self.console.width)))
-        elif time.monotonic() - self._last_plain > 5:  # a log, not a terminal: state and spend now and then
-            self._last_plain = time.monotonic()
-            for line in text[:2]:
-                self.console.print(line, markup=False, highlight=False, soft_wrap=True)
+                self.live.update(Panel("\n".join(text), title=self.title, width=min(WIDTH, self.console.width)))
+            elif time.monotonic() - self._last_plain > 5:
+                self._last_plain = time.monotonic()
+                for line in text[:self.plain]:
+                    self.console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+class LiveProgress(LivePanel):
+    """The optimize panel: the search state and spend lines go to a log now and then."""
+
+    def __init__(self, title: str, limits: dict):
+        super().__init__(title, plain=2)
+        self.limits = limits
+
+    def __call__(self, progress: Any) -> None:
+        self.show(lines(progress, self.limits))
 
 
 def summary_rows(outcome: Any) -> list[tuple[str, str]]:

@@ -1,16 +1,28 @@
-"""The command line as a user meets it."""
+"""The command line as a user meets it, and the shape of the kernelevo.cli package behind it."""
+import ast
 import json
+import subprocess
+import sys
+from graphlib import CycleError, TopologicalSorter
 
 from kernelevo.records import VERDICTS, Evaluation
 
 from conftest import FIXTURES, ROOT, run_cli
 
 CPU = FIXTURES / "cpu"
+CLI = ROOT / "kernelevo" / "cli"
+PACKAGE = "kernelevo.cli"
 
 
 def test_help_lists_commands():
     out = run_cli("--help")
-    assert out.returncode == 0 and "evaluate" in out.stdout and "doctor" in out.stdout
+    assert out.returncode == 0
+    for command in ("evaluate", "doctor", "optimize", "models", "archive"):
+        assert command in out.stdout
+    out = run_cli("archive", "--help")
+    assert out.returncode == 0
+    for command in ("ls", "show", "diff", "lineage", "export", "import", "report"):
+        assert command in out.stdout
 
 
 def test_evaluate_json(cache_dir):
@@ -82,3 +94,46 @@ def test_models_lists_the_table_and_config_aliases(tmp_path):
     config.write_text('[models.mine]\nmodel = "openai:x"\nkey = "sk-1"\n')
     done = run_cli("models", "--config", str(config))
     assert done.returncode == 2 and "keys are read only from environment variables" in done.stderr
+
+
+def _cli_imports(path) -> set[str]:
+    """The kernelevo.cli modules one file imports (the package itself as "kernelevo.cli"), read with ast so
+    that imports inside functions count too: a lazy import can close a cycle as well as a top-level one."""
+    here = PACKAGE.split(".")  # every file lies in the package, so relative imports start from it
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(here[:len(here) - node.level + 1] + ([node.module] if node.module else [])) \
+                if node.level else node.module
+            # `from kernelevo.cli import common` imports the submodule; `from kernelevo.cli import app` the package
+            found |= {f"{base}.{a.name}" if (CLI / f"{a.name}.py").is_file() and base == PACKAGE else base
+                      for a in node.names}
+    return {name for name in found if name == PACKAGE or name.startswith(PACKAGE + ".")}
+
+
+def test_cli_modules_import_no_cycle():
+    modules = {(PACKAGE if p.stem == "__init__" else f"{PACKAGE}.{p.stem}"): p for p in CLI.glob("*.py")}
+    assert {f"{PACKAGE}.common", f"{PACKAGE}.evaluate", f"{PACKAGE}.optimize", f"{PACKAGE}.archive"} <= set(modules)
+    graph = {name: _cli_imports(path) - {name} for name, path in modules.items()}
+    for name, imported in graph.items():
+        assert imported <= set(modules), f"{name} imports a kernelevo.cli module that does not exist: {imported}"
+        # __main__ runs the script (`python -m kernelevo.cli`) and nothing imports it, so it may use the package
+        if name not in (PACKAGE, f"{PACKAGE}.__main__"):
+            assert PACKAGE not in imported, f"{name} imports the kernelevo.cli package; import kernelevo.cli.common"
+    assert graph[f"{PACKAGE}.common"] == set(), "common.py must import no other kernelevo.cli module"
+    try:
+        tuple(TopologicalSorter(graph).static_order())
+    except CycleError as exc:
+        raise AssertionError(f"import cycle among kernelevo.cli modules: {exc.args[1]}") from None
+
+
+def test_import_cli_stays_light():
+    """`kernelevo --help` answers at once only while the command modules leave torch and rich to the commands."""
+    code = "import sys, kernelevo.cli; print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in " \
+           "('torch', 'rich', 'numpy', 'pandas'))))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "", f"import kernelevo.cli pulled in: {done.stdout.strip()}"
+

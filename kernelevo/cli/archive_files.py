@@ -1,6 +1,6 @@
 """`kernelevo archive export|import|report`: the archive's files in and out.
 
-Registered on the same `archive` command group as the read commands (archive_cli.py); kept apart
+Registered on the same `archive` command group as the read commands (cli/archive.py); kept apart
 because these write files (or the archive) and the read commands never do.
 """
 from __future__ import annotations
@@ -10,8 +10,9 @@ from typing import Optional
 
 import typer
 
-from kernelevo.archive_cli import (ArchiveOpt, ConfigOpt, JsonOpt, _fail, _note, _task_ids, archive_app,
-                                   archive_path, emit, opened)
+from kernelevo.cli.archive import archive_app
+from kernelevo.cli.common import (ArchiveOpt, CacheDirOpt, ConfigOpt, JsonOpt, archive_path, check_choice, devices,
+                                  emit, fail, note, opened, task_ids)
 
 
 @archive_app.command()
@@ -30,20 +31,20 @@ def export(
 
     fmt = fmt or ("parquet" if out.suffix == ".parquet" else "jsonl")
     if fmt not in exporting.FORMATS:
-        _fail(f"--format {fmt}: use jsonl or parquet")
+        fail(f"--format {fmt}: use jsonl or parquet")
     with opened(archive, config) as store:
         if run and store.run(run) is None:
-            _fail(f"no run {run} in {store.path}; `kernelevo archive ls runs` lists them")
-        task_ids = _task_ids(store, task) if task else {None}
-        stored = [r for t in sorted(task_ids, key=str) for r in store.export_rows(run_id=run, task_id=t)]
+            fail(f"no run {run} in {store.path}; `kernelevo archive ls runs` lists them")
+        wanted = task_ids(store, task) if task else {None}
+        stored = [r for t in sorted(wanted, key=str) for r in store.export_rows(run_id=run, task_id=t)]
     data = [r for r in exporting.rows(stored) if verdict is None or r["verdict"] == verdict]
     try:
         exporting.write(data, out, fmt)
     except ImportError as exc:
-        _fail(f"Parquet needs pandas and pyarrow ({exc.name} is missing): pip install pandas pyarrow, or use .jsonl")
+        fail(f"Parquet needs pandas and pyarrow ({exc.name} is missing): pip install pandas pyarrow, or use .jsonl")
     except OSError as exc:
-        _fail(f"{out}: cannot write it: {exc.strerror or exc}")
-    _note(f"wrote {len(data)} kernels to {out} ({fmt})")
+        fail(f"{out}: cannot write it: {exc.strerror or exc}")
+    note(f"wrote {len(data)} kernels to {out} ({fmt})")
 
 
 def _found(source: Path, task: Optional[Path]):
@@ -52,17 +53,17 @@ def _found(source: Path, task: Optional[Path]):
 
     if source.is_dir():
         if task is not None and not task.exists():
-            _fail(f"--task {task}: no such file or folder; give the task file, or the folder holding <task>.py")
+            fail(f"--task {task}: no such file or folder; give the task file, or the folder holding <task>.py")
         return importing.kernelbench_folder(source, task)
     if not source.is_file() or source.suffix not in (".jsonl", ".json", ".parquet"):
-        _fail(f"{source}: give a folder of candidate .py files, a .jsonl file (CUDA-L1's collection or "
+        fail(f"{source}: give a folder of candidate .py files, a .jsonl file (CUDA-L1's collection or "
               "Sakana's archive rows) or a .parquet file of Sakana's archive")
     try:
         rows, skipped = importing.read_rows(source)
     except ImportError as exc:
-        _fail(f"reading Parquet needs pandas and pyarrow ({exc.name} is missing): pip install pandas pyarrow")
+        fail(f"reading Parquet needs pandas and pyarrow ({exc.name} is missing): pip install pandas pyarrow")
     except (OSError, ValueError) as exc:
-        _fail(f"{source}: cannot read it: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+        fail(f"{source}: cannot read it: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
     found, more = (importing.sakana_rows if importing.is_sakana(rows) else importing.cuda_l1_rows)(rows)
     return found, skipped + more
 
@@ -88,7 +89,7 @@ def import_(
     gpus: str = typer.Option("all", help="with --rejudge: GPUs to judge on: all, or indices such as 0,1"),
     policy: str = typer.Option("mixed", help="with --rejudge: mixed or strict (see kernelevo evaluate)"),
     build_timeout: float = typer.Option(900.0, help="with --rejudge: seconds allowed to build one kernel"),
-    cache_dir: Optional[Path] = typer.Option(None, help="build and baseline cache [default: ~/.cache/kernelevo]"),
+    cache_dir: CacheDirOpt = None,
     archive: ArchiveOpt = None,
     config: ConfigOpt = None,
     as_json: JsonOpt = False,
@@ -96,15 +97,14 @@ def import_(
     """Store kernels found elsewhere, their published numbers kept as claims; tasks matched by source hash."""
     from kernelevo.archive.store import Archive
 
-    if policy not in ("mixed", "strict"):
-        _fail(f"--policy {policy}: use mixed or strict")
+    check_choice("--policy", policy, ("mixed", "strict"))
     found, skipped = _found(source, task)
     path = archive_path(archive, config)
     with Archive.open(path) as store:
         imported, known = _store_found(store, found)
         for line in skipped:
-            _note(f"skipped {line}")
-        _note(f"imported {len(imported)} kernels into {path}" + (f"; {len(known)} were already there" if known else ""))
+            note(f"skipped {line}")
+        note(f"imported {len(imported)} kernels into {path}" + (f"; {len(known)} were already there" if known else ""))
         judged = []
         if rejudge:
             todo = imported + [k for k in known if _never_judged(store, k)]
@@ -126,26 +126,25 @@ def _rejudge(store, kernel_ids: list[int], device, gpus, policy, build_timeout, 
     from kernelevo.evolution.rejudge import rejudge
     from kernelevo.judge.api import Judge, JudgeOptions
     from kernelevo.judge.executor import Limits
-    from kernelevo.optimize_cli import _devices
 
     if not kernel_ids:
-        _note("nothing to rejudge")
+        note("nothing to rejudge")
         return []
-    devices = _devices(device, gpus)
+    judge_devices = devices(device, gpus)
     cache = cache_dir or runtime.cache_dir()
-    options = JudgeOptions(devices=devices, policy=policy, limits=Limits(build=build_timeout), spares=1)
-    _note(f"judging {len(kernel_ids)} kernels on {', '.join(devices)} (Ctrl-C keeps every verdict already in)")
+    options = JudgeOptions(devices=judge_devices, policy=policy, limits=Limits(build=build_timeout), spares=1)
+    note(f"judging {len(kernel_ids)} kernels on {', '.join(judge_devices)} (Ctrl-C keeps every verdict already in)")
 
     def tell(r) -> None:
         speed = f"{r.speedup_eager:.2f}x" if r.speedup_eager is not None else "-"
         claim = f" (claimed {r.claimed:.2f}x)" if r.claimed is not None else ""
-        _note(f"  kernel {r.kernel_id} {r.task}: {r.verdict}{' ' + r.reason if r.reason else ''} {speed}{claim}")
+        note(f"  kernel {r.kernel_id} {r.task}: {r.verdict}{' ' + r.reason if r.reason else ''} {speed}{claim}")
 
     try:
         with Judge(cache, options) as judge:
             return rejudge(store, kernel_ids, judge, cache / "imports", tell)
     except KeyboardInterrupt:
-        _note("stopped: every verdict so far is in the archive; `--rejudge` again judges the rest")
+        note("stopped: every verdict so far is in the archive; `--rejudge` again judges the rest")
         raise typer.Exit(130) from None
 
 
@@ -157,7 +156,7 @@ def _print_rejudged(judged: list) -> None:
     print_rows(sorted(rows, key=lambda r: r["kernel"]), ("kernel", "task", "verdict", "reason", "speedup", "claimed",
                                                         "gpu"))
     ok = sum(r.verdict == "ok" for r in judged)
-    _note(f"{ok} of {len(judged)} passed here; they are stepping stones for runs on their tasks")
+    note(f"{ok} of {len(judged)} passed here; they are stepping stones for runs on their tasks")
 
 
 @archive_app.command()
@@ -175,12 +174,12 @@ def report(
 
     with opened(archive, config) as store:
         if store.run(run) is None:
-            _fail(f"no run {run} in {store.path}; `kernelevo archive ls runs` lists them")
+            fail(f"no run {run} in {store.path}; `kernelevo archive ls runs` lists them")
         data = report_data(store, run)
     if as_json:
         emit(data, "json")
     try:
         write(data, out)
     except OSError as exc:
-        _fail(f"{out}: cannot write it: {exc.strerror or exc}")
-    _note(f"wrote {out} ({len(data['lineage'])} kernels)")
+        fail(f"{out}: cannot write it: {exc.strerror or exc}")
+    note(f"wrote {out} ({len(data['lineage'])} kernels)")

@@ -1,31 +1,24 @@
 """`kernelevo archive`: read back what runs stored: tasks, runs, kernels, verdicts, profiles, lineage.
 
-Opened read-only, so looking never changes a run's record, even while a run writes. Data goes to
-stdout (a table, or --json / --csv), notes to stderr, so a pipe receives only data.
+The `archive` command group and its read commands; export, import and report (archive_files.py) are
+registered on the same group. Opened read-only, so looking never changes a run's record, even while a
+run writes. Data goes to stdout (a table, or --json / --csv), notes to stderr, so a pipe receives only data.
 """
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
+
+from kernelevo.cli.common import ArchiveOpt, ConfigOpt, CsvOpt, JsonOpt, emit, fail, note, opened, task_ids
 
 if TYPE_CHECKING:
     from kernelevo.archive.store import Archive
 
 archive_app = typer.Typer(no_args_is_help=True,
                           help="Browse the archive: list, show, diff and trace kernels; export, import, and a run's HTML report.")
-
-# The options every read command shares, declared once so that they read the same everywhere.
-ArchiveOpt = Annotated[Optional[Path], typer.Option(
-    "--archive", help="archive file (default: archive = in kernelevo.toml, else ~/.local/share/kernelevo/archive.sqlite)")]
-ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="kernelevo.toml (default: ./kernelevo.toml)")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON on stdout")]
-CsvOpt = Annotated[bool, typer.Option("--csv", help="print CSV on stdout")]
 
 KERNEL_FIELDS = ("id", "run", "task", "operator", "parents", "generation", "island", "format", "verdict", "reason",
                  "speedup_eager", "speedup_compile", "candidate_ms", "specialized", "stepping_stone", "problem")
@@ -40,69 +33,11 @@ class Kind(str, Enum):
     kernels = "kernels"
 
 
-def _note(text: str) -> None:
-    typer.echo(text, err=True)
-
-
-def _fail(message: str) -> NoReturn:
-    # imported here: cli.py imports this module while it is still being defined
-    from kernelevo.cli import fail
-
-    fail(message)
-    raise AssertionError("fail() exits")
-
-
-@contextmanager
-def opened(archive: Optional[Path], config: Optional[Path]) -> Iterator[Archive]:
-    """The archive read-only, found as `kernelevo optimize` finds it: --archive, kernelevo.toml, the default."""
-    import sqlite3
-
-    from kernelevo.archive.store import Archive
-
-    path = archive_path(archive, config)
-    if not path.is_file():
-        _fail(f"{path}: no such archive file; `kernelevo optimize TASK` creates one (or pass --archive PATH)")
-    try:
-        store = Archive.open_readonly(path)
-    except (ValueError, sqlite3.Error) as exc:
-        _fail(f"{path}: cannot read it as an archive: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
-    with store:
-        yield store
-
-
-def archive_path(archive: Optional[Path], config: Optional[Path]) -> Path:
-    """Where the archive is, as `kernelevo optimize` finds it: --archive, kernelevo.toml, the default."""
-    from kernelevo.config import ConfigError, load_config
-
-    try:
-        return load_config(config).archive_path(archive)
-    except ConfigError as exc:
-        _fail(str(exc))
-
-
 def output_format(as_json: bool, as_csv: bool = False) -> str:
+    """The format emit() writes, from the --json and --csv flags."""
     if as_json and as_csv:
-        _fail("--json and --csv: pick one")
+        fail("--json and --csv: pick one")
     return "json" if as_json else "csv" if as_csv else "table"
-
-
-def emit(rows: Any, fmt: str, fields: Sequence[str] = ()) -> None:
-    """Write data to stdout: any JSON value for "json"; a list of dicts as CSV or a rich table."""
-    if fmt == "json":
-        # default=str: a stored config may hold values JSON has no type for; show their text
-        typer.echo(json.dumps(rows, indent=2, default=str))
-    elif fmt == "csv":
-        import csv
-        import sys
-
-        writer = csv.DictWriter(sys.stdout, fieldnames=list(fields), extrasaction="ignore", lineterminator="\n")
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: " ".join(map(str, v)) if isinstance(v, list) else v for k, v in row.items()})
-    else:
-        from kernelevo.report import print_rows
-
-        print_rows(rows, fields)
 
 
 def _when(t: float | None) -> str | None:
@@ -141,22 +76,15 @@ def _task_rows(store: Archive, tasks: list[dict]) -> list[dict]:
     return rows
 
 
-def _task_ids(store: Archive, task: str) -> set[int]:
-    ids = {t["id"] for t in store.tasks() if task in (t["name"], str(t["id"]))}
-    if not ids:
-        _fail(f"no task {task!r} in {store.path}; `kernelevo archive ls tasks` lists them")
-    return ids
-
-
 def _check_filters(kind: Kind, run: Optional[str], verdict: Optional[str], operator: Optional[str]) -> None:
     from kernelevo.records import VERDICTS
 
     if kind != Kind.kernels and (verdict or operator):
-        _fail(f"--verdict and --operator filter kernels; use `kernelevo archive ls kernels`, not {kind.value}")
+        fail(f"--verdict and --operator filter kernels; use `kernelevo archive ls kernels`, not {kind.value}")
     if kind == Kind.tasks and run:
-        _fail("--run filters runs and kernels, not tasks")
+        fail("--run filters runs and kernels, not tasks")
     if verdict and verdict not in (*VERDICTS, "none"):
-        _fail(f"--verdict {verdict}: use one of {', '.join(VERDICTS)}, or none (never judged)")
+        fail(f"--verdict {verdict}: use one of {', '.join(VERDICTS)}, or none (never judged)")
 
 
 @archive_app.command("ls")
@@ -177,18 +105,18 @@ def ls(
     fmt = output_format(as_json, as_csv)
     _check_filters(kind, run, verdict, operator)
     with opened(archive, config) as store:
-        task_ids = _task_ids(store, task) if task else None
+        wanted = task_ids(store, task) if task else None
         if run and store.run(run) is None:
-            _fail(f"no run {run!r} in {store.path}; `kernelevo archive ls runs` lists them")
+            fail(f"no run {run!r} in {store.path}; `kernelevo archive ls runs` lists them")
         if kind == Kind.tasks:
-            rows = _task_rows(store, [t for t in store.tasks() if task_ids is None or t["id"] in task_ids])
+            rows = _task_rows(store, [t for t in store.tasks() if wanted is None or t["id"] in wanted])
         elif kind == Kind.runs:
-            rows = _run_rows(store, [r for r in store.runs() if (task_ids is None or r["task_id"] in task_ids)
+            rows = _run_rows(store, [r for r in store.runs() if (wanted is None or r["task_id"] in wanted)
                                      and run in (None, r["id"])])
         else:
             names = {t["id"]: t["name"] for t in store.tasks()}
             rows = [kernel_summary(k, names) for k in store.kernels(run_id=run)
-                    if (task_ids is None or k["task_id"] in task_ids) and operator in (None, k["operator"])
+                    if (wanted is None or k["task_id"] in wanted) and operator in (None, k["operator"])
                     and verdict in (None, k["verdict"] or "none")]
     if min_speedup is not None:
         key = "speedup_eager" if kind == Kind.kernels else "best_speedup"
@@ -197,29 +125,33 @@ def ls(
     rows = rows[-limit:] if limit else rows
     emit(rows, fmt, {Kind.tasks: TASK_FIELDS, Kind.runs: RUN_FIELDS, Kind.kernels: KERNEL_FIELDS}[kind])
     if fmt == "table":
-        _note(f"{len(rows)} of {matched} {kind.value}" if len(rows) < matched else f"{matched} {kind.value}")
+        note(f"{len(rows)} of {matched} {kind.value}" if len(rows) < matched else f"{matched} {kind.value}")
 
 
 def _kernel(store: Archive, kernel_id: int) -> dict:
     row = store.kernel(kernel_id)
     if row is None:
-        _fail(f"no kernel {kernel_id} in {store.path}; `kernelevo archive ls kernels` lists them")
+        fail(f"no kernel {kernel_id} in {store.path}; `kernelevo archive ls kernels` lists them")
     return row
 
 
-@archive_app.command()
-def show(
-    kernel_id: int = typer.Argument(..., metavar="ID", help="kernel id"),
-    archive: ArchiveOpt = None,
-    config: ConfigOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """One kernel: its facts, its source, its latest evaluation with the profile, its lineage."""
-    fmt = output_format(as_json)
+# show and lineage name one kernel the same way
+KernelIdArg = Annotated[int, typer.Argument(metavar="ID", help="kernel id")]
+
+
+def _with_lineage(kernel_id: int, archive: Optional[Path], config: Optional[Path]) -> tuple[dict, dict, list[dict]]:
+    """(the kernel, its task, its ancestors), read in one opening of the archive."""
     with opened(archive, config) as store:
         k = _kernel(store, kernel_id)
-        task = store.task(k["task_id"]) or {}
-        ancestors = store.lineage(kernel_id)
+        return k, store.task(k["task_id"]) or {}, store.lineage(kernel_id)
+
+
+@archive_app.command()
+def show(kernel_id: KernelIdArg, archive: ArchiveOpt = None, config: ConfigOpt = None,
+         as_json: JsonOpt = False) -> None:
+    """One kernel: its facts, its source, its latest evaluation with the profile, its lineage."""
+    fmt = output_format(as_json)
+    k, task, ancestors = _with_lineage(kernel_id, archive, config)
     if fmt == "json":
         emit(k, fmt)
         return
@@ -296,7 +228,7 @@ def _print_latest(evaluation: dict, console, profile_row: dict | None = None) ->
         profile = Profile.from_dict(stored) if stored else None
     except (TypeError, KeyError, ValueError) as exc:
         # a record written by another kernelevo version: the facts above still hold
-        _note(f"evaluation {evaluation['id']}: stored record not readable by this kernelevo ({exc})")
+        note(f"evaluation {evaluation['id']}: stored record not readable by this kernelevo ({exc})")
         return
     print_evaluation(record, console)
     if profile:
@@ -330,7 +262,7 @@ def diff(
         emit({"a": kernel_summary(left, names), "b": kernel_summary(right, names), "diff": text}, fmt)
         return
     if not text:
-        _note(f"kernels {a} and {b} have the same source")
+        note(f"kernels {a} and {b} have the same source")
         return
     from rich.console import Console
     from rich.syntax import Syntax
@@ -339,17 +271,11 @@ def diff(
 
 
 @archive_app.command()
-def lineage(
-    kernel_id: int = typer.Argument(..., metavar="ID", help="kernel id"),
-    archive: ArchiveOpt = None,
-    config: ConfigOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
+def lineage(kernel_id: KernelIdArg, archive: ArchiveOpt = None, config: ConfigOpt = None,
+            as_json: JsonOpt = False) -> None:
     """The kernel and its ancestors, up through its parents to the first translations."""
     fmt = output_format(as_json)
-    with opened(archive, config) as store:
-        k = _kernel(store, kernel_id)
-        ancestors = store.lineage(kernel_id)
+    k, _, ancestors = _with_lineage(kernel_id, archive, config)
     k = {key: value for key, value in k.items() if key != "evaluations"} | {"depth": 0}
     if fmt == "json":
         emit([k, *ancestors], fmt)

@@ -1,0 +1,97 @@
+"""A bench as data: one row per task and the suite's figures, the way the field scores kernel search.
+
+fast_p (KernelBench): the share of tasks whose kernel is correct and more than p times as fast as
+the baseline, over every task of the suite (a task without a correct kernel counts, as a miss).
+Reported against eager and against torch.compile, over all tasks and over the tasks whose
+reference is not degenerate (near-constant output, or output insensitive to its inputs or
+weights: there a speedup says nothing about kernels). Figures are the final re-judged ones the
+rows point at. Pure functions over store rows; `bench_table` does the reading.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+P_VALUES = (1.0, 1.2, 1.5, 2.0)
+BASELINES = {"eager": "speedup_eager", "compile": "speedup_compile"}
+
+
+def task_rows(stored: list[dict]) -> list[dict]:
+    """Store.bench_tasks rows as table rows: name, status, verdict, correct, speedups, specialized,
+    degenerate, calls, cost, wall time, and where the figures come from (run, kernel)."""
+    out = []
+    for r in stored:
+        correct = r["status"] == "done" and r.get("verdict") == "ok"
+        specialized = None if r.get("specialized") is None else bool(r["specialized"])
+        out.append({
+            "position": r["position"], "name": r["name"], "path": r["path"], "status": r["status"],
+            "verdict": r.get("verdict") or ("no correct kernel" if r["status"] == "done" else r["status"]),
+            "reason": r.get("reason") or r.get("error") or "", "correct": correct,
+            "speedup_eager": r.get("speedup_eager") if correct else None,
+            "speedup_compile": r.get("speedup_compile") if correct else None,
+            "specialized": specialized, "degenerate": r.get("degenerate") or "",
+            "calls": r.get("calls") or 0, "cost_usd": r.get("cost_usd") or 0.0,
+            "unknown_cost_calls": r.get("unknown_cost_calls") or 0, "wall_s": r.get("wall_s") or 0.0,
+            "run_id": r.get("run_id"), "kernel_id": r.get("kernel_id"), "device_name": r.get("device_name") or "",
+        })
+    return out
+
+
+def fast_p(rows: list[dict], p: float, baseline: str = "eager") -> float | None:
+    """Share of `rows` correct and faster than p times the baseline; None for no rows, or when no
+    correct row has a figure against that baseline (torch.compile not measured: not a 0)."""
+    key = BASELINES[baseline]
+    if not rows or not any(r["correct"] and r[key] is not None for r in rows) and any(r["correct"] for r in rows):
+        return None
+    return sum(1 for r in rows if r["correct"] and (r[key] or 0.0) > p) / len(rows)
+
+
+def geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v and v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def summary(rows: list[dict], p_values: tuple[float, ...] = P_VALUES) -> dict[str, Any]:
+    """The suite's figures: correct rate, fast_p (all tasks and non-degenerate ones) against eager
+    and torch.compile, geomean speedups over correct tasks, totals of cost, calls and wall time."""
+    healthy = [r for r in rows if not r["degenerate"]]
+    correct = [r for r in rows if r["correct"]]
+    return {
+        "tasks": len(rows), "done": sum(r["status"] in ("done", "failed") for r in rows),
+        "correct": len(correct), "correct_rate": len(correct) / len(rows) if rows else None,
+        "degenerate": len(rows) - len(healthy), "specialized": sum(1 for r in correct if r["specialized"]),
+        "fast_p": {b: {str(p): fast_p(rows, p, b) for p in p_values} for b in BASELINES},
+        "fast_p_healthy": {b: {str(p): fast_p(healthy, p, b) for p in p_values} for b in BASELINES},
+        "geomean": {b: geomean([r[k] for r in correct]) for b, k in BASELINES.items()},
+        "cost_usd": sum(r["cost_usd"] for r in rows), "calls": sum(r["calls"] for r in rows),
+        "unknown_cost_calls": sum(r["unknown_cost_calls"] for r in rows),
+        "wall_s": sum(r["wall_s"] for r in rows),
+    }
+
+
+def curve(rows: list[dict], baseline: str, top: float | None = None, steps: int = 60) -> list[tuple[float, float]]:
+    """(p, fast_p) from p = 0 to past the largest speedup: the fast_p curve of the report."""
+    key = BASELINES[baseline]
+    largest = max([r[key] or 0.0 for r in rows if r["correct"]] + [2.0])
+    top = top or largest * 1.1
+    return [(top * i / steps, fast_p(rows, top * i / steps, baseline) or 0.0) for i in range(steps + 1)]
+
+
+def bench_table(store, bench_id: str) -> dict[str, Any]:
+    """{'bench': its row, 'tasks': table rows, 'suite': summary}; KeyError for an unknown bench."""
+    bench = store.bench(bench_id)
+    if bench is None:
+        raise KeyError(f"no bench {bench_id} in {store.path}; `kernelevo bench ls` lists them")
+    rows = task_rows(store.bench_tasks(bench_id))
+    return {"bench": bench, "tasks": rows, "suite": summary(rows)}
+
+
+def compare(a: dict, b: dict) -> dict[str, Any]:
+    """Two bench tables side by side: tasks matched by name (in A's order, then B's own), and both suites."""
+    by_name = {r["name"]: r for r in b["tasks"]}
+    names = [r["name"] for r in a["tasks"]] + [r["name"] for r in b["tasks"] if r["name"] not in
+                                                {x["name"] for x in a["tasks"]}]
+    a_rows = {r["name"]: r for r in a["tasks"]}
+    return {"a": a["bench"]["id"], "b": b["bench"]["id"],
+            "tasks": [{"name": n, "a": a_rows.get(n), "b": by_name.get(n)} for n in names],
+            "suite": {"a": a["suite"], "b": b["suite"]}}

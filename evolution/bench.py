@@ -1,0 +1,260 @@
+"""A bench: a suite of tasks, each searched by `loop.optimize` or scored from given candidate files,
+into one archive. Like loop.py and rejudge.py this joins the rooms; it adds no search logic.
+
+Each task's row points at the evaluation behind its figures (the run's final re-judgement, or the
+best given candidate's verdict), so the table is read from the archive, never kept beside it.
+Tasks run concurrently, one per judge device, each search with its device alone (timings of two
+tasks never share a GPU); their LLM calls overlap. Resumable: a task marked done is not redone, a
+task whose search was interrupted resumes that run.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import fnmatch
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from kernelevo.agent.client import Stop
+
+from .records import Interrupted, OptimizeOptions, Progress
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    suite: Path  # a folder of task files, or a text file listing task paths
+    search: OptimizeOptions  # the search of each task: its task_path is replaced, its limits are per task
+    tasks_glob: str | None = None
+    candidates: Path | None = None  # score `<task>__<label>.py` files instead of searching
+    max_cost_usd: float | None = None  # LLM spend of the whole suite
+    resume: str | None = None  # a bench id
+
+
+@dataclass
+class BenchView:
+    """What the live view shows; handed to `on_progress` whenever a task moves."""
+    bench_id: str = ""
+    tasks: int = 0
+    done: int = 0
+    correct: int = 0
+    fast_1: int = 0
+    spent_usd: float = 0.0
+    running: dict[str, str] = field(default_factory=dict)  # task name -> its one-line state
+
+
+@dataclass(frozen=True)
+class BenchOutcome:
+    bench_id: str
+    status: str  # finished, or stopped (Ctrl-C: resumable)
+
+
+class BenchError(ValueError):
+    """A suite or a resume that cannot be run, in one line."""
+
+
+def suite_tasks(suite: Path, tasks_glob: str | None = None) -> list[Path]:
+    """The suite's task files in order: a folder's `*.py` that define `class Model` (not candidates
+    `<task>__<label>.py`, not ModelNew files), or the paths a text file lists (relative to it; `#`
+    starts a comment). `tasks_glob` keeps the files whose name matches."""
+    suite = Path(suite)
+    if suite.is_dir():
+        paths = [p for p in sorted(suite.glob("*.py")) if "__" not in p.stem and _is_task(p)]
+    elif suite.is_file():
+        lines = [line.split("#", 1)[0].strip() for line in suite.read_text().splitlines()]
+        paths = [(suite.parent / line).resolve() for line in lines if line]
+        missing = [p for p in paths if not p.is_file()]
+        if missing:
+            raise BenchError(f"{suite}: lists {missing[0]}, which does not exist")
+    else:
+        raise BenchError(f"{suite}: no such folder or file; give a folder of task files or a file listing them")
+    if tasks_glob:
+        paths = [p for p in paths if fnmatch.fnmatch(p.name, tasks_glob) or fnmatch.fnmatch(p.stem, tasks_glob)]
+    if not paths:
+        raise BenchError(f"{suite}: no task files" + (f" match --tasks {tasks_glob}" if tasks_glob else ""))
+    return paths
+
+
+def _is_task(path: Path) -> bool:
+    text = path.read_text(errors="replace")
+    return "class Model" in text and "class ModelNew" not in text and "def get_inputs" in text
+
+
+def run_bench(options: BenchOptions, on_progress: Callable[[BenchView], None] = lambda v: None,
+              on_status: Callable[[str], None] = lambda text: None) -> BenchOutcome:
+    """Run (or resume) a bench to its end; Ctrl-C stops every task's search, each resumable, and
+    leaves the bench 'stopped'. Raises BenchError for a suite or resume that cannot run."""
+    from kernelevo.archive.store import Archive
+
+    with Archive.open(options.search.archive_path) as store:
+        bench_id = _open_bench(store, options)
+        options = _as_stored(store.bench(bench_id), options)
+        store.set_bench_status(bench_id, "running")
+        runner = _Runner(store, bench_id, options, on_progress, on_status)
+        try:
+            runner.run()
+        except KeyboardInterrupt:
+            store.set_bench_status(bench_id, "stopped")
+            raise Interrupted(bench_id) from None
+        except Stop:
+            store.set_bench_status(bench_id, "stopped")
+            raise
+        store.set_bench_status(bench_id, "finished")
+        return BenchOutcome(bench_id, "finished")
+
+
+def _open_bench(store, options: BenchOptions) -> str:
+    if options.resume:
+        bench = store.bench(options.resume)
+        if bench is None:
+            raise BenchError(f"--resume {options.resume}: no such bench in {store.path}; "
+                             "`kernelevo bench ls` lists them")
+        return options.resume
+    import torch
+
+    paths = suite_tasks(options.suite, options.tasks_glob)
+    device = options.search.devices[0]
+    gpu = "cpu" if device == "cpu" else torch.cuda.get_device_name(torch.device(device))
+    s = options.search
+    config = {"model": s.model if not options.candidates else None, "devices": list(s.devices),
+              "candidates": str(options.candidates) if options.candidates else None,
+              "tasks_glob": options.tasks_glob, "max_cost_usd": options.max_cost_usd,
+              "per_task": dataclasses.asdict(s.limits), "search": dataclasses.asdict(s.settings),
+              "format": s.fmt, "policy": s.policy, "trials": s.trials, "shapes": s.shapes, "seed": s.seed}
+    return store.start_bench(str(options.suite), "candidates" if options.candidates else "search", config, gpu,
+                             torch.__version__, [(str(p), p.stem) for p in paths])
+
+
+def _as_stored(bench: dict, options: BenchOptions) -> BenchOptions:
+    """A resumed bench goes on as it started: scoring the same candidates folder, or searching."""
+    stored = bench["config"].get("candidates")
+    if bench["mode"] == "candidates" and options.candidates is None:
+        return dataclasses.replace(options, candidates=Path(stored))
+    if bench["mode"] == "search" and options.candidates is not None:
+        raise BenchError(f"bench {bench['id']} searches its tasks; resume it without --candidates")
+    return options
+
+
+class _Runner:
+    """The bench's tasks on its devices: one worker thread per device takes the next pending task."""
+
+    def __init__(self, store, bench_id: str, options: BenchOptions, on_progress, on_status):
+        self.store, self.bench_id, self.options = store, bench_id, options
+        self.on_progress, self.on_status = on_progress, on_status
+        self.rows = store.bench_tasks(bench_id)
+        # not done: pending, running (the session was killed) or skipped (the suite's money ran out)
+        self.queue = [r for r in self.rows if r["status"] not in ("done", "failed")]
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.view = BenchView(bench_id, len(self.rows))
+        self.committed = sum(r["cost_usd"] for r in self.rows if r["status"] in ("done", "failed"))
+        self.reserved: dict[int, float] = {}  # position -> the most a running task may still spend
+        self.live: dict[int, Progress] = {}
+
+    def run(self) -> None:
+        self._tally()
+        devices = self.options.search.devices
+        with concurrent.futures.ThreadPoolExecutor(len(devices), thread_name_prefix="bench") as pool:
+            futures = [pool.submit(self._worker, d) for d in devices]
+            try:
+                for future in futures:
+                    while True:
+                        try:
+                            future.result(timeout=0.5)
+                            break
+                        except concurrent.futures.TimeoutError:
+                            continue
+            except KeyboardInterrupt:
+                self.stop.set()  # each search sees it at its next progress tick and stops, resumable
+                concurrent.futures.wait(futures)
+                raise
+
+    def _worker(self, device: str) -> None:
+        while not self.stop.is_set():
+            with self.lock:
+                row = self.queue.pop(0) if self.queue else None
+            if row is None:
+                return
+            self._task(row, device)
+
+    def _task(self, row: dict, device: str) -> None:
+        from . import bench_task
+
+        position, started = row["position"], time.monotonic()
+        cap = self._reserve(row)
+        if cap is not None and cap <= 0:
+            self.store.set_bench_task(self.bench_id, position, status="skipped",
+                                      error="the suite's --max-cost-usd was spent before it started")
+            return self._tally()
+        self.store.set_bench_task(self.bench_id, position, status="running")
+        self._show(row["name"], "starting")
+        try:
+            fields = bench_task.score(self, row, device, cap) if self.options.candidates \
+                else bench_task.search(self, row, device, cap)
+        except Interrupted as exc:  # this task's search was stopped: it resumes with the bench
+            fields = {"status": "pending", "run_id": getattr(exc, "run_id", None) or row.get("run_id")}
+        except Stop:  # the model refuses (a bad key) or is gone: every other task would fail alike
+            self.stop.set()
+            self.store.set_bench_task(self.bench_id, position, status="pending")
+            raise
+        except Exception as exc:  # noqa: BLE001 - one task's failure is its row's verdict, not the suite's
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            fields = {"status": "failed", "error": f"{type(exc).__name__}: {first}"}
+        wall = (row.get("wall_s") or 0.0) + time.monotonic() - started
+        self.store.set_bench_task(self.bench_id, position, wall_s=wall, **fields)
+        with self.lock:
+            self.reserved.pop(position, None)
+            self.live.pop(position, None)
+            self.view.running.pop(row["name"], None)
+        self._tally()
+
+    def _reserve(self, row: dict) -> float | None:
+        """The most this task's run may spend in all (a resumed run counts what it spent before):
+        its own cap, within what the suite has left once every running task spends its whole cap,
+        so concurrent tasks cannot overspend the suite. None: no limit."""
+        per_task = self.options.search.limits.max_cost_usd
+        if self.options.max_cost_usd is None or self.options.candidates:
+            return per_task
+        before = row["cost_usd"] or 0.0
+        with self.lock:
+            left = self.options.max_cost_usd - self.committed - sum(self.reserved.values())
+            cap = before + left if per_task is None else min(per_task, before + left)
+            self.reserved[row["position"]] = max(cap - before, 0.0)
+        return cap if cap > before else 0.0
+
+    def progress_of(self, row: dict) -> Callable[[Progress], None]:
+        """The search's on_progress: the live view, and the bench's Ctrl-C (raised inside the search,
+        so the run is stored as stopped and resumable)."""
+        def seen(p: Progress) -> None:
+            if self.stop.is_set() and p.status != "starting":
+                raise KeyboardInterrupt
+            if p.run_id and row.get("run_id") != p.run_id:  # known at once: a killed bench resumes this run
+                row["run_id"] = p.run_id
+                self.store.set_bench_task(self.bench_id, row["position"], run_id=p.run_id)
+            with self.lock:
+                self.live[row["position"]] = p
+            best = f"best {p.best_eager:.2f}x" if p.best_eager else "no correct kernel yet"
+            self._show(row["name"], f"gen {p.generation}  judged {p.judged}  {best}  calls {p.calls}  "
+                                    f"${p.spend_usd:.2f}  {p.status}")
+        return seen
+
+    def _show(self, name: str, text: str) -> None:
+        with self.lock:
+            self.view.running[name] = text
+            self.view.spent_usd = self.committed + sum(p.spend_usd for p in self.live.values())
+        self.on_progress(self.view)
+
+    def _tally(self) -> None:
+        from kernelevo.archive.bench_data import task_rows
+
+        rows = task_rows(self.store.bench_tasks(self.bench_id))
+        with self.lock:
+            finished = [r for r in rows if r["status"] in ("done", "failed")]
+            self.committed = sum(r["cost_usd"] for r in finished)
+            self.view.done = len(finished)
+            self.view.correct = sum(r["correct"] for r in rows)
+            self.view.fast_1 = sum(r["correct"] and (r["speedup_eager"] or 0) > 1.0 for r in rows)
+            self.view.spent_usd = self.committed + sum(p.spend_usd for p in self.live.values())
+        self.on_progress(self.view)

@@ -1,0 +1,225 @@
+"""What more than one `kernelevo` command module needs: exits, devices, messages, archive access and the
+options several commands share.
+
+Imports no other kernelevo.cli module, so every command module can import it without a cycle; heavy
+imports (torch, rich, the archive store) stay inside the functions, so `kernelevo --help` answers at once.
+Data goes to stdout, notes and errors to stderr, so a pipe receives only data.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Optional
+
+import typer
+
+if TYPE_CHECKING:
+    from kernelevo.archive.store import Archive
+
+# Options shared by several commands, declared once so that they read the same everywhere.
+ArchiveOpt = Annotated[Optional[Path], typer.Option(
+    "--archive", help="archive file (default: archive = in kernelevo.toml, else ~/.local/share/kernelevo/archive.sqlite)")]
+ConfigOpt = Annotated[Optional[Path], typer.Option("--config", help="kernelevo.toml (default: ./kernelevo.toml)")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON on stdout")]
+CsvOpt = Annotated[bool, typer.Option("--csv", help="print CSV on stdout")]
+CacheDirOpt = Annotated[Optional[Path], typer.Option(
+    help="build and baseline cache [default: ~/.cache/kernelevo]")]
+CompileBaselineOpt = Annotated[bool, typer.Option(help="also compare with torch.compile (cached per task and GPU)")]
+ShapesOpt = Annotated[str, typer.Option(
+    help="general: also check shapes the judge derives (other batch and inner sizes); a kernel that refuses them "
+         "cleanly is marked specialized; exact: the task's shapes only")]
+
+# The search's options, shared by optimize and bench (whose limits apply per task).
+ModelOpt = Annotated[Optional[str], typer.Option(help="anthropic:MODEL, openai:MODEL, local:MODEL@URL or a "
+                                                 "\\[models.ALIAS] of kernelevo.toml [default: by the API key set]")]
+DeviceOpt = Annotated[Optional[str], typer.Option(
+    help="cuda or cpu (C kernels on the CPU backend) [default: cuda if present]")]
+GpusOpt = Annotated[str, typer.Option(help="GPUs to judge on: all, or indices such as 0,1 (one judge worker each)")]
+FormatOpt = Annotated[Optional[str], typer.Option("--format", help="candidate format asked for: nvrtc (default on a "
+                                                  "GPU), inline, or c (the CPU)")]
+GenerationsOpt = Annotated[Optional[int], typer.Option(help="stop after this many generations")]
+PlateauOpt = Annotated[Optional[int], typer.Option(help="stop after this many generations without a new best")]
+ChildrenOpt = Annotated[int, typer.Option(min=1, help="judged children per generation")]
+IslandsOpt = Annotated[int, typer.Option(min=1, help="islands (sub-populations that exchange their best)")]
+ConcurrencyOpt = Annotated[int, typer.Option(min=1, help="LLM calls in flight at once")]
+ProfileTopOpt = Annotated[int, typer.Option(min=0, help="new bests profiled per generation, for the prompts (0: none)")]
+NcuOpt = Annotated[bool, typer.Option(help="profiles include Nsight Compute metrics when ncu is installed")]
+SeedOpt = Annotated[int, typer.Option(help="seed of the search's random choices and of the judge's inputs")]
+PolicyOpt = Annotated[str, typer.Option(help="mixed or strict (see `kernelevo evaluate --help`)")]
+TrialsOpt = Annotated[int, typer.Option(min=1, help="correctness trials per candidate, each with fresh inputs")]
+TimingSecondsOpt = Annotated[float, typer.Option(min=0.05, help="seconds spent timing each candidate (less: faster, "
+                                                 "noisier)")]
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """One line on stderr, a non-zero exit: every usage error ends here."""
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def check_choice(option: str, value: Optional[str], choices: Sequence[str]) -> None:
+    """Fail unless VALUE is one of CHOICES: for string options whose values typer does not check."""
+    if value not in choices:
+        fail(f"{option} {value}: use {', '.join(choices[:-1])} or {choices[-1]}")
+
+
+def note(text: str) -> None:
+    """A plain line on stderr: a count or a hint beside the data, never mixed into it."""
+    typer.echo(text, err=True)
+
+
+def say(text: str) -> None:
+    """A message on stderr, wrapped to the terminal's width."""
+    from rich.console import Console
+
+    Console(stderr=True).print(text, markup=False, highlight=False)
+
+
+def resolve_device(device: Optional[str]) -> str:
+    """--device as the judge takes it: cuda:N or cpu, checked against the devices this machine has."""
+    import torch
+
+    if device in (None, "auto"):
+        return "cuda:0" if torch.cuda.is_available() else "cpu"
+    if device == "cuda":
+        device = "cuda:0"
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            fail("no CUDA device is visible here; use --device cpu to judge C/C++ candidates on the CPU")
+        index = device.split(":", 1)[1] if ":" in device else "0"
+        if not index.isdigit() or int(index) >= torch.cuda.device_count():
+            fail(f"{device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+        return device
+    if device != "cpu":
+        fail(f"--device {device}: use cuda, cuda:N or cpu")
+    return device
+
+
+def devices(device: Optional[str], gpus: str) -> tuple[str, ...]:
+    """The judge's devices: the CPU, the one GPU --device cuda:N names, or the --gpus list."""
+    dev = resolve_device(device)
+    if dev == "cpu":
+        return ("cpu",)
+    if device not in (None, "auto", "cuda") and gpus == "all":
+        return (dev,)
+    import torch
+
+    count = torch.cuda.device_count()
+    if gpus == "all":
+        return tuple(f"cuda:{i}" for i in range(count))
+    picked = [g.strip() for g in gpus.split(",") if g.strip()]
+    if not picked or not all(g.isdigit() and int(g) < count for g in picked):
+        fail(f"--gpus {gpus}: use all, or indices below {count} such as 0,1")
+    return tuple(f"cuda:{g}" for g in picked)
+
+
+def duration(text: Optional[str]) -> Optional[float]:
+    """'90', '90s', '30m', '2h' as seconds."""
+    if text is None:
+        return None
+    units = {"s": 1, "m": 60, "h": 3600}
+    try:
+        return float(text[:-1]) * units[text[-1]] if text[-1] in units else float(text)
+    except ValueError:
+        fail(f"--max-wall-time {text}: use seconds, or a number with s, m or h (e.g. 30m)")
+
+
+def archive_path(archive: Optional[Path], config: Optional[Path]) -> Path:
+    """Where the archive is, as `kernelevo optimize` finds it: --archive, kernelevo.toml, the default."""
+    from kernelevo.config import ConfigError, load_config
+
+    try:
+        return load_config(config).archive_path(archive)
+    except ConfigError as exc:
+        fail(str(exc))
+
+
+@contextmanager
+def opened(archive: Optional[Path], config: Optional[Path]) -> Iterator[Archive]:
+    """The archive, found as `kernelevo optimize` finds it, opened read-only: looking never changes a run's
+    record, even while a run writes."""
+    import sqlite3
+
+    from kernelevo.archive.store import Archive
+
+    path = archive_path(archive, config)
+    if not path.is_file():
+        fail(f"{path}: no such archive file; `kernelevo optimize TASK` creates one (or pass --archive PATH)")
+    try:
+        store = Archive.open_readonly(path)
+    except (ValueError, sqlite3.Error) as exc:
+        fail(f"{path}: cannot read it as an archive: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+    with store:
+        yield store
+
+
+def task_ids(store: Archive, task: str) -> set[int]:
+    """The ids of the stored tasks that --task names, by name or id; several when a task's source changed."""
+    ids = {t["id"] for t in store.tasks() if task in (t["name"], str(t["id"]))}
+    if not ids:
+        fail(f"no task {task!r} in {store.path}; `kernelevo archive ls tasks` lists them")
+    return ids
+
+
+def emit(rows: Any, fmt: str, fields: Sequence[str] = ()) -> None:
+    """Write data to stdout: any JSON value for "json"; a list of dicts as CSV or a rich table."""
+    if fmt == "json":
+        # default=str: a stored config may hold values JSON has no type for; show their text
+        typer.echo(json.dumps(rows, indent=2, default=str))
+    elif fmt == "csv":
+        import csv
+        import sys
+
+        writer = csv.DictWriter(sys.stdout, fieldnames=list(fields), extrasaction="ignore", lineterminator="\n")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: " ".join(map(str, v)) if isinstance(v, list) else v for k, v in row.items()})
+    else:
+        from kernelevo.report import print_rows
+
+        print_rows(rows, fields)
+
+
+def model_spec(model: Optional[str], config: Any) -> str:
+    """The model to use: --model, else the config's default_model, else the provider whose key is set."""
+    from kernelevo.config import DEFAULT_MODELS
+
+    chosen = model or config.raw.get("default_model")
+    if chosen:
+        return chosen
+    for variable, spec in DEFAULT_MODELS:
+        if os.environ.get(variable):
+            return spec
+    fail("no model and no API key: export ANTHROPIC_API_KEY or OPENAI_API_KEY, or pass "
+         "--model local:MODEL@http://host:port/v1 for a local server")
+
+
+def search_options(args: dict[str, Any], task: Path, limits: Any, **extra: Any) -> Any:
+    """OptimizeOptions of one task's search from a command's arguments (optimize's, or bench's for
+    each task): config, devices, format, search settings, judge settings, archive and output."""
+    from kernelevo import runtime
+    from kernelevo.config import ConfigError, load_config
+    from kernelevo.evolution.records import OptimizeOptions, SearchSettings
+    from kernelevo.judge.timing import TimingConfig
+
+    try:
+        config = load_config(args["config"])
+    except ConfigError as exc:
+        fail(str(exc))
+    judge_devices = devices(args["device"], args["gpus"])
+    if judge_devices == ("cpu",) and args["fmt"] not in (None, "c"):
+        fail(f"--format {args['fmt']} needs a GPU; on the CPU kernels are written in C (--format c)")
+    settings = SearchSettings(children_per_generation=args["children"], islands=args["islands"],
+                              llm_concurrency=args["concurrency"], profile_per_generation=args["profile_top"],
+                              ncu=args["ncu"])
+    model = extra.pop("model", None) or model_spec(args["model"], config)
+    return OptimizeOptions(task_path=task, model=model, devices=judge_devices,
+                           archive_path=config.archive_path(args["archive"]), out_dir=args["out"],
+                           cache_dir=args["cache_dir"] or runtime.cache_dir(), fmt=args["fmt"], limits=limits,
+                           settings=settings, seed=args["seed"], policy=args["policy"], trials=args["trials"],
+                           compile_baseline=args["compile_baseline"], shapes=args["shapes"],
+                           config_path=args["config"], timing=TimingConfig(max_seconds=args["timing_seconds"]),
+                           **extra)

@@ -1,0 +1,133 @@
+"""`kernelevo optimize`: options to an evolution.loop.optimize call, with the user-facing output.
+
+The command's checks and messages are kept in one place; heavy imports happen only once the command runs.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from kernelevo.cli.common import (CacheDirOpt, ChildrenOpt, CompileBaselineOpt, ConcurrencyOpt, DeviceOpt, FormatOpt,
+                                  GenerationsOpt, GpusOpt, IslandsOpt, ModelOpt, NcuOpt, PlateauOpt, PolicyOpt,
+                                  ProfileTopOpt, SeedOpt, ShapesOpt, TimingSecondsOpt, TrialsOpt, check_choice, duration,
+                                  fail, say, search_options)
+
+EXIT_INTERRUPTED = 130
+
+
+def optimize(
+    task: Path = typer.Argument(..., help="KernelBench-format task file (Model, get_inputs, get_init_inputs)"),
+    model: ModelOpt = None,
+    device: DeviceOpt = None,
+    gpus: GpusOpt = "all",
+    fmt: FormatOpt = None,
+    max_cost_usd: Optional[float] = typer.Option(None, help="stop before LLM spend would pass this"),
+    max_llm_calls: Optional[int] = typer.Option(None, help="stop after this many LLM calls"),
+    max_wall_time: Optional[str] = typer.Option(None, help="stop after this long, e.g. 30m or 2h"),
+    generations: GenerationsOpt = 10,
+    plateau: PlateauOpt = 4,
+    children: ChildrenOpt = 8,
+    islands: IslandsOpt = 2,
+    concurrency: ConcurrencyOpt = 4,
+    profile_top: ProfileTopOpt = 2,
+    ncu: NcuOpt = True,
+    seed: SeedOpt = 0,
+    policy: PolicyOpt = "mixed",
+    trials: TrialsOpt = 5,
+    shapes: ShapesOpt = "general",
+    compile_baseline: CompileBaselineOpt = True,
+    timing_seconds: TimingSecondsOpt = 1.5,
+    seed_from: list[Path] = typer.Option([], help="another archive file to take stepping stones from (repeatable)"),
+    resume: Optional[str] = typer.Option(None, help="continue this run (its id is printed at start and end)"),
+    archive: Optional[Path] = typer.Option(None, help="archive file [default: ~/.local/share/kernelevo/archive.sqlite]"),
+    out: Path = typer.Option(Path("."), help="folder for the drop-in <task>_kernelevo.py"),
+    config: Optional[Path] = typer.Option(None, help="kernelevo.toml [default: ./kernelevo.toml]"),
+    cache_dir: CacheDirOpt = None,
+) -> None:
+    """Search for a faster, verified kernel for TASK; writes <task>_kernelevo.py and archives every try."""
+    run_optimize(locals())  # one dict of the arguments by name: easier to check and pass on than 27 parameters
+
+
+def _check(args: dict[str, Any]) -> None:
+    """The checks that need no config and no device, so a typo fails before anything is loaded."""
+    if not args["task"].is_file():
+        fail(f"{args['task']}: no such file; give the path of a KernelBench-format task .py file")
+    check_choice("--policy", args["policy"], ("mixed", "strict"))
+    check_choice("--shapes", args["shapes"], ("general", "exact"))
+    if args["fmt"] is not None:  # None: the format the device defaults to
+        check_choice("--format", args["fmt"], ("nvrtc", "inline", "c"))
+    for path in args["seed_from"]:
+        if not path.is_file():
+            fail(f"--seed-from {path}: no such archive file")
+
+
+def _options(args: dict[str, Any]) -> Any:
+    """OptimizeOptions from the command's arguments, after every check that can fail early."""
+    from kernelevo.evolution import budget
+
+    _check(args)
+    limits = budget.Limits(max_cost_usd=args["max_cost_usd"], max_llm_calls=args["max_llm_calls"],
+                           max_wall_s=duration(args["max_wall_time"]), generations=args["generations"],
+                           plateau_generations=args["plateau"])
+    return search_options(args, args["task"], limits, seed_from=tuple(args["seed_from"]), resume=args["resume"])
+
+
+def _echo(options: Any) -> None:
+    """The effective configuration, first thing, so a log says what ran."""
+    import dataclasses
+
+    limits = ", ".join(f"{k} {v}" for k, v in dataclasses.asdict(options.limits).items() if v is not None)
+    search = ", ".join(f"{k} {v}" for k, v in dataclasses.asdict(options.settings).items())
+    say(f"kernelevo optimize {options.task_path}: model {options.model}, devices {','.join(options.devices)}, "
+        f"format {options.fmt or 'default'}, policy {options.policy}, shapes {options.shapes}, seed {options.seed}\n"
+        f"  limits: {limits}\n  search: {search}\n  archive: {options.archive_path}"
+        + (f", resuming {options.resume}" if options.resume else ""))
+
+
+def run_optimize(args: dict[str, Any]) -> None:
+    """Run the search with live progress; every way it ends leaves a line saying what to do next."""
+    from kernelevo.agent.client import Stop
+    from kernelevo.evolution.loop import optimize as search
+    from kernelevo.progress import LiveProgress, print_summary
+    from kernelevo.tasks import TaskError
+
+    options = _options(args)
+    _echo(options)
+    limits = {"max_cost_usd": options.limits.max_cost_usd}
+    try:
+        with LiveProgress(f"kernelevo: {options.task_path.name}", limits) as live:
+            outcome = search(options, on_progress=live, on_status=live.status)
+    except (Stop, TaskError, ValueError) as exc:
+        fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    except KeyboardInterrupt as exc:
+        run_id = getattr(exc, "run_id", None)
+        how = (f"`kernelevo optimize {options.task_path} --resume {run_id}`" if run_id else "a new run")
+        typer.echo(f"stopped: everything judged and every reply received is in the archive; continue with {how}",
+                   err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except OSError as exc:
+        fail(f"{exc.strerror or exc}: {exc.filename or ''} (a full disk or an unwritable archive?)")
+    print_summary(outcome)
+    page = _write_report(options, outcome.run_id)
+    say(f"run {outcome.run_id}: {outcome.reason}" + (f"; best kernel written to {outcome.written}"
+                                                     if outcome.written else "")
+        + (f"; report: {page}" if page else ""))
+    raise typer.Exit(outcome.exit_code)
+
+
+def _write_report(options: Any, run_id: str) -> Optional[Path]:
+    """The run's HTML report beside the drop-in kernel; a failure here costs the report, not the run."""
+    from kernelevo.archive.report_data import report_data
+    from kernelevo.archive.report_html import write
+    from kernelevo.archive.store import Archive
+
+    try:
+        with Archive.open_readonly(options.archive_path) as store:
+            data = report_data(store, run_id)
+        return write(data, Path(options.out_dir) / f"{options.task_path.stem}_{run_id}.html")
+    except (OSError, ValueError) as exc:
+        say(f"no report written ({exc}); `kernelevo archive report {run_id} -o FILE` tries again")
+        return None

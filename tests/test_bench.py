@@ -1,0 +1,161 @@
+"""`kernelevo bench` end to end on the CPU backend: three small tasks searched with the scripted
+server (one task whose every reply is broken, one degenerate task), the bench killed with SIGKILL
+and resumed, every row and the fast_p figures checked by hand against the archive; then the same
+suite scored from given candidate files, the two benches compared, and the suite report in Chromium."""
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import browser
+import pytest
+from kernelevo.archive.bench_data import P_VALUES
+from kernelevo.archive.store import Archive
+from llm_server import ScriptedServer, Step, request_text
+
+from conftest import FIXTURES
+from test_optimize import GOOD, KERNELS, USAGE, cli, environment
+
+CPU = FIXTURES / "cpu"
+# a degenerate task: its output is 10 to float32's precision, whatever its input
+OFFSET = (CPU / "offset_ok_c.py").read_text().replace("2e-4f", "1e-9f")
+DEGENERATE = (CPU / "task_offset.py").read_text().replace("2e-4", "1e-9")
+TASKS = {"copy": CPU / "task_copy.py", "offset": CPU / "task_offset.py", "scale": CPU / "task_scale.py"}
+
+
+def replies(body: dict) -> Step:
+    """scale: the honest kernel, then faster and slower ones; offset: its honest kernel (copies of it
+    after the first); copy: nothing that compiles, whatever is asked."""
+    text = request_text(body)
+    task = text.split("# The task: ", 1)[1].split("\n", 1)[0].strip()
+    job = text.rsplit("# Your job", 1)[-1]
+    if task == "copy":
+        kernel = KERNELS["broken"]
+    elif task == "offset":
+        kernel = OFFSET
+    else:
+        kernel = GOOD if "Write `ModelNew` for this task" in job else KERNELS["chunked"]
+    analysis = "## Analysis\nThe fastest one streams rows.\n\n## Kernel\n" if "measured kernels" in job else ""
+    return Step(text=f"{analysis}Here it is.\n\n```python\n{kernel}```\n", usage=USAGE, delay_s=0.3)
+
+
+def bench_args(tmp: Path, *extra: str) -> list[str]:
+    return ["bench", str(tmp / "suite"), "--device", "cpu", "--model", "scripted", "--config", str(tmp / "kernelevo.toml"),
+            "--archive", str(tmp / "archive.sqlite"), "--out", str(tmp / "out"), "--children", "2",
+            "--generations", "1", "--max-llm-calls-per-task", "3", "--concurrency", "2", "--timing-seconds", "0.2",
+            "--trials", "2", "--no-compile-baseline", "--seed", "1", *extra]
+
+
+def rows_of(tmp: Path, bench_id: str) -> list[dict]:
+    with Archive.open_readonly(tmp / "archive.sqlite") as store:
+        return store.bench_tasks(bench_id)
+
+
+@pytest.fixture(scope="module")
+def benched(tmp_path_factory):
+    """A search bench killed after its first task, then resumed to the end."""
+    tmp = tmp_path_factory.mktemp("bench")
+    (tmp / "suite").mkdir()
+    for name, path in TASKS.items():
+        shutil.copy(path, tmp / "suite" / f"{name}.py")
+    (tmp / "suite" / "offset.py").write_text(DEGENERATE)
+    server = ScriptedServer(responder=replies)
+    env = environment(server, tmp)
+    exe = Path(sys.executable).parent / "kernelevo"
+    proc = subprocess.Popen([str(exe), *bench_args(tmp)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    bench_id = _kill_after_first_task(tmp, proc)
+    before = {r["name"]: r for r in rows_of(tmp, bench_id)}
+    done = cli(bench_args(tmp, "--resume", bench_id), env)
+    server.close()
+    return tmp, env, bench_id, before, done
+
+
+def _kill_after_first_task(tmp: Path, proc: subprocess.Popen) -> str:
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+        if not (tmp / "archive.sqlite").exists():
+            continue
+        with Archive.open_readonly(tmp / "archive.sqlite") as store:
+            benches = store.benches()
+            rows = store.bench_tasks(benches[0]["id"]) if benches else []
+        if any(r["status"] == "done" for r in rows) and any(r["run_id"] and r["status"] != "done" for r in rows):
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            return benches[0]["id"]
+    proc.kill()
+    pytest.fail(f"the bench never had one task done and one searching: {proc.communicate()[1].decode()[-2000:]}")
+
+
+def test_every_task_row_after_a_kill_and_resume(benched):
+    tmp, env, bench_id, before, done = benched
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {r["name"]: r for r in rows_of(tmp, bench_id)}
+    assert [r["status"] for r in rows.values()] == ["done"] * 3
+    first = next(name for name, r in before.items() if r["status"] == "done")
+    assert rows[first]["run_id"] == before[first]["run_id"]  # not redone
+    with Archive.open_readonly(tmp / "archive.sqlite") as store:
+        runs = store.runs()
+        assert sorted(r["task_name"] for r in runs) == ["copy", "offset", "scale"]  # the killed search resumed
+        finals = {name: store.evaluation(r["evaluation_id"]) for name, r in rows.items() if r["evaluation_id"]}
+    assert rows["copy"]["evaluation_id"] is None and rows["copy"]["calls"] > 0  # every reply broken
+    assert rows["offset"]["verdict"] == "ok" and rows["offset"]["degenerate"]  # the mean dwarfs the variation
+    assert rows["scale"]["verdict"] == "ok" and not rows["scale"]["degenerate"]
+    for name in ("offset", "scale"):
+        assert finals[name]["purpose"] == "final" and finals[name]["run_id"] == rows[name]["run_id"]
+        assert rows[name]["cost_usd"] > 0 and rows[name]["wall_s"] > 0
+    assert "fast_1.0" in done.stdout and bench_id in done.stdout
+    assert (tmp / "out" / f"bench_{bench_id}.html").is_file()
+
+
+def test_fast_p_by_hand(benched):
+    tmp, env, bench_id, _, _ = benched
+    shown = json.loads(cli(["bench", "show", bench_id, "--json", "--archive", str(tmp / "archive.sqlite")], env).stdout)
+    rows = rows_of(tmp, bench_id)
+    with Archive.open_readonly(tmp / "archive.sqlite") as store:
+        speedups = [store.evaluation(r["evaluation_id"])["speedup_eager"] if r["verdict"] == "ok" else None
+                    for r in rows]
+    healthy = [s for s, r in zip(speedups, rows) if not r["degenerate"]]
+    for p in P_VALUES:
+        assert shown["suite"]["fast_p"]["eager"][str(p)] == sum(1 for s in speedups if s and s > p) / 3
+        assert shown["suite"]["fast_p_healthy"]["eager"][str(p)] == sum(1 for s in healthy if s and s > p) / len(healthy)
+        assert shown["suite"]["fast_p"]["compile"][str(p)] is None  # torch.compile was not measured: not a 0
+    assert shown["suite"]["correct"] == 2 and shown["suite"]["degenerate"] == 1
+    assert [t["name"] for t in shown["tasks"]] == ["copy", "offset", "scale"]
+
+
+def test_candidates_compare_and_report(benched):
+    tmp, env, bench_id, _, _ = benched
+    given = tmp / "given"
+    given.mkdir()
+    shutil.copy(CPU / "ok_c.py", given / "scale__ok.py")
+    shutil.copy(CPU / "wrong_math_c.py", given / "scale__wrong.py")
+    (given / "offset__ok.py").write_text(OFFSET)
+    scored = cli(bench_args(tmp, "--candidates", str(given), "--json"), env)
+    assert scored.returncode == 0, scored.stderr[-3000:]
+    table = json.loads(scored.stdout)
+    rows = {r["name"]: r for r in table["tasks"]}
+    assert rows["scale"]["verdict"] == "ok" and rows["offset"]["verdict"] == "ok"
+    assert rows["copy"]["status"] == "skipped" and "no candidate file" in rows["copy"]["reason"]
+    assert rows["scale"]["calls"] == 0 and table["bench"]["mode"] == "candidates"
+
+    other = table["bench"]["id"]
+    compared = cli(["bench", "compare", bench_id, other, "--json", "--archive", str(tmp / "archive.sqlite")], env)
+    data = json.loads(compared.stdout)
+    assert (data["a"], data["b"]) == (bench_id, other) and len(data["tasks"]) == 3
+    assert data["suite"]["b"]["correct"] == 2 and data["tasks"][0]["b"]["status"] == "skipped"
+    plain = cli(["bench", "compare", bench_id, other, "--archive", str(tmp / "archive.sqlite")], env)
+    assert plain.returncode == 0 and "vs eager, all tasks A" in plain.stdout and "fast_1.2" in plain.stdout
+
+    page = tmp / "suite.html"
+    made = cli(["bench", "report", bench_id, "-o", str(page), "--archive", str(tmp / "archive.sqlite")], env)
+    assert made.returncode == 0, made.stderr
+    if not browser.required():
+        pytest.skip("no Chromium here")
+    dom = browser.load(page)
+    assert dom.count("<tr>") >= 3 + 1 and 'id="curve-eager"' in dom and "degenerate" in dom
+    for name in ("offset", "scale", "copy"):
+        assert f'reports/{name}_r' in dom  # each task links to its run's report
