@@ -321,11 +321,16 @@ class Search:
 
     # -- the loop -----------------------------------------------------------------------------------
 
-    def _refresh(self) -> None:
+    def _refresh(self, reread: bool = True) -> None:
+        """Update the display's Progress; `reread`: also the spend and yield, which come from the
+        archive's rows and change only when a call or a judgement finished (not every 0.5 s tick)."""
         best = self.population.best()
         p = self.progress
         p.best_eager = best.speedup_eager if best else None
         p.best_compile = best.speedup_compile if best else None
+        p.llm_in_flight, p.judging = len(self.llm_futures), len(self.judge_futures)
+        if not reread:
+            return self.on_progress(p)
         spend = self.archive.spend(self.state.run_id)
         p.spend_usd, p.unknown_cost_calls, p.calls = spend["cost_usd"], spend["unknown_cost_calls"], spend["calls"]
         prompt = spend["input_tokens"] + spend["cache_read_tokens"] + spend["cache_write_tokens"]
@@ -333,7 +338,6 @@ class Search:
         calls = self.archive.call_yield(self.state.run_id)
         p.calls_by_operator = {op: row["calls"] for op, row in calls.items() if row["calls"]}
         p.replies, p.replies_judged = (sum(row[k] for row in calls.values()) for k in ("replies", "judged"))
-        p.llm_in_flight, p.judging = len(self.llm_futures), len(self.judge_futures)
         self.on_progress(p)
 
     def _stop_reason(self) -> str | None:
@@ -365,7 +369,7 @@ class Search:
                     self._judged(future)
             if reason:
                 self.progress.status = f"finishing: {reason}"
-            self._refresh()
+            self._refresh(reread=bool(done))
         self.pool.shutdown(0.0)
         return reason or "nothing left to try"
 
