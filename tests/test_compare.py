@@ -69,3 +69,42 @@ def test_integer_outputs_exact():
     ref = torch.arange(10)
     assert isinstance(check(ref.clone(), ref), Match)
     assert check(ref + (ref == 3), ref).index == (3,)
+
+
+def _attention(q, k, v, reorder: bool = False):
+    """softmax(q k^T / 8) v; `reorder` sums the dot products sequentially from the last term, as a
+    kernel with another reduction order would."""
+    if reorder:
+        scores = torch.zeros(q.shape[:-1] + (k.shape[-2],), dtype=q.dtype)
+        for i in reversed(range(q.shape[-1])):
+            scores += q[..., i:i + 1] * k[..., i].unsqueeze(-2)
+    else:
+        scores = q @ k.transpose(-2, -1)
+    return torch.softmax(scores / 8, dim=-1) @ v
+
+
+def test_ill_conditioned_large_values_allow_what_input_roundings_move():
+    """Attention at x1024 makes softmax an argmax among near-ties: an honest kernel summing in another
+    order picks another key in a few rows. The slack lets that pass; a wrong element or a NaN elsewhere
+    does not. (Inputs the judge draws for seed 3; the plain comparison fails there.)"""
+    from kernelevo.judge import generality, inputs
+
+    def get_inputs():
+        return [torch.randn(4, 8, 256, 64) for _ in range(3)]
+
+    args, _ = generality.large_values(inputs.trial_inputs(get_inputs, 6, 3, "cpu", "as given")[0], lambda a: True)
+    ref, exact = _attention(*args), _attention(*inputs.to_float64(args))
+    honest = _attention(*args, reorder=True)
+    assert isinstance(compare(honest, ref, exact, reference_error(ref, exact)), Mismatch)
+    slack = generality.conditioning_slack(lambda moved: _attention(*moved), inputs.to_float64(args), exact)
+    floor = reference_error(ref, exact, slack)  # the reference's own flipped near-ties do not count
+    result = compare(honest, ref, exact, floor, slack)
+    assert isinstance(result, Match) and "input roundings" in result.tolerance
+    near_tie = slack[0] > 1e-3 * exact.abs().max()
+    wrong = honest.clone()
+    row = (~near_tie).all(-1).nonzero()[0].tolist()  # a row the inputs' roundings leave alone
+    wrong[tuple(row)][0] *= 1.01
+    assert isinstance(compare(wrong, ref, exact, floor, slack), Mismatch)
+    nan = honest.clone()
+    nan[0, 0, 0, 0] = float("nan")
+    assert compare(nan, ref, exact, floor, slack).reason == "non_finite"
