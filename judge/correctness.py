@@ -59,9 +59,10 @@ class Reference:
         return forward(self.model, args)
 
     def finite_on(self, args: list) -> bool:
-        """Whether the reference runs on (copies of) `args` with a finite output, probed on the twin."""
+        """Whether the reference runs on `args` with a finite output, probed on the twin with the values
+        shuffled (inputs.shuffled: no output for the trial's own inputs exists before the candidate's)."""
         try:
-            return all_finite(forward(self.twin or self.model, inputs.clone_inputs(args)))
+            return all_finite(forward(self.twin or self.model, inputs.shuffled(args)))
         except Exception:  # noqa: BLE001 - the reference rejects these inputs
             return False
 
@@ -72,8 +73,8 @@ class Reference:
             return False
         try:
             first = [t.clone() if hasattr(t, "clone") else t
-                     for t in compare.flatten(forward(self.twin, inputs.clone_inputs(args)))]
-            second = compare.flatten(forward(self.twin, inputs.clone_inputs(args)))
+                     for t in compare.flatten(forward(self.twin, inputs.shuffled(args)))]
+            second = compare.flatten(forward(self.twin, inputs.shuffled(args)))
             return not all(_close(a, b) for a, b in zip(first, second)) or len(first) != len(second)
         except Exception:  # noqa: BLE001 - a probe (out of memory on a huge output...): the trials decide
             return False
@@ -301,7 +302,9 @@ def _trial(t: int, trial: Trial, ref: Reference, candidate, watch, threads, devi
         moved = _same_place(state["previous_args"], args)
         args = moved if moved is not None else args
     originals = inputs.clone_inputs(args)
-    guards.poison_free_memory(device, state["sizes"] or _nbytes(args))
+    # Blocks of the last outputs' sizes and of this trial's input sizes: on a new shape the output is
+    # often input-sized, and the reference's own output for these very inputs (a shape probe's) may be free.
+    guards.poison_free_memory(device, state["sizes"] + _nbytes(args))
     with watch.candidate_running():
         out = forward(candidate, args)
         sync(device)

@@ -193,3 +193,22 @@ def test_large_values_take_the_largest_scale_the_reference_handles():
     moved, label = generality.large_values(x, lambda args: bool(torch.isfinite(torch.exp(args[0] / 4)).all()))
     assert label.startswith("large values: inputs x64")  # exp overflows float32 past 88
     assert generality.large_values(x, lambda args: False) is None
+
+
+def test_probes_never_compute_the_output_of_a_trials_own_inputs():
+    """The reference's output for a trial's inputs must not exist before the candidate runs: in freed
+    memory it could hand an output the candidate never writes the right values (seen once in about
+    twenty runs of the row-tile fixture). So the judge probes the reference on shuffled copies."""
+    from kernelevo.judge.correctness import Reference
+
+    seen = []
+
+    class Recorder(torch.nn.Module):
+        def forward(self, x):
+            seen.append(x.clone())
+            return x * 2
+
+    ref, x = Reference(Recorder()), torch.randn(64, 32)
+    assert ref.finite_on([x]) and not ref.keeps_state([x])
+    assert len(seen) == 3 and not any(torch.equal(s, x) for s in seen)
+    assert all(torch.equal(s.flatten().sort().values, x.flatten().sort().values) for s in seen)  # the same values
