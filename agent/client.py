@@ -64,8 +64,8 @@ class LLM:
         self.choice = choice
         self.on_call = on_call or (lambda call: None)
         try:
-            self.provider = provider or make_provider(self.ref, choice.timeout_s or 600.0, max_retries,
-                                                      choice.key_env)
+            retries = max_retries if choice.max_retries is None else int(choice.max_retries)
+            self.provider = provider or make_provider(self.ref, choice.timeout_s or 600.0, retries, choice.key_env)
         except ProviderError as exc:
             raise Stop(str(exc)) from exc
         self._paused_until = 0.0

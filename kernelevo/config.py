@@ -5,6 +5,7 @@
     edit_format = "whole"                    # any field of prompts/models.toml overrides the table
     max_tokens = 16000                       # per call
     key_env = "WORK_ANTHROPIC_KEY"           # the environment variable holding the key
+    max_retries = 2                          # the SDK's own retries of a failed call
 
 Keys are read only from the environment: a config that holds one is refused. The file is found at
 --config PATH, else ./kernelevo.toml, else ~/.config/kernelevo/kernelevo.toml.
@@ -21,7 +22,8 @@ from typing import Any
 # The model used when none is named, by the key that is set (first match wins); both are in the
 # shipped model table. Override with --model or `default_model = "..."` in kernelevo.toml.
 DEFAULT_MODELS = (("ANTHROPIC_API_KEY", "anthropic:claude-sonnet-5-5"), ("OPENAI_API_KEY", "openai:gpt-6.2-sol"))
-CALL_FIELDS = ("max_tokens", "key_env", "sampling_temperature", "timeout_s")  # how to call, not table fields
+# How to call, not fields of the model table.
+CALL_FIELDS = ("max_tokens", "key_env", "sampling_temperature", "timeout_s", "max_retries")
 _SECRETS = re.compile(r"^(key|token|secret|password)$|(api_?key|_secret|_token|_password)$", re.I)
 
 
@@ -40,6 +42,7 @@ class ModelChoice:
     key_env: str | None = None
     sampling_temperature: float | None = None
     timeout_s: float | None = None
+    max_retries: int | None = None  # the SDK's own retries of a failed call (its default: 2)
 
 
 @dataclass(frozen=True)

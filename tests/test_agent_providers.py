@@ -83,3 +83,19 @@ def test_failures_are_classified(server, provider, step, kind, calls):
     assert len(server.requests) in calls
     if kind == "rate_limit":
         assert error.retry_after == float(step.headers["retry-after"]) and error.status == 429
+
+
+@pytest.mark.parametrize("protocol", ["openai", "anthropic"])
+def test_max_retries_from_the_config_reaches_the_sdk(monkeypatch, tmp_path, protocol):
+    """`max_retries` in a [models.ALIAS] table is the SDK's own retry count; nothing retries on top."""
+    from kernelevo.agent.client import LLM
+    from kernelevo.config import load_config
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    config = tmp_path / "kernelevo.toml"
+    config.write_text(f'[models.patient]\nmodel = "{protocol}:m-test"\nmax_retries = 5\n')
+    choice = load_config(config).model("patient")
+    assert choice.max_retries == 5 and "max_retries" not in choice.overrides
+    assert LLM(choice).provider._client.max_retries == 5
+    assert LLM(load_config(config).model(f"{protocol}:m-test")).provider._client.max_retries == 2  # the default
