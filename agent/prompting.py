@@ -286,6 +286,17 @@ def target_for(device: str, fmt: str | None = None) -> Target:
                   getattr(props, "shared_memory_per_block_optin", 49152) // 1024)
 
 
+def target_from_info(info: dict, fmt: str | None = None) -> Target:
+    """The target a judge worker described (executor.device_info): for a cluster, whose GPUs the
+    driver does not have."""
+    if not info.get("capability"):
+        return Target(fmt or "c", info.get("device_name") or "CPU", cores=int(info.get("cores") or 1),
+                      compiler=info.get("compiler", ""))
+    major, minor = (int(x) for x in str(info["capability"]).split("."))
+    return Target(fmt or "nvrtc", info["device_name"], (major, minor), int(info.get("sm_count", 0)),
+                  float(info.get("memory_gib", 0.0)), float(info.get("l2_mib", 0.0)), int(info.get("smem_kib", 0)))
+
+
 def _cpu_name() -> str:
     try:
         with open("/proc/cpuinfo") as f:

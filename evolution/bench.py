@@ -112,19 +112,19 @@ def _open_bench(store, options: BenchOptions) -> str:
             raise BenchError(f"--resume {options.resume}: no such bench in {store.path}; "
                              "`kernelevo bench ls` lists them")
         return options.resume
-    import torch
+    from . import placement
 
     paths = suite_tasks(options.suite, options.tasks_glob)
-    device = options.search.devices[0]
-    gpu = "cpu" if device == "cpu" else torch.cuda.get_device_name(torch.device(device))
     s = options.search
+    gpu, torch_version, _ = placement.label(s)
     config = {"model": s.model if not options.candidates else None, "devices": list(s.devices),
+              "executor": s.executor,
               "candidates": str(options.candidates) if options.candidates else None,
               "tasks_glob": options.tasks_glob, "max_cost_usd": options.max_cost_usd,
               "per_task": dataclasses.asdict(s.limits), "search": dataclasses.asdict(s.settings),
               "format": s.fmt, "policy": s.policy, "trials": s.trials, "shapes": s.shapes, "seed": s.seed}
     return store.start_bench(str(options.suite), "candidates" if options.candidates else "search", config, gpu,
-                             torch.__version__, [(str(p), p.stem) for p in paths])
+                             torch_version, [(str(p), p.stem) for p in paths])
 
 
 def _as_stored(bench: dict, options: BenchOptions) -> BenchOptions:

@@ -76,8 +76,8 @@ def _judge_options(runner: _Runner, device: str):
 
     s = runner.options.search
     return JudgeOptions(devices=(device,), policy=s.policy, trials=s.trials, seed=s.seed,
-                        compile_baseline=s.compile_baseline, shapes=s.shapes,
-                        **({"timing": s.timing} if s.timing else {}))
+                        compile_baseline=s.compile_baseline, shapes=s.shapes, executor=s.executor,
+                        ray_address=s.ray_address, **({"timing": s.timing} if s.timing else {}))
 
 
 def _probe(runner: _Runner, path: Path, device: str) -> str:

@@ -28,7 +28,7 @@ from kernelevo.agent.prompting import Context, Variant, approach, feedback_from
 from kernelevo.records import Evaluation, Profile
 
 from . import budget as budgets
-from . import islands, niches, scheduling, selection, tune
+from . import islands, niches, placement, scheduling, selection, tune
 from .novelty import NoveltyGate
 from .population import Member, Population
 from .records import (
@@ -420,7 +420,7 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
              on_status: Callable[[str], None] = lambda text: None) -> Outcome:
     """A whole run. Raises agent.client.Stop (bad key or request), tasks.TaskError, ValueError on
     bad options; KeyboardInterrupt leaves the run 'stopped' and resumable."""
-    from kernelevo.agent.prompting import target_for, task_view
+    from kernelevo.agent.prompting import task_view
     from kernelevo.archive.store import Archive
     from kernelevo.judge.api import Judge, JudgeOptions
 
@@ -438,7 +438,7 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
         embedder = default_embedder(config.embed_model())
         on_status(f"embedder: {embedder.why}")
         stones, seeded = _stepping_stones(archive, task, task_id, embedder, options, on_status)
-        ctx = Context(task_view(task), target_for(options.devices[0], fmt), inspirations=stones)
+        ctx = Context(task_view(task), placement.target(options, fmt), inspirations=stones)
         state = RunState(archive, run_id, task, task_id, ctx, Path(options.archive_path).parent / "runs" / run_id, fmt)
         llm.on_call = state.record_call
         on_status(f"run {run_id}" + (" (resumed)" if options.resume else "") + f"; kernels in {state.run_dir}")
@@ -456,7 +456,8 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
         # not wait for Python and torch to import (the search always has the next child ready).
         judge_options = JudgeOptions(devices=options.devices, policy=options.policy, trials=options.trials,
                                      seed=seed, compile_baseline=options.compile_baseline, spares=1,
-                                     shapes=options.shapes,
+                                     shapes=options.shapes, executor=options.executor,
+                                     ray_address=options.ray_address,
                                      **({"timing": options.timing} if options.timing else {}))
         with Judge(options.cache_dir, judge_options) as judge:
             rng = random.Random(f"{seed}:{state.judged()}")  # a resumed run does not replay its draws
@@ -486,8 +487,6 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
 
 def _open_run(archive, task, options: OptimizeOptions, llm: LLM) -> tuple[int, str, int, str]:
     """(task id, run id, seed, format) of a new run, or of the run being resumed (same task required)."""
-    import torch
-
     task_id = archive.add_task(task.name, task.source, task.source_hash)
     fmt = options.fmt or ("c" if options.devices[0] == "cpu" else "nvrtc")
     if options.resume:
@@ -499,13 +498,13 @@ def _open_run(archive, task, options: OptimizeOptions, llm: LLM) -> tuple[int, s
             raise ValueError(f"--resume {options.resume}: that run is for another task (or this task file changed)")
         archive.set_run_status(options.resume, "running")
         return task_id, options.resume, run["seed"], run["config"].get("format", fmt)
-    gpu = "cpu" if options.devices[0] == "cpu" else torch.cuda.get_device_name(torch.device(options.devices[0]))
+    gpu, torch_version, cuda_version = placement.label(options)
     config = run_config(task=options.task_path, model=llm.name, devices=options.devices, format=fmt,
                         policy=options.policy, trials=options.trials, shapes=options.shapes, seed=options.seed,
                         limits=dataclasses.asdict(options.limits), search=dataclasses.asdict(options.settings),
-                        seed_from=options.seed_from)
+                        seed_from=options.seed_from, executor=options.executor)
     run_id = archive.start_run(task_id, config, options.seed, ",".join(options.devices), gpu,
-                               torch.__version__, torch.version.cuda or "")
+                               torch_version, cuda_version)
     return task_id, run_id, options.seed, fmt
 
 

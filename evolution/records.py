@@ -79,6 +79,8 @@ class OptimizeOptions:
     timing: Any = None  # a judge TimingConfig; None: the judge's default
     compile_baseline: bool = True
     shapes: str = "general"  # or "exact": the judge derives no other input shapes (judge/shapes.py)
+    executor: str = "local"  # or "ray": judge jobs run on a Ray cluster (judge/ray_executor.py)
+    ray_address: str | None = None  # None: $RAY_ADDRESS, else a cluster started on this machine
 
 
 class Interrupted(KeyboardInterrupt):

@@ -43,6 +43,19 @@ class JudgeOptions:
     remeasure_tolerance: float = 0.25  # how far the event speedup may exceed the re-measured one
     eager_tolerance: float = 1.5  # eager next to the candidate vs in its own process (GPU), as a factor
     shapes: str = "general"  # or "exact": check only the task's own shapes, derive no others (shapes.py)
+    executor: str = "local"  # or "ray": jobs run on a Ray cluster's nodes (ray_executor.py)
+    ray_address: str | None = None  # None: $RAY_ADDRESS, else a cluster started on this machine
+
+
+def make_executor(options: JudgeOptions, cache_dir: Path):
+    """The executor `options` name: this machine's worker pools, or a Ray cluster."""
+    if options.executor == "ray":
+        from kernelevo.judge.ray_executor import RayExecutor
+
+        return RayExecutor(list(options.devices), cache_dir, options.limits, options.ray_address)
+    if options.executor != "local":
+        raise ValueError(f"executor {options.executor!r}: use local or ray")
+    return LocalExecutor(list(options.devices), cache_dir, options.limits, options.concurrency, options.spares)
 
 
 class Judge:
@@ -50,8 +63,7 @@ class Judge:
 
     def __init__(self, cache_dir: Path, options: JudgeOptions = JudgeOptions(), executor=None):
         self.cache_dir, self.options = Path(cache_dir), options
-        self.executor = executor or LocalExecutor(list(options.devices), self.cache_dir, options.limits,
-                                                  options.concurrency, options.spares)
+        self.executor = executor or make_executor(options, self.cache_dir)
         self._baselines: dict[str, concurrent.futures.Future] = {}
         self._lock = threading.Lock()
         self._known: dict[str, str] = {}  # baseline file -> sha256, as read or written
@@ -68,10 +80,12 @@ class Judge:
                 "timing": dataclasses.asdict(self.options.timing), "policy": self.options.policy,
                 "shapes": self.options.shapes, "compile": self.options.compile_baseline, **extra}
 
-    def baseline(self, task: Task, device: str) -> dict | None:
+    def baseline(self, task: Task, device: str, ran_on: dict | None = None) -> dict | None:
         """Cached (or freshly measured) eager (+ torch.compile) timings, the task's kind and its
-        warnings; None if the reference itself failed."""
-        info = self.executor.device_info(device)
+        warnings; None if the reference itself failed. `ran_on`: the GPU model, torch version and
+        node a candidate's result reports; the baseline is the one of that GPU model and torch,
+        measured on that node if missing (on a cluster, nodes may differ)."""
+        info = ran_on if ran_on and ran_on.get("device_name") else self.executor.device_info(device)
         key = _baseline_key(task.source_hash, info.get("device_name", device), info.get("torch", ""),
                             self.options.compile_baseline)
         path = self.cache_dir / "baselines" / f"{key}.json"
@@ -84,7 +98,7 @@ class Judge:
                     self._known[path.name] = hashlib.sha256(data).hexdigest()
                     future.set_result(json.loads(data))
                 else:
-                    future = self.executor.submit(self._job(task, "baseline"), device)
+                    future = self.executor.submit(self._job(task, "baseline"), device, node=info.get("node_id"))
                     future.add_done_callback(lambda f: self._store(path, f))
                 self._baselines[key] = future
         result = future.result()
@@ -112,12 +126,15 @@ class Judge:
         def finish(f: concurrent.futures.Future) -> None:
             try:
                 result = audit_files(self.cache_dir, f.result(), self._known)
-                baseline = self.baseline(task, device) if result.get("verdict") == "ok" else None
+                node = result.get("node_id")  # follow-up jobs run where the candidate was timed
+                ran_on = {"device_name": result.get("device_name"), "torch": result.get("torch_version"),
+                          "node_id": node}
+                baseline = self.baseline(task, device, ran_on) if result.get("verdict") == "ok" else None
                 result = self._second_opinion(task, job, device, result, baseline)
                 if final and not device.startswith("cuda") and result.get("verdict") == "ok" and baseline \
                         and "compiled" in baseline.get("timing", {}):
                     result = {**result, "compile_beside": self.executor.submit(
-                        {**job, "kind": "compile_beside"}, device).result()}
+                        {**job, "kind": "compile_beside"}, device, node=node).result()}
                 evaluation = to_evaluation(task, digest, fmt, device, result, baseline, time.monotonic() - started)
                 if profile and evaluation.ok:
                     evaluation = dataclasses.replace(evaluation, profile=self._profile(task, job, evaluation, ncu))
@@ -156,7 +173,8 @@ class Judge:
     def _profile(self, task: Task, job: dict, evaluation: Evaluation, ncu: bool) -> Profile:
         times = {"candidate_ms": evaluation.candidate.median_ms if evaluation.candidate else None,
                  "eager_ms": evaluation.eager.median_ms if evaluation.eager else None}
-        result = self.executor.submit({**job, "kind": "profile", "ncu": ncu, **times}, evaluation.device).result()
+        result = self.executor.submit({**job, "kind": "profile", "ncu": ncu, **times}, evaluation.device,
+                                      node=evaluation.node_id or None).result()
         if result.get("verdict") != "ok" or not result.get("profile"):
             return Profile(device_name=evaluation.device_name,
                            notes=(result.get("message") or f"profiling failed: {result.get('reason')}",))
@@ -180,7 +198,7 @@ class Judge:
         limit = {**IMPLAUSIBLE_SPEEDUP, **self.options.implausible}.get(kind, IMPLAUSIBLE_SPEEDUP["other"])
         if checked.get("verdict") != "ok" or (checked.get("speedup_eager") or 0) <= limit:
             return checked
-        second = self.executor.submit({**job, "kind": "remeasure"}, device).result()
+        second = self.executor.submit({**job, "kind": "remeasure"}, device, node=result.get("node_id")).result()
         # On the CPU the two clocks also differ in method (per call after an LLC flush, against
         # back-to-back calls with warm caches): measured 11.7x against 8.6x for an honest kernel.
         tolerance = self.options.remeasure_tolerance if device.startswith("cuda") else \
@@ -298,7 +316,8 @@ def to_evaluation(task: Task, digest: str, fmt: str, device: str, result: dict,
         verdict=result["verdict"], reason=result.get("reason", ""), message=result.get("message", ""),
         excerpt=result.get("excerpt", ""), task=task.name, task_hash=task.source_hash,
         candidate_hash=digest, format=fmt, device=device, device_name=result.get("device_name", ""),
-        torch_version=result.get("torch_version", ""), build_s=result.get("build_s"),
+        torch_version=result.get("torch_version", ""), node=result.get("node", ""),
+        node_id=result.get("node_id", ""), build_s=result.get("build_s"),
         device_s=result.get("device_s"), wall_s=wall_s,
         correctness=Correctness(**correctness) if correctness else None, candidate=cand, eager=eager,
         compiled=compiled, speedup_eager=result.get("speedup_eager") if passed else None,

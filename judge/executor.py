@@ -4,8 +4,9 @@
 job, then exits, so every candidate gets a fresh process and CUDA context), any number of jobs
 building at once on the CPU cores, and an exclusive lock per device for the correctness and
 timing phase. The lock is a file lock, so separate kernelevo processes on one machine also take
-turns. Another executor (several machines) only needs to provide `submit`, `choose_device`,
-`device_info` and `close`.
+turns. Another executor (several machines: ray_executor.RayExecutor) provides the same
+`submit`, `choose_device`, `device_info`, `close`, `devices` and `outstanding`, and runs each job
+through `drive` on the machine it lands on.
 """
 from __future__ import annotations
 
@@ -231,7 +232,66 @@ def device_lock(cache_dir: Path, device: str):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-class LocalExecutor:
+def drive(worker: Worker, job: dict, limits: Limits, hold_device) -> dict:
+    """Send the job, follow its events, enforce the limits; always return a result dict.
+    `hold_device()` is the context that gives this worker the device for its run phase."""
+    phase, deadline = "build", time.monotonic() + limits.build
+    token, granted, released = secrets.token_hex(16), None, None
+    trial = ""  # the correctness trial under way: a crash or hang there names its shape
+    with contextlib.ExitStack() as held:
+        try:
+            worker.send(job)
+            while True:
+                event = worker.next_event(deadline)
+                if event["event"] == "gpu" and granted is None:
+                    held.enter_context(hold_device())
+                    phase, deadline = "run", time.monotonic() + limits.run
+                    worker.send({"go": True, "token": token})
+                    granted = time.monotonic()
+                elif event["event"] == "release" and granted is not None and released is None:
+                    held.close()  # the worker finishes on the CPU; the device may go to the next
+                    released = time.monotonic()
+                elif event["event"] == "trial":
+                    trial = f" ({event.get('label', '')})"
+                elif event["event"] == "result":
+                    result = {k: v for k, v in event.items() if k not in ("event", "token")}
+                    return audit(result, event.get("token"), token, granted, released)
+        except TimeoutError:
+            limit = limits.build if phase == "build" else limits.run
+            return {"verdict": "timeout", "reason": f"{phase}_timeout",
+                    "message": f"no verdict within {limit:.0f} s of {phase}{trial}; the process was killed",
+                    "excerpt": verdicts.tail(worker.log_text())}
+        except (WorkerDied, BrokenPipeError):
+            worker.proc.wait()
+            failure = verdicts.classify_exit(worker.proc.returncode, worker.log_text(), phase + trial)
+            return {"verdict": failure.verdict, "reason": failure.reason,
+                    "message": failure.message, "excerpt": failure.excerpt}
+
+
+class Spread:
+    """Which device a new candidate goes to: the least busy by jobs outstanding (least_busy). The
+    caller keeps it for the candidate's follow-up jobs (baseline, profile), which must run where it
+    was timed."""
+
+    def __init__(self, devices: list[str]):
+        self._counts_lock = threading.Lock()
+        self.outstanding = {d: 0 for d in devices}  # jobs submitted, queued or running, not finished
+        self._last_chosen = {d: 0 for d in devices}
+        self._choices = 0
+
+    def choose_device(self) -> str:
+        with self._counts_lock:
+            device = least_busy(self.outstanding, self._last_chosen)
+            self._choices += 1
+            self._last_chosen[device] = self._choices
+        return device
+
+    def _count(self, device: str, change: int) -> None:
+        with self._counts_lock:
+            self.outstanding[device] += change
+
+
+class LocalExecutor(Spread):
     """Judge jobs on this machine's devices; `submit` returns a future of the worker's result."""
 
     def __init__(self, devices: list[str], cache_dir: Path, limits: Limits = Limits(),
@@ -243,45 +303,30 @@ class LocalExecutor:
         workers = concurrency or max(1, min(8, (os.cpu_count() or 2) - 1)) * len(devices)
         self._threads = concurrent.futures.ThreadPoolExecutor(max_workers=workers)
         self._busy: set[Worker] = set()
-        self._counts_lock = threading.Lock()
-        self.outstanding = {d: 0 for d in devices}  # jobs submitted, queued or running, not finished
-        self._last_chosen = {d: 0 for d in devices}
-        self._choices = 0
+        super().__init__(devices)
 
     def device_info(self, device: str) -> dict:
         """What the worker reported of `device` (name, torch and CUDA versions)."""
         return self.pools[device].describe()
 
-    def choose_device(self) -> str:
-        """The device for a new candidate: the least busy one (least_busy). The caller keeps it for
-        the candidate's follow-up jobs (baseline, profile), which must run where it was timed."""
-        with self._counts_lock:
-            device = least_busy(self.outstanding, self._last_chosen)
-            self._choices += 1
-            self._last_chosen[device] = self._choices
-        return device
-
-    def submit(self, job: dict, device: str | None = None) -> concurrent.futures.Future:
+    def submit(self, job: dict, device: str | None = None, node: str | None = None) -> concurrent.futures.Future:
+        """Run `job` on `device` (the least busy when None). `node` is for executors spanning
+        machines (the node a follow-up job must run on); here every device is on this one."""
         device = device or self.choose_device()
         if device not in self.pools:
             raise ValueError(f"device {device} is not one of this executor's: {', '.join(self.devices)}")
         job = {**job, "cache_dir": str(self.cache_dir)}
         future = self._threads.submit(self._run, job, device)
-        with self._counts_lock:
-            self.outstanding[device] += 1
-        future.add_done_callback(lambda _: self._finished(device))  # also when cancelled
+        self._count(device, 1)
+        future.add_done_callback(lambda _: self._count(device, -1))  # also when cancelled
         return future
-
-    def _finished(self, device: str) -> None:
-        with self._counts_lock:
-            self.outstanding[device] -= 1
 
     def _run(self, job: dict, device: str) -> dict:
         worker = self.pools[device].take()
         self._busy.add(worker)
         started = time.monotonic()
         try:
-            result = self._drive(worker, job, device)
+            result = drive(worker, job, self.limits, lambda: device_lock(self.cache_dir, device))
         finally:
             self._busy.discard(worker)
             worker.kill()
@@ -289,40 +334,6 @@ class LocalExecutor:
         result.setdefault("device_name", worker.info.get("device_name", ""))
         result.setdefault("torch_version", worker.info.get("torch", ""))
         return result
-
-    def _drive(self, worker: Worker, job: dict, device: str) -> dict:
-        """Send the job, follow its events, enforce the limits; always return a result dict."""
-        phase, deadline = "build", time.monotonic() + self.limits.build
-        token, granted, released = secrets.token_hex(16), None, None
-        trial = ""  # the correctness trial under way: a crash or hang there names its shape
-        with contextlib.ExitStack() as held:
-            try:
-                worker.send(job)
-                while True:
-                    event = worker.next_event(deadline)
-                    if event["event"] == "gpu" and granted is None:
-                        held.enter_context(device_lock(self.cache_dir, device))
-                        phase, deadline = "run", time.monotonic() + self.limits.run
-                        worker.send({"go": True, "token": token})
-                        granted = time.monotonic()
-                    elif event["event"] == "release" and granted is not None and released is None:
-                        held.close()  # the worker finishes on the CPU; the device may go to the next
-                        released = time.monotonic()
-                    elif event["event"] == "trial":
-                        trial = f" ({event.get('label', '')})"
-                    elif event["event"] == "result":
-                        result = {k: v for k, v in event.items() if k not in ("event", "token")}
-                        return audit(result, event.get("token"), token, granted, released)
-            except TimeoutError:
-                limit = self.limits.build if phase == "build" else self.limits.run
-                return {"verdict": "timeout", "reason": f"{phase}_timeout",
-                        "message": f"no verdict within {limit:.0f} s of {phase}{trial}; the process was killed",
-                        "excerpt": verdicts.tail(worker.log_text())}
-            except (WorkerDied, BrokenPipeError):
-                worker.proc.wait()
-                failure = verdicts.classify_exit(worker.proc.returncode, worker.log_text(), phase + trial)
-                return {"verdict": failure.verdict, "reason": failure.reason,
-                        "message": failure.message, "excerpt": failure.excerpt}
 
     def close(self, cancel: bool = False) -> None:
         """Wait for submitted jobs, or with `cancel` (Ctrl-C, an error) kill them at once."""

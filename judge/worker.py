@@ -71,25 +71,34 @@ def _prepare_device(device: str) -> dict:
         torch.empty(1, device=device)  # create the context now, outside any measured phase
         _warm_profiler(device)
         props = torch.cuda.get_device_properties(device)
+        # What the prompts say of the device, when the driver has no GPU of its own (a cluster).
         info.update(device_name=props.name, capability=f"{props.major}.{props.minor}",
-                    cuda=torch.version.cuda)
+                    cuda=torch.version.cuda, sm_count=props.multi_processor_count,
+                    memory_gib=props.total_memory / 2**30, l2_mib=getattr(props, "L2_cache_size", 0) / 2**20,
+                    smem_kib=getattr(props, "shared_memory_per_block_optin", 49152) // 1024)
         # Meta-device shape checks (shapes.py) import torch._dynamo on first use: 1.4 s of CPU, which
         # would otherwise be spent holding the GPU. (The CPU backend checks shapes without meta.)
         import torch._dynamo  # noqa: F401
     else:
-        info.update(device_name=_cpu_name())
+        from kernelevo.runtime.c import compiler_command
+
+        _warm_profiler(device)
+        info.update(device_name=_cpu_name(), cores=os.cpu_count() or 1, compiler=compiler_command())
     return info
 
 
 def _warm_profiler(device: str) -> None:
-    """Start CUPTI once while this worker waits for a job: the policy check's first profile
-    otherwise spent 2-3 s of held device time setting it up (H100)."""
+    """Start the profiler once while this worker waits for a job: the policy check's first profile
+    otherwise spent 2-3 s of held device time setting up CUPTI (H100), and 1.4 s setting up the
+    CPU profiler on the CPU backend (where the held device is the timing lock)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CUDA]):
+    cuda = device.startswith("cuda")
+    with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]):
         torch.ones(1, device=device).add_(1)
-        torch.cuda.synchronize()
+        if cuda:
+            torch.cuda.synchronize()
 
 
 def _cpu_name() -> str:

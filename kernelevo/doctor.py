@@ -69,7 +69,31 @@ def _embedder(model_name: str | None) -> dict:
             "fix": "optional: pip install 'kernelevo[embed]' and cache the model once with network"}
 
 
-def collect(embed_model: str | None = None) -> dict:
+def _ray(address: str | None) -> dict:
+    """Ray, and the cluster at `address` (else $RAY_ADDRESS): its nodes and their GPUs."""
+    try:
+        import ray
+    except ImportError:
+        return {"ok": False, "detail": "not installed",
+                "fix": 'optional: pip install -e ".[ray]" to judge on a Ray cluster (--executor ray)'}
+    address = address or os.environ.get("RAY_ADDRESS")
+    if not address:
+        return {"ok": True, "detail": f"ray {ray.__version__}; no cluster named (--ray-address or RAY_ADDRESS)"}
+    from kernelevo.judge import ray_executor
+
+    try:
+        ray_executor.connect(address)
+        nodes = ray_executor.nodes()
+    except RuntimeError as exc:
+        return {"ok": False, "detail": str(exc), "fix": "start the cluster (ray start --head) or fix the address"}
+    described = "; ".join(f"{n['host']} ({n['cpus']} CPUs, {n['gpus']} GPUs{' ' + n['gpu_model'] if n['gpus'] else ''})"
+                          for n in nodes)
+    gpus = sum(n["gpus"] for n in nodes)
+    return {"ok": True, "detail": f"ray {ray.__version__} at {address}: {len(nodes)} nodes, {gpus} GPUs: {described}",
+            "nodes": nodes}
+
+
+def collect(embed_model: str | None = None, ray_address: str | None = None) -> dict:
     keys = {k: (mask(os.environ[k]) if os.environ.get(k) else None) for k in API_KEYS}
     return {
         "gpu": _gpus(),
@@ -80,6 +104,7 @@ def collect(embed_model: str | None = None) -> dict:
         "c_compiler": _tool("cc", ["--version"], "install gcc (needed for the CPU backend)"),
         "ninja": _tool("ninja", ["--version"], "pip install ninja (needed for the inline format)"),
         "embedder": _embedder(embed_model),
+        "ray": _ray(ray_address),
         "api_keys": {"ok": any(v for k, v in keys.items() if k.endswith("KEY")), "detail": keys,
                      "fix": "export OPENAI_API_KEY or ANTHROPIC_API_KEY (kernelevo optimize needs one)"},
     }

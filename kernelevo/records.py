@@ -178,6 +178,8 @@ class Evaluation:
     device: str = ""
     device_name: str = ""
     torch_version: str = ""
+    node: str = ""  # on a cluster, where it ran: "HOST/cuda:N" (empty on this machine)
+    node_id: str = ""  # the cluster's id of that node: follow-up jobs (profile) run there
     build_s: float | None = None
     device_s: float | None = None  # time this candidate held its device (correctness + timing)
     wall_s: float | None = None

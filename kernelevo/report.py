@@ -55,7 +55,7 @@ def print_evaluation(e: Evaluation, console=None) -> None:
         table.add_row("reason", e.message)
     table.add_row("task", f"{e.task}  [dim]{e.task_hash[:12]}[/dim]")
     table.add_row("candidate", f"{e.format} format  [dim]{e.candidate_hash[:12]}[/dim]")
-    table.add_row("device", f"{e.device_name} ({e.device}), torch {e.torch_version}")
+    table.add_row("device", f"{e.device_name} ({e.node or e.device}), torch {e.torch_version}")
     if e.build_s is not None:
         table.add_row("build", f"{e.build_s:.2f} s")
     if e.correctness:

@@ -11,8 +11,8 @@ from typing import Optional
 import typer
 
 from kernelevo.cli.archive import archive_app
-from kernelevo.cli.common import (ArchiveOpt, CacheDirOpt, ConfigOpt, JsonOpt, archive_path, check_choice, devices,
-                                  emit, fail, note, opened, task_ids)
+from kernelevo.cli.common import (ArchiveOpt, CacheDirOpt, ConfigOpt, ExecutorOpt, JsonOpt, RayAddressOpt, archive_path,
+                                  check_choice, emit, executor_choice, fail, judge_devices, note, opened, task_ids)
 
 
 @archive_app.command()
@@ -87,6 +87,8 @@ def import_(
                                  "(also those imported before and never judged)"),
     device: Optional[str] = typer.Option(None, help="with --rejudge: cuda or cpu [default: cuda if present]"),
     gpus: str = typer.Option("all", help="with --rejudge: GPUs to judge on: all, or indices such as 0,1"),
+    executor: ExecutorOpt = None,
+    ray_address: RayAddressOpt = None,
     policy: str = typer.Option("mixed", help="with --rejudge: mixed or strict (see kernelevo evaluate)"),
     build_timeout: float = typer.Option(900.0, help="with --rejudge: seconds allowed to build one kernel"),
     cache_dir: CacheDirOpt = None,
@@ -108,7 +110,8 @@ def import_(
         judged = []
         if rejudge:
             todo = imported + [k for k in known if _never_judged(store, k)]
-            judged = _rejudge(store, todo, device, gpus, policy, build_timeout, cache_dir)
+            where = (executor_choice(executor, _config(config)), device, gpus, ray_address)
+            judged = _rejudge(store, todo, where, policy, build_timeout, cache_dir)
     if as_json:
         emit({"archive": str(path), "imported": imported, "already_there": len(known), "skipped": skipped,
               "rejudged": [vars(r) for r in judged]}, "json")
@@ -116,12 +119,22 @@ def import_(
         _print_rejudged(judged)
 
 
+def _config(path: Optional[Path]):
+    from kernelevo.config import ConfigError, load_config
+
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        fail(str(exc))
+
+
 def _never_judged(store, kernel_id: int) -> bool:
     kernel = store.kernel(kernel_id)
     return kernel["origin"] == "import" and not kernel["evaluations"]
 
 
-def _rejudge(store, kernel_ids: list[int], device, gpus, policy, build_timeout, cache_dir) -> list:
+def _rejudge(store, kernel_ids: list[int], where: tuple, policy, build_timeout, cache_dir) -> list:
+    """Judge the kernels; `where`: (executor, --device, --gpus, --ray-address)."""
     from kernelevo import runtime
     from kernelevo.evolution.rejudge import rejudge
     from kernelevo.judge.api import Judge, JudgeOptions
@@ -130,10 +143,13 @@ def _rejudge(store, kernel_ids: list[int], device, gpus, policy, build_timeout, 
     if not kernel_ids:
         note("nothing to rejudge")
         return []
-    judge_devices = devices(device, gpus)
+    executor, device, gpus, address = where
+    on = judge_devices(executor, device, gpus, address)
     cache = cache_dir or runtime.cache_dir()
-    options = JudgeOptions(devices=judge_devices, policy=policy, limits=Limits(build=build_timeout), spares=1)
-    note(f"judging {len(kernel_ids)} kernels on {', '.join(judge_devices)} (Ctrl-C keeps every verdict already in)")
+    options = JudgeOptions(devices=on, policy=policy, limits=Limits(build=build_timeout), spares=1,
+                           executor=executor, ray_address=address)
+    note(f"judging {len(kernel_ids)} kernels on {', '.join(on)}{' of the Ray cluster' if executor == 'ray' else ''} "
+         "(Ctrl-C keeps every verdict already in)")
 
     def tell(r) -> None:
         speed = f"{r.speedup_eager:.2f}x" if r.speedup_eager is not None else "-"

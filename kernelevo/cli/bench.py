@@ -13,10 +13,11 @@ from typing import Any, Optional
 import typer
 from typer.core import TyperGroup
 
-from kernelevo.cli.common import (ArchiveOpt, CacheDirOpt, ChildrenOpt, CompileBaselineOpt, ConcurrencyOpt, ConfigOpt,
-                                  DeviceOpt, FormatOpt, GenerationsOpt, GpusOpt, IslandsOpt, JsonOpt, ModelOpt, NcuOpt,
-                                  PlateauOpt, PolicyOpt, ProfileTopOpt, SeedOpt, ShapesOpt, TimingSecondsOpt, TrialsOpt,
-                                  check_choice, duration, emit, fail, opened, say, search_options)
+from kernelevo.cli.common import (ArchiveOpt, CacheDirOpt, ChildrenOpt, CompileBaselineOpt, ConcurrencyOpt,
+                                  ConfigOpt, DeviceOpt, ExecutorOpt, FormatOpt, GenerationsOpt, GpusOpt, IslandsOpt,
+                                  JsonOpt, ModelOpt, NcuOpt, PlateauOpt, PolicyOpt, ProfileTopOpt, RayAddressOpt,
+                                  SeedOpt, ShapesOpt, TimingSecondsOpt, TrialsOpt, check_choice, duration, emit,
+                                  fail, opened, say, search_options)
 
 EXIT_INTERRUPTED = 130
 
@@ -44,6 +45,8 @@ def run(
     model: ModelOpt = None,
     device: DeviceOpt = None,
     gpus: GpusOpt = "all",
+    executor: ExecutorOpt = None,
+    ray_address: RayAddressOpt = None,
     fmt: FormatOpt = None,
     max_cost_usd: Optional[float] = typer.Option(None, help="LLM spend of the whole suite"),
     max_cost_usd_per_task: Optional[float] = typer.Option(None, help="LLM spend of each task's search"),

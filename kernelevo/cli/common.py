@@ -38,6 +38,11 @@ ModelOpt = Annotated[Optional[str], typer.Option(help="anthropic:MODEL, openai:M
 DeviceOpt = Annotated[Optional[str], typer.Option(
     help="cuda or cpu (C kernels on the CPU backend) [default: cuda if present]")]
 GpusOpt = Annotated[str, typer.Option(help="GPUs to judge on: all, or indices such as 0,1 (one judge worker each)")]
+ExecutorOpt = Annotated[Optional[str], typer.Option(
+    help="where judge jobs run: local (this machine) or ray (the GPUs of a Ray cluster) "
+         "[default: kernelevo.toml's executor, else local]")]
+RayAddressOpt = Annotated[Optional[str], typer.Option(
+    help="with --executor ray: the cluster's address [default: $RAY_ADDRESS, else a cluster started here]")]
 FormatOpt = Annotated[Optional[str], typer.Option("--format", help="candidate format asked for: nvrtc (default on a "
                                                   "GPU), inline, or c (the CPU)")]
 GenerationsOpt = Annotated[Optional[int], typer.Option(help="stop after this many generations")]
@@ -114,6 +119,31 @@ def devices(device: Optional[str], gpus: str) -> tuple[str, ...]:
     if not picked or not all(g.isdigit() and int(g) < count for g in picked):
         fail(f"--gpus {gpus}: use all, or indices below {count} such as 0,1")
     return tuple(f"cuda:{g}" for g in picked)
+
+
+def executor_choice(given: Optional[str], config: Any) -> str:
+    """--executor, else `executor =` in kernelevo.toml, else local."""
+    chosen = given or str(config.raw.get("executor") or "local")
+    check_choice("--executor", chosen, ("local", "ray"))
+    return chosen
+
+
+def judge_devices(executor: str, device: Optional[str], gpus: str, address: Optional[str]) -> tuple[str, ...]:
+    """The judge's devices: this machine's (`devices`), or on a Ray cluster one per GPU of it (the CPU
+    backend: "cpu", its jobs spread over the nodes' CPUs)."""
+    if executor == "local":
+        return devices(device, gpus)
+    if device not in (None, "auto", "cuda", "cpu"):
+        fail(f"--device {device}: with --executor ray use cuda or cpu; Ray places each job on a free GPU")
+    if gpus != "all":
+        fail("--gpus picks this machine's GPUs; with --executor ray every GPU of the cluster is used")
+    from kernelevo.judge import ray_executor
+
+    try:
+        ray_executor.connect(address)
+        return ray_executor.slots("cpu" if device == "cpu" else "cuda")
+    except RuntimeError as exc:
+        fail(str(exc))
 
 
 def duration(text: Optional[str]) -> Optional[float]:
@@ -209,17 +239,18 @@ def search_options(args: dict[str, Any], task: Path, limits: Any, **extra: Any) 
         config = load_config(args["config"])
     except ConfigError as exc:
         fail(str(exc))
-    judge_devices = devices(args["device"], args["gpus"])
-    if judge_devices == ("cpu",) and args["fmt"] not in (None, "c"):
+    executor = executor_choice(args["executor"], config)
+    on = judge_devices(executor, args["device"], args["gpus"], args["ray_address"])
+    if on == ("cpu",) and args["fmt"] not in (None, "c"):
         fail(f"--format {args['fmt']} needs a GPU; on the CPU kernels are written in C (--format c)")
     settings = SearchSettings(children_per_generation=args["children"], islands=args["islands"],
                               llm_concurrency=args["concurrency"], profile_per_generation=args["profile_top"],
                               ncu=args["ncu"])
     model = extra.pop("model", None) or model_spec(args["model"], config)
-    return OptimizeOptions(task_path=task, model=model, devices=judge_devices,
+    return OptimizeOptions(task_path=task, model=model, devices=on,
                            archive_path=config.archive_path(args["archive"]), out_dir=args["out"],
                            cache_dir=args["cache_dir"] or runtime.cache_dir(), fmt=args["fmt"], limits=limits,
                            settings=settings, seed=args["seed"], policy=args["policy"], trials=args["trials"],
                            compile_baseline=args["compile_baseline"], shapes=args["shapes"],
                            config_path=args["config"], timing=TimingConfig(max_seconds=args["timing_seconds"]),
-                           **extra)
+                           executor=executor, ray_address=args["ray_address"], **extra)

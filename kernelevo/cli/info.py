@@ -10,8 +10,12 @@ import typer
 from kernelevo.cli.common import fail
 
 
-def doctor(as_json: bool = typer.Option(False, "--json", help="print the findings as JSON")) -> None:
-    """What this machine offers kernelevo: GPUs, driver, compilers, profilers, embedder, API keys."""
+def doctor(
+    as_json: bool = typer.Option(False, "--json", help="print the findings as JSON"),
+    ray_address: Optional[str] = typer.Option(None, help="also list this Ray cluster's nodes and GPUs "
+                                              "[default: $RAY_ADDRESS]"),
+) -> None:
+    """What this machine offers kernelevo: GPUs, driver, compilers, profilers, embedder, API keys, a Ray cluster."""
     from kernelevo.config import ConfigError, load_config
     from kernelevo.doctor import collect, print_findings
 
@@ -19,7 +23,7 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="print the finding
         config = load_config()
     except ConfigError as exc:
         fail(str(exc))
-    findings = collect(config.embed_model())
+    findings = collect(config.embed_model(), ray_address)
     if as_json:
         typer.echo(json.dumps(findings, indent=2))
     else:

@@ -10,10 +10,10 @@ from typing import Any, Optional
 
 import typer
 
-from kernelevo.cli.common import (CacheDirOpt, ChildrenOpt, CompileBaselineOpt, ConcurrencyOpt, DeviceOpt, FormatOpt,
-                                  GenerationsOpt, GpusOpt, IslandsOpt, ModelOpt, NcuOpt, PlateauOpt, PolicyOpt,
-                                  ProfileTopOpt, SeedOpt, ShapesOpt, TimingSecondsOpt, TrialsOpt, check_choice, duration,
-                                  fail, say, search_options)
+from kernelevo.cli.common import (CacheDirOpt, ChildrenOpt, CompileBaselineOpt, ConcurrencyOpt, DeviceOpt, ExecutorOpt,
+                                  FormatOpt, GenerationsOpt, GpusOpt, IslandsOpt, ModelOpt, NcuOpt, PlateauOpt,
+                                  PolicyOpt, ProfileTopOpt, RayAddressOpt, SeedOpt, ShapesOpt, TimingSecondsOpt,
+                                  TrialsOpt, check_choice, duration, fail, say, search_options)
 
 EXIT_INTERRUPTED = 130
 
@@ -23,6 +23,8 @@ def optimize(
     model: ModelOpt = None,
     device: DeviceOpt = None,
     gpus: GpusOpt = "all",
+    executor: ExecutorOpt = None,
+    ray_address: RayAddressOpt = None,
     fmt: FormatOpt = None,
     max_cost_usd: Optional[float] = typer.Option(None, help="stop before LLM spend would pass this"),
     max_llm_calls: Optional[int] = typer.Option(None, help="stop after this many LLM calls"),
@@ -81,7 +83,8 @@ def _echo(options: Any) -> None:
 
     limits = ", ".join(f"{k} {v}" for k, v in dataclasses.asdict(options.limits).items() if v is not None)
     search = ", ".join(f"{k} {v}" for k, v in dataclasses.asdict(options.settings).items())
-    say(f"kernelevo optimize {options.task_path}: model {options.model}, devices {','.join(options.devices)}, "
+    where = f" on a Ray cluster ({options.ray_address or 'RAY_ADDRESS'})" if options.executor == "ray" else ""
+    say(f"kernelevo optimize {options.task_path}: model {options.model}, devices {','.join(options.devices)}{where}, "
         f"format {options.fmt or 'default'}, policy {options.policy}, shapes {options.shapes}, seed {options.seed}\n"
         f"  limits: {limits}\n  search: {search}\n  archive: {options.archive_path}"
         + (f", resuming {options.resume}" if options.resume else ""))

@@ -1,0 +1,189 @@
+"""Judge workers on a Ray cluster (--executor ray), on the CPU backend: a real local cluster (a head
+and a second node, each a raylet of its own) that every test here shares. A job whose Ray worker is
+killed is judged anyway; a job lost twice gets a verdict; optimize, bench
+and an import's rejudge run end to end, their evaluations saying which node judged them;
+Ctrl-C leaves no judge process behind and every CPU of the cluster free."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from kernelevo.archive.store import Archive
+from llm_server import ScriptedServer
+
+from conftest import FIXTURES
+from test_optimize import GOOD, cli, environment, scripted_model
+
+ray = pytest.importorskip("ray")
+CPU = FIXTURES / "cpu"
+TASK = CPU / "task_scale.py"
+# Held in the build phase long enough to be found and killed (the import runs in the judge worker).
+SLOW_BUILD = "import time\ntime.sleep(4)\n" + GOOD
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A head node and a worker node, one CPU each; nodes keep their caches in a folder of the test's."""
+    from ray.cluster_utils import Cluster
+
+    saved = {k: os.environ.get(k) for k in ("KERNELEVO_CACHE_DIR", "RAY_USAGE_STATS_ENABLED")}
+    os.environ.update(KERNELEVO_CACHE_DIR=str(tmp_path_factory.mktemp("node-cache")), RAY_USAGE_STATS_ENABLED="0")
+    small = {"num_cpus": 1, "object_store_memory": 80 * 2**20, "include_dashboard": False}
+    nodes = Cluster(initialize_head=True, head_node_args=small)
+    nodes.add_node(**{k: v for k, v in small.items() if k != "include_dashboard"})
+    nodes.wait_for_nodes()
+    try:
+        yield nodes
+    finally:
+        ray.shutdown()
+        nodes.shutdown()
+        for key, value in saved.items():
+            os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
+
+
+def judge_options(cluster):
+    from kernelevo.judge.api import JudgeOptions
+    from kernelevo.judge.timing import TimingConfig
+
+    return JudgeOptions(devices=("cpu",), compile_baseline=False, trials=2, executor="ray",
+                        ray_address=cluster.address, timing=TimingConfig(min_reps=10, max_seconds=0.2))
+
+
+def judge_workers(under_ray: bool = False) -> list[tuple[int, int]]:
+    """(pid, parent pid) of every kernelevo judge worker process on this machine; `under_ray`: only
+    those whose parent is a Ray worker (its process title starts with ray::)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and b"kernelevo.judge.worker" in (entry / "cmdline").read_bytes():
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                if not under_ray or Path(f"/proc/{parent}/cmdline").read_bytes().startswith(b"ray::"):
+                    found.append((int(entry.name), parent))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def kill_its_ray_worker(killed: set[int]) -> tuple[int, int]:
+    """Wait for a judge worker driven by a Ray worker not killed yet, and SIGKILL that Ray worker
+    (as a lost node would end it); (judge worker, Ray worker) pids."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        for worker, parent in judge_workers(under_ray=True):
+            if parent not in killed:
+                os.kill(parent, signal.SIGKILL)
+                killed.add(parent)
+                return worker, parent
+        time.sleep(0.2)
+    raise AssertionError("no judge worker started on the cluster within 120 s")
+
+
+def judge_slow_build(cluster, tmp_path, kills: int):
+    """A candidate whose build takes 4 s, judged on the cluster while its Ray worker is killed `kills` times."""
+    from kernelevo.judge.api import Judge
+    from kernelevo.tasks import load_task
+
+    candidate = tmp_path / "slow_build.py"
+    candidate.write_text(SLOW_BUILD)
+    killed: set[int] = set()
+    with Judge(tmp_path / "cache", judge_options(cluster)) as judge:
+        future = judge.submit(load_task(TASK), candidate)
+        workers = [kill_its_ray_worker(killed) for _ in range(kills)]
+        evaluation = future.result(timeout=300)
+        live = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    deadline = time.monotonic() + 5
+    while any(Path(f"/proc/{w}").exists() for w, _ in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(Path(f"/proc/{w}").exists() for w, _ in workers)  # orphaned judge workers follow their parent
+    return evaluation, live
+
+
+def test_a_job_whose_ray_worker_is_killed_is_judged_anyway(cluster, tmp_path):
+    evaluation, live = judge_slow_build(cluster, tmp_path, kills=1)
+    assert evaluation.verdict == "ok", (evaluation.reason, evaluation.message)
+    assert evaluation.node.endswith("/cpu") and evaluation.node_id in live
+
+
+def test_a_job_lost_twice_gets_a_verdict_not_a_hang(cluster, tmp_path):
+    """As a candidate that takes its node down every time would be."""
+    evaluation, _ = judge_slow_build(cluster, tmp_path, kills=2)
+    assert (evaluation.verdict, evaluation.reason) == ("runtime_error", "node_lost")
+    assert "lost the worker judging this candidate 2 times" in evaluation.message
+
+
+def ray_args(tmp_path: Path, *extra: str) -> list[str]:
+    return ["--executor", "ray", "--device", "cpu", "--model", "scripted", "--config", str(tmp_path / "kernelevo.toml"),
+            "--archive", str(tmp_path / "archive.sqlite"), "--out", str(tmp_path / "out"), "--timing-seconds", "0.2",
+            "--trials", "2", "--no-compile-baseline", "--seed", "1", *extra]
+
+
+def test_optimize_and_bench_on_the_cluster(cluster, tmp_path):
+    """One search and one bench over two tasks, through the CLI, judged on the cluster's nodes."""
+    server = ScriptedServer(responder=scripted_model())
+    try:
+        env = dict(environment(server, tmp_path), RAY_ADDRESS=cluster.address)
+        done = cli(["optimize", str(TASK), *ray_args(tmp_path, "--generations", "1", "--children", "2",
+                                                      "--max-llm-calls", "4")], env)
+    finally:
+        server.close()
+    assert done.returncode in (0, 3), done.stderr[-3000:]
+    assert "on a Ray cluster" in " ".join(done.stderr.split())
+    suite, candidates = tmp_path / "suite", tmp_path / "candidates"
+    suite.mkdir(), candidates.mkdir()
+    for name, task, kernel in (("scale", TASK, CPU / "ok_c.py"),
+                               ("offset", CPU / "task_offset.py", CPU / "offset_ok_c.py")):
+        shutil.copy(task, suite / f"{name}.py")
+        shutil.copy(kernel, candidates / f"{name}__ok.py")
+    benched = cli(["bench", str(suite), "--candidates", str(candidates), *ray_args(tmp_path)], env)
+    assert benched.returncode == 0, benched.stderr[-3000:]
+    imported = cli(["archive", "import", str(candidates), "--task", str(suite), "--rejudge", "--executor", "ray",
+                    "--device", "cpu", "--archive", str(tmp_path / "imported.sqlite"), "--json"], env)
+    assert imported.returncode == 0, imported.stderr[-3000:]
+    rejudged = json.loads(imported.stdout)["rejudged"]
+    assert sorted(r["verdict"] for r in rejudged) == ["ok", "ok"]
+    assert "of the Ray cluster" in " ".join(imported.stderr.split())
+    live = {n["NodeID"] for n in ray.nodes() if n["Alive"]} if ray.is_initialized() else None
+    with Archive.open_readonly(tmp_path / "archive.sqlite") as store:
+        (run,) = store.runs()
+        evaluations = [e for k in store.kernels() for e in store.kernel(k["id"])["evaluations"]]
+        (bench,) = store.benches()
+        rows = store.bench_tasks(bench["id"])
+    assert run["config"]["executor"] == "ray" and run["gpu_name"].startswith("ray cluster: 2 nodes")
+    assert any(e["purpose"] == "final" and e["verdict"] == "ok" for e in evaluations)
+    nodes = {e["data"]["node_id"] for e in evaluations if e["data"].get("node_id")}
+    assert all(e["data"]["node"].endswith("/cpu") for e in evaluations if e["verdict"] != "compile_error")
+    assert nodes and (live is None or nodes <= live)
+    assert [r["verdict"] for r in rows] == ["ok", "ok"] and bench["config"]["executor"] == "ray"
+
+
+def test_ctrl_c_leaves_the_cluster_clean(cluster, tmp_path):
+    server = ScriptedServer(responder=scripted_model())
+    env = dict(environment(server, tmp_path), RAY_ADDRESS=cluster.address)
+    exe = Path(sys.executable).parent / "kernelevo"
+    proc = subprocess.Popen([str(exe), "optimize", str(TASK), *ray_args(tmp_path, "--max-llm-calls", "20")], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while not judge_workers() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        assert judge_workers(), proc.stderr.read().decode()[-2000:] if proc.poll() is not None else "no job started"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        server.close()
+    assert proc.returncode == 130, err.decode()[-2000:]
+    deadline = time.monotonic() + 15
+    while judge_workers() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not judge_workers()
+    ray.init(address=cluster.address, ignore_reinit_error=True, logging_level="ERROR", log_to_driver=False)
+    deadline = time.monotonic() + 15
+    while ray.available_resources().get("CPU", 0) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert ray.available_resources().get("CPU", 0) == ray.cluster_resources()["CPU"] == 2
