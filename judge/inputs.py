@@ -95,26 +95,17 @@ def trial_inputs(get_inputs, trial: int, seed: int, device, transform: str | Non
     return [_transform(x, kind, generator) for x in raw], kind
 
 
-_PROBE_SEED = 2147483647
-
-
 def shuffled(args: list) -> list:
-    """Copies of `args`, each floating tensor's values in another order (structured ones as they are):
-    what the reference is probed on before a trial (does it run, is its output finite?). Its output
-    for the trial's very inputs must not exist before the candidate runs: left in freed memory, it
-    could give an output the candidate never writes the right values."""
+    """Copies of `args`, each floating tensor's values moved one place along (structured ones as they
+    are): what the reference is probed on before a trial (does it run, is its output finite?). Its
+    output for the trial's very inputs must not exist before the candidate runs: left in freed
+    memory, it could give an output the candidate never writes the right values. A roll costs one
+    copy on the tensor's own device, where a random permutation of a large input would not."""
     import torch
 
-    gen = torch.Generator().manual_seed(_PROBE_SEED)
-    out = []
-    for a in args:
-        if isinstance(a, torch.Tensor) and a.is_floating_point() and a.numel() > 1 and not structured(a):
-            order = torch.randperm(a.numel(), generator=gen).to(a.device)
-            a = a.reshape(-1)[order].reshape(a.shape)
-        elif isinstance(a, torch.Tensor):
-            a = a.clone()
-        out.append(a)
-    return out
+    return [a.reshape(-1).roll(1).reshape(a.shape)
+            if isinstance(a, torch.Tensor) and a.is_floating_point() and a.numel() > 1 and not structured(a)
+            else a.clone() if isinstance(a, torch.Tensor) else a for a in args]
 
 
 def clone_inputs(inputs: list) -> list:

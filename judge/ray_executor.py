@@ -42,11 +42,12 @@ def connect(address: str | None = None) -> None:
         raise RuntimeError(INSTALL) from None
     if ray.is_initialized():
         return
+    address = address or os.environ.get("RAY_ADDRESS") or None
     try:
-        ray.init(address=address or os.environ.get("RAY_ADDRESS") or None, logging_level="ERROR",
-                 log_to_driver=False, include_dashboard=False, configure_logging=False)
+        ray.init(address=address, logging_level="ERROR", log_to_driver=False, include_dashboard=False,
+                 configure_logging=False)
     except (ConnectionError, RuntimeError, ValueError) as exc:
-        where = address or os.environ.get("RAY_ADDRESS") or "a new local cluster"
+        where = address or "a new local cluster"
         raise RuntimeError(f"cannot join the Ray cluster at {where}: {str(exc).splitlines()[0]} "
                            "(start one with `ray start --head`, or check --ray-address / RAY_ADDRESS)") from None
 
@@ -83,38 +84,34 @@ def _node_cache() -> Path:
     return Path(os.environ.get("KERNELEVO_CACHE_DIR") or Path.home() / ".cache" / "kernelevo")
 
 
-def run_job(job: dict, backend: str, limits: Limits) -> dict:
-    """One judge job on this node, as LocalExecutor runs it; the result says where it ran."""
+def _on_node(backend: str, limits: Limits, job: dict | None) -> dict:
+    """Start a judge worker for the device Ray gave this task, run `job` through it (None: only
+    read what it reports of its device), kill it; the result says where it ran."""
     import ray
 
     cache = _node_cache()
-    if backend == "cuda":
-        gpu = str(ray.get_gpu_ids()[0])  # Ray set CUDA_VISIBLE_DEVICES to it: the child sees it as cuda:0
-        child, lock, where = "cuda:0", f"cuda:{gpu}", f"cuda:{gpu}"
-    else:
-        child, lock, where = "cpu", "cpu", "cpu"
-    worker = Worker(child, cache / "logs", {})
+    # Ray set CUDA_VISIBLE_DEVICES to the GPU it gave: the child sees it as cuda:0.
+    device = f"cuda:{ray.get_gpu_ids()[0]}" if backend == "cuda" else "cpu"
+    worker = Worker("cuda:0" if backend == "cuda" else "cpu", cache / "logs", {})
     try:
         info = worker.wait_ready(limits.startup)
-        result = drive(worker, {**job, "cache_dir": str(cache)}, limits, lambda: device_lock(cache, lock))
+        result = dict(info) if job is None else \
+            drive(worker, {**job, "cache_dir": str(cache)}, limits, lambda: device_lock(cache, device))
     finally:
         worker.kill()
     result.setdefault("device_name", info.get("device_name", ""))
     result.setdefault("torch_version", info.get("torch", ""))
-    return {**result, "node": f"{socket.gethostname()}/{where}",
-            "node_id": ray.get_runtime_context().get_node_id()}
+    return {**result, "node": f"{socket.gethostname()}/{device}", "node_id": ray.get_runtime_context().get_node_id()}
+
+
+def run_job(job: dict, backend: str, limits: Limits) -> dict:
+    """One judge job on this node, as LocalExecutor runs it."""
+    return _on_node(backend, limits, job)
 
 
 def describe(backend: str, limits: Limits) -> dict:
-    """What a judge worker on some node reports of its device, and that node's id."""
-    import ray
-
-    worker = Worker("cuda:0" if backend == "cuda" else "cpu", _node_cache() / "logs", {})
-    try:
-        info = dict(worker.wait_ready(limits.startup))
-    finally:
-        worker.kill()
-    return {**info, "node_id": ray.get_runtime_context().get_node_id()}
+    """What a judge worker on some node reports of its device (name, torch...), and that node's id."""
+    return _on_node(backend, limits, None)
 
 
 def _needs(backend: str) -> dict:
@@ -161,7 +158,6 @@ class RayExecutor(Spread):
     def submit(self, job: dict, device: str | None = None, node: str | None = None) -> concurrent.futures.Future:
         """Run `job` on any node with a free GPU (CPU), or on `node` (a node id) where a follow-up
         job (baseline, re-measurement, profile) must run beside the candidate it belongs to."""
-        import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         device = device or self.choose_device()

@@ -12,7 +12,8 @@ import typer
 
 from kernelevo.cli.archive import archive_app
 from kernelevo.cli.common import (ArchiveOpt, CacheDirOpt, ConfigOpt, ExecutorOpt, JsonOpt, RayAddressOpt, archive_path,
-                                  check_choice, emit, executor_choice, fail, judge_devices, note, opened, task_ids)
+                                  check_choice, config_or_fail, emit, executor_choice, fail, judge_devices, note,
+                                  opened, task_ids)
 
 
 @archive_app.command()
@@ -110,22 +111,13 @@ def import_(
         judged = []
         if rejudge:
             todo = imported + [k for k in known if _never_judged(store, k)]
-            where = (executor_choice(executor, _config(config)), device, gpus, ray_address)
+            where = (executor_choice(executor, config_or_fail(config)), device, gpus, ray_address)
             judged = _rejudge(store, todo, where, policy, build_timeout, cache_dir)
     if as_json:
         emit({"archive": str(path), "imported": imported, "already_there": len(known), "skipped": skipped,
               "rejudged": [vars(r) for r in judged]}, "json")
     elif judged:
         _print_rejudged(judged)
-
-
-def _config(path: Optional[Path]):
-    from kernelevo.config import ConfigError, load_config
-
-    try:
-        return load_config(path)
-    except ConfigError as exc:
-        fail(str(exc))
 
 
 def _never_judged(store, kernel_id: int) -> bool:

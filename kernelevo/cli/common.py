@@ -157,14 +157,19 @@ def duration(text: Optional[str]) -> Optional[float]:
         fail(f"--max-wall-time {text}: use seconds, or a number with s, m or h (e.g. 30m)")
 
 
-def archive_path(archive: Optional[Path], config: Optional[Path]) -> Path:
-    """Where the archive is, as `kernelevo optimize` finds it: --archive, kernelevo.toml, the default."""
+def config_or_fail(path: Optional[Path]) -> Any:
+    """kernelevo.toml (--config, else the default places), or its one-line error and exit 2."""
     from kernelevo.config import ConfigError, load_config
 
     try:
-        return load_config(config).archive_path(archive)
+        return load_config(path)
     except ConfigError as exc:
         fail(str(exc))
+
+
+def archive_path(archive: Optional[Path], config: Optional[Path]) -> Path:
+    """Where the archive is, as `kernelevo optimize` finds it: --archive, kernelevo.toml, the default."""
+    return config_or_fail(config).archive_path(archive)
 
 
 @contextmanager
@@ -231,14 +236,10 @@ def search_options(args: dict[str, Any], task: Path, limits: Any, **extra: Any) 
     """OptimizeOptions of one task's search from a command's arguments (optimize's, or bench's for
     each task): config, devices, format, search settings, judge settings, archive and output."""
     from kernelevo import runtime
-    from kernelevo.config import ConfigError, load_config
     from kernelevo.evolution.records import OptimizeOptions, SearchSettings
     from kernelevo.judge.timing import TimingConfig
 
-    try:
-        config = load_config(args["config"])
-    except ConfigError as exc:
-        fail(str(exc))
+    config = config_or_fail(args["config"])
     executor = executor_choice(args["executor"], config)
     on = judge_devices(executor, args["device"], args["gpus"], args["ray_address"])
     if on == ("cpu",) and args["fmt"] not in (None, "c"):

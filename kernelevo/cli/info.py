@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from kernelevo.cli.common import fail
+from kernelevo.cli.common import config_or_fail, fail
 
 
 def doctor(
@@ -16,14 +16,9 @@ def doctor(
                                               "[default: $RAY_ADDRESS]"),
 ) -> None:
     """What this machine offers kernelevo: GPUs, driver, compilers, profilers, embedder, API keys, a Ray cluster."""
-    from kernelevo.config import ConfigError, load_config
     from kernelevo.doctor import collect, print_findings
 
-    try:
-        config = load_config()
-    except ConfigError as exc:
-        fail(str(exc))
-    findings = collect(config.embed_model(), ray_address)
+    findings = collect(config_or_fail(None).embed_model(), ray_address)
     if as_json:
         typer.echo(json.dumps(findings, indent=2))
     else:
