@@ -35,7 +35,12 @@ TRANSPORT = ("unreachable", "transient")
 
 
 class Stop(Exception):
-    """The run cannot go on with this model (bad key, refused request); the message is one line."""
+    """The run cannot go on with this model (bad key, refused request); the message is one line.
+    `call`: the record of the failed call that raised it (None when no call was sent)."""
+
+    def __init__(self, message: str, call: LLMCall | None = None):
+        super().__init__(message)
+        self.call = call
 
 
 class Unreachable(Stop):
@@ -78,6 +83,11 @@ class LLM:
         return f"{self.ref.provider}:{self.ref.model}"
 
     @property
+    def label(self) -> str:
+        """The name the run knows this model by: its [models.ALIAS], else provider:model."""
+        return label_of(self.choice)
+
+    @property
     def edit_format(self) -> str:
         return self.info.edit_format
 
@@ -108,7 +118,7 @@ class LLM:
         max_tokens, temperature, extra = self._request()
         started = time.time()
         base = dict(provider=self.ref.provider, model=self.ref.model, operator=operator, started_at=started,
-                    prompt_hash=prompt_hash(messages))
+                    prompt_hash=prompt_hash(messages), label=self.label)
         try:
             done = self.provider.complete(messages, max_tokens, temperature, extra)
         except ProviderError as exc:
@@ -119,12 +129,12 @@ class LLM:
                            latency_s=time.time() - started, cost_usd=paid, **base)
             self.on_call(call)
             if exc.kind in ("auth", "bad_request"):
-                raise Stop(str(exc)) from exc
+                raise Stop(str(exc), call) from exc
             if exc.kind == "rate_limit":
                 with self._lock:
                     pause = exc.retry_after if exc.retry_after is not None else DEFAULT_PAUSE_S
                     self._paused_until = max(self._paused_until, time.monotonic() + pause)
-            self._transport_failed(exc)
+            self._transport_failed(exc, call)
             return Answer(None, call)
         with self._lock:
             self._failures_in_row = 0
@@ -137,7 +147,7 @@ class LLM:
         return Answer(done, call)
 
 
-    def _transport_failed(self, exc) -> None:
+    def _transport_failed(self, exc, call: LLMCall) -> None:
         """Count transport failures in a row: pause all calls after BACKOFF_AFTER, stop after STOP_AFTER."""
         if exc.kind not in TRANSPORT:
             return
@@ -150,7 +160,16 @@ class LLM:
         if n >= STOP_AFTER:
             endpoint = getattr(self.provider, "endpoint", "") or self.name
             self._gone = self._gone or f"the model server at {endpoint} failed {n} calls in a row: {exc}"
-            raise Unreachable(self._gone) from exc
+            raise Unreachable(self._gone, call) from exc
+
+
+def label_of(choice: ModelChoice) -> str:
+    """The name a run knows a model by: its [models.ALIAS], else provider:model (a local server's
+    URL left out). ValueError for a malformed model name."""
+    if choice.alias:
+        return choice.alias
+    ref = parse_model(choice.spec)
+    return f"{ref.provider}:{ref.model}"
 
 
 def prompt_hash(messages: list[Message]) -> str:

@@ -202,4 +202,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     # shape it was checked on; NULL: not known (not passed, or judged before shapes were checked).
     ("0002_evaluation_specialized", "ALTER TABLE evaluations ADD COLUMN specialized INTEGER;"),
     ("0003_benches", _BENCHES),
+    # The ensemble member that made the call (an alias of kernelevo.toml, else provider:model): two
+    # aliases of one model (say, with and without extended thinking) are two members. '' before 0004.
+    ("0004_call_labels", "ALTER TABLE llm_calls ADD COLUMN label TEXT NOT NULL DEFAULT '';"),
 ]

@@ -34,6 +34,7 @@
   const fusd = (x) => (isNum(x) ? "$" + (x === 0 ? "0" : x >= 0.1 ? x.toFixed(2) : String(+x.toPrecision(3))) : DASH);
   const fint = (x) => (isNum(x) ? Math.round(x).toLocaleString("en-US") : DASH);
   const fpct = (x) => (isNum(x) ? (100 * x).toFixed(0) + "%" : DASH);
+  const fnum = (x) => (isNum(x) ? String(+x.toPrecision(3)) : DASH);
   const fms = (x) => (isNum(x) ? (x < 1 ? x.toPrecision(3) : x.toFixed(2)) + " ms" : DASH);
   const txt = (x) => (x === null || x === undefined || x === "" ? DASH : String(x));
   const empty = (message) => el("p", { class: "empty" }, message);
@@ -89,6 +90,8 @@
           : r.best_figures === "search" ? " (search, not re-judged)" : "")],
       ["Best kernel", r.best_kernel == null ? DASH : kernelLink(r.best_kernel, tops)],
     ];
+    if (r.model_for) facts.splice(6, 0, ["Pinned", r.model_for]);
+    if ((r.dropped || []).length) facts.splice(6, 0, ["Dropped out", r.dropped.join("; ")]);
     box.append(el("dl", { class: "facts" }, facts.map(([k, v]) => [el("dt", {}, k), el("dd", {}, v instanceof Node ? v : txt(v))])));
     return true;
   }
@@ -456,8 +459,9 @@
   // yield: replies judged / replies received (the live panel's); ok rate: ok / judged
   const COLUMNS = [["kernels", "kernels", fint], ["replies", "replies", fint], ["yield", "yield", null],
     ["judged", "judged", fint], ["ok", "ok", fint], ["ok_rate", "ok rate", fpct],
-    ["new_bests", "new bests", fint], ["best_speedup", "best speedup", fx], ["calls", "LLM calls", fint],
-    ["failed_calls", "failed", fint], ["cost_usd", "spent", fusd], ["usd_per_ok", "$ per ok kernel", fusd], ["tokens", "tokens", fint]];
+    ["new_bests", "new bests", fint], ["improvements", "improvements", fint], ["best_speedup", "best speedup", fx],
+    ["calls", "LLM calls", fint], ["failed_calls", "failed", fint], ["cost_usd", "spent", fusd],
+    ["improvements_per_usd", "improvements per $", fnum], ["usd_per_ok", "$ per ok kernel", fusd], ["tokens", "tokens", fint]];
 
   function groupTable(box, rows, key, what) {
     if (!rows.length) { box.append(empty(`No ${what} recorded yet.`)); return false; }

@@ -9,7 +9,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .export import profile_summary
-from .rows import call_operator, source_diff
+from .rows import call_operator, own_improvement, source_diff
 
 if TYPE_CHECKING:
     from .store import Archive
@@ -34,7 +34,8 @@ def report_data(store: Archive, run_id: str, top: int = TOP_KERNELS) -> dict[str
     path = _best_path(best["id"], by_id) if best else []
     usage, counts = store.llm_usage(run_id), store.counts(run_id)
     return {
-        "run": _run_facts(run, task, store.spend(run_id), best, finals),
+        "run": {**_run_facts(run, task, store.spend(run_id), best, finals),
+                "dropped": [f"{e['data']['model']}: {e['data']['reason']}" for e in store.events(run_id, "model_dropped")]},
         "progress": timeline,
         "lineage": [_node(k, models.get(k["id"]), set(path)) for k in kernels],
         "best_path": path,
@@ -63,7 +64,9 @@ def _run_facts(run: dict, task: dict, spend: dict, best: dict | None, finals: di
         "status": run["status"], "stop_reason": run.get("stop_reason") or "",
         "started": _when(run.get("created_at")), "finished": _when(run.get("finished_at")),
         "gpu": run.get("gpu_name") or run.get("device") or "", "torch": run.get("torch_version") or "",
-        "model": config.get("model") or "", "format": config.get("format") or "", "policy": config.get("policy") or "",
+        "model": config.get("model") or "",
+        "model_for": ", ".join(f"{op}={m}" for op, m in (config.get("model_for") or {}).items()),
+        "format": config.get("format") or "", "policy": config.get("policy") or "",
         "calls": spend["calls"], "failed_calls": spend["failed_calls"], "cost_usd": spend["cost_usd"],
         "unknown_cost_calls": spend["unknown_cost_calls"],
         "best_kernel": best["id"] if best else None,
@@ -151,7 +154,8 @@ def _diff(old: str, new: str, old_id: int, new_id: int) -> str:
 
 def _yield_by(kernels: list[dict], progress: list[dict], usage: list[dict], key: str, of) -> list[dict]:
     """Per operator (or model): kernels written, judged, ok, replies received and judged (yield: the
-    share of replies the judge got), new bests set, best speedup, spend."""
+    share of replies the judge got), new bests of the run set, improvements (new island bests and
+    niches: what the search's bandits count), best speedup, spend, improvements per dollar."""
     improved = {p["kernel"] for p in progress if p["improved"]}
     groups: dict[str, dict] = {}
     for k in kernels:
@@ -163,6 +167,7 @@ def _yield_by(kernels: list[dict], progress: list[dict], usage: list[dict], key:
             g["replies_judged"] += bool(k["source"]) and not k.get("problem")
         g["ok"] += k["verdict"] == "ok"
         g["new_bests"] += k["id"] in improved
+        g["improvements"] += own_improvement(k)
         if k["verdict"] == "ok" and k["speedup_eager"] is not None:
             g["best_speedup"] = max(g["best_speedup"] or 0.0, k["speedup_eager"])
     for u in usage:
@@ -176,12 +181,14 @@ def _yield_by(kernels: list[dict], progress: list[dict], usage: list[dict], key:
         g["yield"] = g["replies_judged"] / g["replies"] if g["replies"] else None  # as the live panel's
         g["ok_rate"] = g["ok"] / g["judged"] if g["judged"] else None
         g["usd_per_ok"] = g["cost_usd"] / g["ok"] if g["ok"] and g["calls"] else None
+        g["improvements_per_usd"] = g["improvements"] / g["cost_usd"] if g["cost_usd"] > 0 else None
         g["cost_usd"] = round(g["cost_usd"], 6)
     return sorted(groups.values(), key=lambda g: (-g["kernels"], g[key]))
 
 
 def _empty(key: str, name: str) -> dict:
     return {key: name, "kernels": 0, "judged": 0, "ok": 0, "replies": 0, "replies_judged": 0, "new_bests": 0,
+            "improvements": 0,
             "best_speedup": None,
             "calls": 0, "failed_calls": 0, "cost_usd": 0.0, "tokens": 0}
 

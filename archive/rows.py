@@ -25,11 +25,13 @@ BENCH_TASK_FIELDS = ("status", "task_id", "run_id", "kernel_id", "evaluation_id"
 PURPOSES = ("search", "final", "rejudge", "import")
 ORIGINS = ("run", "import", "seed")
 OWNERS = ("kernel", "task")
+# How a stepping stone marked for a child's improvement (not its own) begins its reason.
+PARENT_STONE = "parent of kernel "
 
 # Columns of llm_calls, in LLMCall's field order; a test checks that none of LLMCall's fields is missing.
 LLM_COLUMNS = ("provider", "model", "operator", "outcome", "input_tokens", "cache_read_tokens",
                "cache_write_tokens", "output_tokens", "reasoning_tokens", "cost_usd", "latency_s",
-               "request_id", "started_at", "prompt_hash", "reply", "stop_reason", "error")
+               "request_id", "started_at", "prompt_hash", "reply", "stop_reason", "error", "label")
 
 # Evaluation fields copied into their own columns so that SQL can sort and filter on them;
 # the whole record is kept as JSON in `data` as well.
@@ -84,6 +86,30 @@ def call_operator(name: str) -> str:
     functional rewrite count for the operator they serve."""
     name = name.removesuffix("_edit_followup")
     return "translate" if name == "functional" else name
+
+
+def own_improvement(kernel: dict) -> bool:
+    """Whether a kernel row is a stepping stone for what it did itself (a new best of its island,
+    a new niche), not only as the parent of one that did."""
+    return bool(kernel.get("stepping_stone")) and not (kernel.get("stone_reason") or "").startswith(PARENT_STONE)
+
+
+def by_model(rows: Iterable[dict], names: Iterable[str] = ()) -> list[dict]:
+    """Archive.model_yield rows summed per model: `names` first (zeros for one without a call yet),
+    then others as first seen. Each: calls, cost_usd, unknown_cost_calls, attempts, replies, judged,
+    correct, improvements, and improvements_per_usd (None while nothing known was spent)."""
+    out: dict[str, dict] = {m: {"model": m, **{k: 0 for k in _MODEL_SUMS}} for m in names}
+    for r in rows:
+        g = out.setdefault(r["model"], {"model": r["model"], **{k: 0 for k in _MODEL_SUMS}})
+        for k in _MODEL_SUMS:
+            g[k] += r[k]
+    for g in out.values():
+        g["cost_usd"] = round(g["cost_usd"], 6)
+        g["improvements_per_usd"] = g["improvements"] / g["cost_usd"] if g["cost_usd"] > 0 else None
+    return list(out.values())
+
+
+_MODEL_SUMS = ("calls", "cost_usd", "unknown_cost_calls", "attempts", "replies", "judged", "correct", "improvements")
 
 
 def source_diff(old: str, new: str, old_id: int, new_id: int, context: int = 3) -> list[str]:

@@ -25,7 +25,7 @@ from kernelevo.tasks import source_hash as hash_source
 
 from .migrations import MIGRATIONS
 from .rows import (BENCH_STATUSES, BENCH_TASK_FIELDS, BENCH_TASK_STATUSES, EVAL_COLUMNS, LLM_COLUMNS, ORIGINS,
-                   OWNERS, PURPOSES, RUN_STATUSES, call_operator, check_choice,
+                   OWNERS, PARENT_STONE, PURPOSES, RUN_STATUSES, call_operator, check_choice,
                    dumps, eval_values, evaluation_row, from_blob, kernel_row, llm_values, loads, new_run_id,
                    rank_cosine, split_script, to_blob, unique)
 
@@ -78,6 +78,29 @@ LEFT JOIN evaluations e ON e.id = (SELECT MAX(id) FROM evaluations WHERE kernel_
 LEFT JOIN llm_calls c ON c.id = k.llm_call_id
 WHERE (:run IS NULL OR k.run_id = :run) AND (:task IS NULL OR k.task_id = :task)
 ORDER BY k.id
+"""
+
+def _label(table: str = "") -> str:
+    """SQL for the ensemble member that made a call: its label, or provider:model for calls stored
+    before labels; `table`: the llm_calls alias of the query, if any."""
+    t = f"{table}." if table else ""
+    return f"COALESCE(NULLIF({t}label, ''), {t}provider || ':' || {t}model)"
+
+
+_LABEL = _label()
+
+# Per operator and model, what the kernel rows its calls wrote became (see Archive.model_yield).
+_MODEL_KERNELS = f"""
+SELECT k.operator, {_label("c")} AS model, COUNT(*) AS attempts,
+       COALESCE(SUM(k.problem NOT LIKE 'failed_call%'), 0) AS replies,
+       COALESCE(SUM(k.source != '' AND k.problem = ''), 0) AS judged,
+       COALESCE(SUM(e.verdict IS 'ok'), 0) AS correct,
+       COALESCE(SUM(k.stepping_stone = 1 AND k.stone_reason NOT LIKE ?), 0) AS improvements
+FROM kernels k
+JOIN llm_calls c ON c.id = k.llm_call_id
+LEFT JOIN evaluations e ON e.id = (SELECT MAX(id) FROM evaluations WHERE kernel_id = k.id AND purpose = 'search')
+WHERE k.run_id = ?
+GROUP BY 1, 2
 """
 
 _TOKEN_SUMS = ", ".join(f"COALESCE(SUM({c}), 0) AS {c}" for c in
@@ -333,9 +356,14 @@ class Archive:
                           "ORDER BY id", (run_id,))
         return {r["kernel_id"]: loads(r["profile"]) for r in rows}
 
-    def mark_stepping_stone(self, kernel_id: int, reason: str) -> None:
-        self._expect_one(self._write("UPDATE kernels SET stepping_stone = 1, stone_reason = ? WHERE id = ?",
-                                     (reason, kernel_id)), "kernel", kernel_id)
+    def mark_stepping_stone(self, kernel_id: int, reason: str, via: int | None = None) -> None:
+        """Mark a kernel as a stepping stone for `reason`, or, with `via`, as the parent of kernel
+        `via` that earned it. The first reason stays: a kernel's own improvement is not overwritten
+        by its children's (model_yield counts a kernel's own improvements by it)."""
+        text = f"{PARENT_STONE}{via}: {reason}" if via is not None else reason
+        self._expect_one(self._write(
+            "UPDATE kernels SET stepping_stone = 1, stone_reason = CASE WHEN stepping_stone = 1 AND stone_reason != '' "
+            "THEN stone_reason ELSE ? END WHERE id = ?", (text, kernel_id)), "kernel", kernel_id)
 
     def add_reflection(self, run_id: str | None, llm_call_id: int | None, analysis: str,
                        variant_ids: Sequence[int], kernel_id: int | None = None) -> int:
@@ -527,8 +555,33 @@ class Archive:
         return out
 
     def call_models(self, run_id: str) -> dict[int, str]:
-        """LLM call id -> the model that answered it, for a run's calls."""
-        return {r["id"]: r["model"] for r in self._read("SELECT id, model FROM llm_calls WHERE run_id = ?", (run_id,))}
+        """LLM call id -> the ensemble member that answered it (its label), for a run's calls."""
+        return {r["id"]: r["model"] for r in self._read(f"SELECT id, {_LABEL} AS model FROM llm_calls WHERE run_id = ?",
+                                                        (run_id,))}
+
+    def model_yield(self, run_id: str) -> list[dict]:
+        """Per (operator, model) of a run: `calls`, `cost_usd` (known), `unknown_cost_calls`, and of the
+        kernel rows the model's calls wrote: `attempts`, `replies` (the call did not fail), `judged`
+        (sent to the judge), `correct` (judged ok), `improvements` (its own new island best or niche).
+        A model is its label (the alias the run used), operators as in call_yield."""
+        out: dict[tuple[str, str], dict] = {}
+
+        def row(operator: str, model: str) -> dict:
+            key = (call_operator(operator), model)
+            return out.setdefault(key, {"operator": key[0], "model": model, "calls": 0, "cost_usd": 0.0,
+                                        "unknown_cost_calls": 0, "attempts": 0, "replies": 0, "judged": 0,
+                                        "correct": 0, "improvements": 0})
+        for r in self._read(f"SELECT operator, {_LABEL} AS model, COUNT(*) AS calls, TOTAL(cost_usd) AS cost_usd, "
+                            "COUNT(*) - COUNT(cost_usd) AS unknown_cost_calls FROM llm_calls WHERE run_id = ? "
+                            "GROUP BY 1, 2", (run_id,)):
+            g = row(r["operator"], r["model"])
+            for k in ("calls", "cost_usd", "unknown_cost_calls"):
+                g[k] += r[k]
+        for r in self._read(_MODEL_KERNELS, (PARENT_STONE + "%", run_id)):
+            g = row(r["operator"], r["model"])
+            for k in ("attempts", "replies", "judged", "correct", "improvements"):
+                g[k] += r[k]
+        return sorted(out.values(), key=lambda g: (g["model"], g["operator"]))
 
     def timeline(self, run_id: str) -> list[dict]:
         """The run's search evaluations in the order they were judged: kernel_id, verdict, reason,
@@ -539,13 +592,13 @@ class Archive:
             "AS spent_usd FROM evaluations e WHERE e.run_id = ? AND e.purpose = 'search' ORDER BY e.id", (run_id,))
 
     def llm_usage(self, run_id: str) -> list[dict]:
-        """LLM calls of a run per (operator, model): calls, failed_calls, cost_usd (known costs),
+        """LLM calls of a run per (operator, model: its label): calls, failed_calls, cost_usd (known costs),
         unknown_cost_calls, latency_s (sum) and the token sums, as in spend()."""
         return self._read(
-            "SELECT operator, model, COUNT(*) AS calls, COALESCE(SUM(outcome != 'ok'), 0) AS failed_calls, "
+            f"SELECT operator, {_LABEL} AS model, COUNT(*) AS calls, COALESCE(SUM(outcome != 'ok'), 0) AS failed_calls, "
             "TOTAL(cost_usd) AS cost_usd, COUNT(*) - COUNT(cost_usd) AS unknown_cost_calls, "
             f"TOTAL(latency_s) AS latency_s, {_TOKEN_SUMS} FROM llm_calls WHERE run_id = ? "
-            "GROUP BY operator, model ORDER BY operator, model", (run_id,))
+            "GROUP BY 1, 2 ORDER BY 1, 2", (run_id,))
 
     def counts(self, run_id: str) -> dict:
         """{'verdicts': {verdict: n} of search evaluations, 'operators': {operator: n} of kernels,

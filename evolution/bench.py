@@ -117,7 +117,8 @@ def _open_bench(store, options: BenchOptions) -> str:
     paths = suite_tasks(options.suite, options.tasks_glob)
     s = options.search
     gpu, torch_version, _ = placement.label(s)
-    config = {"model": s.model if not options.candidates else None, "devices": list(s.devices),
+    config = {"model": ", ".join(s.models) if not options.candidates else None, "devices": list(s.devices),
+              "models": list(s.models), "model_for": dict(s.model_for or ()),
               "executor": s.executor,
               "candidates": str(options.candidates) if options.candidates else None,
               "tasks_glob": options.tasks_glob, "max_cost_usd": options.max_cost_usd,
@@ -130,6 +131,12 @@ def _open_bench(store, options: BenchOptions) -> str:
 def _as_stored(bench: dict, options: BenchOptions) -> BenchOptions:
     """A resumed bench goes on as it started: scoring the same candidates folder, or searching."""
     stored = bench["config"].get("candidates")
+    search = options.search
+    if bench["mode"] == "search" and (not search.models or search.model_for is None):  # the bench's own models
+        models = search.models or tuple(bench["config"].get("models") or [bench["config"].get("model")])
+        pins = search.model_for if search.model_for is not None else tuple(
+            (bench["config"].get("model_for") or {}).items())
+        options = dataclasses.replace(options, search=dataclasses.replace(search, models=models, model_for=pins))
     if bench["mode"] == "candidates" and options.candidates is None:
         return dataclasses.replace(options, candidates=Path(stored))
     if bench["mode"] == "search" and options.candidates is not None:

@@ -120,11 +120,12 @@ class Budget:
             self._outstanding[r.id] = estimate
             return r
 
-    def settle(self, reservation: Reservation, actual_usd: float | None) -> None:
-        """The call was made and cost `actual_usd` (None: unknown, the estimate counts as spent)."""
+    def settle(self, reservation: Reservation, actual_usd: float | None, calls: int = 1) -> None:
+        """The call was made (with its follow-ups: `calls` in all) and cost `actual_usd` (None:
+        unknown, the estimate counts as spent)."""
         with self._lock:
             self._take(reservation)
-            self._calls += 1
+            self._calls += calls
             if actual_usd is None:
                 self._unknown += 1
                 self._spent += reservation.estimate_usd

@@ -25,9 +25,11 @@ from kernelevo.agent.pool import CallPool
 from kernelevo.agent.profile_block import profile_block
 from kernelevo.agent.prompting import Context, Variant, approach, feedback_from
 
+from kernelevo.archive.rows import by_model
 from kernelevo.records import Evaluation, Profile
 
 from . import budget as budgets
+from . import ensemble as ensembles
 from . import islands, niches, placement, scheduling, selection, tune
 from .novelty import NoveltyGate
 from .population import Member, Population
@@ -53,11 +55,13 @@ PROFILE_WAIT_S = 60.0  # the longest a mutate call waits for its parent's profil
 class Search:
     """One run of the search on one task; `run()` returns the reason it stopped."""
 
-    def __init__(self, state: RunState, llm: LLM, judge, settings: SearchSettings, budget: budgets.Budget,
-                 gate: NoveltyGate, rng: random.Random, on_progress: Callable[[Progress], None] | None = None):
-        self.state, self.archive, self.llm, self.judge = state, state.archive, llm, judge
+    def __init__(self, state: RunState, ensemble: ensembles.Ensemble, judge, settings: SearchSettings,
+                 budget: budgets.Budget, gate: NoveltyGate, rng: random.Random,
+                 on_progress: Callable[[Progress], None] | None = None, on_status: Callable[[str], None] | None = None):
+        self.state, self.archive, self.ensemble, self.judge = state, state.archive, ensemble, judge
         self.settings, self.budget, self.gate, self.rng = settings, budget, gate, rng
         self.on_progress = on_progress or (lambda p: None)
+        self.on_status = on_status or (lambda text: None)
         self.population: Population = state.population
         self.stats: dict[str, scheduling.OperatorStats] = state.operator_stats()
         self.progress = Progress(judged=state.judged(), run_id=state.run_id)  # from rows once; counted here afterwards
@@ -107,12 +111,17 @@ class Search:
         key = (op, tuple(sorted(parents)))  # same operator, same parents: the same prompt
         if key in self._in_flight():
             return False
-        reservation = self.budget.reserve(self._estimate())
+        model = self.ensemble.choose(op, self.rng)
+        if model is None:  # every model dropped out: the run is ending
+            return False
+        s = self.settings
+        reservation = self.budget.reserve(self.ensemble.estimate_usd(model, s.prompt_tokens_estimate,
+                                                                     s.output_tokens_estimate))
         if reservation is None:
             return False
-        future = self.pool.submit(fn, self.llm, self.state.context(), *args)
+        future = self.pool.submit(fn, self.ensemble.llm(model), self.state.context(), *args)
         self.llm_futures[future] = {"op": op, "parents": parents, "island": island, "reservation": reservation,
-                                    "key": key}
+                                    "key": key, "model": model}
         return True
 
     def _in_flight(self) -> set[tuple]:
@@ -171,11 +180,6 @@ class Search:
         self._island_turn = (self._island_turn + 1) % self.settings.islands
         return self._island_turn
 
-    def _estimate(self) -> float:
-        s = self.settings
-        estimate = budgets.estimate_cost(self.llm.info, s.prompt_tokens_estimate, s.output_tokens_estimate)
-        return estimate if estimate is not None else 0.0
-
     def _start_tune(self, correct: list[Member]) -> bool:
         """A variant of one of the best tunable kernels of an island, within the ranges its own
         `// tune:` marks list; the next of them when one has no untried variant left."""
@@ -200,14 +204,14 @@ class Search:
         meta = self.llm_futures.pop(future)
         try:
             proposal = future.result()
-        except Unreachable as exc:  # the server is gone: finish what is being judged, then stop
-            self.budget.release(meta["reservation"])
-            self.unreachable = self.unreachable or str(exc)
+        except Stop as exc:  # a refused key or request, or a server that is gone: the model drops out
+            if exc.call is None:  # given up on before it was sent
+                self.budget.release(meta["reservation"])
+            else:  # sent and recorded: it counts, as it will when a resume counts the rows
+                self.budget.settle(meta["reservation"], exc.call.cost_usd)
+            self._drop(meta["model"], exc)
             return
-        except Stop:  # a refused key or request: the run cannot go on
-            self.budget.release(meta["reservation"])
-            raise
-        self.budget.settle(meta["reservation"], proposal.cost_usd)
+        self.budget.settle(meta["reservation"], proposal.cost_usd, max(1, len(proposal.calls)))
         call_id = self.state.call_id(proposal.calls[-1]) if proposal.calls else None
         stats = self.stats.get(meta["op"], scheduling.OperatorStats())
         self.stats[meta["op"]] = dataclasses.replace(stats, attempts=stats.attempts + 1,
@@ -227,6 +231,19 @@ class Search:
             return
         self._submit_child(meta["op"], proposal.source, meta["parents"], meta["island"], call_id,
                            thinking=proposal.thinking)
+
+    def _drop(self, model: str, exc: Stop) -> None:
+        """Take a model out of the ensemble with one line; with none left, a refused key ends the run
+        (Stop propagates) and a server that is gone stops it once the judge's work is in."""
+        if self.ensemble.drop(model, str(exc)):
+            self.archive.add_event(self.state.run_id, "model_dropped", {"model": model, "reason": str(exc)})
+            if self.ensemble.active:
+                self.on_status(f"model {model} dropped out: {exc}; going on with {', '.join(self.ensemble.active)}")
+        if self.ensemble.active:
+            return
+        if not isinstance(exc, Unreachable):
+            raise exc
+        self.unreachable = self.unreachable or str(exc)
 
     def _submit_child(self, op: str, source: str, parents: tuple[int, ...], island: int, call_id: int | None,
                       thinking: str = "", note: str = "") -> None:
@@ -270,7 +287,7 @@ class Search:
         if reason:
             self.archive.mark_stepping_stone(member.kernel_id, reason)
             for parent in member.parents:  # the parent led to an improvement
-                self.archive.mark_stepping_stone(parent, f"parent of kernel {member.kernel_id}: {reason}")
+                self.archive.mark_stepping_stone(parent, reason, via=member.kernel_id)
         if member.ok and (best_before is None or member.fitness > best_before.fitness):
             self.improved_at = self.progress.generation
         return reason
@@ -338,6 +355,9 @@ class Search:
         calls = self.archive.call_yield(self.state.run_id)
         p.calls_by_operator = {op: row["calls"] for op, row in calls.items() if row["calls"]}
         p.replies, p.replies_judged = (sum(row[k] for row in calls.values()) for k in ("replies", "judged"))
+        models = self.archive.model_yield(self.state.run_id)
+        self.ensemble.update(models)  # what the next calls' models are chosen by
+        p.models, p.dropped = by_model(models, self.ensemble.labels), dict(self.ensemble.dropped)
         self.on_progress(p)
 
     def _stop_reason(self) -> str | None:
@@ -431,18 +451,26 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
 
     task = load_task(options.task_path)
     config = load_config(options.config_path)
-    llm = LLM(config.model(options.model))  # its calls are recorded once the run exists
+    names, pins = _model_names(options)
+    if options.resume and (not options.models or options.model_for is None):
+        pinned = ", ".join(f"{op} -> {m}" for op, m in pins.items())
+        on_status(f"models of run {options.resume}: {', '.join(names)}" + (f" ({pinned})" if pinned else ""))
+    tokens = (options.settings.prompt_tokens_estimate, options.settings.output_tokens_estimate)
+    ensemble = ensembles.build(config, names, pins, tokens, on_status)  # its calls are recorded once the run exists
     archive = Archive.open(options.archive_path)
     try:
-        task_id, run_id, seed, fmt = _open_run(archive, task, options, llm)
+        task_id, run_id, seed, fmt = _open_run(archive, task, options, ensemble, (names, pins))
         embedder = default_embedder(config.embed_model())
         on_status(f"embedder: {embedder.why}")
         stones, seeded = _stepping_stones(archive, task, task_id, embedder, options, on_status)
         ctx = Context(task_view(task), placement.target(options, fmt), inspirations=stones)
         state = RunState(archive, run_id, task, task_id, ctx, Path(options.archive_path).parent / "runs" / run_id, fmt)
-        llm.on_call = state.record_call
+        ensemble.set_on_call(state.record_call)
         on_status(f"run {run_id}" + (" (resumed)" if options.resume else "") + f"; kernels in {state.run_dir}")
-        archive.add_event(run_id, "session_start", {"resume": bool(options.resume), "seeded": list(seeded)})
+        archive.add_event(run_id, "session_start", {"resume": bool(options.resume), "seeded": list(seeded),
+                                                    "models": ensemble.active, "model_for": ensemble.pins})
+        for model, why in ensemble.dropped.items():
+            archive.add_event(run_id, "model_dropped", {"model": model, "reason": why})
         budget = budgets.Budget(options.limits)
         spend = archive.spend(run_id)
         budget.restore(spend["cost_usd"], spend["calls"], elapsed_s(archive.events(run_id), time.time()))
@@ -461,7 +489,7 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
                                      **({"timing": options.timing} if options.timing else {}))
         with Judge(options.cache_dir, judge_options) as judge:
             rng = random.Random(f"{seed}:{state.judged()}")  # a resumed run does not replay its draws
-            search = Search(state, llm, judge, options.settings, budget, gate, rng, on_progress)
+            search = Search(state, ensemble, judge, options.settings, budget, gate, rng, on_progress, on_status)
             for row in state.unjudged():  # stored before a kill, never judged
                 search.resubmit(row)
             try:
@@ -480,13 +508,34 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
         return Outcome(run_id, reason, code, final, member.kernel_id if member else None, written, seeded,
                        {"spend": archive.spend(run_id), "counts": archive.counts(run_id),
                         "calls": archive.call_yield(run_id),
+                        "models": by_model(archive.model_yield(run_id), ensemble.labels),
+                        "dropped": dict(ensemble.dropped),
                         "search_speedups": (member.speedup_eager, member.speedup_compile) if member else None})
     finally:
         archive.close()
 
 
-def _open_run(archive, task, options: OptimizeOptions, llm: LLM) -> tuple[int, str, int, str]:
-    """(task id, run id, seed, format) of a new run, or of the run being resumed (same task required)."""
+def _model_names(options: OptimizeOptions) -> tuple[list[str], dict[str, str]]:
+    """The run's models and operator pins: the options', else (resuming) the ones the run had."""
+    names, pins = list(options.models), dict(options.model_for or ())
+    if options.resume and (not names or options.model_for is None):
+        from kernelevo.archive.store import Archive
+
+        with Archive.open_readonly(options.archive_path) as archive:
+            run = archive.run(options.resume)
+        stored = (run or {}).get("config") or {}
+        # runs before ensembles stored one "model" (provider:model), later ones the names as given
+        names = names or list(stored.get("models") or ([stored["model"]] if stored.get("model") else []))
+        pins = pins if options.model_for is not None else dict(stored.get("model_for") or {})
+    if not names:
+        raise ValueError("no model to call: pass --model (or set ensemble = [...] in kernelevo.toml)")
+    return names, pins
+
+
+def _open_run(archive, task, options: OptimizeOptions, ensemble: ensembles.Ensemble,
+              given: tuple[list[str], dict[str, str]]) -> tuple[int, str, int, str]:
+    """(task id, run id, seed, format) of a new run, or of the run being resumed (same task required).
+    The run stores its models as `given` (names a resume can find again) and by label for display."""
     task_id = archive.add_task(task.name, task.source, task.source_hash)
     fmt = options.fmt or ("c" if options.devices[0] == "cpu" else "nvrtc")
     if options.resume:
@@ -499,7 +548,8 @@ def _open_run(archive, task, options: OptimizeOptions, llm: LLM) -> tuple[int, s
         archive.set_run_status(options.resume, "running")
         return task_id, options.resume, run["seed"], run["config"].get("format", fmt)
     gpu, torch_version, cuda_version = placement.label(options)
-    config = run_config(task=options.task_path, model=llm.name, devices=options.devices, format=fmt,
+    config = run_config(task=options.task_path, model=", ".join(ensemble.labels), models=given[0],
+                        model_for=given[1], devices=options.devices, format=fmt,
                         policy=options.policy, trials=options.trials, shapes=options.shapes, seed=options.seed,
                         limits=dataclasses.asdict(options.limits), search=dataclasses.asdict(options.settings),
                         seed_from=options.seed_from, executor=options.executor)

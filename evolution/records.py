@@ -50,6 +50,8 @@ class Progress:
     calls_by_operator: dict = field(default_factory=dict)  # operator -> LLM calls
     replies: int = 0  # replies that came back and became a kernel row
     replies_judged: int = 0  # of those, the ones the judge got
+    models: list = field(default_factory=list)  # per model of the run: archive.rows.by_model's figures
+    dropped: dict = field(default_factory=dict)  # model -> why it dropped out
     status: str = "starting"
     run_id: str = ""
 
@@ -62,7 +64,7 @@ class Progress:
 @dataclass(frozen=True)
 class OptimizeOptions:
     task_path: Path
-    model: str  # "provider:MODEL" or a [models.ALIAS] name
+    models: tuple[str, ...]  # "provider:MODEL" or [models.ALIAS] names; several: an ensemble; (): a resumed run's
     devices: tuple[str, ...]  # judge devices: ("cpu",) or ("cuda:0", "cuda:1", ...)
     archive_path: Path
     out_dir: Path
@@ -81,6 +83,7 @@ class OptimizeOptions:
     shapes: str = "general"  # or "exact": the judge derives no other input shapes (judge/shapes.py)
     executor: str = "local"  # or "ray": judge jobs run on a Ray cluster (judge/ray_executor.py)
     ray_address: str | None = None  # None: $RAY_ADDRESS, else a cluster started on this machine
+    model_for: tuple[tuple[str, str], ...] | None = None  # (operator, model) pins; None: a resumed run's own
 
 
 class Interrupted(KeyboardInterrupt):

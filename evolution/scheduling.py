@@ -14,6 +14,27 @@ counts let an untried operator start at the average rate and cost instead of at 
 EXPLORE floor keeps a once-unlucky operator from starving: the weights drift towards what pays
 as evidence accumulates, never all the way to one operator. "Improvement" is what the loop
 records: a new best of the kernel's island, or a new niche.
+
+Which model makes an operator's call, when a run has several (an ensemble), is the same bandit one
+level down, with the improvement rate split in two: the share of attempts judged correct, times
+the share of correct kernels that improved. Improvements are rare (a few in a run), correct
+verdicts are not, and a model whose kernels never compile can never improve: the split lets the
+dense signal move the draws early. Per model m, over the other operators (attempts A, correct
+S, improvements I, USD C) and on this operator (a, s, i, c), with the model table's price of a
+typical call as the cost prior k0_m:
+
+    S_m = (S + P * C0) / (A + P)              s_m = (s + P * S_m) / (a + P)
+    G_m = (I + P * R0 / C0) / (S + P)         g_m = (i + P * G_m) / (s + P)
+    K_m = (C + P * k0_m) / (A + P)            k_m = (c + P * K_m) / (a + P)
+    w_m = s_m * g_m / max(k_m, MIN_CALL_USD)
+    p_m = (1 - MODEL_EXPLORE) * w_m / sum(w) + MODEL_EXPLORE / |models|
+
+An untried model starts at the operators' prior rate (C0 * R0 / C0 = R0), and a model untried on
+an operator starts from what it earns on the others, so a model that mostly writes broken
+kernels loses every operator's calls at once, while one that is good at reflection alone can
+still win reflect. An attempt of unknown cost counts at the model's table price (the mean price
+of the others when it has none), and a free model still costs MIN_CALL_USD a call (its time): a
+price of zero must not take every call.
 """
 from __future__ import annotations
 
@@ -28,6 +49,9 @@ PRIOR_RATE = 0.25  # R0: improvements per attempt assumed for an untried operato
 DEFAULT_CALL_USD = 0.02  # K before any LLM cost is known (a mid-size prompt on a mid-price model)
 TUNE_COST_FRACTION = 0.2  # a tune attempt (judge time only) counts as a fifth of an LLM call
 EXPLORE = 0.1  # share of draws spread uniformly over eligible operators
+MODEL_EXPLORE = 0.1  # share of an operator's calls spread uniformly over the models it may use
+MIN_CALL_USD = 0.0005  # the least a call is taken to cost, whatever the model's price
+PRIOR_CORRECT = 0.5  # C0: share of an untried model's attempts assumed judged correct
 
 # After the first correct kernel, more translations mostly add diversity (new islands, niches);
 # they matter less than working on what exists.
@@ -40,6 +64,7 @@ class OperatorStats:
     successes: int = 0  # candidates judged ok
     improvements: int = 0  # new best of its island, or a new niche
     cost_usd: float = 0.0  # known LLM cost of its attempts (unknown costs add nothing)
+    unknown_costs: int = 0  # attempts whose cost is unknown (a model without a price, a cut call)
 
     def record(self, success: bool, improvement: bool, cost_usd: float | None = None) -> "OperatorStats":
         """These stats after one more attempt."""
@@ -102,3 +127,44 @@ def choose_operator(stats: Mapping[str, OperatorStats], has_correct: bool, n_cor
     weights = operator_weights(stats, eligible, base_weights)
     names = list(weights)
     return rng.choices(names, weights=[weights[o] for o in names], k=1)[0]
+
+
+def _minus(a: OperatorStats, b: OperatorStats) -> OperatorStats:
+    return OperatorStats(max(0, a.attempts - b.attempts), max(0, a.successes - b.successes),
+                         max(0, a.improvements - b.improvements), max(0.0, a.cost_usd - b.cost_usd),
+                         max(0, a.unknown_costs - b.unknown_costs))
+
+
+def _spent(s: OperatorStats, price: float) -> float:
+    return s.cost_usd + s.unknown_costs * price
+
+
+def model_weights(per_operator: Mapping[str, OperatorStats], overall: Mapping[str, OperatorStats],
+                  prices: Mapping[str, float]) -> dict[str, float]:
+    """p_m of the module docstring for the models in `prices` (they sum to 1): `per_operator` holds
+    each model's stats on the operator being chosen for, `overall` on all operators, `prices` the
+    cost prior of each (USD of a typical call)."""
+    p = PRIOR_ATTEMPTS
+    raw = {}
+    for name, price in prices.items():
+        here = per_operator.get(name) or OperatorStats()
+        everywhere = _minus(overall.get(name) or OperatorStats(), here)  # the other operators: no evidence twice
+        correct_all = (everywhere.successes + p * PRIOR_CORRECT) / (everywhere.attempts + p)
+        correct = (here.successes + p * correct_all) / (here.attempts + p)
+        gain_all = (everywhere.improvements + p * PRIOR_RATE / PRIOR_CORRECT) / (everywhere.successes + p)
+        gain = (here.improvements + p * gain_all) / (here.successes + p)
+        cost_all = (_spent(everywhere, price) + p * price) / (everywhere.attempts + p)
+        cost = (_spent(here, price) + p * cost_all) / (here.attempts + p)
+        raw[name] = correct * gain / max(cost, MIN_CALL_USD)
+    total, n = sum(raw.values()), len(raw)
+    return {name: (1 - MODEL_EXPLORE) * w / total + MODEL_EXPLORE / n for name, w in raw.items()}
+
+
+def choose_model(per_operator: Mapping[str, OperatorStats], overall: Mapping[str, OperatorStats],
+                 prices: Mapping[str, float], rng: random.Random) -> str:
+    """The model for the next call of an operator: a draw from model_weights (no draw for one model)."""
+    if len(prices) == 1:
+        return next(iter(prices))
+    weights = model_weights(per_operator, overall, prices)
+    names = list(weights)
+    return rng.choices(names, weights=[weights[m] for m in names], k=1)[0]

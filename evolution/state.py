@@ -11,6 +11,7 @@ from pathlib import Path
 
 from kernelevo.agent.profile_block import profile_block
 from kernelevo.agent.prompting import Context, Variant, insight
+from kernelevo.archive.rows import own_improvement
 from kernelevo.records import LLMCall, Profile
 from kernelevo.tasks import Task
 
@@ -103,7 +104,7 @@ class RunState:
         stats: dict[str, scheduling.OperatorStats] = {}
         for row in self._rows_at_start:
             s = stats.get(row["operator"], scheduling.OperatorStats())
-            stats[row["operator"]] = s.record(row.get("verdict") == "ok", bool(row.get("stepping_stone")))
+            stats[row["operator"]] = s.record(row.get("verdict") == "ok", own_improvement(row))
         for op, cost in self.archive.operator_costs(self.run_id).items():
             s = stats.get(op, scheduling.OperatorStats())
             stats[op] = dataclasses.replace(s, cost_usd=cost)

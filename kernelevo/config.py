@@ -7,6 +7,10 @@
     key_env = "WORK_ANTHROPIC_KEY"           # the environment variable holding the key
     max_retries = 2                          # the SDK's own retries of a failed call
 
+    ensemble = ["fast", "smart"]             # a run's models when --model is not given (several: an ensemble)
+    [model_for]
+    reflect = "smart"                        # an operator pinned to one model (--model-for reflect=smart)
+
 Keys are read only from the environment: a config that holds one is refused. The file is found at
 --config PATH, else ./kernelevo.toml, else ~/.config/kernelevo/kernelevo.toml.
 """
@@ -68,6 +72,14 @@ class Config:
         value = self.raw.get("embed_model", DEFAULT_SENTENCE_MODEL)
         return str(value) if value else None
 
+    def ensemble(self) -> tuple[str, ...]:
+        """`ensemble = [...]`: the models a run uses when --model is not given (() when unset)."""
+        return tuple(self.raw.get("ensemble") or ())
+
+    def model_for(self) -> dict[str, str]:
+        """`[model_for]`: operator -> the model every call of that operator goes to."""
+        return dict(self.raw.get("model_for") or {})
+
     def model(self, name: str) -> ModelChoice:
         """An alias from [models.ALIAS], or a plain provider:model string."""
         return self.models.get(name) or ModelChoice(spec=name)
@@ -90,8 +102,21 @@ def load_config(path: str | Path | None = None) -> Config:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{found}: not valid TOML: {exc}") from None
     _refuse_secrets(data, found)
+    if not isinstance(data.get("models") or {}, dict):  # `models = [...]` would read as the run's models
+        raise ConfigError(f"{found}: models holds the [models.ALIAS] tables; list a run's models as "
+                          "ensemble = [\"fast\", \"smart\"]")
     models = {alias: _choice(alias, table, found) for alias, table in (data.get("models") or {}).items()}
+    _check_ensemble(data, found)
     return Config(str(found), models, data)
+
+
+def _check_ensemble(data: dict, path: Path) -> None:
+    ensemble, pins = data.get("ensemble"), data.get("model_for")
+    if ensemble is not None and (not isinstance(ensemble, list) or not ensemble
+                                 or not all(isinstance(m, str) and m for m in ensemble)):
+        raise ConfigError(f"{path}: ensemble must be a list of model names, e.g. ensemble = [\"fast\", \"smart\"]")
+    if pins is not None and (not isinstance(pins, dict) or not all(isinstance(m, str) and m for m in pins.values())):
+        raise ConfigError(f"{path}: [model_for] maps operators to model names, e.g. reflect = \"smart\"")
 
 
 def _refuse_secrets(data: Any, path: Path, where: str = "") -> None:

@@ -1,7 +1,8 @@
 """What `kernelevo optimize` shows while it runs (stderr) and when it ends (stdout).
 
 The live panel fits a 100-column terminal: one line of search state, one of spend, one of
-verdicts, one of what the model's replies became (yield, calls per operator), one of activity.
+verdicts, one of what the model's replies became (yield, calls per operator), one per model when
+the run has several (what each model's calls cost and earned), one of activity.
 It redraws at most four times a second.
 """
 from __future__ import annotations
@@ -27,9 +28,20 @@ def lines(p: Any, limits: dict) -> list[str]:
         f"spend ${p.spend_usd:.4f}{cap}{unknown}  LLM calls {p.calls}  prompt cache hits {cache}",
         f"verdicts: {verdicts}" + (f"  copies skipped {p.skipped_copies}" if p.skipped_copies else ""),
         f"yield {p.replies_judged}/{p.replies} replies judged  calls: {call_shares(p.calls_by_operator)}",
+        *(f"{row['model']}: {model_text(row, p.dropped.get(row['model']))}"
+          for row in (p.models if len(p.models) > 1 else ())),
         f"in flight: {p.llm_in_flight} LLM calls, {p.judging} being judged  {p.status}",
     ]
     return [line if len(line) <= WIDTH - 4 else line[:WIDTH - 7] + "..." for line in text]
+
+
+def model_text(row: dict, dropped: str | None = None) -> str:
+    """'12 calls $0.0310, 9/11 replies judged, 5 correct, 3 improvements (97/$)': one model's share."""
+    cost = f"${row['cost_usd']:.4f}" + (f" +{row['unknown_cost_calls']} unknown" if row["unknown_cost_calls"] else "")
+    per = row.get("improvements_per_usd")
+    text = (f"{row['calls']} calls {cost}, {row['judged']}/{row['replies']} replies judged, {row['correct']} correct, "
+            f"{row['improvements']} improvements" + (f" ({per:.3g}/$)" if per is not None else ""))
+    return text + (f"; dropped out: {dropped}" if dropped else "")
 
 
 def call_shares(calls: dict) -> str:
@@ -114,6 +126,8 @@ def summary_rows(outcome: Any) -> list[tuple[str, str]]:
     rows += [("LLM calls", f"{spend.get('calls', 0)} ({cost})"),
              ("calls per operator", call_shares({op: row["calls"] for op, row in calls.items() if row["calls"]})),
              ("yield", f"{judged} of {replies} replies judged" if replies else "-"),
+             *((f"model {row['model']}", model_text(row, (outcome.summary.get("dropped") or {}).get(row["model"])))
+               for row in outcome.summary.get("models") or ()),
              ("candidates judged", str(counts.get("evaluations", 0))),
              ("verdicts", ", ".join(f"{k} {v}" for k, v in sorted((counts.get("verdicts") or {}).items())) or "-")]
     return rows

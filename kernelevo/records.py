@@ -247,6 +247,7 @@ class LLMCall:
     reply: str = ""  # the full reply text, reasoning sections included
     stop_reason: str = ""
     error: str = ""  # one line, for failed calls
+    label: str = ""  # the name the run knows the model by: its [models.ALIAS], else provider:model
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -269,7 +269,7 @@ def test_report_numbers_come_from_the_rows(archive, tmp_path):
     assert (run["best_speedup"], run["best_figures"], run["best_search_speedup"]) == (1.45, "final", 1.6)
     assert (data["top"][0]["speedup"], data["top"][0]["figures"]) == (1.45, "final")
     assert (data["top"][1]["speedup"], data["top"][1]["figures"]) == (1.15, "search")
-    assert {m["model"] for m in data["models"]} == {"claude-sonnet-4-5", "(none)"}
+    assert {m["model"] for m in data["models"]} == {"anthropic:claude-sonnet-4-5", "(none)"}  # calls stored without a label
     page = (tmp_path / "r.html").read_text()
     assert f"kernelevo report: {archive['run']} (row_softmax)" in page and "wrote" in out.stderr
 

@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -136,3 +137,68 @@ def test_optimize_starter_task_on_the_gpu(name, tmp_path):
         (Path(os.environ["OUT"]) / f"optimize_{name}.json").write_text(json.dumps(record, indent=1))
     print(f"{name}: best {finals[-1]['speedup_eager']:.2f}x eager, verdicts {verdicts}, "
           f"{len(kernels)} kernels, {len(profiles)} profiled, {fed} prompts with a profile; screen log {log}")
+
+
+def test_an_ensemble_of_two_scripted_models_on_the_gpu(tmp_path):
+    """row_softmax with two models: 'careful' (the scripted CUDA replies above) and 'hasty', at a
+    third of the price, whose kernels never compile or compute the wrong thing. The summary and the
+    report show the per-model table, and it agrees with the archive's rows."""
+    from kernelevo.archive.rows import by_model
+
+    name = "row_softmax"
+    careful = scripted_cuda(name)
+    nvrtc = (TASKS / "candidates" / f"{name}__nvrtc.py").read_text()
+    hasty_kernels = itertools.cycle([nvrtc.replace("expf(", f"expff{i}(") for i in range(50)]
+                                    + [nvrtc.replace("* inv", f"* inv * 0.{i + 1}f") for i in range(8)])
+    hasty = kernel_replies(hasty_kernels, hasty_kernels, nvrtc.replace("expf(", "expfff("),
+                           dict(input=4000, cache_read=8000, output=1500))
+    server = ScriptedServer(responder=lambda body: (careful if body["model"] == "careful-cuda" else hasty)(body))
+    config = tmp_path / "kernelevo.toml"
+    config.write_text('[models.careful]\nmodel = "openai:careful-cuda"\ninput = 1.5\ncached_input = 0.15\noutput = 6.0\n'
+                      '[models.hasty]\nmodel = "openai:hasty-cuda"\ninput = 0.5\ncached_input = 0.05\noutput = 2.0\n')
+    env = dict(os.environ, OPENAI_API_KEY="sk-test", OPENAI_BASE_URL=f"{server.url}/v1", COLUMNS="100",
+               LINES="40", TERM="xterm-256color")
+    out = Path(os.environ.get("OUT", tmp_path))
+    log = out / "ensemble_row_softmax.log"
+    exe = str(Path(sys.executable).parent / "kernelevo")
+    try:
+        code = run_in_pty([exe, "optimize", str(TASKS / f"{name}.py"), "--model", "careful", "--model", "hasty",
+                           "--config", str(config), "--archive", str(tmp_path / "archive.sqlite"),
+                           "--out", str(tmp_path / "out"), "--children", "4", "--generations", "6",
+                           "--max-llm-calls", "30", "--plateau", "6", "--concurrency", "2", "--gpus", "all"], env, log)
+    finally:
+        server.close()
+    screen = ANSI.sub("", log.read_bytes().decode(errors="replace"))
+    assert code in (0, 3), screen[-3000:]
+    (report,) = (tmp_path / "out").glob(f"{name}_r*.html")
+    with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
+        (run,) = archive.runs()
+        rows = by_model(archive.model_yield(run["id"]), ["careful", "hasty"])
+        calls = archive._read("SELECT label, operator FROM llm_calls WHERE run_id = ? ORDER BY id", (run["id"],))
+        data = report_data(archive, run["id"])
+        finals = [e for k in archive.kernels(run_id=run["id"]) for e in archive.kernel(k["id"])["evaluations"]
+                  if e["purpose"] == "final"]
+    if os.environ.get("OUT"):
+        for path in (tmp_path / "archive.sqlite", report):
+            shutil.copy(path, out / f"ensemble_{name}{path.suffix}")
+    table, shown = {r["model"]: r for r in rows}, {m["model"]: m for m in data["models"]}
+    assert set(shown) - {"(none)"} == {"careful", "hasty"}  # (none): tune's children, which make no call
+    for model, r in table.items():
+        assert (r["calls"], r["correct"], r["improvements"]) == (shown[model]["calls"], shown[model]["ok"],
+                                                                  shown[model]["improvements"])
+    assert table["careful"]["improvements"] >= 1 and table["hasty"]["correct"] == 0
+    assert finals and finals[-1]["verdict"] == "ok" and finals[-1]["speedup_eager"] > 1.0
+    summary = " ".join(screen.split())
+    assert "model careful" in summary and "model hasty" in summary and "improvements" in summary
+    order = [c["label"] for c in calls]
+    half = len(order) // 2
+    record = {"task": name, "run": run["id"], "exit": code, "stop": run["stop_reason"], "per_model": rows,
+              "calls_in_order": order,
+              "hasty_share": {f"first_{half}_calls": round(order[:half].count("hasty") / half, 3),
+                              f"last_{half}_calls": round(order[-half:].count("hasty") / half, 3)},
+              "calls_by_model_and_operator": dict(sorted(Counter(f"{c['label']}/{c['operator']}" for c in calls).items())),
+              "final_speedup_eager": finals[-1]["speedup_eager"], "final_speedup_compile": finals[-1]["speedup_compile"],
+              "gpu": finals[-1]["device_name"], "torch": finals[-1]["torch_version"]}
+    if os.environ.get("OUT"):
+        (out / "ensemble_row_softmax.json").write_text(json.dumps(record, indent=1))
+    print(json.dumps(record, indent=1))

@@ -82,7 +82,7 @@ def test_optimize_end_to_end_on_the_cpu(tmp_path):
         profiles = archive.profiles(run["id"])
         top = report_data(archive, run["id"])["top"]
     prompts = [request_text(r["body"]) for r in server.requests]
-    assert run["status"] in ("finished", "budget") and run["config"]["model"] == "openai:scripted-coder"
+    assert run["status"] in ("finished", "budget") and run["config"]["models"] == ["scripted"]  # as given: an alias
     assert verdicts.get("compile_error", 0) >= 1 and verdicts.get("ok", 0) >= 2
     assert {"translate"} < {k["operator"] for k in kernels}  # the search went past translation
     children = [k for k in kernels if k["operator"] != "translate"]
@@ -178,10 +178,12 @@ def test_kill_9_then_resume_loses_nothing(tmp_path):
                                       for e in archive.kernel(k["id"])["evaluations"]},
                       "calls": archive.spend(run_id)["calls"], "status": archive.run(run_id)["status"]}
         assert before["status"] == "running"  # killed: nobody marked it
-        done = cli([*args, "--resume", run_id], env)
+        at = args.index("--model")  # no --model: the run goes on with the models it was started with
+        done = cli([*args[:at], *args[at + 2:], "--resume", run_id], env)
     finally:
         server.close()
     assert done.returncode in (0, 3), done.stderr[-3000:]
+    assert f"models of run {run_id}: scripted" in done.stderr
     with Archive.open_readonly(db) as archive:
         after_evaluations = {e["id"] for k in archive.kernels(run_id=run_id) for e in archive.kernel(k["id"])["evaluations"]}
         spend = archive.spend(run_id)

@@ -15,9 +15,9 @@ from typer.core import TyperGroup
 
 from kernelevo.cli.common import (ArchiveOpt, CacheDirOpt, ChildrenOpt, CompileBaselineOpt, ConcurrencyOpt,
                                   ConfigOpt, DeviceOpt, ExecutorOpt, FormatOpt, GenerationsOpt, GpusOpt, IslandsOpt,
-                                  JsonOpt, ModelOpt, NcuOpt, PlateauOpt, PolicyOpt, ProfileTopOpt, RayAddressOpt,
+                                  JsonOpt, ModelForOpt, ModelOpt, NcuOpt, PlateauOpt, PolicyOpt, ProfileTopOpt, RayAddressOpt,
                                   SeedOpt, ShapesOpt, TimingSecondsOpt, TrialsOpt, check_choice, duration, emit,
-                                  fail, opened, say, search_options)
+                                  fail, models_text, opened, say, search_options)
 
 EXIT_INTERRUPTED = 130
 
@@ -43,6 +43,7 @@ def run(
     candidates: Optional[Path] = typer.Option(None, help="score the <task>__<label>.py files of this folder "
                                               "instead of searching (no model)"),
     model: ModelOpt = None,
+    model_for: ModelForOpt = None,
     device: DeviceOpt = None,
     gpus: GpusOpt = "all",
     executor: ExecutorOpt = None,
@@ -89,7 +90,7 @@ def _options(args: dict[str, Any]) -> Any:
     limits = budget.Limits(max_cost_usd=args["max_cost_usd_per_task"], max_llm_calls=args["max_llm_calls_per_task"],
                            max_wall_s=duration(args["max_wall_time_per_task"]), generations=args["generations"],
                            plateau_generations=args["plateau"])
-    extra = {"model": "(given candidates)"} if args["candidates"] else {}
+    extra = {"models": ("(given candidates)",)} if args["candidates"] else {}
     search = search_options(args, args["suite"], limits, **extra)
     return BenchOptions(suite=args["suite"], search=search, tasks_glob=args["tasks"], candidates=args["candidates"],
                         max_cost_usd=args["max_cost_usd"], resume=args["resume"])
@@ -102,7 +103,8 @@ def _run(args: dict[str, Any]) -> None:
     from kernelevo.evolution.bench import BenchError, run_bench
 
     options = _options(args)
-    what = f"candidates in {options.candidates}" if options.candidates else f"model {options.search.model}"
+    models = models_text(options.search.models, options.search.model_for, "the bench's own")
+    what = f"candidates in {options.candidates}" if options.candidates else f"models {models}"
     say(f"kernelevo bench {options.suite}: {what}, devices {','.join(options.search.devices)}, "
         f"archive {options.search.archive_path}" + (f", resuming {options.resume}" if options.resume else ""))
     try:

@@ -33,8 +33,13 @@ ShapesOpt = Annotated[str, typer.Option(
          "cleanly is marked specialized; exact: the task's shapes only")]
 
 # The search's options, shared by optimize and bench (whose limits apply per task).
-ModelOpt = Annotated[Optional[str], typer.Option(help="anthropic:MODEL, openai:MODEL, local:MODEL@URL or a "
-                                                 "\\[models.ALIAS] of kernelevo.toml [default: by the API key set]")]
+ModelOpt = Annotated[Optional[list[str]], typer.Option(
+    "--model", help="anthropic:MODEL, openai:MODEL, local:MODEL@URL or a \\[models.ALIAS] of kernelevo.toml; repeat it "
+    "for an ensemble, each call's model chosen by what its replies earn \\[default: kernelevo.toml's ensemble, else "
+    "by the API key set; resuming: the run's own]")]
+ModelForOpt = Annotated[Optional[list[str]], typer.Option(
+    "--model-for", help="OPERATOR=MODEL: every call of that operator goes to MODEL, e.g. reflect=smart (repeatable) "
+    "[default: kernelevo.toml's \\[model_for]]")]
 DeviceOpt = Annotated[Optional[str], typer.Option(
     help="cuda or cpu (C kernels on the CPU backend) [default: cuda if present]")]
 GpusOpt = Annotated[str, typer.Option(help="GPUs to judge on: all, or indices such as 0,1 (one judge worker each)")]
@@ -232,6 +237,38 @@ def model_spec(model: Optional[str], config: Any) -> str:
          "--model local:MODEL@http://host:port/v1 for a local server")
 
 
+def model_names(given: Optional[list[str]], config: Any, resuming: bool) -> tuple[str, ...]:
+    """The run's models: --model (repeated: an ensemble), else () when resuming (the run's own), else
+    kernelevo.toml's ensemble, else the one model_spec picks."""
+    if given:
+        return tuple(given)
+    if resuming:
+        return ()
+    return config.ensemble() or (model_spec(None, config),)
+
+
+def models_text(models: tuple[str, ...], pins: Optional[tuple[tuple[str, str], ...]], default: str) -> str:
+    """'fast, smart (reflect -> smart)': a search's models and pins as the start-up echo says them."""
+    text = ", ".join(models) or default
+    return text + (" (" + ", ".join(f"{op} -> {m}" for op, m in pins) + ")" if pins else "")
+
+
+def model_pins(given: Optional[list[str]], config: Any, resuming: bool) -> Optional[tuple[tuple[str, str], ...]]:
+    """--model-for OPERATOR=MODEL pairs, else None when resuming (the run's own), else kernelevo.toml's."""
+    from kernelevo.evolution.scheduling import OPERATORS
+
+    if not given:
+        return None if resuming else tuple(config.model_for().items())
+    pins = []
+    for item in given:
+        operator, sep, name = (part.strip() for part in item.partition("="))
+        if not sep or not name or operator not in OPERATORS or operator == "tune":
+            fail(f"--model-for {item}: use OPERATOR=MODEL with one of "
+                 f"{', '.join(o for o in OPERATORS if o != 'tune')}, e.g. reflect=smart")
+        pins.append((operator, name))
+    return tuple(pins)
+
+
 def search_options(args: dict[str, Any], task: Path, limits: Any, **extra: Any) -> Any:
     """OptimizeOptions of one task's search from a command's arguments (optimize's, or bench's for
     each task): config, devices, format, search settings, judge settings, archive and output."""
@@ -247,8 +284,10 @@ def search_options(args: dict[str, Any], task: Path, limits: Any, **extra: Any) 
     settings = SearchSettings(children_per_generation=args["children"], islands=args["islands"],
                               llm_concurrency=args["concurrency"], profile_per_generation=args["profile_top"],
                               ncu=args["ncu"])
-    model = extra.pop("model", None) or model_spec(args["model"], config)
-    return OptimizeOptions(task_path=task, model=model, devices=on,
+    resuming = bool(args.get("resume"))
+    models = extra.pop("models", None) or model_names(args["model"], config, resuming)
+    pins = model_pins(args["model_for"], config, resuming)
+    return OptimizeOptions(task_path=task, models=models, model_for=pins, devices=on,
                            archive_path=config.archive_path(args["archive"]), out_dir=args["out"],
                            cache_dir=args["cache_dir"] or runtime.cache_dir(), fmt=args["fmt"], limits=limits,
                            settings=settings, seed=args["seed"], policy=args["policy"], trials=args["trials"],

@@ -11,9 +11,10 @@ from typing import Any, Optional
 import typer
 
 from kernelevo.cli.common import (CacheDirOpt, ChildrenOpt, CompileBaselineOpt, ConcurrencyOpt, DeviceOpt, ExecutorOpt,
-                                  FormatOpt, GenerationsOpt, GpusOpt, IslandsOpt, ModelOpt, NcuOpt, PlateauOpt,
+                                  FormatOpt, GenerationsOpt, GpusOpt, IslandsOpt, ModelForOpt, ModelOpt, NcuOpt, PlateauOpt,
                                   PolicyOpt, ProfileTopOpt, RayAddressOpt, SeedOpt, ShapesOpt, TimingSecondsOpt,
-                                  TrialsOpt, check_choice, duration, fail, say, search_options)
+                                  TrialsOpt, check_choice, duration, fail, models_text, say,
+                                  search_options)
 
 EXIT_INTERRUPTED = 130
 
@@ -21,6 +22,7 @@ EXIT_INTERRUPTED = 130
 def optimize(
     task: Path = typer.Argument(..., help="KernelBench-format task file (Model, get_inputs, get_init_inputs)"),
     model: ModelOpt = None,
+    model_for: ModelForOpt = None,
     device: DeviceOpt = None,
     gpus: GpusOpt = "all",
     executor: ExecutorOpt = None,
@@ -84,7 +86,8 @@ def _echo(options: Any) -> None:
     limits = ", ".join(f"{k} {v}" for k, v in dataclasses.asdict(options.limits).items() if v is not None)
     search = ", ".join(f"{k} {v}" for k, v in dataclasses.asdict(options.settings).items())
     where = f" on a Ray cluster ({options.ray_address or 'RAY_ADDRESS'})" if options.executor == "ray" else ""
-    say(f"kernelevo optimize {options.task_path}: model {options.model}, devices {','.join(options.devices)}{where}, "
+    models = models_text(options.models, options.model_for, "the run's own")
+    say(f"kernelevo optimize {options.task_path}: models {models}, devices {','.join(options.devices)}{where}, "
         f"format {options.fmt or 'default'}, policy {options.policy}, shapes {options.shapes}, seed {options.seed}\n"
         f"  limits: {limits}\n  search: {search}\n  archive: {options.archive_path}"
         + (f", resuming {options.resume}" if options.resume else ""))
