@@ -98,8 +98,8 @@ class Search:
         seeding = {m["island"] for m in [*self.llm_futures.values(), *self.judge_futures.values()]
                    if m["op"] == "translate"}
         seed_island = islands.needing_seed(self.population, self.settings.islands, seeding)
-        op = scheduling.choose_operator(self.stats, bool(correct), len(correct), repairable is not None, tunable,
-                                        self.rng, translate_ok=seed_island is not None)
+        op = scheduling.choose_operator(self.stats, bool(correct), selection.approaches(correct), repairable is not None,
+                                        tunable, self.rng, translate_ok=seed_island is not None)
         if op == "tune":
             return self._start_tune(correct)
         if not correct and self.judge_futures:
@@ -146,6 +146,8 @@ class Search:
             return operators.crossover, (variants,), tuple(p.kernel_id for p in parents), parents[0].island
         if op == "reflect":
             chosen = selection.pick_reflect_variants(correct, self.rng, self.settings.reflect_k)
+            if len(chosen) < 2:
+                return None
             variants = [self._variant(m, "ABCDEFGH"[i]) for i, m in enumerate(chosen)]
             return operators.reflect, (variants,), tuple(m.kernel_id for m in chosen), chosen[0].island
         if op == "repair":  # among recent children: the selection checks a failure's parent and repairs

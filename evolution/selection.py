@@ -138,6 +138,12 @@ def pick_repair_target(members: Sequence[Member], rng: random.Random) -> Member 
     return rng.choice(eligible[:REPAIR_WINDOW])
 
 
+def approaches(members: Sequence[Member]) -> int:
+    """How many distinct approaches the correct members hold, a kernel and its tune variants
+    counting once: crossover and reflect need two (what they contrast is the approaches)."""
+    return len(_distinct_sources([m for m in members if m.ok and m.speedup_eager is not None]))
+
+
 def _distinct_sources(members: list[Member]) -> list[Member]:
     """The fastest member per approach: sources compared with trailing whitespace stripped and
     tune-marked constants set alike, so that a kernel and its tune variants count once (a model

@@ -344,3 +344,8 @@ def test_crossover_and_reflect_see_a_kernel_and_its_tune_variants_as_one():
         picked = selection.pick_crossover_parents(pool, random.Random(seed))
         assert {m.kernel_id for m in picked} == {2, 3}  # the fastest of the tune family, and the other kernel
     assert [m.kernel_id for m in selection.pick_reflect_variants(pool, random.Random(0))] == [2, 3]
+    # what the search draws operators by: one kernel and its tune variants leave nothing to cross or
+    # contrast (a real run drew reflect there, and the operator refused its one variant)
+    family = [m for m in pool if m.kernel_id != 3]
+    assert selection.approaches(family) == 1 and selection.approaches(pool) == 2
+    assert "reflect" not in scheduling.eligible_operators(True, selection.approaches(family), False, True)
