@@ -20,6 +20,7 @@ from typing import Callable
 
 from kernelevo.agent.client import Stop
 
+from . import ensemble as ensembles
 from .records import Interrupted, OptimizeOptions, Progress
 
 
@@ -133,9 +134,7 @@ def _as_stored(bench: dict, options: BenchOptions) -> BenchOptions:
     stored = bench["config"].get("candidates")
     search = options.search
     if bench["mode"] == "search" and (not search.models or search.model_for is None):  # the bench's own models
-        models = search.models or tuple(bench["config"].get("models") or [bench["config"].get("model")])
-        pins = search.model_for if search.model_for is not None else tuple(
-            (bench["config"].get("model_for") or {}).items())
+        models, pins = ensembles.given_or_stored(search.models, search.model_for, bench["config"])
         options = dataclasses.replace(options, search=dataclasses.replace(search, models=models, model_for=pins))
     if bench["mode"] == "candidates" and options.candidates is None:
         return dataclasses.replace(options, candidates=Path(stored))

@@ -106,6 +106,15 @@ def stats_from_rows(rows: Iterable[Mapping]) -> tuple[dict[tuple[str, str], Oper
     return per, overall
 
 
+def given_or_stored(models: Iterable[str], pins: Iterable[tuple[str, str]] | None,
+                    stored: Mapping) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """The models and pins given (pins None: not given), else those a run or bench stored in its
+    config: the names as given (runs before ensembles stored one provider:model as "model")."""
+    names = tuple(models) or tuple(stored.get("models") or ([stored["model"]] if stored.get("model") else ()))
+    pinned = tuple(pins) if pins is not None else tuple((stored.get("model_for") or {}).items())
+    return names, pinned
+
+
 def _prices(members: Mapping[str, LLM], call_tokens: tuple[int, int]) -> dict[str, float]:
     """The cost prior of each model: the table's price of a typical call; a model without a price
     gets the mean of the others' (DEFAULT_CALL_USD when none has one)."""

@@ -453,10 +453,7 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
 
     task = load_task(options.task_path)
     config = load_config(options.config_path)
-    names, pins = _model_names(options)
-    if options.resume and (not options.models or options.model_for is None):
-        pinned = ", ".join(f"{op} -> {m}" for op, m in pins.items())
-        on_status(f"models of run {options.resume}: {', '.join(names)}" + (f" ({pinned})" if pinned else ""))
+    names, pins = _model_names(options, on_status)
     tokens = (options.settings.prompt_tokens_estimate, options.settings.output_tokens_estimate)
     ensemble = ensembles.build(config, names, pins, tokens, on_status)  # its calls are recorded once the run exists
     archive = Archive.open(options.archive_path)
@@ -517,7 +514,8 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
         archive.close()
 
 
-def _model_names(options: OptimizeOptions) -> tuple[list[str], dict[str, str]]:
+def _model_names(options: OptimizeOptions, on_status: Callable[[str], None] = lambda text: None
+                 ) -> tuple[list[str], dict[str, str]]:
     """The run's models and operator pins: the options', else (resuming) the ones the run had."""
     names, pins = list(options.models), dict(options.model_for or ())
     if options.resume and (not names or options.model_for is None):
@@ -525,10 +523,10 @@ def _model_names(options: OptimizeOptions) -> tuple[list[str], dict[str, str]]:
 
         with Archive.open_readonly(options.archive_path) as archive:
             run = archive.run(options.resume)
-        stored = (run or {}).get("config") or {}
-        # runs before ensembles stored one "model" (provider:model), later ones the names as given
-        names = names or list(stored.get("models") or ([stored["model"]] if stored.get("model") else []))
-        pins = pins if options.model_for is not None else dict(stored.get("model_for") or {})
+        stored = ensembles.given_or_stored(options.models, options.model_for, (run or {}).get("config") or {})
+        names, pins = list(stored[0]), dict(stored[1])
+        pinned = ", ".join(f"{op} -> {m}" for op, m in pins.items())
+        on_status(f"models of run {options.resume}: {', '.join(names)}" + (f" ({pinned})" if pinned else ""))
     if not names:
         raise ValueError("no model to call: pass --model (or set ensemble = [...] in kernelevo.toml)")
     return names, pins
