@@ -16,6 +16,7 @@ CHEATS = FIXTURES / "cheats" / "cuda"
 SUITE = ROOT / "benchmarks" / "tasks"
 STARTERS = sorted(p for p in (SUITE / "candidates").glob("*.py") if not p.stem.endswith(("__c", "_cpp_inline")))
 JOINED = FIXTURES / "cuda" / "side_stream_joined_nvrtc.py"  # honest: a side stream joined back
+GRAPHED = FIXTURES / "honest" / "static" / "input_cache__cuda_graph.py"  # honest: CUDA graphs keyed by placement
 OPTIONS = dict(devices=("cuda:0",), compile_baseline=False, limits=Limits(run=60),
                timing=TimingConfig(max_seconds=0.5), concurrency=8)
 
@@ -32,6 +33,7 @@ def judged(cache_dir):
         futures.update({p.name: judge.submit(load_task(SUITE / f"{p.stem.split('__')[0]}.py"), p)
                         for p in STARTERS})
         futures[JOINED.name] = judge.submit(relu, JOINED)
+        futures[GRAPHED.name] = judge.submit(relu, GRAPHED)
         return {name: f.result(timeout=900) for name, f in futures.items()}
 
 
@@ -57,6 +59,14 @@ def test_joined_side_stream_with_host_overhead_passes(judged):
     assert e.candidate.host_ms > e.candidate.median_ms, e.candidate
     fresh = e.evidence["fresh_values"]
     assert fresh["control_ms"] > 0 and fresh["fresh_values_ms"] > 0
+
+
+def test_placement_keyed_cuda_graph_passes(judged):
+    """A graph captured once per input placement (looked up by data_ptr) and replayed every call
+    recomputes from the current values and returns a fresh copy: honest, and once refused statically
+    as input_cache. The same graph returning its static buffer is output_reused (cheats/cuda)."""
+    e = judged[GRAPHED.name]
+    assert e.verdict == "ok", (e.reason, e.message, e.evidence)
 
 
 @pytest.mark.parametrize("name", [p.name for p in STARTERS])

@@ -282,3 +282,90 @@ def test_findings_are_in_registry_then_line_order():
         t = threading.Thread(target=print)
     ''')
     assert [(f.reason, f.line) for f in findings] == [("threads", 2), ("threads", 5), ("rng_control", 4)]
+
+
+RELU_TASK = (FIXTURES / "cuda" / "task_relu.py").read_text()
+GRAPH_FORWARD = '''
+    import torch
+    import torch.nn as nn
+    from kernelevo import runtime
+
+    mod = runtime.load_cuda("extern \\"C\\" __global__ void k(const float* x, float* y, long long n, float s) {}")
+    _GRAPHS = {}
+
+    class ModelNew(nn.Module):
+        def __init__(self, scale):
+            super().__init__()
+            self.scale = scale
+            self._graphs = {}
+
+        def forward(self, x):
+            key = (x.data_ptr(), tuple(x.shape), x.dtype)
+            if key not in self._graphs:
+                out = torch.empty_like(x)
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    mod.k((x.numel() + 255) // 256, 256, x, out, x.numel(), self.scale)
+                self._graphs[key] = (g, out)
+                _GRAPHS.setdefault(key, {"graph": g, "out": out})
+            g, out = self._graphs[key]
+            g.replay()
+            return out.clone()
+'''
+
+
+def _lines(findings: list[static.Finding]) -> list[tuple[str, int]]:
+    return [(f.reason, f.line) for f in findings]
+
+
+def test_placement_keyed_cuda_graphs_are_not_flagged():
+    # Stored in forward itself (the kept-data rule) and through setdefault into a module-level dict.
+    assert _check(GRAPH_FORWARD, task=RELU_TASK) == []
+    kernels = GRAPH_FORWARD.replace("torch.cuda.CUDAGraph()", "runtime.load_cuda('...').k")
+    assert _check(kernels, task=RELU_TASK) == []
+
+
+def test_graph_exemption_needs_every_entry_to_hold_one():
+    # The same container also keeps a plain output under another key: every identity lookup counts again.
+    mixed = GRAPH_FORWARD.replace("            g.replay()\n",
+                                  "            self._graphs[x.data_ptr()] = out\n            g.replay()\n")
+    assert _lines(_check(mixed, task=RELU_TASK)) == [("input_cache", n) for n in (17, 22, 24, 25)]
+    # A graph made but the output stored apart from it, or unpacked back out of an entry that held one.
+    apart = GRAPH_FORWARD.replace("self._graphs[key] = (g, out)", "self._graphs[key] = out")
+    assert ("input_cache", 22) in _lines(_check(apart, task=RELU_TASK))
+    unpacked = GRAPH_FORWARD.replace("self._graphs[key] = (g, out)",
+                                     "entry = (g, out)\n                _, y = entry\n"
+                                     "                self._graphs[key] = y")
+    assert ("input_cache", 24) in _lines(_check(unpacked, task=RELU_TASK))
+    # The container handed elsewhere can be filled out of sight.
+    aliased = GRAPH_FORWARD.replace("            g.replay()\n", "            keep(self._graphs, out)\n"
+                                    "            g.replay()\n")
+    assert ("input_cache", 17) in _lines(_check(aliased, task=RELU_TASK))
+
+
+def test_identity_keyed_outputs_stay_flagged():
+    findings = _check('''
+        import torch
+        import torch.nn as nn
+
+        class ModelNew(nn.Module):
+            def __init__(self, scale):
+                super().__init__()
+                self.scale = scale
+                self._outs = {}
+
+            def forward(self, x):
+                key = (x.data_ptr(), x.shape)
+                if key in self._outs:
+                    return self._outs[key]
+                y = torch.relu(x * self.scale)
+                self._outs[key] = (y, torch.cuda.Event())
+                return y
+    ''', task=RELU_TASK)
+    assert [line for reason, line in _lines(findings) if reason == "input_cache"] == [13, 14, 16]
+
+
+def test_graph_static_buffer_cheat_is_left_to_the_dynamic_checks():
+    # Returning the graph's static buffer is output_reused, seen only when the judge runs it (test_gpu_cheats).
+    cheat = FIXTURES / "cheats" / "cuda" / "output_reused__graph_static_buffer.py"
+    assert static.check(cheat.read_text(), task_source=RELU_TASK) == []
