@@ -47,6 +47,10 @@ class Unreachable(Stop):
     """The model server did not answer STOP_AFTER calls in a row; the message names it and the error."""
 
 
+class NotSent(Exception):
+    """A further call of one operation was not sent: the run's budget refused it (the message says why)."""
+
+
 @dataclass(frozen=True)
 class Answer:
     """A completed call: the reply (None when the call failed) and its record."""
@@ -161,6 +165,36 @@ class LLM:
             endpoint = getattr(self.provider, "endpoint", "") or self.name
             self._gone = self._gone or f"the model server at {endpoint} failed {n} calls in a row: {exc}"
             raise Unreachable(self._gone, call) from exc
+
+
+class Metered:
+    """One operation's calls to `llm`, passed to an operator where an LLM goes. Its caller reserved
+    the first call; each further one (an edit follow-up) is sent only once `more()` grants it:
+    `more` returns "" or why not, and then NotSent is raised instead of sending. A user's call cap
+    is a hard cap, even for a follow-up of a reply already paid for. `calls`: the records of every
+    call sent, failed ones included, for the caller to settle its reservation with."""
+
+    def __init__(self, llm: LLM, more: Callable[[], str]):
+        self.llm, self.more = llm, more
+        self.calls: list[LLMCall] = []
+
+    @property
+    def edit_format(self) -> str:
+        return self.llm.edit_format
+
+    def ask(self, operator: str, messages: list[Message]) -> Answer:
+        if self.calls:
+            why = self.more()
+            if why:
+                raise NotSent(why)
+        try:
+            answer = self.llm.ask(operator, messages)
+        except Stop as exc:
+            if exc.call is not None:  # sent and failed: it counts
+                self.calls.append(exc.call)
+            raise
+        self.calls.append(answer.call)
+        return answer
 
 
 def label_of(choice: ModelChoice) -> str:

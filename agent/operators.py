@@ -2,7 +2,8 @@
 
 Each function returns a Proposal: a candidate source, or the outcome that explains why there is
 none (a failed call, a reply without code, SEARCH/REPLACE blocks that did not apply even after
-the model was shown the file's real lines). Running and judging the candidate is not done here.
+the model was shown the file's real lines, or that could not be shown them because the run's
+budget allowed no further call). Running and judging the candidate is not done here.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 from kernelevo.records import LLMCall
 
 from . import prompting
-from .client import LLM
+from .client import LLM, NotSent
 from .edits import EditError, apply_edits, incomplete_blocks, parse_edits
 from .prompting import Context, Feedback, Variant
 from .providers import Message
@@ -33,6 +34,7 @@ class Proposal:
     analysis: str = ""  # reflect: why the fastest variant is fastest, as the model wrote it
     thinking: str = ""  # reasoning sections of the replies, kept apart from the code
     edited: bool = False  # the source came from SEARCH/REPLACE blocks applied to a parent
+    unsent: str = ""  # why a follow-up this operator needed was not sent (the budget refused it)
 
     @property
     def ok(self) -> bool:
@@ -136,7 +138,11 @@ def _edit_or_whole(llm: LLM, operator: str, messages: list[Message], parent: str
         return result_proposal(operator, reply, result, calls)
     follow = [*messages, Message("assistant", answer.text),
               Message("user", prompting.edit_failed(result.failures, result.applied))]
-    second = llm.ask(f"{operator}_edit_followup", follow)
+    try:
+        second = llm.ask(f"{operator}_edit_followup", follow)
+    except NotSent as exc:  # the cap is reached: the paid reply ends here, and says why
+        return Proposal(operator, "edit_failed", problem=f"{result}; follow-up not sent: {exc}", calls=tuple(calls),
+                        thinking=reply.thinking, unsent=str(exc))
     calls.append(second.call)
     if second.completion is None:
         return _failed(operator, calls)

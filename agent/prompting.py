@@ -207,10 +207,17 @@ def feedback(fb: Feedback) -> str:
     details = ""
     if fb.where or fb.rel_l2 is not None:
         details += _then(fill("feedback_mismatch.md", where=fb.where or "?", rel_l2=_sci(fb.rel_l2),
-                        max_abs=_sci(fb.max_abs), max_rel=_sci(fb.max_rel), tolerance=fb.tolerance or "?"))
+                        max_abs=_sci(fb.max_abs), max_rel=_sci(fb.max_rel), tolerance=_tolerance(fb.tolerance)))
     if fb.excerpt.strip():
         details += _then(fill("feedback_excerpt.md", excerpt=fb.excerpt.strip("\n")))
     return fill("feedback.md", verdict=fb.verdict, reason=fb.reason, message=fb.message, details=details)
+
+
+def _tolerance(bounds: str) -> str:
+    """The bounds that applied, as a phrase; nothing when the judge did not say (a '?' helps no one)."""
+    if not bounds:
+        return ""
+    return string.Template(phrases()["feedback"]["tolerance"]).substitute(tolerance=bounds)
 
 
 def _sci(value: float | None) -> str:

@@ -17,7 +17,7 @@ BASELINES = {"eager": "speedup_eager", "compile": "speedup_compile"}
 
 
 def task_rows(stored: list[dict]) -> list[dict]:
-    """Store.bench_tasks rows as table rows: name, status, verdict, correct, speedups, specialized,
+    """Store.bench_tasks rows as table rows: name, status, verdict, correct, speedups and their intervals, specialized,
     degenerate, calls, cost, wall time, and where the figures come from (run, kernel)."""
     out = []
     for r in stored:
@@ -29,6 +29,8 @@ def task_rows(stored: list[dict]) -> list[dict]:
             "reason": r.get("reason") or r.get("error") or "", "correct": correct,
             "speedup_eager": r.get("speedup_eager") if correct else None,
             "speedup_compile": r.get("speedup_compile") if correct else None,
+            "speedup_eager_ci": r.get("speedup_eager_ci") if correct else None,  # [low, high] (95 %)
+            "speedup_compile_ci": r.get("speedup_compile_ci") if correct else None,
             "specialized": specialized, "degenerate": r.get("degenerate") or "",
             "calls": r.get("calls") or 0, "cost_usd": r.get("cost_usd") or 0.0,
             "unknown_cost_calls": r.get("unknown_cost_calls") or 0, "wall_s": r.get("wall_s") or 0.0,

@@ -70,8 +70,11 @@ def _about(bench: dict) -> str:
             f"status {bench['status']}")
 
 
-def _x(value: float | None, digits: int = 2) -> str:
-    return "—" if value is None else f"{value:.{digits}f}x"
+def _x(value: float | None, ci: list | None = None) -> str:
+    """As the terminal prints a speedup (its interval where wider than 2 %), with a dash for none."""
+    from kernelevo.report import speedup_text
+
+    return "—" if value is None else speedup_text(value, ci)
 
 
 def _pct(value: float | None) -> str:
@@ -106,7 +109,8 @@ def _tasks(rows: list[dict], reports: dict[str, str]) -> str:
         verdict = html.escape(r["verdict"] + (f" ({r['reason']})" if r["reason"] and not r["correct"] else ""))
         shapes = "—" if r["specialized"] is None else "specialized" if r["specialized"] else "general"
         body.append(f"<tr><td>{name}</td><td class=\"{'' if r['correct'] else 'bad'}\">{verdict}</td>"
-                    f"<td class=num>{_x(r['speedup_eager'])}</td><td class=num>{_x(r['speedup_compile'])}</td>"
+                    f"<td class=num>{_x(r['speedup_eager'], r.get('speedup_eager_ci'))}</td>"
+                    f"<td class=num>{_x(r['speedup_compile'], r.get('speedup_compile_ci'))}</td>"
                     f"<td>{shapes}</td><td class=num>{r['calls']}</td><td class=num>${r['cost_usd']:.2f}</td>"
                     f"<td class=num>{r['wall_s']:.0f} s</td></tr>")
     return f"<table>{head}{''.join(body)}</table>"

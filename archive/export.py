@@ -1,8 +1,8 @@
 """Export the archive as JSON lines or Parquet, one row per kernel: usable as fine-tuning data.
 
 Pure row building here (no SQL: store.export_rows reads); Parquet through pandas and pyarrow,
-imported only when asked for. Nested values (parents, the profile summary, an import's claims)
-are JSON text in Parquet, so every column has one plain type.
+imported only when asked for. Nested values (parents, the profile summary, an import's claims, the
+speedups' 95 % intervals [low, high]) are JSON text in Parquet, so every column has one plain type.
 """
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any
 
 FIELDS = ("kernel_id", "run_id", "task", "task_hash", "task_source", "source", "format", "operator", "parents",
           "generation", "island", "origin", "stepping_stone", "verdict", "reason", "message", "speedup_eager",
-          "speedup_compile", "candidate_ms", "eager_ms", "device_name", "profile", "model", "cost_usd", "claims",
-          "problem", "created_at")
+          "speedup_eager_ci", "speedup_compile", "speedup_compile_ci", "candidate_ms", "eager_ms", "device_name",
+          "profile", "model", "cost_usd", "claims", "problem", "created_at")
 FORMATS = ("jsonl", "parquet")
 
 
@@ -42,7 +42,8 @@ def rows(stored: list[dict]) -> list[dict[str, Any]]:
                     "operator": r["operator"], "parents": list(r.get("parents") or []), "generation": r["generation"],
                     "island": r["island"], "origin": r["origin"], "stepping_stone": bool(r["stepping_stone"]),
                     "verdict": r.get("verdict"), "reason": r.get("reason"), "message": r.get("message"),
-                    "speedup_eager": r.get("speedup_eager"), "speedup_compile": r.get("speedup_compile"),
+                    "speedup_eager": r.get("speedup_eager"), "speedup_eager_ci": r.get("speedup_eager_ci"),
+                    "speedup_compile": r.get("speedup_compile"), "speedup_compile_ci": r.get("speedup_compile_ci"),
                     "candidate_ms": r.get("candidate_ms"), "eager_ms": r.get("eager_ms"),
                     "device_name": r.get("device_name"), "profile": profile_summary(r.get("profile")),
                     "model": model, "cost_usd": r.get("cost_usd"), "claims": r.get("claims"),
@@ -59,7 +60,7 @@ def write(data: list[dict], path: Path, fmt: str) -> None:
         return
     import pandas as pd
 
-    nested = ("parents", "profile", "claims")
+    nested = ("parents", "profile", "claims", "speedup_eager_ci", "speedup_compile_ci")
     frame = pd.DataFrame([{k: (json.dumps(v) if k in nested and v is not None else v) for k, v in row.items()}
                           for row in data], columns=list(FIELDS))
     frame.to_parquet(path, index=False)

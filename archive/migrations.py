@@ -195,6 +195,16 @@ CREATE TABLE bench_tasks (
 );
 """
 
+_INTERVALS = """
+ALTER TABLE evaluations ADD COLUMN speedup_eager_lo REAL;
+ALTER TABLE evaluations ADD COLUMN speedup_eager_hi REAL;
+ALTER TABLE evaluations ADD COLUMN speedup_compile_lo REAL;
+ALTER TABLE evaluations ADD COLUMN speedup_compile_hi REAL;
+UPDATE evaluations SET speedup_eager_lo = speedup_eager * (1 - speedup_eager_ci),
+                       speedup_eager_hi = speedup_eager * (1 + speedup_eager_ci)
+    WHERE speedup_eager IS NOT NULL AND speedup_eager_ci IS NOT NULL;
+"""
+
 # Append only; never edit or reorder a released entry.
 MIGRATIONS: list[tuple[str, str]] = [
     ("0001_initial", _INITIAL),
@@ -205,4 +215,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     # The ensemble member that made the call (an alias of kernelevo.toml, else provider:model): two
     # aliases of one model (say, with and without extended thinking) are two members. '' before 0004.
     ("0004_call_labels", "ALTER TABLE llm_calls ADD COLUMN label TEXT NOT NULL DEFAULT '';"),
+    # Each speedup's 95 % interval [lo, hi]. Rows judged before kept only speedup_eager_ci, a relative
+    # half-width (still written, from the interval): theirs is rebuilt from it, symmetric.
+    ("0005_speedup_intervals", _INTERVALS),
 ]

@@ -31,6 +31,9 @@
   }
   const isNum = (x) => typeof x === "number" && isFinite(x);
   const fx = (x) => (isNum(x) ? (x >= 10 ? x.toFixed(1) : x.toFixed(2)) + "\u00d7" : DASH);
+  // a speedup with its 95 % interval [low, high] where that is wider than 2 % of it, as the terminal prints it
+  const wide = (x, ci) => isNum(x) && x > 0 && Array.isArray(ci) && isNum(ci[0]) && isNum(ci[1]) && (ci[1] - ci[0]) / x > 0.02;
+  const fxci = (x, ci) => fx(x) + (wide(x, ci) ? ` (${ci[0].toFixed(2)}-${ci[1].toFixed(2)})` : "");
   const fusd = (x) => (isNum(x) ? "$" + (x === 0 ? "0" : x >= 0.1 ? x.toFixed(2) : String(+x.toPrecision(3))) : DASH);
   const fint = (x) => (isNum(x) ? Math.round(x).toLocaleString("en-US") : DASH);
   const fpct = (x) => (isNum(x) ? (100 * x).toFixed(0) + "%" : DASH);
@@ -75,8 +78,8 @@
     const card = (label, value, note) => el("div", { class: "card" },
       el("div", { class: "label" }, label), el("div", { class: "value" }, value), el("div", { class: "note" }, note));
     box.append(el("div", { class: "cards" },
-      card("Best vs eager", fx(r.best_speedup), r.best_kernel == null ? "no candidate passed yet" : kernelLink(r.best_kernel, tops)),
-      card("Best vs torch.compile", fx(r.best_speedup_compile), figuresNote(r.best_figures, r.best_search_speedup)),
+      card("Best vs eager", fxci(r.best_speedup, r.best_speedup_ci), r.best_kernel == null ? "no candidate passed yet" : kernelLink(r.best_kernel, tops)),
+      card("Best vs torch.compile", fxci(r.best_speedup_compile, r.best_speedup_compile_ci), figuresNote(r.best_figures, r.best_search_speedup, r.best_search_speedup_ci)),
       card("LLM spend", fusd(r.cost_usd), `${fint(r.calls)} calls` + unknown),
       card("Kernels", fint((d.lineage || []).length), `${(d.progress || []).length} judged`)));
     const status = txt(r.status) + (r.stop_reason ? ` (${r.stop_reason})` : "");
@@ -85,8 +88,8 @@
       ["Status", status], ["GPU", r.gpu], ["torch", r.torch], ["Model", r.model], ["Format", r.format],
       ["Policy", r.policy], ["Started", r.started], ["Finished", r.finished],
       ["LLM calls", `${fint(r.calls)} (${fint(r.failed_calls)} failed)`], ["Spend", fusd(r.cost_usd) + unknown],
-      ["Best speedup", `${fx(r.best_speedup)} vs eager, ${fx(r.best_speedup_compile)} vs torch.compile` +
-        (r.best_figures === "final" ? ` (final re-judgement; in the search ${fx(r.best_search_speedup)}, ${fx(r.best_search_speedup_compile)})`
+      ["Best speedup", `${fxci(r.best_speedup, r.best_speedup_ci)} vs eager, ${fxci(r.best_speedup_compile, r.best_speedup_compile_ci)} vs torch.compile` +
+        (r.best_figures === "final" ? ` (final re-judgement; in the search ${fxci(r.best_search_speedup, r.best_search_speedup_ci)}, ${fx(r.best_search_speedup_compile)})`
           : r.best_figures === "search" ? " (search, not re-judged)" : "")],
       ["Best kernel", r.best_kernel == null ? DASH : kernelLink(r.best_kernel, tops)],
     ];
@@ -137,7 +140,7 @@
       sv("text", { class: "axis-label", transform: `translate(14 ${T + PH / 2}) rotate(-90)`, "text-anchor": "middle" }, "speedup vs eager"));
     svg.append(bestLine(pts, (p) => x(xOf(p)), y, W - R));
     for (const p of pts) {
-      const cx = x(xOf(p)), tip = sv("title", {}, `#${p.n}: kernel ${p.kernel}, ${p.verdict}` + (isNum(p.speedup) ? `, ${fx(p.speedup)}` : "") + `, ${fusd(p.spent_usd)} spent`);
+      const cx = x(xOf(p)), tip = sv("title", {}, `#${p.n}: kernel ${p.kernel}, ${p.verdict}` + (isNum(p.speedup) ? `, ${fxci(p.speedup, p.speedup_ci)}` : "") + `, ${fusd(p.spent_usd)} spent`);
       if (isNum(p.speedup)) svg.append(sv("circle", { class: p.improved ? "dot new" : "dot", cx, cy: y(p.speedup), r: p.improved ? 5 : 3.5 }, tip));
       else svg.append(sv("path", { class: "fail", d: `M${cx - 3.5},${T + PH + 14.5}l7,7m0,-7l-7,7` }, tip));
     }
@@ -263,7 +266,7 @@
 
   function describe(n) {
     const lines = [`kernel ${n.id}: ${n.operator} (generation ${n.generation}, island ${txt(n.island)})`,
-      `verdict: ${n.verdict}` + (isNum(n.speedup) ? `, ${fx(n.speedup)} vs eager` : "")];
+      `verdict: ${n.verdict}` + (isNum(n.speedup) ? `, ${fxci(n.speedup, n.speedup_ci)} vs eager` : "")];
     if (n.reason) lines.push("reason: " + n.reason);
     if (n.model) lines.push("model: " + n.model);
     if ((n.parents || []).length) lines.push("parents: " + n.parents.join(", "));
@@ -348,18 +351,18 @@
   }
 
   // Which measurement a figure is: the final re-judgement in a fresh process, or the search's.
-  function figuresNote(which, search) {
-    if (which === "final") return `final re-judgement (search: ${fx(search)} vs eager)`;
+  function figuresNote(which, search, ci) {
+    if (which === "final") return `final re-judgement (search: ${fxci(search, ci)} vs eager)`;
     return which === "search" ? "search figure, not re-judged" : "same kernel";
   }
 
   function kernelCard(k, rank) {
-    const from = k.parent == null ? "written from scratch" : `from kernel ${k.parent} (${fx(k.parent_speedup)})`;
+    const from = k.parent == null ? "written from scratch" : `from kernel ${k.parent} (${fxci(k.parent_speedup, k.parent_speedup_ci)})`;
     const card = el("article", { class: "kernel", id: "kernel-" + k.id },
       el("h3", {}, `#${rank}  kernel ${k.id}`),
-      el("div", { class: "chips" }, el("span", { class: "chip big" }, fx(k.speedup) + " vs eager"),
-        el("span", { class: "chip" }, fx(k.speedup_compile) + " vs torch.compile"),
-        el("span", { class: "chip" }, k.figures === "final" ? `final re-judgement (search ${fx(k.search_speedup)})` : "search figure"),
+      el("div", { class: "chips" }, el("span", { class: "chip big" }, fxci(k.speedup, k.speedup_ci) + " vs eager"),
+        el("span", { class: "chip" }, fxci(k.speedup_compile, k.speedup_compile_ci) + " vs torch.compile"),
+        el("span", { class: "chip" }, k.figures === "final" ? `final re-judgement (search ${fxci(k.search_speedup, k.search_speedup_ci)})` : "search figure"),
         el("span", { class: "chip" }, fms(k.candidate_ms)),
         el("span", { class: "chip" }, txt(k.operator)), el("span", { class: "chip" }, txt(k.format)), el("span", { class: "chip" }, from),
         shapesChip(k.shapes)),

@@ -8,6 +8,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from kernelevo.records import faster_beyond_noise
+
 from .export import profile_summary
 from .rows import call_operator, own_improvement, source_diff
 
@@ -28,7 +30,7 @@ def report_data(store: Archive, run_id: str, top: int = TOP_KERNELS) -> dict[str
     by_id = {k["id"]: k for k in kernels}
     calls = store.call_models(run_id)
     models = {k["id"]: calls.get(k["llm_call_id"]) for k in kernels}
-    timeline = _progress(store.timeline(run_id))
+    timeline = _progress(store.timeline(run_id), store.remeasurements(run_id))
     finals = store.final_evaluations(run_id)
     best = _announced(finals, by_id) or store.best_kernel(run_id)
     path = _best_path(best["id"], by_id) if best else []
@@ -77,12 +79,16 @@ def _run_facts(run: dict, task: dict, spend: dict, best: dict | None, finals: di
 
 
 def _figures(kernel: dict | None, finals: dict[int, dict], prefix: str = "") -> dict:
+    """The speedups, their 95 % intervals ([low, high] or None), and which measurement they are."""
     final = finals.get(kernel["id"]) if kernel else None
     final = final if final and final["verdict"] == "ok" else None
-    return {f"{prefix}speedup": (final or kernel or {}).get("speedup_eager"),
-            f"{prefix}speedup_compile": (final or kernel or {}).get("speedup_compile"),
+    shown = final or kernel or {}
+    return {f"{prefix}speedup": shown.get("speedup_eager"), f"{prefix}speedup_ci": shown.get("speedup_eager_ci"),
+            f"{prefix}speedup_compile": shown.get("speedup_compile"),
+            f"{prefix}speedup_compile_ci": shown.get("speedup_compile_ci"),
             f"{prefix}figures": "final" if final else "search" if kernel else None,
             f"{prefix}search_speedup": kernel["speedup_eager"] if kernel else None,
+            f"{prefix}search_speedup_ci": kernel.get("speedup_eager_ci") if kernel else None,
             f"{prefix}search_speedup_compile": kernel["speedup_compile"] if kernel else None}
 
 
@@ -90,15 +96,21 @@ def _when(t: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if t else ""
 
 
-def _progress(rows: list[dict]) -> list[dict]:
-    """One point per judged candidate: its speedup (None unless ok), the best so far, the spend so far."""
-    points, best = [], None
+def _progress(rows: list[dict], remeasures: dict[int, dict] | None = None) -> list[dict]:
+    """One point per judged candidate: its speedup (None unless ok) and its interval, the best so far,
+    the spend so far. A new best beats the one before beyond the noise, on its re-measured figure
+    where it was re-measured (`remeasures`: Archive.remeasurements), as the search counts it."""
+    points, best, best_ci = [], None, None
     for n, r in enumerate(rows, 1):
         speedup = r["speedup_eager"] if r["verdict"] == "ok" else None
-        improved = speedup is not None and (best is None or speedup > best)
-        best = speedup if improved else best
+        ci = r.get("speedup_eager_ci") if speedup is not None else None
+        again = (remeasures or {}).get(r["kernel_id"]) if speedup is not None else None
+        held = (again["speedup_eager"] if again["verdict"] == "ok" else None, again["speedup_eager_ci"]) \
+            if again else (speedup, ci)
+        improved = faster_beyond_noise(*held, best, best_ci)
+        best, best_ci = held if improved else (best, best_ci)
         points.append({"n": n, "kernel": r["kernel_id"], "verdict": r["verdict"], "speedup": speedup,
-                       "best": best, "improved": improved, "spent_usd": round(r["spent_usd"], 6)})
+                       "speedup_ci": ci, "best": best, "improved": improved, "spent_usd": round(r["spent_usd"], 6)})
     return points
 
 
@@ -116,7 +128,8 @@ def _best_path(best_id: int, by_id: dict[int, dict]) -> list[int]:
 def _node(k: dict, model: str | None, on_path: set[int]) -> dict:
     return {"id": k["id"], "parents": k["parents"], "operator": k["operator"], "generation": k["generation"],
             "island": k["island"], "verdict": k["verdict"] or ("not judged" if k["source"] else "no kernel"),
-            "reason": k["reason"] or k["problem"] or "", "speedup": k["speedup_eager"], "model": model or "",
+            "reason": k["reason"] or k["problem"] or "", "speedup": k["speedup_eager"],
+            "speedup_ci": k.get("speedup_eager_ci"), "model": model or "",
             "stepping_stone": k["stepping_stone"], "on_best_path": k["id"] in on_path}
 
 
@@ -132,6 +145,7 @@ def _top_kernels(store: Archive, kernels: list[dict], by_id: dict[int, dict], pr
                     "candidate_ms": k["candidate_ms"], "source": k["source"],
                     "parent": parent["id"] if parent else None,
                     "parent_speedup": parent.get("speedup_eager") if parent else None,
+                    "parent_speedup_ci": parent.get("speedup_eager_ci") if parent else None,
                     "diff": _diff(parent["source"], k["source"], parent["id"], k["id"]) if parent else "",
                     "profile": profile_summary(profiles.get(k["id"])), "thinking": k.get("thinking") or "",
                     "shapes": _shapes(store, k["evaluation_id"])})

@@ -37,7 +37,8 @@ LLM_COLUMNS = ("provider", "model", "operator", "outcome", "input_tokens", "cach
 # the whole record is kept as JSON in `data` as well.
 EVAL_COLUMNS = ("verdict", "reason", "message", "speedup_eager", "speedup_eager_ci", "speedup_compile",
                 "candidate_ms", "eager_ms", "compiled_ms", "device", "device_name", "torch_version",
-                "build_s", "device_s", "wall_s", "data", "specialized")
+                "build_s", "device_s", "wall_s", "data", "specialized", "speedup_eager_lo", "speedup_eager_hi",
+                "speedup_compile_lo", "speedup_compile_hi")
 
 
 def new_run_id(now: float | None = None, prefix: str = "r") -> str:
@@ -69,11 +70,13 @@ def _median(stats: Any) -> float | None:
 def eval_values(evaluation: Evaluation) -> tuple:
     """Column values for EVAL_COLUMNS."""
     e = evaluation
-    return (e.verdict, e.reason, e.message, _finite(e.speedup_eager), _finite(e.speedup_eager_ci),
+    eager_ci, compile_ci = e.speedup_eager_ci or (None, None), e.speedup_compile_ci or (None, None)
+    half = (eager_ci[1] - eager_ci[0]) / 2 / e.speedup_eager if e.speedup_eager_ci and e.speedup_eager else None
+    return (e.verdict, e.reason, e.message, _finite(e.speedup_eager), _finite(half),
             _finite(e.speedup_compile), _median(e.candidate), _median(e.eager), _median(e.compiled),
             e.device, e.device_name, e.torch_version, e.build_s, e.device_s, e.wall_s,
             dumps({k: v for k, v in e.to_dict().items() if k != "profile"}),  # the profile has its own column
-            None if e.shapes is None else int(e.specialized))
+            None if e.shapes is None else int(e.specialized), *map(_finite, eager_ci), *map(_finite, compile_ci))
 
 
 def _finite(x: float | None) -> float | None:
@@ -119,16 +122,27 @@ def source_diff(old: str, new: str, old_id: int, new_id: int, context: int = 3) 
 
 
 def kernel_row(row: dict[str, Any]) -> dict[str, Any]:
-    """Decode a kernels row (JSON columns, the 0/1 flag) in place and return it."""
+    """Decode a kernels row (JSON columns, the 0/1 flag, its evaluation's intervals) in place and return it."""
     row["descriptors"] = loads(row.get("descriptors"))
     row["claims"] = loads(row.get("claims"))
     row["stepping_stone"] = bool(row.get("stepping_stone"))
-    return row
+    return intervals(row)
 
 
 def evaluation_row(row: dict[str, Any]) -> dict[str, Any]:
     row["data"] = loads(row.get("data"))
     row["profile"] = loads(row.get("profile"))
+    return intervals(row)
+
+
+def intervals(row: dict[str, Any]) -> dict[str, Any]:
+    """Replace a row's `<speedup>_lo` and `<speedup>_hi` columns by `<speedup>_ci`: [low, high], or
+    None where not measured, as the JSON of an Evaluation has it (an evaluations row's own
+    `speedup_eager_ci` column is the relative half-width kept for older readers: replaced too)."""
+    for key in ("speedup_eager", "speedup_compile"):
+        if f"{key}_lo" in row:
+            lo, hi = row.pop(f"{key}_lo"), row.pop(f"{key}_hi", None)
+            row[f"{key}_ci"] = [lo, hi] if lo is not None and hi is not None else None
     return row
 
 

@@ -26,7 +26,7 @@ from kernelevo.tasks import source_hash as hash_source
 from .migrations import MIGRATIONS
 from .rows import (BENCH_STATUSES, BENCH_TASK_FIELDS, BENCH_TASK_STATUSES, EVAL_COLUMNS, LLM_COLUMNS, ORIGINS,
                    OWNERS, PARENT_STONE, PURPOSES, RUN_STATUSES, call_operator, check_choice,
-                   dumps, eval_values, evaluation_row, from_blob, kernel_row, llm_values, loads, new_run_id,
+                   dumps, eval_values, evaluation_row, from_blob, intervals, kernel_row, llm_values, loads, new_run_id,
                    rank_cosine, split_script, to_blob, unique)
 
 if TYPE_CHECKING:
@@ -36,7 +36,8 @@ BUSY_TIMEOUT_MS = 10_000
 
 # The fields of one evaluation that every kernel row carries (None when there is none).
 _EVAL_FIELDS = ("e.id AS evaluation_id, e.verdict, e.reason, e.speedup_eager, e.speedup_compile, e.candidate_ms, "
-                "e.eager_ms, e.specialized")
+                "e.eager_ms, e.specialized, e.speedup_eager_lo, e.speedup_eager_hi, e.speedup_compile_lo, "
+                "e.speedup_compile_hi")
 
 # A kernel with the fields of its latest 'search' evaluation: what the loop rebuilds its population from.
 _KERNEL_SELECT = f"""
@@ -46,12 +47,14 @@ LEFT JOIN evaluations e ON e.id = (
     SELECT MAX(id) FROM evaluations WHERE kernel_id = k.id AND purpose = 'search')
 """
 
-# Per stepping stone its best evaluation: an 'ok' one first, then the fastest, then the latest.
+# Per stepping stone its best evaluation: an 'ok' one first, then one judged in a fresh process (a new
+# best's re-measurement, a final re-judgement: a search figure may be one lucky run), the fastest, the latest.
 _STONES_SELECT = f"""
 WITH ranked AS (
     SELECT e.*, ROW_NUMBER() OVER (
         PARTITION BY e.kernel_id
-        ORDER BY e.verdict = 'ok' DESC, e.speedup_eager DESC NULLS LAST, e.id DESC) AS pick
+        ORDER BY e.verdict = 'ok' DESC, e.purpose != 'search' DESC, e.speedup_eager DESC NULLS LAST, e.id DESC)
+        AS pick
     FROM evaluations e JOIN kernels k ON k.id = e.kernel_id
     WHERE k.stepping_stone = 1)
 SELECT k.*, t.source_hash AS task_hash, t.name AS task_name, e.purpose, {_EVAL_FIELDS}
@@ -69,6 +72,7 @@ _EXPORT_SELECT = """
 SELECT k.id, k.run_id, k.task_id, t.name AS task_name, t.source_hash AS task_hash, t.source AS task_source,
        k.source, k.format, k.operator, k.generation, k.island, k.origin, k.stepping_stone, k.problem, k.claims,
        k.created_at, e.purpose, e.verdict, e.reason, e.message, e.speedup_eager, e.speedup_compile,
+       e.speedup_eager_lo, e.speedup_eager_hi, e.speedup_compile_lo, e.speedup_compile_hi,
        e.candidate_ms, e.eager_ms, e.device_name,
        (SELECT profile FROM evaluations WHERE kernel_id = k.id AND profile IS NOT NULL ORDER BY id DESC LIMIT 1)
        AS profile, c.provider, c.model, c.cost_usd
@@ -436,7 +440,8 @@ class Archive:
 
     def kernels(self, run_id: str | None = None, task_id: int | None = None) -> list[dict]:
         """Kernels in id order, each with `parents` and its latest 'search' evaluation's evaluation_id,
-        verdict, reason, speedup_eager, speedup_compile, candidate_ms (None when never judged)."""
+        verdict, reason, speedup_eager, speedup_compile, their intervals speedup_eager_ci and
+        speedup_compile_ci ([low, high]), candidate_ms (None when never judged)."""
         rows = self._read(_KERNEL_SELECT + " WHERE (:run IS NULL OR k.run_id = :run) "
                           "AND (:task IS NULL OR k.task_id = :task) ORDER BY k.id",
                           {"run": run_id, "task": task_id})
@@ -478,10 +483,19 @@ class Archive:
 
     def final_evaluations(self, run_id: str) -> dict[int, dict]:
         """Kernel id -> its latest 'final' evaluation of the run (the re-judgement in a fresh process
-        at the end of a run): verdict, speedup_eager, speedup_compile, candidate_ms."""
-        rows = self._read("SELECT kernel_id, verdict, speedup_eager, speedup_compile, candidate_ms FROM evaluations "
+        at the end of a run): verdict, speedup_eager, speedup_compile, candidate_ms, and the
+        speedups' intervals speedup_eager_ci, speedup_compile_ci ([low, high] or None)."""
+        rows = self._read("SELECT kernel_id, verdict, speedup_eager, speedup_compile, candidate_ms, speedup_eager_lo, "
+                          "speedup_eager_hi, speedup_compile_lo, speedup_compile_hi FROM evaluations "
                           "WHERE run_id = ? AND purpose = 'final' ORDER BY id", (run_id,))
-        return {r["kernel_id"]: r for r in rows}
+        return {r["kernel_id"]: intervals(r) for r in rows}
+
+    def remeasurements(self, run_id: str) -> dict[int, dict]:
+        """Kernel id -> its latest 'rejudge' evaluation in the run (a new best re-measured in a fresh
+        process before the search believed it), with the fields kernels() gives of an evaluation."""
+        rows = self._read(f"SELECT e.kernel_id, {_EVAL_FIELDS} FROM evaluations e "
+                          "WHERE e.run_id = ? AND e.purpose = 'rejudge' ORDER BY e.id", (run_id,))
+        return {r["kernel_id"]: intervals(r) for r in rows}
 
     def stepping_stones(self, task_hash: str | None = None, task_ids: Sequence[int] | None = None,
                         limit: int = 20) -> list[dict]:
@@ -585,11 +599,12 @@ class Archive:
 
     def timeline(self, run_id: str) -> list[dict]:
         """The run's search evaluations in the order they were judged: kernel_id, verdict, reason,
-        speedup_eager, created_at, and spent_usd, the known LLM spend of the run up to that moment."""
-        return self._read(
-            "SELECT e.id AS evaluation_id, e.kernel_id, e.verdict, e.reason, e.speedup_eager, e.created_at, "
+        speedup_eager, speedup_eager_ci, created_at, and spent_usd, the known LLM spend of the run up to that moment."""
+        return [intervals(r) for r in self._read(
+            "SELECT e.id AS evaluation_id, e.kernel_id, e.verdict, e.reason, e.speedup_eager, e.speedup_eager_lo, "
+            "e.speedup_eager_hi, e.created_at, "
             "(SELECT TOTAL(c.cost_usd) FROM llm_calls c WHERE c.run_id = e.run_id AND c.created_at <= e.created_at) "
-            "AS spent_usd FROM evaluations e WHERE e.run_id = ? AND e.purpose = 'search' ORDER BY e.id", (run_id,))
+            "AS spent_usd FROM evaluations e WHERE e.run_id = ? AND e.purpose = 'search' ORDER BY e.id", (run_id,))]
 
     def llm_usage(self, run_id: str) -> list[dict]:
         """LLM calls of a run per (operator, model: its label): calls, failed_calls, cost_usd (known costs),
@@ -682,6 +697,7 @@ class Archive:
         and stop reason, and its LLM calls and known cost."""
         rows = self._read(
             "SELECT t.*, e.verdict, e.reason, e.speedup_eager, e.speedup_compile, e.specialized, e.device_name, "
+            "e.speedup_eager_lo, e.speedup_eager_hi, e.speedup_compile_lo, e.speedup_compile_hi, "
             "e.data AS evaluation, r.status AS run_status, r.stop_reason, "
             "(SELECT COUNT(*) FROM llm_calls c WHERE c.run_id = t.run_id) AS calls, "
             "(SELECT TOTAL(c.cost_usd) FROM llm_calls c WHERE c.run_id = t.run_id) AS cost_usd, "
@@ -690,6 +706,7 @@ class Archive:
             "LEFT JOIN runs r ON r.id = t.run_id WHERE t.bench_id = ? ORDER BY t.position", (bench_id,))
         for row in rows:
             row["evaluation"] = loads(row["evaluation"])
+            intervals(row)
         return rows
 
     def final_evaluation_id(self, run_id: str, kernel_id: int) -> int | None:

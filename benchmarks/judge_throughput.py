@@ -112,7 +112,18 @@ def throughput(judge, tasks: dict, cache: Path, rounds: int, device: str, profil
     return {"candidates": len(jobs), "minutes": minutes, "per_minute": len(jobs) / minutes, "verdicts": verdicts,
             "mean_device_s": statistics.mean(e.device_s or 0 for e in results),
             "mean_build_s": statistics.mean(e.build_s or 0 for e in results),
-            "mean_wall_s": statistics.mean(e.wall_s or 0 for e in results)}
+            "mean_wall_s": statistics.mean(e.wall_s or 0 for e in results),
+            "mean_phases_s": mean_fields([e.evidence.get("phases_s") or {} for e in results]),
+            "mean_trial_s": mean_fields([e.evidence.get("trial_s") or {} for e in results]),
+            "mean_trials": statistics.mean(e.correctness.trials if e.correctness else 0 for e in results),
+            "not_ok": [{"kernel": path.name, "verdict": e.verdict, "reason": e.reason, "message": e.message,
+                        "evidence": e.evidence} for (_, path), e in zip(jobs, results) if not e.ok]}
+
+
+def mean_fields(rows: list[dict]) -> dict:
+    """Per key, its mean over the rows (a row without the key counts 0): where the device time goes."""
+    keys = sorted({k for r in rows for k in r})
+    return {k: round(statistics.mean(r.get(k, 0.0) for r in rows), 4) for k in keys} if rows else {}
 
 
 def repeatability(judge, tasks: dict, runs: int, device: str) -> dict:

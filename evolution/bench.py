@@ -10,6 +10,7 @@ task whose search was interrupted resumes that run.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import fnmatch
 import threading
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from kernelevo.agent.client import Stop
+from kernelevo.report import speedup_text
 
 from . import ensemble as ensembles
 from .records import Interrupted, OptimizeOptions, Progress
@@ -158,10 +160,19 @@ class _Runner:
         self.committed = sum(r["cost_usd"] for r in self.rows if r["status"] in ("done", "failed"))
         self.reserved: dict[int, float] = {}  # position -> the most a running task may still spend
         self.live: dict[int, Progress] = {}
+        self.judge = None  # scoring candidates: one judge for every task (bench_task.scoring_judge)
 
     def run(self) -> None:
+        from . import bench_task
+
         self._tally()
         devices = self.options.search.devices
+        with contextlib.ExitStack() as stack:
+            if self.options.candidates:
+                self.judge = stack.enter_context(bench_task.scoring_judge(self, tuple(devices)))
+            self._run_workers(devices)
+
+    def _run_workers(self, devices) -> None:
         with concurrent.futures.ThreadPoolExecutor(len(devices), thread_name_prefix="bench") as pool:
             futures = [pool.submit(self._worker, d) for d in devices]
             try:
@@ -241,7 +252,7 @@ class _Runner:
                 self.store.set_bench_task(self.bench_id, row["position"], run_id=p.run_id)
             with self.lock:
                 self.live[row["position"]] = p
-            best = f"best {p.best_eager:.2f}x" if p.best_eager else "no correct kernel yet"
+            best = f"best {speedup_text(p.best_eager, p.best_eager_ci)}" if p.best_eager else "no correct kernel yet"
             self._show(row["name"], f"gen {p.generation}  judged {p.judged}  {best}  calls {p.calls}  "
                                     f"${p.spend_usd:.2f}  {p.status}")
         return seen

@@ -38,8 +38,8 @@ def search(runner: _Runner, row: dict, device: str, cap: float | None) -> dict:
 
 
 def score(runner: _Runner, row: dict, device: str, cap: float | None) -> dict:
-    """The task's `<task>__<label>.py` files judged (final figures); the best that passes is its row."""
-    from kernelevo.judge.api import Judge
+    """The task's `<task>__<label>.py` files judged (final figures) by the bench's scoring judge; the
+    best that passes is its row."""
     from kernelevo.tasks import load_task
 
     from .rejudge import store_imported
@@ -51,18 +51,34 @@ def score(runner: _Runner, row: dict, device: str, cap: float | None) -> dict:
     task = load_task(row["path"])
     store = runner.store
     ids = [kid for kid, _ in store_imported(store, [_imported(task, f) for f in files])]
-    with Judge(runner.options.search.cache_dir, _judge_options(runner, device)) as judge:
-        futures = [(kid, judge.submit(task, f, device, final=True)) for kid, f in zip(ids, files)]
-        judged = []
-        for kid, future in futures:
-            evaluation = future.result()
-            judged.append((kid, evaluation, store.add_evaluation(kid, evaluation, purpose="rejudge")))
-            runner._show(row["name"], f"{len(judged)}/{len(files)} candidates judged")
-        degenerate = _baseline_warnings(judge, task, device)
+    judge = runner.judge
+    futures = [(kid, judge.submit(task, f, device, final=True)) for kid, f in zip(ids, files)]
+    judged = []
+    for kid, future in futures:
+        evaluation = future.result()
+        judged.append((kid, evaluation, store.add_evaluation(kid, evaluation, purpose="rejudge")))
+        runner._show(row["name"], f"{len(judged)}/{len(files)} candidates judged")
+    degenerate = _baseline_warnings(judge, task, device)
     ok = [j for j in judged if j[1].ok]
     kid, evaluation, evaluation_id = max(ok, key=lambda j: j[1].speedup_eager or 0.0) if ok else judged[0]
     return {"status": "done", "task_id": store.kernel(kid)["task_id"], "kernel_id": kid,
             "evaluation_id": evaluation_id, "degenerate": degenerate, "error": ""}
+
+
+def scoring_judge(runner: _Runner, devices: tuple[str, ...]):
+    """One judge for every task a candidates bench scores, with each pending task's baseline asked
+    for at once: the baselines' torch.compile builds then overlap on the CPU cores (one task after
+    another, they kept the GPU waiting for most of a suite's wall time)."""
+    from kernelevo.judge.api import Judge
+    from kernelevo.tasks import TaskError, load_task
+
+    judge = Judge(runner.options.search.cache_dir, _judge_options(runner, devices))
+    for i, row in enumerate(runner.queue):
+        try:
+            judge.prefetch_baseline(load_task(row["path"]), devices[i % len(devices)])
+        except TaskError:
+            continue  # its own scoring says what is wrong with it
+    return judge
 
 
 def _imported(task, path: Path):
@@ -71,11 +87,11 @@ def _imported(task, path: Path):
     return Imported(task.name, task.source, path.read_text(), path.name)
 
 
-def _judge_options(runner: _Runner, device: str):
+def _judge_options(runner: _Runner, devices: tuple[str, ...]):
     from kernelevo.judge.api import JudgeOptions
 
     s = runner.options.search
-    return JudgeOptions(devices=(device,), policy=s.policy, trials=s.trials, seed=s.seed,
+    return JudgeOptions(devices=devices, policy=s.policy, trials=s.trials, seed=s.seed,
                         compile_baseline=s.compile_baseline, shapes=s.shapes, executor=s.executor,
                         ray_address=s.ray_address, **({"timing": s.timing} if s.timing else {}))
 
@@ -89,7 +105,7 @@ def _probe(runner: _Runner, path: Path, device: str) -> str:
         task = load_task(path)
     except TaskError:
         return ""
-    with Judge(runner.options.search.cache_dir, _judge_options(runner, device)) as judge:
+    with Judge(runner.options.search.cache_dir, _judge_options(runner, (device,))) as judge:
         return _baseline_warnings(judge, task, device)
 
 

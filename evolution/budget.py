@@ -1,9 +1,10 @@
 """What a run may spend: dollars, LLM calls, wall time, generations, patience.
 
-LLM calls run on threads, so the money check is a reservation made *before* a call: the
-estimate is held until the call settles with its actual cost (or is released if it was never
-made). Concurrent calls therefore cannot together overshoot `max_cost_usd` by more than the
-error of their estimates.
+LLM calls run on threads, so the check is a reservation made *before* a call: one call slot and
+its estimate are held until the call settles with its actual cost (or are released if it was
+never made). Concurrent calls therefore cannot together overshoot `max_cost_usd` by more than the
+error of their estimates, and never `max_llm_calls`: an operation that needs a further call (an
+edit follow-up) must extend its reservation first, and does not make the call when refused.
 """
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ class Budget:
         self._offset_s = 0.0  # wall time of earlier sessions of a resumed run
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
-        self._outstanding: dict[int, float] = {}
+        self._outstanding: dict[int, list[float]] = {}  # reservation id -> the estimate of each call it holds
         self._spent = 0.0
         self._calls = 0
         self._unknown = 0
@@ -80,7 +81,7 @@ class Budget:
     @property
     def reserved_usd(self) -> float:
         with self._lock:
-            return sum(self._outstanding.values())
+            return self._held_usd()
 
     @property
     def calls(self) -> int:
@@ -102,44 +103,72 @@ class Budget:
         return self._offset_s + (self._clock() - self._start)
 
     def reserve(self, estimate_usd: float | None) -> Reservation | None:
-        """Hold `estimate_usd` for a call about to be made; None: the call must not be made.
+        """Hold one call slot and `estimate_usd` for a call about to be made; None: it must not be made.
 
         Refused when spent + held + estimate would exceed max_cost_usd, or when the calls made
-        plus those in flight already reach max_llm_calls."""
+        plus the slots held already reach max_llm_calls."""
         estimate = max(0.0, float(estimate_usd or 0.0))
-        lim = self.limits
         with self._lock:
-            if lim.max_llm_calls is not None and self._calls + len(self._outstanding) >= lim.max_llm_calls:
+            if self._refusal(estimate):
                 return None
-            held = self._spent + sum(self._outstanding.values())
-            if lim.max_cost_usd is not None and held + estimate > lim.max_cost_usd:
-                self._refused_usd = estimate
-                return None
-            self._refused_usd = None  # a call fits again: money is not the reason to stop
             r = Reservation(next(self._ids), estimate)
-            self._outstanding[r.id] = estimate
+            self._outstanding[r.id] = [estimate]
             return r
 
-    def settle(self, reservation: Reservation, actual_usd: float | None, calls: int = 1) -> None:
-        """The call was made (with its follow-ups: `calls` in all) and cost `actual_usd` (None:
-        unknown, the estimate counts as spent)."""
+    def extend(self, reservation: Reservation, estimate_usd: float | None) -> str:
+        """Hold one more call slot on an outstanding reservation, for a further call of the same
+        operation (an edit follow-up). Returns "" when granted, else why not: the call must not
+        be made (the reservation's earlier slots stay held until it settles)."""
+        estimate = max(0.0, float(estimate_usd or 0.0))
         with self._lock:
-            self._take(reservation)
+            held = self._outstanding.get(reservation.id)
+            if held is None:
+                raise ValueError(f"reservation {reservation.id} is not outstanding (settled or released?)")
+            why = self._refusal(estimate)
+            if not why:
+                held.append(estimate)
+            return why
+
+    def _refusal(self, estimate: float) -> str:
+        """Why one more call of `estimate` does not fit ("" when it does); the lock is held."""
+        lim = self.limits
+        slots = self._calls + sum(len(held) for held in self._outstanding.values())
+        if lim.max_llm_calls is not None and slots >= lim.max_llm_calls:
+            return (f"max-llm-calls reached ({self._calls} made, {slots - self._calls} in flight, "
+                    f"of {lim.max_llm_calls})")
+        held_usd = self._spent + self._held_usd()
+        if lim.max_cost_usd is not None and held_usd + estimate > lim.max_cost_usd:
+            self._refused_usd = estimate
+            return f"max-cost-usd: ${held_usd:.4f} spent or held + ${estimate:.4f} > ${lim.max_cost_usd:.4f}"
+        self._refused_usd = None  # a call fits again: money is not the reason to stop
+        return ""
+
+    def _held_usd(self) -> float:
+        return sum(sum(held) for held in self._outstanding.values())
+
+    def settle(self, reservation: Reservation, actual_usd: float | None, calls: int = 1) -> None:
+        """The operation made `calls` calls (its first and any granted by `extend`) that cost
+        `actual_usd` in all (None: unknown, their estimates count as spent); slots it held and did
+        not use are freed."""
+        with self._lock:
+            held = self._take(reservation)
             self._calls += calls
             if actual_usd is None:
                 self._unknown += 1
-                self._spent += reservation.estimate_usd
+                self._spent += sum(held[:max(1, calls)])
             else:
                 self._spent += max(0.0, float(actual_usd))
 
     def release(self, reservation: Reservation) -> None:
-        """The call was not made after all: free its reservation."""
+        """No call was made after all: free the reservation."""
         with self._lock:
             self._take(reservation)
 
-    def _take(self, reservation: Reservation) -> None:
-        if self._outstanding.pop(reservation.id, None) is None:
+    def _take(self, reservation: Reservation) -> list[float]:
+        held = self._outstanding.pop(reservation.id, None)
+        if held is None:
             raise ValueError(f"reservation {reservation.id} is not outstanding (settled or released twice?)")
+        return held
 
     def exhausted(self, generation: int, generations_since_improvement: int) -> str | None:
         """Why the run must stop, or None. `generation`: generations completed so far.
@@ -169,7 +198,7 @@ class Budget:
     def snapshot(self) -> dict:
         """The counters as plain values, for events and the report."""
         with self._lock:
-            out = {"spent_usd": self._spent, "reserved_usd": sum(self._outstanding.values()),
+            out = {"spent_usd": self._spent, "reserved_usd": self._held_usd(),
                    "calls": self._calls, "in_flight": len(self._outstanding), "unknown_cost_calls": self._unknown}
         out["elapsed_s"] = self.elapsed_s
         return out

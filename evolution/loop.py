@@ -8,6 +8,11 @@ what migration, the plateau rule and the display count.
 Everything is written to the archive as it happens (LLM calls when their reply arrives, kernels
 before they are judged, evaluations when they come back), so a resumed run rebuilds its state
 from rows and a kill -9 loses no completed evaluation and no paid reply.
+
+A kernel that would be the new best of the run is judged a second time, in a fresh process, before
+it is admitted: prompts show the best as the kernel to beat, and one lucky measurement (a run
+offered a 1.78x kernel for ten calls that was 0.66x timed alone) would steer the search for long.
+Ties (overlapping intervals) never make a new best: see population.beats.
 """
 from __future__ import annotations
 
@@ -20,19 +25,20 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kernelevo.agent import operators
-from kernelevo.agent.client import LLM, Stop, Unreachable
+from kernelevo.agent.client import LLM, Metered, NotSent, Stop, Unreachable
 from kernelevo.agent.pool import CallPool
 from kernelevo.agent.profile_block import profile_block
 from kernelevo.agent.prompting import Context, Variant, approach, feedback_from
 
 from kernelevo.archive.rows import by_model
 from kernelevo.records import Evaluation, Profile
+from kernelevo.report import speedup_text
 
 from . import budget as budgets
 from . import ensemble as ensembles
 from . import islands, niches, placement, scheduling, selection, tune
 from .novelty import NoveltyGate
-from .population import Member, Population
+from .population import Member, Population, beats
 from .records import (
     BUDGET_REASONS,
     EXIT_BUDGET,
@@ -46,7 +52,7 @@ from .records import (
     elapsed_s,
     write_drop_in,
 )
-from .state import RunState, member_from_row
+from .state import RunState, member_from_row, remeasured
 
 
 PROFILE_WAIT_S = 60.0  # the longest a mutate call waits for its parent's profile (ncu took up to 10 s)
@@ -115,13 +121,15 @@ class Search:
         if model is None:  # every model dropped out: the run is ending
             return False
         s = self.settings
-        reservation = self.budget.reserve(self.ensemble.estimate_usd(model, s.prompt_tokens_estimate,
-                                                                     s.output_tokens_estimate))
+        estimate = self.ensemble.estimate_usd(model, s.prompt_tokens_estimate, s.output_tokens_estimate)
+        reservation = self.budget.reserve(estimate)
         if reservation is None:
             return False
-        future = self.pool.submit(fn, self.ensemble.llm(model), self.state.context(), *args)
+        # the first call is reserved here; a follow-up reserves its own slot from the pool thread
+        llm = Metered(self.ensemble.llm(model), lambda: self.budget.extend(reservation, estimate))
+        future = self.pool.submit(fn, llm, self.state.context(), *args)
         self.llm_futures[future] = {"op": op, "parents": parents, "island": island, "reservation": reservation,
-                                    "key": key, "model": model}
+                                    "key": key, "model": model, "llm": llm}
         return True
 
     def _in_flight(self) -> set[tuple]:
@@ -207,13 +215,14 @@ class Search:
         try:
             proposal = future.result()
         except Stop as exc:  # a refused key or request, or a server that is gone: the model drops out
-            if exc.call is None:  # given up on before it was sent
-                self.budget.release(meta["reservation"])
-            else:  # sent and recorded: it counts, as it will when a resume counts the rows
-                self.budget.settle(meta["reservation"], exc.call.cost_usd)
+            self._settle(meta)
             self._drop(meta["model"], exc)
             return
-        self.budget.settle(meta["reservation"], proposal.cost_usd, max(1, len(proposal.calls)))
+        except NotSent as exc:  # an operator with no use for its replies without the refused call
+            self._settle(meta)
+            self._not_sent(meta, str(exc), None)
+            return
+        self._settle(meta)
         call_id = self.state.call_id(proposal.calls[-1]) if proposal.calls else None
         stats = self.stats.get(meta["op"], scheduling.OperatorStats())
         self.stats[meta["op"]] = dataclasses.replace(stats, attempts=stats.attempts + 1,
@@ -221,9 +230,12 @@ class Search:
         if proposal.analysis and call_id is not None:
             self.archive.add_reflection(self.state.run_id, call_id, proposal.analysis, list(meta["parents"]))
         if not proposal.ok:
-            self.state.add_kernel("", meta["op"], meta["parents"], meta["island"], call_id, self._generation(),
-                                  thinking=proposal.thinking, problem=f"{proposal.outcome}: {proposal.problem}")
+            kernel_id = self.state.add_kernel("", meta["op"], meta["parents"], meta["island"], call_id,
+                                              self._generation(), thinking=proposal.thinking,
+                                              problem=f"{proposal.outcome}: {proposal.problem}")
             self.progress.verdicts[proposal.outcome] += 1
+            if proposal.unsent:
+                self._not_sent(meta, proposal.unsent, kernel_id)
             return
         seen = self.gate.check(proposal.source)
         if not seen.novel:  # an exact or renamed copy; any change to the code is judged
@@ -233,6 +245,25 @@ class Search:
             return
         self._submit_child(meta["op"], proposal.source, meta["parents"], meta["island"], call_id,
                            thinking=proposal.thinking)
+
+    def _settle(self, meta: dict) -> None:
+        """Count the calls the operation sent (failed ones too, as a resume counts the rows) and
+        free the slots it held and did not use; with none sent, release the reservation."""
+        calls = meta["llm"].calls
+        if not calls:
+            self.budget.release(meta["reservation"])
+            return
+        costs = [c.cost_usd for c in calls]
+        self.budget.settle(meta["reservation"], None if None in costs else sum(costs), len(calls))
+
+    def _not_sent(self, meta: dict, why: str, kernel_id: int | None) -> None:
+        """A reply paid for that could not be followed up (the budget refused the call): one event
+        and one line, so it is not lost without a word."""
+        self.archive.add_event(self.state.run_id, "call_not_sent", {
+            "operator": meta["op"], "model": meta["model"], "parents": list(meta["parents"]),
+            "kernel": kernel_id, "reason": why})
+        self.on_status(f"{meta['op']}: follow-up call not sent, {why}; its reply is kept"
+                       + (f" with kernel {kernel_id}" if kernel_id is not None else ""))
 
     def _drop(self, model: str, exc: Stop) -> None:
         """Take a model out of the ensemble with one line; with none left, a refused key ends the run
@@ -256,13 +287,19 @@ class Search:
     def _judged(self, future: concurrent.futures.Future) -> None:
         meta = self.judge_futures.pop(future)
         self.device_load[meta["device"]] -= 1
+        if "remeasure" in meta:
+            return self._remeasured(future, meta)
         evaluation = future.result()
         evaluation_id = self.archive.add_evaluation(meta["kernel_id"], evaluation, purpose="search",
                                                     run_id=self.state.run_id)
         member = member_from_row(self.archive.kernel(meta["kernel_id"]))
-        improved = self._admit(member)
-        if improved.startswith("new best"):
-            self._profile(member, evaluation, evaluation_id)
+        improved = ""
+        if member.ok and beats(member, self.population.best()):  # admitted once its figure holds again
+            self.remeasure(member, meta["op"])
+        else:
+            improved = self._admit(member)
+            if improved.startswith("new best"):
+                self._profile(member, evaluation, evaluation_id)
         stats = self.stats.get(meta["op"], scheduling.OperatorStats())
         if meta["op"] == "tune":
             stats = dataclasses.replace(stats, attempts=stats.attempts + 1)
@@ -273,6 +310,47 @@ class Search:
         self.progress.judged_this_session += 1
         self._generation_tick()
 
+    def remeasure(self, member: Member, op: str) -> None:
+        """Judge a would-be new best of the run again in a fresh process; it stays out of the
+        population (no prompt shows it, no parent is drawn from it) until its figure is in."""
+        path = self.state.kernel_path(member.kernel_id)
+        path.write_text(member.source)  # there already, unless a resumed run lost its folder
+        device = min(self.device_load, key=lambda d: self.device_load[d])
+        self.device_load[device] += 1
+        future = self.judge.submit(self.state.task, path, device)
+        self.judge_futures[future] = {"kernel_id": member.kernel_id, "device": device, "op": op,
+                                      "island": member.island, "remeasure": member}
+
+    def _remeasured(self, future: concurrent.futures.Future, meta: dict) -> None:
+        """The second figure replaces the first, and the kernel is admitted on it: the new best if it
+        still beats the incumbent beyond the noise, else a kernel like any other."""
+        first: Member = meta["remeasure"]
+        try:
+            evaluation = future.result()
+        except Exception as exc:  # noqa: BLE001 - a fault of the judge, not the kernel: the first figure stands
+            self.on_status(f"kernel {first.kernel_id}: re-measurement failed ({type(exc).__name__}: {exc}); "
+                           "its search figure stands")
+            evaluation, member = None, first
+        else:
+            evaluation_id = self.archive.add_evaluation(first.kernel_id, evaluation, purpose="rejudge",
+                                                        run_id=self.state.run_id)
+            member = remeasured(first, evaluation)
+        incumbent = self.population.best()
+        improved = self._admit(member)
+        best = self.population.best() is member
+        self.archive.add_event(self.state.run_id, "remeasure", {
+            "kernel": member.kernel_id, "search": first.speedup_eager, "search_ci": first.speedup_eager_ci,
+            "verdict": member.verdict, "speedup_eager": member.speedup_eager, "ci": member.speedup_eager_ci,
+            "best": best, "incumbent": incumbent.kernel_id if incumbent else None})
+        if evaluation is not None and improved.startswith("new best"):
+            self._profile(member, evaluation, evaluation_id)
+        if not best:  # said once: the search's figure was noise (or luck)
+            self.on_status(f"kernel {member.kernel_id}: {speedup_text(first.fitness, first.speedup_eager_ci)} in the "
+                           f"search, {speedup_text(member.fitness, member.speedup_eager_ci)} re-measured "
+                           f"({member.verdict}): not the run's new best")
+        stats = self.stats.get(meta["op"], scheduling.OperatorStats())
+        self.stats[meta["op"]] = dataclasses.replace(stats, improvements=stats.improvements + bool(improved))
+
     def _admit(self, member: Member) -> str:
         """Add a judged child; mark stepping stones. Returns why it matters ('' when it does not)."""
         best_before = self.population.best()
@@ -282,7 +360,7 @@ class Search:
         if member.ok:  # near-copies are skipped only of kernels known to be correct
             self.gate.add_source(member.kernel_id, member.source)
         reason = ""
-        if member.ok and member.fitness > (island_best.fitness if island_best else 0.0):
+        if member.fitness > 0 and beats(member, island_best):  # inside the incumbent's noise: a tie
             reason = f"new best of island {member.island}: {member.fitness:.2f}x eager"
         elif niche_new:
             reason = f"opened niche {member.niche}"
@@ -290,7 +368,7 @@ class Search:
             self.archive.mark_stepping_stone(member.kernel_id, reason)
             for parent in member.parents:  # the parent led to an improvement
                 self.archive.mark_stepping_stone(parent, reason, via=member.kernel_id)
-        if member.ok and (best_before is None or member.fitness > best_before.fitness):
+        if beats(member, best_before):  # a tie does not reset the plateau
             self.improved_at = self.progress.generation
         return reason
 
@@ -347,7 +425,10 @@ class Search:
         p = self.progress
         p.best_eager = best.speedup_eager if best else None
         p.best_compile = best.speedup_compile if best else None
+        p.best_eager_ci = best.speedup_eager_ci if best else None
+        p.best_compile_ci = best.speedup_compile_ci if best else None
         p.llm_in_flight, p.judging = len(self.llm_futures), len(self.judge_futures)
+        p.remeasuring = sum("remeasure" in meta for meta in self.judge_futures.values())
         if not reread:
             return self.on_progress(p)
         spend = self.archive.spend(self.state.run_id)
@@ -423,10 +504,14 @@ def run_config(**values: Any) -> dict:
 # -- a whole run: set up, search, re-judge the best, write it out ---------------------------------------
 
 def final_judgement(search: Search, options: OptimizeOptions, on_status: Callable[[str], None]):
-    """The best kernels, best first, re-judged in a fresh process; the first that passes is announced."""
-    ranked = sorted(search.population.correct(), key=lambda m: -m.fitness)[:3]
-    for member in ranked:
-        on_status(f"re-judging kernel {member.kernel_id} ({member.fitness:.2f}x) in a fresh process")
+    """The best kernel, then the next fastest two, re-judged in a fresh process; the first that passes
+    is announced. The best is the incumbent (population.best_of), not a faster median inside its noise."""
+    best = search.population.best()
+    others = sorted((m for m in search.population.correct() if best is None or m.kernel_id != best.kernel_id),
+                    key=lambda m: -m.fitness)
+    for member in ([best] if best else []) + others[:3 - bool(best)]:
+        on_status(f"re-judging kernel {member.kernel_id} ({speedup_text(member.fitness, member.speedup_eager_ci)}) "
+                  "in a fresh process")
         evaluation = search.judge.evaluate(search.state.task, search.state.kernel_path(member.kernel_id),
                                            options.devices[0], final=True)
         search.archive.add_evaluation(member.kernel_id, evaluation, purpose="final", run_id=search.state.run_id)
@@ -491,6 +576,9 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
             search = Search(state, ensemble, judge, options.settings, budget, gate, rng, on_progress, on_status)
             for row in state.unjudged():  # stored before a kill, never judged
                 search.resubmit(row)
+            if state.unconfirmed is not None:  # a new best whose re-measurement a kill cut off
+                gate.remember(state.unconfirmed.kernel_id, state.unconfirmed.source)
+                search.remeasure(state.unconfirmed, state.unconfirmed.operator)
             try:
                 reason = search.run()
             except KeyboardInterrupt:
@@ -509,7 +597,8 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
                         "calls": archive.call_yield(run_id),
                         "models": by_model(archive.model_yield(run_id), ensemble.labels),
                         "dropped": dict(ensemble.dropped),
-                        "search_speedups": (member.speedup_eager, member.speedup_compile) if member else None})
+                        "search_speedups": (member.speedup_eager, member.speedup_compile) if member else None,
+                        "search_intervals": (member.speedup_eager_ci, member.speedup_compile_ci) if member else None})
     finally:
         archive.close()
 

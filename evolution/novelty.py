@@ -180,8 +180,10 @@ def default_embedder(model_name: str | None = DEFAULT_SENTENCE_MODEL) -> Embedde
     except (ValueError, AttributeError):  # a module entry without a spec (a stub): not usable
         installed = False
     if not installed:
-        return HashingEmbedder(why="built-in hashing embedder (sentence-transformers is not installed: "
-                                   "pip install 'kernelevo[embed]')")
+        from kernelevo.doctor import install_extra
+
+        return HashingEmbedder(why=f"built-in hashing embedder (sentence-transformers is not installed: "
+                                   f"{install_extra('embed')})")
     try:
         return SentenceEmbedder(model_name)
     except Exception as exc:  # model not cached, broken install: all mean "fall back"

@@ -8,11 +8,17 @@ Islands and migration: a migrant is the same kernel listed on a second island. `
 with a kernel id already present on another island records that copy; population-wide views
 (`members`, `correct`, `best`, `elites`, `get`) count each kernel once, in its home record (the
 first one added), while `by_island` lists every kernel present on that island, migrants included.
+
+Ties: two speedups whose 95 % intervals overlap are equal as far as the judge can tell. The best
+(of the run, an island or a niche) is an incumbent that a newcomer replaces only by beating it
+beyond the noise (`beats`), so "the one to beat" does not flip between equally fast kernels.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Iterable
+
+from kernelevo.records import faster_beyond_noise
 
 
 @dataclass(frozen=True)
@@ -28,6 +34,8 @@ class Member:
     reason: str = ""
     speedup_eager: float | None = None
     speedup_compile: float | None = None
+    speedup_eager_ci: tuple[float, float] | None = None  # 95 % interval of speedup_eager; None: unknown
+    speedup_compile_ci: tuple[float, float] | None = None
     ms: float | None = None
     eager_ms: float | None = None  # eager PyTorch in the same measurement as `ms`
     niche: str = ""
@@ -50,8 +58,29 @@ class Member:
 def rank_key(member: Member) -> tuple[float, int]:
     """Sort key, best first: higher fitness, then the older kernel (lower id) on ties.
 
-    Preferring the older kernel on ties keeps `best()` stable as equal-speed variants arrive."""
+    Preferring the older kernel on ties keeps rankings stable as equal-speed variants arrive."""
     return (-member.fitness, member.kernel_id)
+
+
+def beats(new: Member, incumbent: Member | None) -> bool:
+    """Whether a correct `new` kernel is faster than `incumbent` beyond the noise: its speedup's
+    interval lies wholly above the incumbent's (a higher median where either is unknown)."""
+    if not new.ok:
+        return False
+    if incumbent is None:
+        return True
+    return faster_beyond_noise(new.fitness, new.speedup_eager_ci, incumbent.fitness, incumbent.speedup_eager_ci)
+
+
+def best_of(members: Iterable[Member]) -> Member | None:
+    """The incumbent left after `members` in the order they arrived: the first correct one, then
+    each that beats the incumbent of its moment. A kernel inside the incumbent's noise is a tie and
+    leaves it in place; without intervals this is the fastest, the older one on equal speed."""
+    best = None
+    for m in members:
+        if m.ok and beats(m, best):
+            best = m
+    return best
 
 
 class Population:
@@ -108,10 +137,8 @@ class Population:
         return [m for m in self._home.values() if not m.ok]
 
     def best(self, island: int | None = None) -> Member | None:
-        """The fastest correct kernel (of one island if given), or None."""
-        pool = self.by_island(island) if island is not None else self._home.values()
-        ok = [m for m in pool if m.ok]
-        return min(ok, key=rank_key) if ok else None
+        """The incumbent fastest correct kernel (of one island if given; see best_of), or None."""
+        return best_of(self.by_island(island) if island is not None else self._home.values())
 
     def elites(self) -> dict[str, Member]:
         """The fastest correct kernel of each niche (MAP-Elites' archive of cells)."""
@@ -119,9 +146,9 @@ class Population:
 
 
 def elites_of(members: Iterable[Member]) -> dict[str, Member]:
-    """Best correct member per niche, niches in order of first appearance."""
+    """Best correct member per niche (the incumbent, as best_of), niches in order of first appearance."""
     out: dict[str, Member] = {}
     for m in members:
-        if m.ok and (m.niche not in out or rank_key(m) < rank_key(out[m.niche])):
+        if m.ok and beats(m, out.get(m.niche)):
             out[m.niche] = m
     return out

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelevo.records import Evaluation
+from kernelevo.report import speedup_text
 
 from . import budget as budgets
 from .population import Member
@@ -39,6 +40,8 @@ class Progress:
     judged_this_session: int = 0
     best_eager: float | None = None
     best_compile: float | None = None
+    best_eager_ci: tuple[float, float] | None = None  # 95 % intervals of the two, where measured
+    best_compile_ci: tuple[float, float] | None = None
     spend_usd: float = 0.0
     unknown_cost_calls: int = 0
     calls: int = 0
@@ -46,6 +49,7 @@ class Progress:
     verdicts: Counter = field(default_factory=Counter)
     llm_in_flight: int = 0
     judging: int = 0
+    remeasuring: int = 0  # of those being judged, new bests measured again before they count
     skipped_copies: int = 0  # replies that were exact or renamed copies of a known kernel
     calls_by_operator: dict = field(default_factory=dict)  # operator -> LLM calls
     replies: int = 0  # replies that came back and became a kernel row
@@ -113,9 +117,11 @@ def write_drop_in(member: Member, evaluation: Evaluation, task_name: str, run_id
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{task_name}_kernelevo.py"
     header = (f"# kernelevo run {run_id}, kernel {member.kernel_id}, {date.today().isoformat()}: "
-              f"{evaluation.speedup_eager:.2f}x eager, {evaluation.speedup_compile or 0:.2f}x torch.compile "
+              f"{speedup_text(evaluation.speedup_eager, evaluation.speedup_eager_ci)} eager, "
+              f"{speedup_text(evaluation.speedup_compile, evaluation.speedup_compile_ci)} torch.compile "
               f"on {evaluation.device_name or evaluation.device} (torch {evaluation.torch_version}), "
-              f"re-judged in a fresh process (the search measured {member.fitness:.2f}x eager).\n"
+              f"re-judged in a fresh process (the search measured "
+              f"{speedup_text(member.fitness, member.speedup_eager_ci)} eager).\n"
               f"# Drop-in: `from {task_name}_kernelevo import ModelNew` replaces the task's Model.\n")
     header += _shapes_comment(evaluation)
     path.write_text(header + member.source)

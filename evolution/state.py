@@ -12,23 +12,52 @@ from pathlib import Path
 from kernelevo.agent.profile_block import profile_block
 from kernelevo.agent.prompting import Context, Variant, insight
 from kernelevo.archive.rows import own_improvement
-from kernelevo.records import LLMCall, Profile
+from kernelevo.records import Evaluation, LLMCall, Profile
 from kernelevo.tasks import Task
 
 from . import niches, scheduling
-from .population import Member, Population
+from .population import Member, Population, best_of
 
 INSIGHTS = 3  # analyses of earlier reflections shown in later prompts
 
 
 def member_from_row(row: dict) -> Member:
     """A Member from an archive kernel row (with its latest search evaluation)."""
+    ci, compile_ci = row.get("speedup_eager_ci"), row.get("speedup_compile_ci")
     return Member(kernel_id=row["id"], source=row["source"], format=row["format"] or "", operator=row["operator"],
                   parents=tuple(row.get("parents") or ()), island=row.get("island") or 0,
                   generation=row.get("generation") or 0, verdict=row.get("verdict") or "",
                   reason=row.get("reason") or "", speedup_eager=row.get("speedup_eager"),
-                  speedup_compile=row.get("speedup_compile"), ms=row.get("candidate_ms"), eager_ms=row.get("eager_ms"),
+                  speedup_compile=row.get("speedup_compile"), speedup_eager_ci=tuple(ci) if ci else None,
+                  speedup_compile_ci=tuple(compile_ci) if compile_ci else None,
+                  ms=row.get("candidate_ms"), eager_ms=row.get("eager_ms"),
                   niche=row.get("niche") or "", stepping_stone=bool(row.get("stepping_stone")))
+
+
+def remeasured(member: Member, evaluation: Evaluation) -> Member:
+    """The member with a re-measurement's figures in place of the search's: what selection then uses."""
+    return dataclasses.replace(
+        member, verdict=evaluation.verdict, reason=evaluation.reason, speedup_eager=evaluation.speedup_eager,
+        speedup_compile=evaluation.speedup_compile, speedup_eager_ci=evaluation.speedup_eager_ci,
+        speedup_compile_ci=evaluation.speedup_compile_ci,
+        ms=evaluation.candidate.median_ms if evaluation.candidate else None,
+        eager_ms=evaluation.eager.median_ms if evaluation.eager else None)
+
+
+def resumed_members(rows: list[dict], remeasures: dict[int, dict]) -> tuple[list[Member], Member | None]:
+    """The judged members of a run's rows, each passing one with its latest re-measurement's figures
+    where it has one (the loop re-measures only kernels that passed), in the order their figures
+    were stored (the order the live run admitted them, which decides who is the incumbent best);
+    and apart, the best if it was never re-measured (a run killed while its re-measurement was
+    pending): it must be re-measured before it is shown."""
+    judged = [{**row, **(remeasures.get(row["id"], {}) if row["verdict"] == "ok" else {})}
+              for row in rows if row.get("verdict")]
+    judged.sort(key=lambda row: row.get("evaluation_id") or 0)
+    members = [member_from_row(row) for row in judged]
+    best = best_of(members)
+    if best is None or best.kernel_id in remeasures:
+        return members, None
+    return [m for m in members if m.kernel_id != best.kernel_id], best
 
 
 class RunState:
@@ -39,12 +68,11 @@ class RunState:
         (self.run_dir / "kernels").mkdir(parents=True, exist_ok=True)
         self._call_ids: dict[int, int] = {}
         self._lock = threading.Lock()
-        self.population = Population()
         self._rows_at_start = archive.kernels(run_id=run_id)  # read once: population, stats, leftovers
         self.profiles = {k: Profile.from_dict(p) for k, p in archive.profiles(run_id).items()}
-        for row in self._rows_at_start:
-            if row.get("verdict"):  # judged children only; unjudged ones are re-judged by the caller
-                self.population.add(member_from_row(row))
+        # judged children only; unjudged ones are re-judged by the caller, and so is an unconfirmed best
+        members, self.unconfirmed = resumed_members(self._rows_at_start, archive.remeasurements(run_id))
+        self.population = Population(members)
 
     # -- records ------------------------------------------------------------------------------------
 

@@ -22,6 +22,8 @@ from kernelevo.judge.executor import Limits, LocalExecutor
 from kernelevo.judge.formats import detect_format
 from kernelevo.judge.probe import IMPLAUSIBLE_SPEEDUP
 from kernelevo.judge.timing import TimingConfig
+from kernelevo.judge.timing import combined as timing_combined
+from kernelevo.judge.timing import load_note
 from kernelevo.records import Correctness, Evaluation, KernelResources, Profile, ShapeReport, TimingStats
 from kernelevo.runtime._common import slug
 from kernelevo.tasks import Task, source_hash
@@ -85,6 +87,12 @@ class Judge:
         warnings; None if the reference itself failed. `ran_on`: the GPU model, torch version and
         node a candidate's result reports; the baseline is the one of that GPU model and torch,
         measured on that node if missing (on a cluster, nodes may differ)."""
+        result = self.prefetch_baseline(task, device, ran_on).result()
+        return result if result.get("verdict") == "ok" else None
+
+    def prefetch_baseline(self, task: Task, device: str, ran_on: dict | None = None) -> concurrent.futures.Future:
+        """The baseline's future, its job started if it is not cached: a suite asks for all of them at
+        once, so that their torch.compile builds (minutes of CPU) overlap instead of queueing."""
         info = ran_on if ran_on and ran_on.get("device_name") else self.executor.device_info(device)
         key = _baseline_key(task.source_hash, info.get("device_name", device), info.get("torch", ""),
                             self.options.compile_baseline)
@@ -101,8 +109,7 @@ class Judge:
                     future = self.executor.submit(self._job(task, "baseline"), device, node=info.get("node_id"))
                     future.add_done_callback(lambda f: self._store(path, f))
                 self._baselines[key] = future
-        result = future.result()
-        return result if result.get("verdict") == "ok" else None
+        return future
 
     def submit(self, task: Task, candidate_path: str | Path, device: str | None = None, profile: bool = False,
                ncu: bool = True, final: bool = False) -> concurrent.futures.Future:
@@ -262,7 +269,8 @@ def judge_remeasure(result: dict, second: dict, kind: str, limit: float, toleran
             # it: the lower figure is the one reported.
             note = (f"the host clock per call gave {result['speedup_eager']:.2f}x, {second['timer']} in a fresh "
                     f"process {second['speedup']:.2f}x: the lower is reported")
-            return {**result, "speedup_eager": second["speedup"], "speedup_eager_ci": None, "evidence": evidence,
+            return {**result, "speedup_eager": second["speedup"], "speedup_eager_ci": second.get("speedup_ci"),
+                    "evidence": evidence,
                     "notes": [*result.get("notes", []), note]}
         return {**result, "verdict": "rejected", "reason": "timing_mismatch",
                 "message": f"CUDA events give a speedup of {result['speedup_eager']:.2f}x, {second['timer']} in a "
@@ -271,6 +279,10 @@ def judge_remeasure(result: dict, second: dict, kind: str, limit: float, toleran
     note = (f"speedup above {limit:g}x for a {kind} task: re-measured in a fresh process by "
             f"{second['timer']}, {second['speedup']:.2f}x")
     return {**result, "evidence": evidence, "notes": [*result.get("notes", []), note]}
+
+
+def _pair(value) -> tuple[float, float] | None:
+    return (float(value[0]), float(value[1])) if value else None
 
 
 def _baseline_key(task_hash: str, device_name: str, torch_version: str, compiled: bool) -> str:
@@ -284,30 +296,56 @@ def _stats(data: dict | None, scale: float = 1.0) -> TimingStats | None:
     return TimingStats(**{k: (v * scale if k in scaled else v) for k, v in data.items()})
 
 
+def _compile_figures(result: dict, baseline: dict | None, notes: list[str]) -> tuple:
+    """(compiled TimingStats, speedup over torch.compile, its [low, high]) of a passing result: timed
+    beside the candidate where a fresh process did so, else the cached baseline's compiled/eager
+    ratio times this run's speedup over eager, the two intervals combined (timing.combined)."""
+    timing = result.get("timing") or {}
+    cand, eager = _stats(timing.get("candidate")), _stats(timing.get("eager"))
+    beside = result.get("compile_beside") or {}
+    if cand and beside.get("verdict") == "ok":
+        speedup = beside["speedup_compile"]
+        notes.append(f"torch.compile timed beside the candidate in a fresh process: {speedup:.2f}x "
+                     f"(eager there: {beside['speedup_eager']:.2f}x)")
+        if loaded := load_note(beside.get("load")):
+            notes.append(f"{loaded} (torch.compile beside)")
+        return _stats(beside["timing"]["compiled"]), speedup, beside.get("speedup_compile_ci")
+    if not (cand and eager and baseline and "compiled" in baseline.get("timing", {})):
+        if baseline and baseline.get("compile_error"):
+            notes.append(f"torch.compile failed on the reference: {baseline['compile_error']}")
+        return None, None, None
+    if beside:
+        notes.append(f"torch.compile could not be timed beside the candidate ({beside.get('message', '')}); "
+                     "the cached figure is rescaled instead")
+    base = baseline["timing"]
+    factor = eager.median_ms / base["eager"]["median_ms"]
+    compiled = _stats(base["compiled"], factor)
+    speedup = compiled.median_ms / cand.median_ms
+    notes.append(f"torch.compile measured {baseline.get('measured_at', 'now')}, "
+                 f"rescaled by this run's eager time (x{factor:.3f})")
+    ratio = baseline.get("compiled_over_eager")  # older baselines: each median's own interval
+    parts = [tuple(ratio)] if ratio else [_spread(base["compiled"]), _spread(base["eager"])]
+    eager_ci = result.get("speedup_eager_ci")
+    if eager_ci:
+        parts.append((result["speedup_eager"], *eager_ci))
+    return compiled, speedup, timing_combined(speedup, *parts)
+
+
+def _spread(stats: dict) -> tuple[float, float, float]:
+    m, r = stats["median_ms"], stats.get("rel_ci") or 0.0
+    return m, m * (1 - r), m * (1 + r)
+
+
 def to_evaluation(task: Task, digest: str, fmt: str, device: str, result: dict,
                   baseline: dict | None, wall_s: float) -> Evaluation:
     """Combine a worker's result (and the cached baseline) into the Evaluation record."""
     timing = result.get("timing") or {}
     cand, eager = _stats(timing.get("candidate")), _stats(timing.get("eager"))
     notes = [n for n in result.get("notes", []) if n]
-    compiled = speedup_compile = None
     passed = result["verdict"] == "ok"  # a rejected candidate's timings are evidence, not speedups
-    beside = result.get("compile_beside") or {}
-    if passed and cand and beside.get("verdict") == "ok":
-        compiled = _stats(beside["timing"]["compiled"])
-        speedup_compile = beside["speedup_compile"]
-        notes.append(f"torch.compile timed beside the candidate in a fresh process: {speedup_compile:.2f}x "
-                     f"(eager there: {beside['speedup_eager']:.2f}x)")
-    elif passed and cand and eager and baseline and "compiled" in baseline.get("timing", {}):
-        if beside:
-            notes.append(f"torch.compile could not be timed beside the candidate ({beside.get('message', '')}); "
-                         "the cached figure is rescaled instead")
-        base = baseline["timing"]
-        factor = eager.median_ms / base["eager"]["median_ms"]
-        compiled = _stats(base["compiled"], factor)
-        speedup_compile = compiled.median_ms / cand.median_ms
-        notes.append(f"torch.compile measured {baseline.get('measured_at', 'now')}, "
-                     f"rescaled by this run's eager time (x{factor:.3f})")
+    compiled = speedup_compile = compile_ci = None
+    if passed:
+        compiled, speedup_compile, compile_ci = _compile_figures(result, baseline, notes)
     elif baseline and baseline.get("compile_error"):
         notes.append(f"torch.compile failed on the reference: {baseline['compile_error']}")
     correctness = result.get("correctness")
@@ -321,7 +359,8 @@ def to_evaluation(task: Task, digest: str, fmt: str, device: str, result: dict,
         device_s=result.get("device_s"), wall_s=wall_s,
         correctness=Correctness(**correctness) if correctness else None, candidate=cand, eager=eager,
         compiled=compiled, speedup_eager=result.get("speedup_eager") if passed else None,
-        speedup_eager_ci=result.get("speedup_eager_ci") if passed else None, speedup_compile=speedup_compile, notes=tuple(notes),
+        speedup_eager_ci=_pair(result.get("speedup_eager_ci")) if passed else None,
+        speedup_compile=speedup_compile, speedup_compile_ci=_pair(compile_ci), notes=tuple(notes),
         policy=result.get("policy", ""), evidence=result.get("evidence") or {}, warnings=warnings,
         resources=tuple(KernelResources(**r) for r in result.get("resources") or ()),
         shapes=ShapeReport.from_dict(result["shapes"]) if passed and result.get("shapes") else None)

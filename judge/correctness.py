@@ -9,17 +9,16 @@ result cached by input address comes out stale.
 """
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from kernelevo.judge import compare, generality, guards, inputs, shapes, verdicts
+from kernelevo.judge import compare, generality, guards, inputs, reference, shapes, verdicts
+from kernelevo.judge.reference import Rebuilt, Reference, Skip
 from kernelevo.judge.shapes import describe
 
 
-def forward(model, args: list):
-    return model(*args)
+forward = reference.forward
 
 
 def sync(device: str) -> None:
@@ -34,6 +33,12 @@ class Trial:
     args: list
     label: str  # says what was drawn: "trial 3 (scaled x1/8)", "derived shape (...)"
     kind: str = "draw"  # draw, test, or one of GENERAL's keys
+    init: tuple | None = None  # constructor arguments both models are rebuilt with (a derived shape)
+    shown: str = ""  # what the shape report lists for it; else its inputs' shapes
+
+    @property
+    def shapes(self) -> str:
+        return self.shown or describe(self.args)
 
 
 # Trials that check the candidate beyond the benchmark's own weights, values and shapes: a
@@ -43,113 +48,6 @@ GENERAL = {
     "range": ("value_range", "numerically fragile at magnitudes the reference handles"),
     "shape": ("shape_specific", "correct only on the task's own shapes"),
 }
-
-
-class Reference:
-    """The task's model in its own dtype (TF32 off), in float64 where it runs, and a twin that
-    probes inputs (is the output finite?) without advancing the reference's own state: a
-    recurrent task keeps its hidden state across calls, and so must an honest candidate."""
-
-    def __init__(self, model):
-        self.model = model
-        self.model64 = _copy(model, double=True)  # float64 is a refinement, not a requirement
-        self.twin = _copy(model)
-
-    def plain(self, args: list):
-        return forward(self.model, args)
-
-    def finite_on(self, args: list) -> bool:
-        """Whether the reference runs on `args` with a finite output, probed on the twin with the values
-        shuffled (inputs.shuffled: no output for the trial's own inputs exists before the candidate's)."""
-        try:
-            return all_finite(forward(self.twin or self.model, inputs.shuffled(args)))
-        except Exception:  # noqa: BLE001 - the reference rejects these inputs
-            return False
-
-    def keeps_state(self, args: list) -> bool:
-        """Whether two calls on the same inputs disagree: the reference carries state from call
-        to call (an RNN's hidden state). Then only calls made in lockstep with it compare."""
-        if self.twin is None:
-            return False
-        try:
-            first = [t.clone() if hasattr(t, "clone") else t
-                     for t in compare.flatten(forward(self.twin, inputs.shuffled(args)))]
-            second = compare.flatten(forward(self.twin, inputs.shuffled(args)))
-            return not all(_close(a, b) for a, b in zip(first, second)) or len(first) != len(second)
-        except Exception:  # noqa: BLE001 - a probe (out of memory on a huge output...): the trials decide
-            return False
-
-
-    def slack(self, args: list, exact) -> list | None:
-        """What each output element may differ by on these inputs because the problem is
-        ill-conditioned there (generality.conditioning_slack), from the float64 model where it
-        runs; its buffers (running statistics) are put back, so later trials see no extra calls."""
-        model = self.model64 if exact is not None else self.twin
-        if model is None:
-            return None
-        saved = {name: b.clone() for name, b in model.named_buffers()}
-        try:
-            if exact is None:
-                exact = forward(model, inputs.clone_inputs(args))
-            return generality.conditioning_slack(lambda moved: forward(model, moved),
-                                                 inputs.to_float64(args) if model is self.model64 else args, exact)
-        except Exception:  # noqa: BLE001 - the reference refuses moved inputs: no slack, the plain tolerance
-            return None
-        finally:
-            with_names = dict(model.named_buffers())
-            for name, value in saved.items():
-                with_names[name].copy_(value)
-
-    def sync(self) -> None:
-        """Give the float64 model and the twin the reference's current weights (after a redraw)."""
-        state = self.model.state_dict()
-        for other in (self.model64, self.twin):
-            if other is not None:
-                for name, tensor in other.state_dict().items():
-                    if name in state and tensor.is_floating_point():
-                        tensor.copy_(state[name])
-
-    def __call__(self, args: list):
-        """(outputs, float64 outputs or None, all finite) on `args` (which may be mutated)."""
-
-        exact = None
-        if self.model64 is not None:
-            try:
-                exact = forward(self.model64, inputs.to_float64(args))
-            except (RuntimeError, TypeError, NotImplementedError):
-                self.model64 = None
-        out = forward(self.model, args)
-        return out, exact, all_finite(out)
-
-
-def _close(a, b) -> bool:
-    """Equal, or within float32 noise (a nondeterministic reduction): without float64 copies, since an
-    output can be gigabytes."""
-    import torch
-
-    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
-        return a == b
-    if a.shape != b.shape or a.dtype != b.dtype or torch.equal(a, b):
-        return a.shape == b.shape and a.dtype == b.dtype
-    if not a.is_floating_point():
-        return False
-    scale = float(b.float().norm())
-    return float((a.float() - b.float()).norm()) <= 1e-5 * scale if scale > 0 else False
-
-
-def _copy(model, double: bool = False):
-    try:
-        twin = copy.deepcopy(model)
-        return twin.double() if double else twin
-    except Exception:  # noqa: BLE001 - some modules hold handles that cannot be copied
-        return None
-
-
-def all_finite(out) -> bool:
-    import torch
-
-    return all(bool(torch.isfinite(t).all()) for t in compare.flatten(out)
-               if isinstance(t, torch.Tensor) and t.is_floating_point())
 
 
 def _draws(task, job: dict, device: str, ref: Reference) -> Iterator[Trial]:
@@ -163,7 +61,7 @@ def _draws(task, job: dict, device: str, ref: Reference) -> Iterator[Trial]:
 
 
 def _trials(task, job: dict, device: str, ref: Reference, candidate, twins: dict, report: dict,
-            checks: list) -> Iterator[Trial]:
+            checks: list, planned) -> Iterator[Trial]:
     """Every trial in order: draws with the built weights, then with redrawn weights (kept from
     there on): as given, at large values, the task's extra shapes, and the shapes the judge derives."""
     yield from _draws(task, job, device, ref)
@@ -192,16 +90,26 @@ def _trials(task, job: dict, device: str, ref: Reference, candidate, twins: dict
         yield Trial(inputs.to_device(list(test_args), device), f"test inputs {i + 1}", "test")
     if report["mode"] == "general":
         base = plain(n + 2)
-        # On a GPU an invalid shape could leave a sticky CUDA error behind: check it on the meta
-        # device. On the CPU nothing sticks, and a real run on the twin costs less than meta's imports.
-        runs = shapes.meta_check(lambda: task.Model(*task.get_init_inputs())) if device.startswith("cuda") else None
-        if runs is None or not runs(base):  # meta cannot run this reference: probe on the twin
-            runs = ref.finite_on
-        fixed = frozenset(a for a in task.get_init_inputs() if isinstance(a, int) and not isinstance(a, bool))
-        variants, said = shapes.derive(lambda: base, runs, fixed)
-        report["notes"].extend(said)
-        for v in variants:
-            yield Trial(v.args, f"derived shape ({v.label}: {v.shapes})", "shape")
+        roles = planned or shapes.plan(base, tuple(task.get_init_inputs()), shapes.acceptor(task.Model, device),
+                                       shapes.parameter_names(task.Model))
+        found, said = shapes.variants(base, roles)
+        report["notes"].extend([*roles.notes, *said])
+        for v in found:
+            yield Trial(v.args, f"derived shape ({v.label}: {v.shapes})", "shape", v.init, v.shapes)
+
+
+def plan_shapes(task, device: str):
+    """The derived shapes, planned on shapes alone before the candidate holds the device: on the meta
+    device for a GPU (an invalid shape cannot leave a CUDA error behind, and no memory is used), with
+    real tensors on the CPU (meta's first use imports for over a second there). None where the
+    reference does not run on meta: the trials then plan on the device, with real tensors."""
+    where = "meta" if device.startswith("cuda") else "cpu"
+    init = tuple(task.get_init_inputs())
+    accepts = shapes.acceptor(task.Model, where)
+    args = inputs.draw(task.get_inputs, where)
+    if not accepts(init, args):
+        return None
+    return shapes.plan(args, init, accepts, shapes.parameter_names(task.Model))
 
 
 def _same_place(old: list | None, new: list) -> list | None:
@@ -220,14 +128,11 @@ def _same_place(old: list | None, new: list) -> list | None:
     return old
 
 
-class _Skip(Exception):
-    """A derived shape on which the reference's own output is not finite: not a test of anything."""
-
-
 def check(task, reference, candidate, job: dict, device: str, threads: guards.ThreadWatch,
-          on_trial=lambda label: None) -> dict:
+          on_trial=lambda label: None, planned=None) -> dict:
     """All trials; returns the result fields, or raises guards.Rejected. `on_trial` hears each
-    trial's label before it runs (the parent names it if the process dies there)."""
+    trial's label before it runs (the parent names it if the process dies there); `planned`: the
+    derived shapes from plan_shapes, else they are planned here."""
     import torch
 
     ref = Reference(reference)
@@ -238,14 +143,16 @@ def check(task, reference, candidate, job: dict, device: str, threads: guards.Th
     checks: list[str] = []  # what the weights and value-range trials did, for the verdict's notes
     report = {"mode": job.get("shapes", "general"), "supported": [], "refused": [], "notes": []}
     trials, worst = 0, None
+    spent: dict[str, float] = {}  # seconds per kind of trial, drawing its inputs included
+    clock = time.perf_counter()
     try:
         with torch.no_grad():
-            for t, trial in enumerate(_trials(task, job, device, ref, candidate, twins, report, checks)):
+            for t, trial in enumerate(_trials(task, job, device, ref, candidate, twins, report, checks, planned)):
                 on_trial(trial.label)
                 try:
-                    result = _trial(t, trial, ref, candidate, watch, threads, device, state)
-                except _Skip:
-                    report["notes"].append(f"{trial.label}: not judged, the reference's output is not finite there")
+                    result = _run_trial(t, trial, task, job, ref, candidate, watch, threads, device, state)
+                except Skip as skip:
+                    report["notes"].append(f"{trial.label}: not judged, {skip.why}")
                     continue
                 except Exception as exc:  # noqa: BLE001 - a refusal of a derived shape, or a failure
                     failed = _shape_failure(exc, trial, device, report, trials)
@@ -255,10 +162,13 @@ def check(task, reference, candidate, job: dict, device: str, threads: guards.Th
                 trials += 1
                 if isinstance(result, compare.Mismatch):
                     return _incorrect(result, trial, trials)
-                if trial.kind in ("draw", "test", "shape") and describe(trial.args) not in report["supported"]:
-                    report["supported"].append(describe(trial.args))
+                if trial.kind in ("draw", "test", "shape") and trial.shapes not in report["supported"]:
+                    report["supported"].append(trial.shapes)
                 if worst is None or result.rel_l2 >= worst[0].rel_l2:
                     worst = (result, trial.label)
+                now = time.perf_counter()
+                spent[trial.kind] = round(spent.get(trial.kind, 0.0) + now - clock, 4)
+                clock = now
     finally:
         watch.remove()
     match, label = worst
@@ -266,7 +176,7 @@ def check(task, reference, candidate, job: dict, device: str, threads: guards.Th
     if stateful:
         checks.append("the reference keeps state across calls: outputs are compared only in lockstep with it")
     return {"verdict": "ok", "reason": "", "message": "", "shapes": report, "checks": checks,
-            "stateful": stateful, "correctness": dict(
+            "stateful": stateful, "trial_s": spent, "correctness": dict(
         trials=trials, passed=trials, rel_l2=match.rel_l2, max_abs=match.max_abs,
         max_rel=match.max_rel, where=where, tolerance=match.tolerance)}
 
@@ -290,10 +200,22 @@ def _shape_failure(exc: Exception, trial: Trial, device: str, report: dict, tria
         except Exception:  # noqa: BLE001 - the refusal left the device broken: a crash after all
             pass
         else:
-            report["refused"].append(f"{describe(trial.args)}: {failure.message}")
+            report["refused"].append(f"{trial.shapes}: {failure.message}")
             return None
     return {"verdict": failure.verdict, "reason": failure.reason, "message": f"{trial.label}: {failure.message}",
             "excerpt": failure.excerpt}
+
+
+def _run_trial(t: int, trial: Trial, task, job: dict, ref: Reference, candidate, watch, threads, device: str,
+               state: dict):
+    """One trial, on models rebuilt for it where its constructor arguments differ from the task's."""
+    if trial.init is None:
+        return _trial(t, trial, ref, candidate, watch, threads, device, state)
+    rebuilt = Rebuilt(task, candidate, trial.init, job["seed"], device)
+    try:
+        return _trial(t, trial, rebuilt.ref, rebuilt.candidate, rebuilt.watch, threads, device, state)
+    finally:
+        rebuilt.watch.remove()
 
 
 def _trial(t: int, trial: Trial, ref: Reference, candidate, watch, threads, device: str, state: dict):
@@ -314,7 +236,7 @@ def _trial(t: int, trial: Trial, ref: Reference, candidate, watch, threads, devi
     ref_args = inputs.clone_inputs(originals)
     expected, exact, finite = ref(ref_args)
     if trial.kind == "shape" and not finite:
-        raise _Skip
+        raise Skip
     if not _same(returned, compare.flatten(out)):
         raise guards.Rejected("background_work", f"{label}: the output kept changing after forward returned "
                               "(and the device was synchronised): its work runs outside the call")
@@ -376,8 +298,10 @@ def _check_written(out, expected, label: str) -> None:
         if not (isinstance(o, torch.Tensor) and o.is_floating_point() and o.element_size() in views
                 and isinstance(e, torch.Tensor) and o.shape == e.shape and o.dtype == e.dtype):
             continue
-        bits = o.detach().contiguous().view(views[o.element_size()])
-        unwritten = int(((bits == -1) & ~torch.isnan(e.detach())).sum())
+        bits = o.detach().contiguous().view(views[o.element_size()]) == -1
+        if not bool(bits.any()):  # the common case, in one pass
+            continue
+        unwritten = int((bits & ~torch.isnan(e.detach())).sum())
         if unwritten:
             raise guards.Rejected("uninitialized_output", f"{label}: {unwritten} of {o.numel()} output elements were "
                                   "never written (they still hold the bits the judge filled free memory with): "
@@ -408,4 +332,5 @@ def _incorrect(m: compare.Mismatch, trial: Trial, trials: int) -> dict:
     reason, hint = GENERAL.get(trial.kind, (m.reason, ""))
     return {"verdict": "incorrect", "reason": reason, "message": f"{label}: {m.message}" + (f" ({hint})" if hint else ""),
             "excerpt": "", "correctness": dict(trials=trials, passed=trials - 1, rel_l2=m.rel_l2,
-                                               max_abs=m.max_abs, max_rel=m.max_rel, where=where)}
+                                               max_abs=m.max_abs, max_rel=m.max_rel, where=where,
+                                               tolerance=m.tolerance)}

@@ -145,35 +145,43 @@ def _fresh_bound(control_ms: float, cuda: bool) -> float:
     return 2 * FRESH_FACTOR * control_ms + 10 * FRESH_SLACK_MS  # host clocks on shared CPUs are noisier
 
 
-def host_clock(fns: dict[str, Callable[[list], Any]], args: list, calls: int = 25) -> dict:
-    """Per function, median event time and median wall time of one call bracketed by device-wide
-    synchronisation. Raises when the candidate's wall-time excess over its event time exceeds
-    eager's by more than noise: its work is not all on the stream the events are recorded on."""
+def _host_and_events(fns: dict[str, Callable[[list], Any]], args: list, calls: int) -> dict:
+    """Per function, median event time, wall time and wall-minus-event gap of one call bracketed by
+    device-wide synchronisation; the functions take turns call by call (A B, B A, ...), so that a
+    passing disturbance (another process on the GPU, a busy host) falls on both alike."""
     import torch
 
-    gaps, events, walls = {}, {}, {}
-    for name, fn in fns.items():
-        ev, wall = [], []
-        for _ in range(calls):
+    samples: dict[str, list[tuple[float, float]]] = {name: [] for name in fns}
+    names = list(fns)
+    for i in range(calls):
+        for name in (names if i % 2 == 0 else names[::-1]):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             start.record()
-            fn(args)
+            fns[name](args)
             end.record()
             torch.cuda.synchronize()
-            wall.append((time.perf_counter() - t0) * 1000)
-            ev.append(start.elapsed_time(end))
-        events[name], walls[name] = statistics.median(ev), statistics.median(wall)
-        gaps[name] = statistics.median(w - e for w, e in zip(wall, ev))
-    escaped = gaps["candidate"] - gaps["eager"]
-    evidence = {"event_ms": events["candidate"], "wall_ms": walls["candidate"], "eager_event_ms": events["eager"],
-                "eager_wall_ms": walls["eager"], "escaped_ms": escaped}
-    if escaped > max(ESCAPE_SLACK_MS, ESCAPE_FRACTION * events["candidate"]):
-        raise Rejected("escaped_work", f"a call takes {walls['candidate']:.3f} ms by the host clock with the "
-                       f"device synchronised but {events['candidate']:.3f} ms by CUDA events: {escaped:.3f} ms of "
-                       "work runs outside the current stream (a side stream or a host thread)", evidence)
-    return evidence
+            samples[name].append(((time.perf_counter() - t0) * 1000, start.elapsed_time(end)))
+    return {name: (statistics.median(e for _, e in xs), statistics.median(w for w, _ in xs),
+                   statistics.median(w - e for w, e in xs)) for name, xs in samples.items()}
+
+
+def host_clock(fns: dict[str, Callable[[list], Any]], args: list, calls: int = 25, tries: int = 2) -> dict:
+    """Raises when the candidate's wall-time excess over its event time exceeds eager's by more than
+    noise: its work is not all on the stream the events are recorded on. Work that escapes does so
+    on every call, so a first finding is measured again and only one that holds up rejects."""
+    for attempt in range(1, tries + 1):
+        found = _host_and_events(fns, args, calls)
+        (event, wall, gap), (eager_event, eager_wall, eager_gap) = found["candidate"], found["eager"]
+        escaped = gap - eager_gap
+        evidence = {"event_ms": event, "wall_ms": wall, "eager_event_ms": eager_event, "eager_wall_ms": eager_wall,
+                    "escaped_ms": escaped, "measurements": attempt}
+        if escaped <= max(ESCAPE_SLACK_MS, ESCAPE_FRACTION * event):
+            return evidence
+    raise Rejected("escaped_work", f"a call takes {wall:.3f} ms by the host clock with the device synchronised but "
+                   f"{event:.3f} ms by CUDA events: {escaped:.3f} ms of work runs outside the current stream "
+                   f"(a side stream or a host thread), in each of {tries} measurements", evidence)
 
 
 def spans(fns: dict[str, Callable[[list], Any]], input_sets: list[list], reps: int = 40) -> dict[str, float]:
@@ -232,14 +240,15 @@ def device_events(prof) -> list[dict]:
                   key=lambda e: e["ts"])
 
 
-def batched_wall(fns: dict[str, Callable[[list], Any]], input_sets: list[list], calls: int = 30) -> dict[str, float]:
+def batched_wall(fns: dict[str, Callable[[list], Any]], input_sets: list[list], calls: int = 30,
+                 batches: int = 7) -> dict[str, list[float]]:
     """CPU: one clock read pair around many back-to-back calls (per-call clocks are what the
-    judge used), median over several batches, interleaved."""
+    judge used): ms per call of each batch, batches interleaved."""
     out: dict[str, list[float]] = {name: [] for name in fns}
-    for r in range(5):
+    for r in range(batches):
         for name in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
             t0 = time.perf_counter()
             for i in range(calls):
                 fns[name](input_sets[i % len(input_sets)])
             out[name].append((time.perf_counter() - t0) * 1000 / calls)
-    return {name: statistics.median(xs) for name, xs in out.items()}
+    return out

@@ -26,7 +26,7 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernelevo.judge import verdicts
+from kernelevo.judge import hold, verdicts
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,7 @@ class Worker:
             [sys.executable, "-m", "kernelevo.judge.worker", _child_device(device), str(write_fd)],
             stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT, pass_fds=(write_fd,),
             start_new_session=True, env=_child_env(device, pinning))
+        hold.register(self.proc.pid)  # its own session: the process group is its pid
         os.close(write_fd)
         self._fd, self._buffer = read_fd, b""
         self.info: dict | None = None
@@ -62,10 +63,14 @@ class Worker:
         self.proc.stdin.write((json.dumps(message) + "\n").encode())
         self.proc.stdin.flush()
 
+    def clock(self) -> float:
+        """Seconds on a clock that stands still while this worker is paused (hold.py): limits run on it."""
+        return hold.clock(self.proc.pid)
+
     def next_event(self, deadline: float) -> dict:
-        """The next event; raises TimeoutError past the deadline, WorkerDied at EOF."""
+        """The next event; raises TimeoutError past the deadline (on `clock`), WorkerDied at EOF."""
         while b"\n" not in self._buffer:
-            left = deadline - time.monotonic()
+            left = deadline - self.clock()
             if left <= 0:
                 raise TimeoutError
             ready, _, _ = select.select([self._fd], [], [], left)
@@ -80,7 +85,7 @@ class Worker:
 
     def wait_ready(self, limit: float) -> dict:
         if self.info is None:
-            event = self.next_event(time.monotonic() + limit)
+            event = self.next_event(self.clock() + limit)
             if event.get("event") != "ready":
                 raise WorkerDied
             self.info = event
@@ -94,6 +99,7 @@ class Worker:
             return ""
 
     def kill(self) -> None:
+        hold.unregister(self.proc.pid)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, 9)
         with contextlib.suppress(Exception):
@@ -232,23 +238,31 @@ def device_lock(cache_dir: Path, device: str):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def drive(worker: Worker, job: dict, limits: Limits, hold_device) -> dict:
+def drive(worker: Worker, job: dict, limits: Limits, hold_device, hold_machine=None) -> dict:
     """Send the job, follow its events, enforce the limits; always return a result dict.
-    `hold_device()` is the context that gives this worker the device for its run phase."""
-    phase, deadline = "build", time.monotonic() + limits.build
+    `hold_device()` is the context that gives this worker the device for its run phase;
+    `hold_machine()`, where given, the one that pauses every other worker while it times on the CPU."""
+    phase, deadline = "build", worker.clock() + limits.build
     token, granted, released = secrets.token_hex(16), None, None
     trial = ""  # the correctness trial under way: a crash or hang there names its shape
-    with contextlib.ExitStack() as held:
+    with contextlib.ExitStack() as held, contextlib.ExitStack() as machine:
         try:
             worker.send(job)
             while True:
                 event = worker.next_event(deadline)
                 if event["event"] == "gpu" and granted is None:
                     held.enter_context(hold_device())
-                    phase, deadline = "run", time.monotonic() + limits.run
+                    phase, deadline = "run", worker.clock() + limits.run
                     worker.send({"go": True, "token": token})
                     granted = time.monotonic()
+                elif event["event"] == "quiet" and granted is not None and released is None:
+                    machine.close()
+                    waited = machine.enter_context(hold_machine()) if hold_machine else 0.0
+                    worker.send({"quiet": True, "waited_s": waited})
+                elif event["event"] == "loud":
+                    machine.close()
                 elif event["event"] == "release" and granted is not None and released is None:
+                    machine.close()
                     held.close()  # the worker finishes on the CPU; the device may go to the next
                     released = time.monotonic()
                 elif event["event"] == "trial":
@@ -326,7 +340,8 @@ class LocalExecutor(Spread):
         self._busy.add(worker)
         started = time.monotonic()
         try:
-            result = drive(worker, job, self.limits, lambda: device_lock(self.cache_dir, device))
+            result = drive(worker, job, self.limits, lambda: device_lock(self.cache_dir, device),
+                           None if device.startswith("cuda") else lambda: hold.machine(worker.proc.pid))
         finally:
             self._busy.discard(worker)
             worker.kill()

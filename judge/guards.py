@@ -41,7 +41,7 @@ FLAGS = {
         lambda t: t.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
 }
 JUDGE_MODULES = ("kernelevo.judge.compare", "kernelevo.judge.timing", "kernelevo.judge.inputs",
-                 "kernelevo.judge.guards", "kernelevo.judge.trial", "kernelevo.judge.correctness",
+                 "kernelevo.judge.guards", "kernelevo.judge.trial", "kernelevo.judge.correctness", "kernelevo.judge.reference",
                  "kernelevo.judge.crosscheck", "kernelevo.judge.policy", "kernelevo.judge.worker")
 
 

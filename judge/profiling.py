@@ -35,12 +35,13 @@ def run_profile(job: dict, device: str, channel) -> dict:
     notes: list[str] = []
     try:
         name = _device_name(device)
-        peaks, _ = sol.peaks(Path(job["cache_dir"]), device, name)
         args = trial._input_sets(task, job, device, 1)[0]
         work = sol.count_work(reference, args)
         own = policy.own_kernel_names(job["candidate_source"])
-        cand, cand_ms = breakdown(lambda: trial.forward(candidate, args), device, own)
-        ref, ref_ms = breakdown(lambda: trial.forward(reference, args), device, set())
+        with channel.quiet():  # the calibration and the per-kernel times are timings too
+            peaks, _ = sol.peaks(Path(job["cache_dir"]), device, name)
+            cand, cand_ms = breakdown(lambda: trial.forward(candidate, args), device, own)
+            ref, ref_ms = breakdown(lambda: trial.forward(reference, args), device, set())
         found = resources.collect()
         kernels, note = [], "Nsight Compute profiles CUDA kernels: skipped on the CPU"
         if device.startswith("cuda"):

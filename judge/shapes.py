@@ -2,35 +2,73 @@
 
 A kernel written against `get_inputs()` alone often works only there: full tiles and no tail
 handling, sizes baked in as constants, grids computed for one size. So besides the task's own
-shapes the candidate is checked on inputs whose leading dimension and one or two inner
-dimensions are changed to odd primes (never a multiple of 2, 8, 16, 32 or 64): 16 -> 13,
-4096 -> 4093, 16384 -> 16381, 2 -> 3.
+shapes the candidate is checked on inputs whose sizes are changed to odd primes (never a multiple
+of 2, 8, 16, 32 or 64): 16 -> 13, 4096 -> 4093, 16384 -> 16381, 2 -> 3.
 
-A dimension is changed as a symbol: every input dimension of the same size changes with it (a
-matmul's shared K in both operands), falling back to fewer places when the reference rejects
-that. A variant is kept only where the reference runs on it: checked first on the meta device
-(shapes only: no memory, no kernels, so an invalid variant cannot leave a CUDA error behind),
-else on a copy of the reference. Integer inputs that could index a shrunk dimension veto it, and so
-does a size that is also a constructor argument: the module was built for it (RMSNorm(64) takes
-inputs of 64 features even where its forward would run on 61), so changing it alone is not a valid
-input for that module.
+Which sizes may change, and how, is decided by role, never by a size's value:
+- A size the module is built for changes together with its constructor argument: both the
+  reference and the candidate are built again with the new value (`Model(features=509)` with
+  inputs of 509 features). A dimension is found to be built for when the reference, built with the
+  argument changed, accepts the changed dimension (and, where it rejects the original one, needs
+  it). Every dimension of that size the rebuilt reference accepts changes with it: where shapes
+  alone cannot tell a batch of 1024 from 1024 features (a module that never checks its feature
+  count), changing both together is a valid input either way, while changing the features alone
+  would ask a module built for 1024 to take 1021.
+- Every other size changes alone, with the task's own construction: the leading dimension and up
+  to two inner ones. A size changes as a symbol: every input dimension of that size not built for
+  changes with it (a matmul's shared K in both operands), falling back to fewer places when the
+  reference rejects that.
+
+All of this is decided on shapes alone, before the candidate holds a device: on the meta device
+(no memory, no kernels, so an invalid variant leaves no CUDA error behind), or where the reference
+cannot run there, with real tensors. A variant is kept only where the reference runs on it. Integer
+inputs that could index a shrunk dimension veto it (checked on each trial's values).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import itertools
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
-MAX_VARIANTS = 3  # the leading dimension and up to two inner ones
+MAX_CONSTRUCTOR = 2  # constructor arguments varied together with their sizes
+MAX_VARIANTS = 4  # derived variants in all: constructor ones first, then the leading dimension and inner ones
+MAX_ALONE = 3  # of which sizes changed alone
 MAX_INNER_TRIES = 4  # inner sizes tried before giving up
+MAX_SUBSETS = 16  # placements tried per constructor argument
 MIN_BYTES_BOUND = 64 << 20  # a variant may always use this much input memory
 GROWTH_BOUND = 1.25  # ... or this factor of the task's own inputs
+
+Dim = tuple[int, int]  # (input index, dimension)
+Path = tuple[int, ...]  # a constructor argument: (position,) or (position, element) inside a tuple
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One derived variant, decided on shapes: where sizes change, and the construction if it changes."""
+    label: str  # e.g. "leading dimension 16 -> 13", "features 512 -> 509"
+    placement: tuple[tuple[Dim, int], ...]  # ((input, dim), new size)
+    init: tuple | None = None  # constructor arguments both models are rebuilt with; None: the task's own
+    built: str = ""  # "Model(features=509)" where rebuilt
+
+    @property
+    def sizes(self) -> dict[Dim, int]:
+        return dict(self.placement)
 
 
 @dataclass(frozen=True)
 class Variant:
     label: str  # e.g. "leading dimension 16 -> 13"
     args: list  # inputs on the device, drawn fresh
-    shapes: str  # e.g. "float32[13, 16384]"
+    shapes: str  # e.g. "float32[13, 16384]", or "float32[128, 509] with Model(features=509)"
+    init: tuple | None = None
+    built: str = ""
+
+
+@dataclass
+class Roles:
+    """What planning found: the variants, and notes on what could not be varied."""
+    plans: list[Plan] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
 
 def other_size(n: int) -> int | None:
@@ -65,29 +103,134 @@ def describe(args: list) -> str:
                      if isinstance(a, torch.Tensor))
 
 
-def _plans(args: list, fixed: frozenset[int]) -> list[tuple[str, list[dict[tuple[int, int], int]]]]:
-    """(label, placements to try in order) per change: placements map (input, dim) -> new size.
-    Sizes in `fixed` (constructor arguments) are never changed."""
+def _dims(args: list) -> dict[Dim, int]:
     import torch
 
-    dims = [(i, d, n) for i, a in enumerate(args) if isinstance(a, torch.Tensor) for d, n in enumerate(a.shape)
-            if n not in fixed]
+    return {(i, d): n for i, a in enumerate(args) if isinstance(a, torch.Tensor) for d, n in enumerate(a.shape)}
+
+
+# --- constructor arguments -------------------------------------------------------------------------
+
+def size_arguments(init: tuple) -> list[tuple[Path, int]]:
+    """Integer constructor arguments that could be sizes (over 1), top level or inside a tuple/list."""
+    found = []
+    for k, a in enumerate(init):
+        if isinstance(a, int) and not isinstance(a, bool):
+            found.append(((k,), a))
+        elif isinstance(a, (tuple, list)):
+            found += [((k, j), e) for j, e in enumerate(a) if isinstance(e, int) and not isinstance(e, bool)]
+    return [(p, v) for p, v in found if v > 1 and other_size(v) is not None]
+
+
+def with_value(init: tuple, paths: list[Path], value: int) -> tuple:
+    """`init` with the arguments at `paths` set to `value`."""
+    out = list(init)
+    for path in paths:
+        if len(path) == 1:
+            out[path[0]] = value
+        else:
+            inner = list(out[path[0]])
+            inner[path[1]] = value
+            out[path[0]] = type(init[path[0]])(inner)
+    return tuple(out)
+
+
+def call_text(init: tuple, names: tuple[str, ...], changed: list[Path]) -> str:
+    """'Model(in_features=1021, out_features=1024)'; long argument lists keep the changed ones only."""
+    def one(k: int, a: Any) -> str:
+        return f"{names[k]}={a!r}" if k < len(names) else repr(a)
+
+    full = f"Model({', '.join(one(k, a) for k, a in enumerate(init))})"
+    if len(full) <= 80:
+        return full
+    keep = sorted({p[0] for p in changed})
+    return f"Model({', '.join(one(k, init[k]) for k in keep)}, ...)"
+
+
+def _arg_name(path: Path, names: tuple[str, ...]) -> str:
+    base = names[path[0]] if path[0] < len(names) else f"argument {path[0] + 1}"
+    return base if len(path) == 1 else f"{base}[{path[1]}]"
+
+
+def _subsets(dims: list[Dim]) -> list[tuple[Dim, ...]]:
+    """Placements to try for a constructor argument, widest first, then the empty one."""
+    if len(dims) <= 4:
+        tries = [c for r in range(len(dims), 0, -1) for c in itertools.combinations(dims, r)]
+    else:
+        tries = [tuple(dims)] + [tuple(d for d in dims if d != x) for x in dims] + [(x,) for x in dims]
+    return tries[:MAX_SUBSETS - 1] + [()]
+
+
+def _placement_for(args: list, accepts: Callable[[tuple, list], bool], init: tuple, value: int,
+                   new: int) -> tuple[Dim, ...] | None:
+    """The widest set of dimensions of size `value` that the reference built with `init` accepts
+    changed to `new` (possibly none); None where it accepts no placement at all."""
+    same = [dim for dim, n in _dims(args).items() if n == value]
+    for subset in _subsets(same):
+        if accepts(init, resized(args, dict.fromkeys(subset, new))):
+            return subset
+    return None
+
+
+def constructor_plans(args: list, init: tuple, accepts: Callable[[tuple, list], bool],
+                      names: tuple[str, ...]) -> tuple[list[Plan], set[Dim], list[str]]:
+    """Variants that rebuild both models with a size argument changed, the input dimensions they
+    carry (never changed alone), and notes. An argument whose value is no input size is left: it
+    ties no input dimension."""
+    sizes = {dim: n for dim, n in _dims(args).items()}
+    by_value: dict[int, list[Path]] = {}
+    for path, value in size_arguments(init):
+        if value in sizes.values():
+            by_value.setdefault(value, []).append(path)
+    plans, carried, notes = [], set(), []
+    for value, paths in by_value.items():
+        new = other_size(value)
+        # each argument of this value alone; if none can change alone, all of them together
+        groups = [[p] for p in paths] + ([paths] if len(paths) > 1 else [])
+        found = unrelated = False
+        for group in groups:
+            if found and len(group) > 1:
+                break
+            changed = with_value(init, group, new)
+            subset = _placement_for(args, accepts, changed, value, new)
+            unrelated |= subset == ()  # built with the new value, it takes the task's inputs as they are
+            if not subset:
+                continue
+            found = True
+            carried |= set(subset)
+            label = " and ".join(_arg_name(p, names) for p in group) + f" {value} -> {new}"
+            plans.append(Plan(label, tuple((d, new) for d in subset), changed, call_text(changed, names, group)))
+        if not found and not unrelated:
+            notes.append(f"{value} is also a constructor argument ({', '.join(_arg_name(p, names) for p in paths)}) "
+                         f"that the reference could not be built with as {new} for these inputs: "
+                         "its dimensions change alone, where the reference accepts that")
+    return plans[:MAX_CONSTRUCTOR], carried, notes
+
+
+# --- sizes changed alone -----------------------------------------------------------------------------
+
+def alone_plans(args: list, frozen: set[Dim]) -> list[tuple[str, list[dict[Dim, int]]]]:
+    """(label, placements to try in order) per size changed alone: the leading dimension, then inner
+    ones; dimensions in `frozen` (carried by a constructor argument) never change here."""
+    import torch
+
+    dims = [(i, d, n) for (i, d), n in _dims(args).items() if (i, d) not in frozen]
     if not dims:
         return []
     plans = []
-    first = next(i for i, _, _ in dims)
+    first = next(i for i, a in enumerate(args) if isinstance(a, torch.Tensor))
     lead = args[first].shape[0] if args[first].dim() else 1
-    if lead not in fixed and (new := other_size(lead) if lead > 1 else 3) is not None:
+    if (first, 0) not in frozen and args[first].dim() and (new := other_size(lead) if lead > 1 else 3) is not None:
         at = {(i, 0): new for i, d, n in dims if d == 0 and n == lead}
         plans.append((f"leading dimension {lead} -> {new}", [at]))
     inner = [n for i, d, n in dims if d > 0 and n > 1]
-    last = args[first].shape[-1] if args[first].dim() > 1 else None
+    last = args[first].shape[-1] if args[first].dim() > 1 and (first, args[first].dim() - 1) not in frozen else None
     order = ([last] if last and last > 1 else []) + sorted(set(inner) - {last}, reverse=True)
     for n in order[:MAX_INNER_TRIES]:
         new = other_size(n)
         everywhere = {(i, d): new for i, d, m in dims if m == n}
         inner_only = {(i, d): new for i, d, m in dims if m == n and d > 0}
-        own = {(first, d): new for d, m in enumerate(args[first].shape) if m == n and d > 0}
+        own = {(first, d): new for i, d, m in dims if i == first and m == n and d > 0}
         tries: list[dict] = []
         for placement in (everywhere, inner_only, own):  # the widest change first
             if placement and placement not in tries:
@@ -96,13 +239,45 @@ def _plans(args: list, fixed: frozenset[int]) -> list[tuple[str, list[dict[tuple
     return plans
 
 
-def _resized(args: list, placement: dict[tuple[int, int], int]) -> list:
-    """`args` with the placed dimensions cut (or repeated, then cut) to their new sizes, contiguous."""
+def plan(args: list, init: tuple, accepts: Callable[[tuple, list], bool], names: tuple[str, ...] = ()) -> Roles:
+    """The derived variants of inputs like `args` (only their shapes matter) for a module built with
+    `init`; `accepts(init, args)` says whether the reference built so runs on such inputs."""
+    roles = Roles()
+    ctor, carried, roles.notes = constructor_plans(args, init, accepts, names)
+    roles.plans = list(ctor)
+    bound = max(MIN_BYTES_BOUND, GROWTH_BOUND * _nbytes(args))
+    refused = []
+    for label, tries in alone_plans(args, carried):
+        if len(roles.plans) >= MAX_VARIANTS or len(roles.plans) - len(ctor) >= MAX_ALONE:
+            break
+        for placement in tries:
+            moved = resized(args, placement)
+            if _nbytes(moved) <= bound and accepts(init, moved):
+                roles.plans.append(Plan(label, tuple(placement.items())))
+                break
+        else:
+            refused.append(label)
+    roles.notes += [f"not checked on another {kind} dimension: the reference runs on none of "
+                    + ", ".join(r.removeprefix(f"{kind} dimension ") for r in refused if r.startswith(kind))
+                    for kind in ("leading", "inner")
+                    if not any(p.label.startswith(kind) for p in roles.plans) and any(r.startswith(kind) for r in refused)]
+    return roles
+
+
+# --- from plans to inputs ----------------------------------------------------------------------------
+
+def resized(args: list, placement: dict[Dim, int]) -> list:
+    """`args` with the placed dimensions cut (or repeated, then cut) to their new sizes, contiguous.
+    Meta tensors (planning) are made anew in their new shape."""
     import torch
 
     out = []
     for i, a in enumerate(args):
         if isinstance(a, torch.Tensor):
+            if a.is_meta:
+                shape = [placement.get((i, d), n) for d, n in enumerate(a.shape)]
+                out.append(torch.empty(shape, dtype=a.dtype, device="meta"))
+                continue
             for (j, d), new in placement.items():
                 if j == i:
                     if new > a.shape[d]:
@@ -113,7 +288,7 @@ def _resized(args: list, placement: dict[tuple[int, int], int]) -> list:
     return out
 
 
-def _indexes_into(args: list, placement: dict[tuple[int, int], int]) -> bool:
+def indexes_into(args: list, placement: dict[Dim, int]) -> bool:
     """Whether an integer input could index a dimension this placement shrinks: its values reach
     the new size but stay below the old one. The reference would then fail on the device."""
     import torch
@@ -133,55 +308,62 @@ def _nbytes(args: list) -> int:
     return sum(a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor))
 
 
-def derive(draw: Callable[[], list], runs: Callable[[list], bool], fixed: frozenset[int] = frozenset()
-           ) -> tuple[list[Variant], list[str]]:
-    """Up to MAX_VARIANTS variants of freshly drawn inputs on which `runs` (the reference check)
-    succeeds, never changing a size in `fixed` (the constructor's integer arguments); and notes on
-    what could not be derived."""
+def variants(base: list, roles: Roles) -> tuple[list[Variant], list[str]]:
+    """The planned variants on `base` (one trial's fresh inputs on the device), and notes on those an
+    integer input vetoes."""
+    out, notes = [], []
+    for p in roles.plans:
+        if indexes_into(base, p.sizes):
+            notes.append(f"not checked on {p.label}: an integer input indexes the dimension it shrinks")
+            continue
+        args = resized(base, p.sizes)
+        shown = describe(args) + (f" with {p.built}" if p.built else "")
+        out.append(Variant(p.label, args, shown, p.init, p.built))
+    return out, notes
+
+
+# --- whether the reference accepts inputs --------------------------------------------------------------
+
+def acceptor(model_cls, device: str) -> Callable[[tuple, list], bool]:
+    """`accepts(init, args)`: does `model_cls(*init)` run on tensors shaped like `args`? On `device`
+    "meta" (shapes only), else with real tensors there. Models are built once per construction."""
     import torch
 
-    args = draw()
-    bound = max(MIN_BYTES_BOUND, GROWTH_BOUND * _nbytes(args))
-    variants, refused = [], []
-    kept = sorted({n for a in args if isinstance(a, torch.Tensor) for n in a.shape if n in fixed and n > 1})
-    for label, tries in _plans(args, fixed):
-        if len(variants) >= MAX_VARIANTS:
-            break
-        for placement in tries:
-            resized = None if _indexes_into(args, placement) else _resized(args, placement)
-            if resized is not None and _nbytes(resized) <= bound and runs(resized):
-                variants.append(Variant(label, resized, describe(resized)))
-                break
-        else:
-            refused.append(label)
-    notes = [f"not checked on another {kind} dimension: the reference runs on none of "
-             + ", ".join(r.removeprefix(f"{kind} dimension ") for r in refused if r.startswith(kind))
-             for kind in ("leading", "inner")
-             if not any(v.label.startswith(kind) for v in variants) and any(r.startswith(kind) for r in refused)]
-    if kept:
-        notes.append(f"not varied: {', '.join(map(str, kept))}, also a constructor argument")
-    return variants, notes
+    built: dict[str, Any] = {}
 
+    def model(init: tuple):
+        key = repr(init)
+        if key not in built:
+            try:
+                with torch.device(device):
+                    built[key] = model_cls(*init)
+            except Exception:  # noqa: BLE001 - the module cannot be built so (or not on this device)
+                built[key] = None
+        return built[key]
 
-def meta_check(model_factory: Callable[[], Any]) -> Callable[[list], bool] | None:
-    """A check that the reference accepts inputs of these shapes, run on the meta device; None
-    where the reference cannot be built or run there (data-dependent code, explicit devices)."""
-    import torch
-
-    try:
-        with torch.device("meta"):
-            model = model_factory()
-    except Exception:  # noqa: BLE001 - meta is an optimisation; the caller falls back to a real run
-        return None
-
-    def runs(args: list) -> bool:
-        metas = [torch.empty_like(a, device="meta") if isinstance(a, torch.Tensor) else a for a in args]
+    def accepts(init: tuple, args: list) -> bool:
+        m = model(init)
+        if m is None:
+            return False
+        moved = [torch.empty_like(a, device=device) if device == "meta" and isinstance(a, torch.Tensor)
+                 else a.to(device) if isinstance(a, torch.Tensor) else a for a in args]
         try:
             with torch.no_grad():
-                out = model(*metas)
+                out = m(*moved)
         except Exception:  # noqa: BLE001 - the reference rejects these shapes
             return False
         outs = out if isinstance(out, (list, tuple)) else [out]
         return all(not isinstance(o, torch.Tensor) or o.numel() > 0 for o in outs)
 
-    return runs
+    return accepts
+
+
+def parameter_names(model_cls) -> tuple[str, ...]:
+    """The reference constructor's positional parameter names, for labels."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(model_cls.__init__).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return ()
+    return tuple(p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,15 +41,23 @@ class TimingConfig:
     flush: bool = True
 
 
-def summarize(samples: list[float]) -> TimingStats:
-    """Median with a distribution-free 95 % interval (order statistics), p10, p90, min, mean."""
+def interval(samples: list[float]) -> tuple[float, float, float]:
+    """(median, low, high): the median and its distribution-free 95 % confidence interval, from the
+    order statistics 1.96 * sqrt(n) / 2 ranks either side of the middle (no normality assumed)."""
     xs = sorted(samples)
     n = len(xs)
     if n == 0:
         raise ValueError("no samples")
     median = xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
-    k = math.ceil(0.98 * math.sqrt(n))  # 1.96 * sqrt(n) / 2 ranks either side of the middle
-    lo, hi = xs[max(0, (n - 1) // 2 - k)], xs[min(n - 1, n // 2 + k)]
+    k = math.ceil(0.98 * math.sqrt(n))
+    return median, xs[max(0, (n - 1) // 2 - k)], xs[min(n - 1, n // 2 + k)]
+
+
+def summarize(samples: list[float]) -> TimingStats:
+    """Median with a distribution-free 95 % interval (order statistics), p10, p90, min, mean."""
+    xs = sorted(samples)
+    n = len(xs)
+    median, lo, hi = interval(xs)
     rel_ci = (hi - lo) / 2 / median if median > 0 else 0.0
     return TimingStats(median_ms=median, p10_ms=xs[int(0.1 * (n - 1))], p90_ms=xs[int(0.9 * (n - 1))],
                        min_ms=xs[0], mean_ms=sum(xs) / n, n=n, rel_ci=rel_ci)
@@ -56,18 +65,78 @@ def summarize(samples: list[float]) -> TimingStats:
 
 @dataclass(frozen=True)
 class Measurement:
-    """Statistics per function and the raw samples, in round order (one per function per round)."""
+    """Statistics per function and the raw samples, in round order (one per function per round);
+    on the CPU, what other processes took of the machine meanwhile (LoadWatch)."""
     stats: dict[str, TimingStats]
     samples: dict[str, list[float]]
+    load: dict | None = None
 
     def ratio(self, numerator: str, denominator: str) -> tuple[float, float]:
         """Median of the per-round ratios numerator/denominator and its relative 95 % half-width."""
         return paired_ratio(self.samples[numerator], self.samples[denominator])
 
+    def speedup(self, numerator: str, denominator: str) -> tuple[float, list[float]]:
+        """Median of the per-round ratios numerator/denominator and its 95 % interval [low, high]."""
+        median, lo, hi = interval(_ratios(self.samples[numerator], self.samples[denominator]))
+        return median, [lo, hi]
+
+
+def _ratios(numerator: list[float], denominator: list[float]) -> list[float]:
+    return [a / b for a, b in zip(numerator, denominator) if b > 0]
+
 
 def paired_ratio(numerator: list[float], denominator: list[float]) -> tuple[float, float]:
-    s = summarize([a / b for a, b in zip(numerator, denominator) if b > 0])
+    s = summarize(_ratios(numerator, denominator))
     return s.median_ms, s.rel_ci
+
+
+def combined(point: float, *intervals: tuple[float, float, float]) -> list[float]:
+    """A 95 % interval of `point`, a product of independent factors each given as (median, low,
+    high): their relative half-widths add in quadrature on a log scale, each side on its own."""
+    down = math.sqrt(sum(math.log(m / lo) ** 2 for m, lo, _ in intervals if lo > 0 and m > 0))
+    up = math.sqrt(sum(math.log(hi / m) ** 2 for m, _, hi in intervals if m > 0 and hi > 0))
+    return [point * math.exp(-down), point * math.exp(up)]
+
+
+LOADED_CORES = 0.2  # other processes busy on this many cores, on average, make a measurement "loaded"
+
+
+class LoadWatch:
+    """CPU time that other processes took while this one measured: the machine's busy time
+    (/proc/stat, steal included: a virtual machine's neighbours) less this process's own. This
+    process's judge workers are paused meanwhile (hold.py); what remains is not ours to stop."""
+
+    def __init__(self) -> None:
+        self.start = self._read()
+
+    @staticmethod
+    def _read() -> tuple[float, float, float] | None:
+        try:
+            with open("/proc/stat") as f:
+                fields = [int(x) for x in f.readline().split()[1:]]
+        except (OSError, ValueError):
+            return None
+        tick = os.sysconf("SC_CLK_TCK")
+        busy = sum(fields[:3]) + sum(fields[5:8])  # user nice system, irq softirq steal
+        own = os.times()
+        return busy / tick, own.user + own.system, time.monotonic()
+
+    def stop(self) -> dict | None:
+        end = self._read()
+        if self.start is None or end is None or end[2] <= self.start[2]:
+            return None
+        wall = end[2] - self.start[2]
+        other = max(0.0, (end[0] - self.start[0]) - (end[1] - self.start[1])) / wall
+        return {"other_cores": round(other, 2), "cores": os.cpu_count() or 1, "seconds": round(wall, 3),
+                "loaded": other >= LOADED_CORES}
+
+
+def load_note(load: dict | None) -> str:
+    """One line for a verdict whose measurement other processes disturbed, else ''."""
+    if not load or not load.get("loaded"):
+        return ""
+    return (f"other processes kept {load['other_cores']:.1f} of {load['cores']} cores busy while this was timed: "
+            "the intervals include their noise")
 
 
 def _llc_bytes() -> int:
@@ -185,6 +254,7 @@ def measure(fns: dict[str, Callable[[list], Any]], input_sets: list[list], devic
 
     clock = Clock(device, config.flush)
     names = list(fns)
+    watch = None if clock.cuda else LoadWatch()
     with torch.no_grad():
         _warm_up(fns, input_sets, clock, config)
         # On the CPU the host time is the measurement itself; only a GPU needs it apart.
@@ -210,7 +280,7 @@ def measure(fns: dict[str, Callable[[list], Any]], input_sets: list[list], devic
             elapsed = time.perf_counter() - started
             if rounds >= config.max_reps or (rounds >= config.min_reps and precise) or elapsed > config.max_seconds:
                 return Measurement({name: dataclasses.replace(s, host_ms=host[name]) for name, s in stats.items()},
-                                   samples)
+                                   samples, watch.stop() if watch else None)
             batch = min(64, max(4, rounds))
 
 

@@ -93,16 +93,29 @@ def run_candidate(job: dict, device: str, channel) -> dict:
     reference, candidate, result = built
     result["resources"] = [dataclasses.asdict(r) for r in resources.collect()]
     channel.send("built", build_s=result["build_s"])
+    planned = _plan_shapes(task, job, device)  # on shapes alone: no device time spent on it
     channel.acquire_device()  # from here on this worker has the device to itself
     acquired = time.perf_counter()
     try:
-        return _check_and_time(task, reference, candidate, job, device, result, integrity, threads, channel, acquired)
+        return _check_and_time(task, reference, candidate, job, device, result, integrity, threads, channel, acquired,
+                               planned)
     finally:
         result.setdefault("device_s", time.perf_counter() - acquired)  # set at release when it got that far
 
 
+def _plan_shapes(task, job: dict, device: str):
+    """The derived shapes (correctness.plan_shapes), or None to plan them once the device is held."""
+    if job.get("shapes", "general") != "general":
+        return None
+    try:
+        return correctness.plan_shapes(task, device)
+    except Exception:  # noqa: BLE001 - the task's own code on meta tensors: the trials plan with real ones
+        return None
+
+
 def _check_and_time(task, reference, candidate, job: dict, device: str, result: dict,
-                    integrity: guards.Integrity, threads: guards.ThreadWatch, channel, acquired: float) -> dict:
+                    integrity: guards.Integrity, threads: guards.ThreadWatch, channel, acquired: float,
+                    planned=None) -> dict:
     evidence: dict[str, Any] = {}
     phases = evidence["phases_s"] = {}
     result.update(policy=job.get("policy", "mixed"), evidence=evidence)
@@ -115,8 +128,9 @@ def _check_and_time(task, reference, candidate, job: dict, device: str, result: 
 
     try:
         checked = correctness.check(task, reference, candidate, job, device, threads,
-                                    lambda label: channel.send("trial", label=label))
+                                    lambda label: channel.send("trial", label=label), planned)
         result["notes"] = [*result.get("notes", []), *checked.pop("checks", [])]
+        evidence["trial_s"] = checked.pop("trial_s", {})
         result.update(checked)
         phase("correctness")
         if checked["verdict"] != "ok":
@@ -126,8 +140,9 @@ def _check_and_time(task, reference, candidate, job: dict, device: str, result: 
         evidence["policy"] = policy.check(result["policy"], lambda a: forward(candidate, a), sets[0], device,
                                           job["candidate_source"])
         phase("policy")
-        measured = _time_and_crosscheck(reference, candidate, sets, task, job, device, evidence, phase,
-                                        checked.get("stateful", False))
+        with channel.quiet():
+            measured = _time_and_crosscheck(reference, candidate, sets, task, job, device, evidence, phase,
+                                            checked.get("stateful", False))
         threads.verify("timing")
         result["device_s"] = time.perf_counter() - acquired
         channel.release_device()  # the idle check needs no GPU: let the next candidate start
@@ -142,7 +157,11 @@ def _check_and_time(task, reference, candidate, job: dict, device: str, result: 
         result.update(_failure(verdicts.classify_run(exc)))
         return result
     result["timing"] = {name: dataclasses.asdict(s) for name, s in measured.stats.items()}
-    result["speedup_eager"], result["speedup_eager_ci"] = measured.ratio("eager", "candidate")
+    result["speedup_eager"], result["speedup_eager_ci"] = measured.speedup("eager", "candidate")
+    if measured.load:
+        result["evidence"]["load"] = measured.load
+        if note := timing.load_note(measured.load):
+            result["notes"] = [*result.get("notes", []), note]
     result["samples_ms"] = {name: sum(xs) for name, xs in measured.samples.items()}
     return result
 
@@ -179,16 +198,30 @@ def _input_sets(task, job: dict, device: str, count: int, first: int = 1000) -> 
             for i in range(count)]
 
 
-def _rebuilt(job: dict, device: str, channel):
+def _rebuilt(job: dict, device: str, channel, acquire: bool = True):
     """(reference, candidate, input sets) of a candidate already judged, built again in this
-    fresh process for a second measurement; or a result dict saying why there are none."""
+    fresh process for a second measurement (holding the device unless `acquire` is False); or a
+    result dict saying why there are none."""
     task = _load_task(job)
     built = _build(job, task, device, guards.Integrity(), guards.ThreadWatch())
     if isinstance(built, dict):
         return built
     reference, candidate, _ = built
-    channel.acquire_device()
+    if acquire:
+        channel.acquire_device()
     return reference, candidate, _input_sets(task, job, device, job.get("input_sets", 3))
+
+
+def _compiled(model, sets: list, device: str):
+    """torch.compile of `model`, compiled by its first call: seconds to minutes of CPU work, done
+    before the device is held, so that compiles of several tasks overlap while others are timed."""
+    import torch
+
+    compiled = torch.compile(model)
+    with torch.no_grad():
+        compiled(*sets[0])
+        correctness.sync(device)
+    return compiled
 
 
 def run_remeasure(job: dict, device: str, channel) -> dict:
@@ -199,43 +232,48 @@ def run_remeasure(job: dict, device: str, channel) -> dict:
         return built
     reference, candidate, sets = built
     fns = {"candidate": lambda a: forward(candidate, a), "eager": lambda a: forward(reference, a)}
+    interval = None
     try:
         if device.startswith("cuda"):
             times, timer = crosscheck.spans(fns, sets), "CUPTI kernel spans"
+            speedup = times["eager"] / times["candidate"]
         else:
-            times, timer = crosscheck.batched_wall(fns, sets), "batched host clock"
+            with channel.quiet():
+                batches, timer = crosscheck.batched_wall(fns, sets), "batched host clock"
+            times = {name: timing.interval(xs)[0] for name, xs in batches.items()}
+            speedup, *interval = timing.interval([e / c for e, c in zip(batches["eager"], batches["candidate"])
+                                                  if c > 0])  # per batch pair, as the timed figure is per round
     except Exception as exc:  # noqa: BLE001
         return _failure(verdicts.classify_run(exc))
     return {"verdict": "ok", "reason": "", "message": "", "timer": timer, "times_ms": times,
-            "speedup": times["eager"] / times["candidate"]}
+            "speedup": speedup, "speedup_ci": interval or None}
 
 
 def run_compile_beside(job: dict, device: str, channel) -> dict:
     """torch.compile of the reference timed alternately with the candidate (and eager), in a fresh
     process: where the clock is noisy (the CPU), a cached compile/eager ratio rescaled by another
     process's eager time was off by 1.7x against an independent timing."""
-    import torch
-
-    built = _rebuilt(job, device, channel)
+    built = _rebuilt(job, device, channel, acquire=False)
     if isinstance(built, dict):
         return built
     reference, candidate, sets = built
     started = time.perf_counter()
     try:
-        compiled = torch.compile(reference)
-        with torch.no_grad():
-            compiled(*sets[0])
-            correctness.sync(device)
+        compiled = _compiled(reference, sets, device)
+        compile_s = time.perf_counter() - started
+        channel.acquire_device()
         fns = {"candidate": lambda a: forward(candidate, a), "eager": lambda a: forward(reference, a),
                "compiled": lambda a: forward(compiled, a)}
-        measured = timing.measure(fns, sets, device, _timing_config(job),
-                                  ratios=(("eager", "candidate"), ("compiled", "candidate")))
+        with channel.quiet():
+            measured = timing.measure(fns, sets, device, _timing_config(job),
+                                      ratios=(("eager", "candidate"), ("compiled", "candidate")))
     except Exception as exc:  # noqa: BLE001 - a failed compile or run is reported, the search figure stays
         return _failure(verdicts.classify_run(exc))
-    return {"verdict": "ok", "reason": "", "message": "", "compile_s": time.perf_counter() - started,
+    return {"verdict": "ok", "reason": "", "message": "", "compile_s": compile_s,
             "timing": {name: dataclasses.asdict(s) for name, s in measured.stats.items()},
-            "speedup_compile": measured.ratio("compiled", "candidate")[0],
-            "speedup_eager": measured.ratio("eager", "candidate")[0]}
+            "load": measured.load, "speedup_compile": measured.speedup("compiled", "candidate")[0],
+            "speedup_compile_ci": measured.speedup("compiled", "candidate")[1],
+            "speedup_eager": measured.speedup("eager", "candidate")[0]}
 
 
 def run_baseline(job: dict, device: str, channel) -> dict:
@@ -246,25 +284,27 @@ def run_baseline(job: dict, device: str, channel) -> dict:
     task = _load_task(job)
     inputs.seed_all(job["seed"])
     model = task.Model(*task.get_init_inputs()).to(device)
-    channel.acquire_device()
     sets = _input_sets(task, job, device, job.get("input_sets", 3))
     fns: dict = {"eager": lambda a: forward(model, a)}
     result: dict[str, Any] = {"verdict": "ok", "reason": "", "message": ""}
-    with torch.no_grad():
-        result["kind"], result["ops"] = probe.task_kind(model, sets[0], device)
-        result["warnings"] = [dataclasses.asdict(w) for w in probe.degenerate(task, model, device, job["seed"])]
     started = time.perf_counter()
-    if job.get("compile", True):
+    if job.get("compile", True):  # before the device is held: a bench's baselines compile side by side
         try:
-            compiled = torch.compile(model)
-            with torch.no_grad():
-                compiled(*sets[0])
-                correctness.sync(device)
+            compiled = _compiled(model, sets, device)
             fns["compiled"] = lambda a: forward(compiled, a)
         except Exception as exc:  # noqa: BLE001 - torch.compile failing is a fact to record
             result["compile_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     result["compile_s"] = time.perf_counter() - started
+    channel.acquire_device()
+    with torch.no_grad():
+        result["kind"], result["ops"] = probe.task_kind(model, sets[0], device)
+        result["warnings"] = [dataclasses.asdict(w) for w in probe.degenerate(task, model, device, job["seed"])]
     result["measured_at"] = time.strftime("%Y-%m-%d %H:%M")
-    stats = timing.measure(fns, sets, device, _timing_config(job)).stats
-    result["timing"] = {name: dataclasses.asdict(s) for name, s in stats.items()}
+    with channel.quiet():
+        measured = timing.measure(fns, sets, device, _timing_config(job),
+                                  ratios=(("compiled", "eager"),) if "compiled" in fns else ())
+    result["timing"] = {name: dataclasses.asdict(s) for name, s in measured.stats.items()}
+    if "compiled" in fns:  # compiled/eager per round, with its interval: what a candidate's figure is scaled by
+        median, (lo, hi) = measured.speedup("compiled", "eager")
+        result["compiled_over_eager"] = [median, lo, hi]
     return result

@@ -11,6 +11,7 @@ whole process group; nothing here needs to defend itself against a hang.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -26,8 +27,9 @@ def _pin(variable: str) -> None:
 
 
 class Channel:
-    def __init__(self, event_fd: int):
+    def __init__(self, event_fd: int, device: str = "cpu"):
         self.out = os.fdopen(event_fd, "w", buffering=1)
+        self.cpu = not device.startswith("cuda")
 
     def send(self, event: str, **fields) -> None:
         self.out.write(json.dumps({"event": event, **fields}, default=str) + "\n")
@@ -49,6 +51,19 @@ class Channel:
         go = self.receive()
         self._token = go.get("token") if isinstance(go, dict) else None
         _pin("KERNELEVO_TIMING_CPU")
+
+    @contextlib.contextmanager
+    def quiet(self):
+        """A timing phase: on the CPU the parent pauses every other judge worker meanwhile (hold.py)."""
+        if not self.cpu:
+            yield
+            return
+        self.send("quiet")
+        self.receive()
+        try:
+            yield
+        finally:
+            self.send("loud")
 
     def release_device(self) -> None:
         """Done with the device (what remains needs only the CPU): the parent may pass it on."""
@@ -148,7 +163,7 @@ def main() -> None:
     _die_with_parent()
     _pin("KERNELEVO_BUILD_CPUS")  # compilers this worker starts inherit these cores
     device, event_fd = sys.argv[1], int(sys.argv[2])
-    channel = Channel(event_fd)
+    channel = Channel(event_fd, device)
     info = _prepare_device(device)
     channel.send("ready", **info)
     job = channel.receive()

@@ -46,7 +46,8 @@ def print_table(table: dict) -> None:
         shapes = "-" if r["specialized"] is None else "specialized" if r["specialized"] else "general"
         name = r["name"] + (" (degenerate)" if r["degenerate"] else "")
         verdict = r["verdict"] + (f": {r['reason']}" if r["reason"] and not r["correct"] else "")
-        tasks.add_row(name, verdict, _x(r["speedup_eager"]), _x(r["speedup_compile"]), shapes, str(r["calls"]),
+        tasks.add_row(name, verdict, _x(r["speedup_eager"], r.get("speedup_eager_ci")),
+                      _x(r["speedup_compile"], r.get("speedup_compile_ci")), shapes, str(r["calls"]),
                       f"${r['cost_usd']:.2f}", f"{r['wall_s']:.0f} s")
     console.print(tasks)
     console.print(suite_table(suite))
@@ -88,11 +89,14 @@ def print_compare(cmp: dict) -> None:
     console = Console()
     t = Table(title=f"A = {cmp['a']}, B = {cmp['b']}", title_justify="left")
     for column in ("task", "A verdict", "A vs eager", "B verdict", "B vs eager", "A vs compile", "B vs compile"):
-        t.add_column(column, justify="left" if "verdict" in column or column == "task" else "right")
+        t.add_column(column, justify="left" if "verdict" in column or column == "task" else "right",
+                     overflow="fold")  # a narrow terminal folds an interval rather than cut it
     for row in cmp["tasks"]:
         a, b = row["a"] or {}, row["b"] or {}
-        t.add_row(row["name"], a.get("verdict", "-"), _x(a.get("speedup_eager")), b.get("verdict", "-"),
-                  _x(b.get("speedup_eager")), _x(a.get("speedup_compile")), _x(b.get("speedup_compile")))
+        t.add_row(row["name"], a.get("verdict", "-"), _x(a.get("speedup_eager"), a.get("speedup_eager_ci")),
+                  b.get("verdict", "-"), _x(b.get("speedup_eager"), b.get("speedup_eager_ci")),
+                  _x(a.get("speedup_compile"), a.get("speedup_compile_ci")),
+                  _x(b.get("speedup_compile"), b.get("speedup_compile_ci")))
     console.print(t)
     console.print(suite_table(cmp["suite"]["a"], cmp["suite"]["b"]))
     for tag in ("a", "b"):

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
+from pathlib import Path
 
 API_KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL")
 NCU_PLACES = ("/usr/local/cuda/bin/ncu", "/opt/nvidia/nsight-compute")
@@ -15,6 +17,16 @@ def _run(cmd: list[str]) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
+
+
+def install_extra(extra: str) -> str:
+    """The pip command that adds one of kernelevo's extras (`embed`, `ray`) to this install: from
+    the source checkout kernelevo runs from (editable), else from the package index."""
+    root = Path(__file__).resolve().parent.parent
+    if not (root / "pyproject.toml").is_file():
+        return f"pip install 'kernelevo[{extra}]'"
+    where = "." if Path.cwd().resolve() == root else str(root)
+    return f"pip install -e {shlex.quote(f'{where}[{extra}]')}"
 
 
 def mask(value: str) -> str:
@@ -66,7 +78,7 @@ def _embedder(model_name: str | None) -> dict:
 
     embedder = default_embedder(model_name)
     return {"ok": isinstance(embedder, SentenceEmbedder), "detail": f"{embedder.name}: {embedder.why}",
-            "fix": "optional: pip install 'kernelevo[embed]' and cache the model once with network"}
+            "fix": f"optional: {install_extra('embed')} and cache the model once with network"}
 
 
 def _ray(address: str | None) -> dict:
@@ -75,7 +87,7 @@ def _ray(address: str | None) -> dict:
         import ray
     except ImportError:
         return {"ok": False, "detail": "not installed",
-                "fix": 'optional: pip install -e ".[ray]" to judge on a Ray cluster (--executor ray)'}
+                "fix": f"optional: {install_extra('ray')} to judge on a Ray cluster (--executor ray)"}
     address = address or os.environ.get("RAY_ADDRESS")
     if not address:
         return {"ok": True, "detail": f"ray {ray.__version__}; no cluster named (--ray-address or RAY_ADDRESS)"}
@@ -112,6 +124,7 @@ def collect(embed_model: str | None = None, ray_address: str | None = None) -> d
 
 def print_findings(findings: dict) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(show_header=False, box=None)
@@ -120,9 +133,10 @@ def print_findings(findings: dict) -> None:
         detail = f["detail"]
         if isinstance(detail, dict):
             detail = ", ".join(f"{k}={v or 'unset'}" for k, v in detail.items())
+        detail = escape(str(detail))  # findings are plain text: `kernelevo[embed]` is not a rich tag
         if name == "gpu" and "torch" in f:
             detail = f"{detail}  [dim](torch {f['torch']}, CUDA {f['torch_cuda']}, driver {f.get('driver', '?')})[/dim]"
         if not f.get("ok") and f.get("fix"):
-            detail = f"{detail}  [dim]→ {f['fix']}[/dim]"
+            detail = f"{detail}  [dim]→ {escape(f['fix'])}[/dim]"
         table.add_row(mark, name, detail)
     Console().print(table)

@@ -24,15 +24,22 @@ def lines(p: Any, limits: dict) -> list[str]:
     verdicts = "  ".join(f"{k} {v}" for k, v in sorted(p.verdicts.items(), key=lambda kv: -kv[1])) or "-"
     text = [
         f"generation {p.generation}  judged {p.judged} ({p.per_minute:.1f}/min)  "
-        f"best {_x(p.best_eager)} vs eager, {_x(p.best_compile)} vs torch.compile",
+        f"best {_x(p.best_eager, p.best_eager_ci)} vs eager, "
+        f"{_x(p.best_compile, p.best_compile_ci)} vs torch.compile",
         f"spend ${p.spend_usd:.4f}{cap}{unknown}  LLM calls {p.calls}  prompt cache hits {cache}",
         f"verdicts: {verdicts}" + (f"  copies skipped {p.skipped_copies}" if p.skipped_copies else ""),
         f"yield {p.replies_judged}/{p.replies} replies judged  calls: {call_shares(p.calls_by_operator)}",
         *(f"{row['model']}: {model_text(row, p.dropped.get(row['model']))}"
           for row in (p.models if len(p.models) > 1 else ())),
-        f"in flight: {p.llm_in_flight} LLM calls, {p.judging} being judged  {p.status}",
+        f"in flight: {p.llm_in_flight} LLM calls, {p.judging} being judged{_remeasuring(p)}  {p.status}",
     ]
     return [line if len(line) <= WIDTH - 4 else line[:WIDTH - 7] + "..." for line in text]
+
+
+def _remeasuring(p: Any) -> str:
+    """' (1 a new best, re-measured)': judge jobs that check a new best before the search believes it."""
+    n = p.remeasuring
+    return f" ({n} a new best, re-measured)" if n == 1 else f" ({n} new bests, re-measured)" if n else ""
 
 
 def model_text(row: dict, dropped: str | None = None) -> str:
@@ -112,9 +119,12 @@ def summary_rows(outcome: Any) -> list[tuple[str, str]]:
     rows = [("run", outcome.run_id), ("stopped because", outcome.reason)]
     if best is not None:
         searched = outcome.summary.get("search_speedups") or (None, None)
-        rows += [("best kernel", f"{outcome.best_kernel_id}: {_x(best.speedup_eager)} vs eager, "
-                                 f"{_x(best.speedup_compile)} vs torch.compile (re-judged in a fresh process)"),
-                 ("in the search", f"{_x(searched[0])} vs eager, {_x(searched[1])} vs torch.compile"),
+        spread = outcome.summary.get("search_intervals") or (None, None)
+        rows += [("best kernel", f"{outcome.best_kernel_id}: {_x(best.speedup_eager, best.speedup_eager_ci)} vs eager, "
+                                 f"{_x(best.speedup_compile, best.speedup_compile_ci)} vs torch.compile "
+                                 "(re-judged in a fresh process)"),
+                 ("in the search", f"{_x(searched[0], spread[0])} vs eager, {_x(searched[1], spread[1])} "
+                                   "vs torch.compile"),
                  ("written to", str(outcome.written))]
     else:
         rows.append(("best kernel", "none passed the judge"))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 VERDICTS = ("ok", "compile_error", "runtime_error", "timeout", "incorrect", "rejected")
 
@@ -188,8 +188,9 @@ class Evaluation:
     eager: TimingStats | None = None
     compiled: TimingStats | None = None  # torch.compile, rescaled to this run's eager time
     speedup_eager: float | None = None  # median of paired per-round ratios eager/candidate
-    speedup_eager_ci: float | None = None  # its relative 95 % half-width
+    speedup_eager_ci: tuple[float, float] | None = None  # its 95 % interval [low, high]
     speedup_compile: float | None = None
+    speedup_compile_ci: tuple[float, float] | None = None  # its 95 % interval [low, high]
     notes: tuple[str, ...] = field(default_factory=tuple)
     policy: str = ""  # "mixed" or "strict": what counted as the candidate's own work
     evidence: dict[str, Any] = field(default_factory=dict)  # what the checks measured (event vs wall time...)
@@ -208,11 +209,16 @@ class Evaluation:
         return self.shapes is not None and self.shapes.specialized
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        for key in ("speedup_eager_ci", "speedup_compile_ci"):  # [low, high] in JSON
+            out[key] = list(out[key]) if out[key] is not None else None
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Evaluation":
         data = dict(data)
+        data["speedup_eager_ci"] = _interval(data.get("speedup_eager"), data.get("speedup_eager_ci"))
+        data["speedup_compile_ci"] = _interval(data.get("speedup_compile"), data.get("speedup_compile_ci"))
         if data.get("correctness"):
             data["correctness"] = Correctness(**data["correctness"])
         for key in ("candidate", "eager", "compiled"):
@@ -224,6 +230,29 @@ class Evaluation:
         data["profile"] = Profile.from_dict(data["profile"]) if data.get("profile") else None
         data["shapes"] = ShapeReport.from_dict(data["shapes"]) if data.get("shapes") else None
         return cls(**data)
+
+
+def faster_beyond_noise(speedup: float | None, ci: Sequence[float] | None, incumbent: float | None,
+                        incumbent_ci: Sequence[float] | None) -> bool:
+    """Whether `speedup` beats `incumbent` by more than their noise: its 95 % interval lies wholly
+    above the incumbent's. Where either interval is unknown, a higher median is enough (the rule
+    before intervals); overlapping intervals are a tie, never a win."""
+    if speedup is None:
+        return False
+    if incumbent is None:
+        return True
+    if ci is None or incumbent_ci is None:
+        return speedup > incumbent
+    return ci[0] > incumbent_ci[1]
+
+
+def _interval(point: float | None, stored: Any) -> tuple[float, float] | None:
+    """[low, high] as stored; evaluations recorded before intervals kept a relative half-width."""
+    if stored is None or point is None:
+        return None
+    if isinstance(stored, (int, float)):
+        return (point * (1 - stored), point * (1 + stored))
+    return (float(stored[0]), float(stored[1]))
 
 
 @dataclass(frozen=True)

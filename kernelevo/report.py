@@ -21,8 +21,18 @@ def _ms(value: float) -> str:
     return f"{value * 1000:.1f} µs" if value < 1 else f"{value:.3f} ms"
 
 
-def speedup_text(value: float | None) -> str:
-    return f"{value:.2f}x" if value is not None else "-"
+WIDE = 0.02  # an interval narrower than 2 % of its speedup adds digits, not information
+
+
+def speedup_text(value: float | None, ci: Sequence[float | None] | None = None) -> str:
+    """'1.78x', or '1.78x (1.52-2.05)' where its 95 % interval `ci` is wider than 2 % of it: the one
+    way every command prints a speedup, so a figure inside the noise says so wherever it is shown."""
+    if value is None:
+        return "-"
+    text = f"{value:.2f}x"
+    if ci is not None and len(ci) == 2 and None not in ci and value > 0 and (ci[1] - ci[0]) / value > WIDE:
+        text += f" ({ci[0]:.2f}-{ci[1]:.2f})"
+    return text
 
 
 def _evidence(evidence: dict) -> str:
@@ -72,9 +82,8 @@ def print_evaluation(e: Evaluation, console=None) -> None:
         table.add_row("candidate time", _time(e.candidate))
         table.add_row("eager time", _time(e.eager))
         table.add_row("compile time", _time(e.compiled))
-        ci = f" (±{100 * e.speedup_eager_ci:.2f}%)" if e.speedup_eager_ci is not None else ""
-        table.add_row("speedup", f"[bold]{speedup_text(e.speedup_eager)}[/bold]{ci} vs eager, "
-                      f"[bold]{speedup_text(e.speedup_compile)}[/bold] vs torch.compile")
+        table.add_row("speedup", f"[bold]{speedup_text(e.speedup_eager, e.speedup_eager_ci)}[/bold] vs eager, "
+                      f"[bold]{speedup_text(e.speedup_compile, e.speedup_compile_ci)}[/bold] vs torch.compile")
     if e.resources:
         table.add_row("compiler", "; ".join(resource_text(r) for r in e.resources[:4]))
     for warning in e.warnings:
@@ -204,7 +213,7 @@ def print_rows(rows: list[dict], fields: Sequence[str]) -> None:
     from rich.table import Table
 
     console = Console()
-    cells = [{f: _cell(f, row.get(f)) for f in fields} for row in rows]
+    cells = [{f: _cell(f, row.get(f), row) for f in fields} for row in rows]
     shown = _fit(fields, cells, console.width)
     if len(shown) < len(fields):
         left_out = ", ".join(f for f in fields if f not in shown)
@@ -213,7 +222,8 @@ def print_rows(rows: list[dict], fields: Sequence[str]) -> None:
     table = Table(header_style="bold")
     for field in shown:
         table.add_column(_HEADERS.get(field, field), justify="right" if field in _NUMERIC else "left",
-                         no_wrap=field in ("id", "run"), overflow="fold")
+                         no_wrap=field in ("id", "run", "speedup_eager", "speedup_compile", "best_speedup"),
+                         overflow="fold")  # a speedup and its interval stay on one line
     for row in cells:
         table.add_row(*(row[f] for f in shown))
     console.print(table)
@@ -231,13 +241,13 @@ def _fit(fields: Sequence[str], cells: list[dict], width: int) -> list[str]:
     return shown
 
 
-def _cell(field: str, value: Any):
+def _cell(field: str, value: Any, row: dict | None = None):
     from rich.text import Text
 
     if value is None:
         return Text("-", style="dim")
     if field in ("speedup_eager", "speedup_compile", "best_speedup"):
-        return Text(speedup_text(value))
+        return Text(speedup_text(value, (row or {}).get(f"{field}_ci")))  # with its interval, where the row has one
     if field == "verdict":
         return Text(value, style=_COLOURS.get(value, "red"))
     if field in ("started", "finished"):

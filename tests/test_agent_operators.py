@@ -113,6 +113,32 @@ def test_blocks_that_fail_twice_end_as_edit_failed(server, make_llm):
     assert len(proposal.calls) == 2
 
 
+def test_a_follow_up_the_budget_refuses_is_not_sent(server, make_llm):
+    """A hard call cap: blocks that fail to apply are not followed up past it; the reply says why."""
+    from kernelevo.agent.client import Metered
+    from kernelevo.evolution.budget import Budget, Limits
+
+    wrong = "<<<<<<< SEARCH\nnot in the file\n=======\nx\n>>>>>>> REPLACE\n"
+    server.steps += [Step(text=wrong), Step(text=WHOLE)]
+    budget = Budget(Limits(max_llm_calls=1))
+    reservation = budget.reserve(0.01)
+    llm = Metered(make_llm("diff"), lambda: budget.extend(reservation, 0.01))
+    proposal = operators.mutate(llm, CTX, Variant(PARENT, "c"))
+    assert len(server.requests) == 1 and [c.operator for c in llm.calls] == ["mutate"]
+    assert proposal.outcome == "edit_failed" and proposal.unsent.startswith("max-llm-calls reached")
+    assert "block 1: no match" in proposal.problem and "follow-up not sent: max-llm-calls" in proposal.problem
+    budget.settle(reservation, proposal.cost_usd, len(llm.calls))
+    assert budget.calls == 1 and budget.exhausted(0, 0).startswith("max-llm-calls")
+
+    budget = Budget(Limits(max_llm_calls=2))  # room for the follow-up: it is sent and counted
+    reservation = budget.reserve(0.01)
+    server.steps.insert(0, Step(text=wrong))
+    llm = Metered(make_llm("diff"), lambda: budget.extend(reservation, 0.01))
+    assert operators.mutate(llm, CTX, Variant(PARENT, "c")).ok and len(server.requests) == 3
+    budget.settle(reservation, None, len(llm.calls))
+    assert budget.calls == 2 and budget.spent_usd == pytest.approx(0.02)
+
+
 def test_unfinished_block_is_named(server, make_llm):
     server.steps.append(Step(text="<<<<<<< SEARCH\n        return x\n=======\n        return x * 2\n"))
     proposal = operators.mutate(make_llm("diff"), CTX, Variant(PARENT, "c"))

@@ -3,6 +3,7 @@
 Golden files live in tests/golden/prompts/. After changing a template on purpose, regenerate with
 KERNELEVO_UPDATE_GOLDEN=1 python -m pytest tests/test_agent_prompts.py and read the diff.
 """
+import dataclasses
 import json
 import os
 import re
@@ -211,3 +212,10 @@ def test_the_role_and_the_compiler_match_the_target():
     assert cpu.startswith("You are an expert performance engineer for CPU code.") and "GPU" not in cpu.split("\n")[0]
     assert "built at import as: cc -O3 -march=native -fopenmp -std=c11 -lm (cc 12.2.0)." in cpu
     assert prompting.translate(Context(TASK, GPU))[0].content.startswith("You are an expert GPU performance engineer.")
+
+
+def test_a_wrong_answer_names_its_tolerance_only_when_the_judge_gave_one():
+    known = prompting.feedback(FAILED)
+    assert "largest relative difference 1; tolerance: atol 1e-05, rtol 1e-05." in known
+    unknown = prompting.feedback(dataclasses.replace(FAILED, tolerance=""))
+    assert "largest relative difference 1." in unknown and "tolerance" not in unknown and "?" not in unknown

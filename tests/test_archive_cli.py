@@ -23,9 +23,12 @@ def recorded() -> dict:
     return json.loads((FIXTURES / "profile" / "evaluation_row_softmax.json").read_text())
 
 
-def ok(speedup: float, profile: Profile | None = None) -> Evaluation:
+def ok(speedup: float, profile: Profile | None = None, spread: float = 0.005) -> Evaluation:
+    """A passing evaluation at `speedup`, its 95 % intervals `spread` either side (relative)."""
     base = Evaluation.from_dict({**recorded(), "profile": None})
-    return dataclasses.replace(base, speedup_eager=speedup, speedup_compile=speedup / 2, profile=profile)
+    return dataclasses.replace(base, speedup_eager=speedup, speedup_compile=speedup / 2, profile=profile,
+                               speedup_eager_ci=(speedup * (1 - spread), speedup * (1 + spread)),
+                               speedup_compile_ci=(speedup / 2 * (1 - spread), speedup / 2 * (1 + spread)))
 
 
 def failed(verdict: str, reason: str, message: str) -> Evaluation:
@@ -62,7 +65,7 @@ def archive(tmp_path_factory):
         a.add_evaluation(k["b"], ok(1.6, profile))
         a.add_evaluation(k["cross"], failed("incorrect", "value_mismatch", "output 0 differs at (3, 7)"))
         a.add_evaluation(k["scale"], ok(2.0))
-        a.add_evaluation(k["b"], ok(1.45), purpose="final")  # the re-judgement at the end of the run
+        a.add_evaluation(k["b"], ok(1.45, spread=0.12), purpose="final")  # the re-judgement at the end of the run
         a.finish_run(other, "finished", "generations")
     return {"path": str(path), "run": run, "other": other, **k}
 
@@ -136,8 +139,9 @@ def test_show_source_evaluation_profile_lineage(archive):
     out = cli(archive, "show", str(archive["b"])).stdout
     assert "BLOCK = 1024  # one block per row" in out  # the source
     assert "mutate" in out and "row_softmax" in out
-    # the final re-judgement's figure, the search's labelled beside it
-    assert "1.45x vs eager" in out and "(final re-judgement); search: 1.60x vs eager" in "".join(out.split("\n"))
+    # the final re-judgement's figure (its interval: wider than 2 %), the search's labelled beside it
+    assert "1.45x (1.28-1.62) vs eager, 0.72x (0.64-0.81) vs torch.compile (final re-judgement); search: 1.60x vs " \
+           "eager" in " ".join(out.split())
     assert "speed of light" in out and "as the search's prompts show it" in out  # the profile
     assert f"lineage: {archive['b']} <- {archive['a']} translate" in out
 
@@ -147,6 +151,8 @@ def test_show_json_has_the_evaluations(archive):
     assert data["id"] == archive["b"] and data["source"] == KERNEL_B and data["parents"] == [archive["a"]]
     evaluation, final = data["evaluations"]
     assert evaluation["data"]["speedup_eager"] == pytest.approx(1.6) and final["purpose"] == "final"
+    assert final["speedup_eager_ci"] == pytest.approx([1.276, 1.624])  # [low, high], as in the record's data
+    assert final["data"]["speedup_eager_ci"] == pytest.approx([1.276, 1.624]) and data["speedup_eager_ci"][0] < 1.6
     assert evaluation["profile"] == recorded()["profile"]
 
 

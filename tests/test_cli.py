@@ -31,10 +31,15 @@ def test_evaluate_json(cache_dir):
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert data["verdict"] == "ok" and data["format"] == "c"
-    # 2 trials, 2 test-input sets, 1 derived leading size (251), redrawn weights, large values
-    assert data["correctness"]["trials"] == 7
+    # 2 trials, 2 test-input sets, redrawn weights, large values, and 2 derived shapes: a batch of 251
+    # and the 512 features changed with the constructor argument they are tied to
+    assert data["correctness"]["trials"] == 8
     assert "float32[251, 512]" in data["shapes"]["supported"] and not data["shapes"]["refused"]
+    assert "float32[256, 509] with Model(features=509)" in data["shapes"]["supported"]
     assert data["speedup_eager"] > 0 and data["candidate"]["median_ms"] > 0
+    low, high = data["speedup_eager_ci"]  # its 95 % interval, [low, high]
+    assert 0 < low <= data["speedup_eager"] <= high
+    assert "speedup_compile_ci" in data and data["speedup_compile"] is None is data["speedup_compile_ci"]  # not timed
     assert data["verdict"] in VERDICTS
     assert json.loads(json.dumps(Evaluation.from_dict(data).to_dict())) == data  # lossless round trip
 
@@ -70,6 +75,27 @@ def test_doctor_json_masks_keys(monkeypatch):
     assert data["api_keys"]["detail"]["OPENAI_API_KEY"] == "sk-…1234"
     assert "abcdefghijklmnop" not in out.stdout
     assert set(data) >= {"gpu", "nvrtc", "nvcc", "ncu", "c_compiler", "ninja"}
+
+
+def test_doctor_names_the_extras(monkeypatch, tmp_path):
+    """The fixes name the `embed` and `ray` extras, printed as written (rich took `[embed]` for a tag)."""
+    import io
+
+    from kernelevo import doctor
+    from rich.console import Console
+
+    monkeypatch.chdir(ROOT)
+    assert doctor.install_extra("embed") == "pip install -e '.[embed]'"  # run from this checkout
+    monkeypatch.chdir(tmp_path)
+    assert doctor.install_extra("ray") == f"pip install -e '{ROOT}[ray]'"
+    monkeypatch.setattr(doctor, "__file__", str(tmp_path / "site-packages" / "kernelevo" / "doctor.py"))
+    assert doctor.install_extra("embed") == "pip install 'kernelevo[embed]'"  # installed from the index
+    findings = {"embedder": {"ok": False, "detail": "hashing", "fix": f"optional: {doctor.install_extra('embed')}"},
+                "ray": {"ok": False, "detail": "not installed", "fix": doctor.install_extra("ray")}}
+    out = io.StringIO()
+    monkeypatch.setattr("rich.console.Console", lambda: Console(file=out, width=200))
+    doctor.print_findings(findings)
+    assert "pip install 'kernelevo[embed]'" in out.getvalue() and "pip install 'kernelevo[ray]'" in out.getvalue()
 
 
 def test_nvrtc_candidate_on_the_cpu_is_a_usage_error():

@@ -56,6 +56,52 @@ def test_call_limit_counts_in_flight():
     assert b.exhausted(0, 0).startswith("max-llm-calls")
 
 
+def test_a_follow_up_holds_its_own_slot_and_the_cap_is_hard():
+    b = Budget(Limits(max_llm_calls=3))
+    r1, r2 = b.reserve(0.01), b.reserve(0.01)
+    assert b.extend(r1, 0.01) == ""  # r1's follow-up takes the third slot
+    assert b.reserve(0.01) is None  # so nothing else may start, though only two operations are in flight
+    assert b.extend(r2, 0.01).startswith("max-llm-calls reached (0 made, 3 in flight, of 3)")
+    b.settle(r2, 0.01)  # r2 made its first call only
+    b.settle(r1, None, calls=1)  # r1's follow-up was never sent: its slot and estimate go back
+    assert b.calls == 2 and b.spent_usd == pytest.approx(0.02) and b.in_flight == 0
+    r3 = b.reserve(0.01)
+    assert r3 is not None and b.extend(r3, 0.01) != "" and b.reserve(0.01) is None
+    b.settle(r3, 0.01)
+    assert b.calls == 3 and b.exhausted(0, 0).startswith("max-llm-calls")
+    with pytest.raises(ValueError):
+        b.extend(r3, 0.01)  # settled: nothing left to extend
+
+
+def test_a_follow_up_is_held_against_money_too():
+    b = Budget(Limits(max_cost_usd=1.0))
+    r = b.reserve(0.4)
+    assert b.extend(r, 0.4) == "" and b.reserved_usd == pytest.approx(0.8)
+    assert b.extend(r, 0.4).startswith("max-cost-usd")
+    b.settle(r, None, calls=2)  # unknown actual: the two calls' estimates count
+    assert b.spent_usd == pytest.approx(0.8) and b.calls == 2
+
+
+def test_threads_with_follow_ups_never_pass_the_call_cap():
+    b = Budget(Limits(max_llm_calls=25))
+    sent = []
+    lock = threading.Lock()
+
+    def worker():
+        while (r := b.reserve(0.01)) is not None:
+            calls = 1 + sum(b.extend(r, 0.01) == "" for _ in range(r.id % 3))  # 0 to 2 follow-ups
+            with lock:
+                sent.append(calls)
+            b.settle(r, 0.01 * calls, calls)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(sent) == b.calls == 25 and b.in_flight == 0
+
+
 def test_unknown_actual_keeps_estimate():
     b = Budget(Limits(max_cost_usd=10))
     b.settle(b.reserve(0.25), None)

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from kernelevo.evolution import islands, niches, scheduling, selection
-from kernelevo.evolution.population import Member, Population
+from kernelevo.evolution.population import Member, Population, beats, best_of
+from kernelevo.records import faster_beyond_noise
 from kernelevo.evolution.scheduling import OperatorStats
 
 CANDIDATES = Path(__file__).resolve().parent.parent / "benchmarks" / "tasks" / "candidates"
@@ -49,6 +50,34 @@ def test_population_views_and_migrant_copies():
     assert pop.best(island=0).kernel_id == 2
     pop.add(replace(pop.get(1), stepping_stone=True))  # same id and island: an update
     assert pop.get(1).stepping_stone and len(pop) == 4
+
+
+def test_faster_beyond_noise_needs_intervals_apart():
+    assert faster_beyond_noise(1.7, (1.61, 1.8), 1.5, (1.4, 1.6))
+    assert not faster_beyond_noise(1.7, (1.6, 1.8), 1.5, (1.4, 1.6))  # touching: within the noise
+    assert not faster_beyond_noise(1.78, (1.52, 2.05), 1.5, (1.4, 1.6))  # a higher median inside the noise
+    assert faster_beyond_noise(1.51, None, 1.5, (1.4, 1.6))  # an interval unknown: the median decides
+    assert not faster_beyond_noise(1.5, None, 1.5, None)
+    assert faster_beyond_noise(0.5, (0.4, 0.6), None, None) and not faster_beyond_noise(None, None, 1.0, None)
+
+
+def test_best_does_not_flip_inside_the_noise():
+    a = replace(member(1, 1.50), speedup_eager_ci=(1.40, 1.60))
+    b = replace(member(2, 1.58), speedup_eager_ci=(1.50, 1.66))  # faster median, overlapping interval
+    c = replace(member(3, 1.75), speedup_eager_ci=(1.65, 1.85))  # clear of a's interval
+    d = replace(member(4, 1.80), speedup_eager_ci=(1.70, 1.90))  # inside c's noise
+    assert not beats(b, a) and beats(c, a) and not beats(d, c) and not beats(a, c)
+    assert best_of([a, b]) is a  # the incumbent stays the one to beat
+    assert best_of([a, b, c, d]) is c and best_of([a, c, b, d]) is c
+    assert best_of([b, a]) is b  # whoever came first holds until beaten beyond the noise
+    pop = Population([a, b])
+    assert pop.best().kernel_id == 1 and pop.elites()["L1"].kernel_id == 1
+    pop.add(c)
+    pop.add(d)
+    assert pop.best().kernel_id == 3 and pop.best(island=0).kernel_id == 3 and pop.elites()["L1"].kernel_id == 3
+    # without intervals: the fastest, the older on equal speed (the rule before intervals)
+    assert best_of([member(5, 1.2), member(6, 1.3), member(7, 1.3)]).kernel_id == 6
+    assert best_of([member(8, verdict="incorrect"), replace(member(9), speedup_eager=None)]).kernel_id == 9
 
 
 # --- niches -------------------------------------------------------------------------------

@@ -91,10 +91,29 @@ def test_honest_kernels_report_what_was_checked(verdicts):
     assert not softmax.specialized and softmax.shapes.refused == ()
     norm = verdicts["layernorm_ok_c.py"]
     assert "float32[127, 512]" in norm.shapes.supported
-    assert "not varied: 512, also a constructor argument" in norm.shapes.notes  # the module is built for 512
+    # the module is built for 512 features: they change only together with its argument
+    assert "float32[128, 509] with Model(features=509)" in norm.shapes.supported
     assert any(n.startswith("redrew 2 floating parameters") for n in norm.notes)
     assert any(n.startswith("redrew 2") for n in verdicts["renamed_weights_ok_c.py"].notes)
     assert any("keeps state across calls" in n for n in verdicts["rnn_state_ok_c.py"].notes)
+
+
+def test_sizes_equal_to_constructor_arguments_are_varied_by_role(verdicts):
+    """The batch of a square Linear, the rows of an RMSNorm as many as its hidden size, and a module
+    built for its feature count: each size is varied, together with its constructor argument where
+    the module is built for it, so tail-skipping kernels are caught and honest ones pass on more
+    than the task's own shape."""
+    linear = verdicts["square_linear_ok_c.py"].shapes
+    assert linear.supported == ("float32[128, 128]",
+                                "float32[127, 127] with Model(in_features=127, out_features=128)",
+                                "float32[127, 128] with Model(in_features=128, out_features=127)")
+    assert len(verdicts["rmsnorm_gate_ok_c.py"].shapes.supported) > 1
+    assert "float32[61, 61, 32] with Model(num_features=61)" in verdicts["feature_rms_ok_c.py"].shapes.supported
+    tiles = verdicts["shape_specific__square_linear_tiles_c.py"].message
+    assert tiles.startswith("derived shape (in_features 128 -> 127: float32[127, 127] with Model(in_features=127")
+    refused = verdicts["specialized__square_linear_refuses_c.py"].shapes.refused
+    assert refused == ("float32[127, 127] with Model(in_features=127, out_features=128): ValueError: linear_128 is "
+                       "built for 128 input features, got 127",)
 
 
 def test_specialized_kernel_says_what_it_refused_and_round_trips(verdicts):
@@ -127,8 +146,14 @@ def _matmul_runs(args) -> bool:
         return False
 
 
+def _derived(args: list, runs, init: tuple = (), accepts=None, names: tuple = ()):
+    roles = shapes.plan(args, init, accepts or (lambda _init, a: runs(a)), names)
+    found, notes = shapes.variants(args, roles)
+    return found, roles.notes + notes
+
+
 def test_a_shared_dimension_changes_in_every_input():
-    variants, notes = shapes.derive(lambda: [torch.randn(16, 256), torch.randn(256, 64)], _matmul_runs)
+    variants, notes = _derived([torch.randn(16, 256), torch.randn(256, 64)], _matmul_runs)
     assert [(v.label, v.shapes) for v in variants] == [
         ("leading dimension 16 -> 13", "float32[13, 256], float32[256, 64]"),
         ("inner dimension 256 -> 251", "float32[16, 251], float32[251, 64]"),
@@ -138,19 +163,81 @@ def test_a_shared_dimension_changes_in_every_input():
 
 def test_integer_inputs_that_could_index_a_dimension_veto_shrinking_it():
     index = torch.tensor([0, 50, 99, 3, 4, 5, 6, 7])  # indexes the 100 columns of x, up to the last
-    variants, notes = shapes.derive(lambda: [torch.randn(8, 100), index], lambda args: True)
+    variants, notes = _derived([torch.randn(8, 100), index], lambda args: True)
     assert [v.label for v in variants] == ["leading dimension 8 -> 7"]
-    assert notes == ["not checked on another inner dimension: the reference runs on none of 100 -> 97"]
+    assert notes == ["not checked on inner dimension 100 -> 97: an integer input indexes the dimension it shrinks"]
 
 
-def test_meta_check_runs_the_reference_without_memory():
-    runs = shapes.meta_check(lambda: torch.nn.Linear(64, 32))
-    assert runs([torch.randn(5, 64)]) and not runs([torch.randn(5, 63)])
-    assert shapes.meta_check(lambda: torch.nn.Linear(64, torch.tensor(3).item() * 0 - 1)) is None
+class _Linear(torch.nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.proj = torch.nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        return self.proj(x)
+
+
+class _FeatureRMS(torch.nn.Module):  # built for a feature count its forward never checks
+    def __init__(self, num_features, eps=1e-5):
+        super().__init__()
+        self.num_features, self.eps = num_features, eps
+
+    def forward(self, x):
+        return x / torch.sqrt(torch.mean(x ** 2, dim=1, keepdim=True) + self.eps)
+
+
+def _plan(cls, init: tuple, args: list) -> list[tuple[str, dict, str]]:
+    metas = [torch.empty_like(a, device="meta") for a in args]
+    roles = shapes.plan(metas, init, shapes.acceptor(cls, "meta"), shapes.parameter_names(cls))
+    return [(p.label, p.sizes, p.built) for p in roles.plans]
+
+
+def test_sizes_change_by_role_not_by_value():
+    """A batch of 1024 beside Linear(1024, 1024) is not the module's size: it changes with either
+    argument (and the features only with in_features), both models rebuilt."""
+    assert _plan(_Linear, (1024, 1024), [torch.empty(1024, 1024)]) == [
+        ("in_features 1024 -> 1021", {(0, 0): 1021, (0, 1): 1021}, "Model(in_features=1021, out_features=1024)"),
+        ("out_features 1024 -> 1021", {(0, 0): 1021}, "Model(in_features=1024, out_features=1021)")]
+    # a batch that differs from every argument changes alone; the features with their argument
+    assert _plan(_Linear, (1024, 512), [torch.empty(16, 1024)]) == [
+        ("in_features 1024 -> 1021", {(0, 1): 1021}, "Model(in_features=1021, out_features=512)"),
+        ("leading dimension 16 -> 13", {(0, 0): 13}, "")]
+
+
+def test_a_module_built_for_its_features_is_not_asked_to_take_other_features():
+    """The case a value-based veto once stood for: the forward would run on 61 features while the
+    module is built for 64, so the features change only together with num_features."""
+    plans = _plan(_FeatureRMS, (64,), [torch.empty(16, 64, 256)])
+    assert ("num_features 64 -> 61", {(0, 1): 61}, "Model(num_features=61)") in plans
+    assert not any(sizes.get((0, 1)) and not built for _, sizes, built in plans)
+
+
+def test_arguments_inside_tuples_and_arguments_that_tie_no_input():
+    class Norm(torch.nn.Module):
+        def __init__(self, shape, out_width):
+            super().__init__()
+            self.norm, self.width = torch.nn.LayerNorm(shape), out_width
+
+        def forward(self, x):
+            return self.norm(x)[..., :self.width]
+
+    plans = _plan(Norm, ((64, 32), 7), [torch.empty(8, 64, 32)])
+    assert plans[0] == ("shape[0] 64 -> 61", {(0, 1): 61}, "Model(shape=(61, 32), out_width=7)")
+    assert plans[1] == ("shape[1] 32 -> 31", {(0, 2): 31}, "Model(shape=(64, 31), out_width=7)")
+
+
+def test_acceptor_runs_the_reference_without_memory():
+    accepts = shapes.acceptor(torch.nn.Linear, "meta")
+    assert accepts((64, 32), [torch.randn(5, 64)]) and not accepts((64, 32), [torch.randn(5, 63)])
+    assert not accepts((64, -3), [torch.randn(5, 64)])  # cannot be built so
 
 
 def test_redrawn_weights_keep_each_tensor_in_character():
-    norm, gen = torch.nn.LayerNorm(256), torch.Generator().manual_seed(0)
+    norm, cpu = torch.nn.LayerNorm(256), torch.Generator().manual_seed(0)
+
+    def gen(device):  # one generator per device, as redraw keeps them
+        return cpu
+
     scale, shift = generality._redrawn(norm.weight, gen), generality._redrawn(norm.bias, gen)
     assert bool((scale >= 0.5).all() and (scale <= 1.5).all()) and float(scale.std()) > 0.1
     assert float(shift.abs().mean()) > 0.1

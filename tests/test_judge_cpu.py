@@ -60,15 +60,17 @@ def test_verdict(verdicts, name):
 def test_ok_has_times_and_correctness(verdicts):
     e = verdicts["ok_c.py"]
     assert e.format == "c" and e.device == "cpu"
-    # five fresh draws, redrawn weights, large values, the task's two extra shapes, and the shape the
-    # judge derives (a batch of 251; the 512 features are tied to the weights)
-    assert e.correctness.trials == 5 + 1 + 1 + 2 + 1
-    assert e.shapes.supported == ("float32[256, 512]", "float32[3, 512]", "float32[1000, 512]", "float32[251, 512]")
+    # five fresh draws, redrawn weights, large values, the task's two extra shapes, and the shapes the
+    # judge derives: the 512 features with the constructor argument they are tied to, a batch of 251
+    assert e.correctness.trials == 5 + 1 + 1 + 2 + 2
+    assert e.shapes.supported == ("float32[256, 512]", "float32[3, 512]", "float32[1000, 512]",
+                                  "float32[256, 509] with Model(features=509)", "float32[251, 512]")
     assert e.correctness.rel_l2 < 1e-6
     assert e.candidate.median_ms > 0 and e.eager.median_ms > 0
     # The paired median of per-round ratios, close to (not equal to) the ratio of the medians.
     assert e.speedup_eager == pytest.approx(e.eager.median_ms / e.candidate.median_ms, rel=0.5)
-    assert e.speedup_eager_ci >= 0  # its width on a busy CI machine says little
+    low, high = e.speedup_eager_ci  # its width on a busy CI machine says little
+    assert 0 < low <= e.speedup_eager <= high
     assert any("copied all 2 reference weights" in n for n in e.notes)
 
 
@@ -78,6 +80,15 @@ def test_failures_explain_themselves(verdicts):
     assert "candidate gave up" in verdicts["raises.py"].message
     mismatch = verdicts["wrong_math_c.py"]
     assert "relative L2 error" in mismatch.message and mismatch.correctness.max_abs > 0
+
+
+def test_three_evaluations_of_one_kernel_overlap(judge, task):
+    """The same kernel judged three times, one after another: each speedup carries a 95 % interval,
+    and the three intervals overlap (the figures are the same measurement repeated, within noise)."""
+    found = [judge.evaluate(task, CPU / "ok_c.py") for _ in range(3)]
+    assert all(e.ok and e.speedup_eager_ci for e in found), [e.message for e in found]
+    lows, highs = [e.speedup_eager_ci[0] for e in found], [e.speedup_eager_ci[1] for e in found]
+    assert max(lows) <= min(highs), [(e.speedup_eager, e.speedup_eager_ci, e.evidence.get("load")) for e in found]
 
 
 def test_hang_is_killed_within_limit(verdicts):

@@ -1,6 +1,7 @@
 """`kernelevo optimize` end to end on the CPU backend: the real CLI, the real openai SDK against the
 scripted server, the real judge. The scripted model returns C kernels: a broken one, honest ones
-of different speeds, and a cheat. Checked through the archive and the written best kernel; then a
+of different speeds, and a cheat; mutate's first reply is edits that do not apply, so follow-ups
+count against the call cap. Checked through the archive and the written best kernel; then a
 run killed with SIGKILL is resumed and loses nothing."""
 import itertools
 import os
@@ -16,7 +17,7 @@ import browser
 import pytest
 from kernelevo.archive.report_data import report_data
 from kernelevo.archive.store import Archive
-from llm_server import ScriptedServer, kernel_replies, request_text
+from llm_server import ScriptedServer, Step, kernel_replies, request_text
 
 from conftest import FIXTURES
 
@@ -39,6 +40,18 @@ def scripted_model(delay_s: float = 0.0):
     k = KERNELS
     return kernel_replies(itertools.chain([k["broken"], k["good"]], itertools.repeat(k["slow"])),
                           itertools.cycle([k["chunked"], k["cheat"], k["slow"]]), k["good"], USAGE, delay_s)
+
+
+def failing_edits(respond):
+    """Mutate's first reply is SEARCH/REPLACE blocks that match nothing, so the operator sends an
+    edit follow-up (answered by `respond`): a call the --max-llm-calls cap counts too."""
+    def reply(body: dict) -> Step:
+        job = request_text(body).rsplit("# Your job", 1)[-1]
+        if "Make this kernel faster" in job and "did not apply" not in job:
+            return Step(text="<<<<<<< SEARCH\nnot in the parent\n=======\n// faster\n>>>>>>> REPLACE\n",
+                        usage=USAGE)
+        return respond(body)
+    return reply
 
 
 def environment(server, tmp_path: Path) -> dict:
@@ -64,10 +77,11 @@ def cli(args: list[str], env: dict, timeout: float = 600) -> subprocess.Complete
 
 
 def test_optimize_end_to_end_on_the_cpu(tmp_path):
-    server = ScriptedServer(responder=scripted_model())
+    server = ScriptedServer(responder=failing_edits(scripted_model()))
     try:
         env = environment(server, tmp_path)
-        done = cli(optimize_args(tmp_path, "--generations", "3", "--max-llm-calls", "12", "--plateau", "9"), env)
+        # an odd cap: the last mutate's follow-up usually falls past it
+        done = cli(optimize_args(tmp_path, "--generations", "3", "--max-llm-calls", "11", "--plateau", "9"), env)
     finally:
         server.close()
     assert done.returncode in (0, 3), done.stderr[-3000:]
@@ -77,6 +91,9 @@ def test_optimize_end_to_end_on_the_cpu(tmp_path):
         verdicts = archive.counts(run["id"])["verdicts"]
         spend = archive.spend(run["id"])
         events = [e["kind"] for e in archive.events(run["id"])]
+        not_sent = [e["data"] for e in archive.events(run["id"], "call_not_sent")]
+        operators = [c["operator"] for c in archive._read("SELECT operator FROM llm_calls WHERE run_id = ?",
+                                                          (run["id"],))]
         best = archive.best_kernel(run["id"])
         finals = [e for k in kernels for e in archive.kernel(k["id"])["evaluations"] if e["purpose"] == "final"]
         profiles = archive.profiles(run["id"])
@@ -87,7 +104,11 @@ def test_optimize_end_to_end_on_the_cpu(tmp_path):
     assert {"translate"} < {k["operator"] for k in kernels}  # the search went past translation
     children = [k for k in kernels if k["operator"] != "translate"]
     assert children and all(k["parents"] for k in children)  # lineage recorded
-    assert spend["calls"] <= 12 and spend["unknown_cost_calls"] == 0
+    # a hard cap: edit follow-ups count, and one the cap refused is said, not sent
+    assert spend["calls"] == len(operators) == len(server.requests) <= 11 and spend["unknown_cost_calls"] == 0
+    assert "mutate_edit_followup" in operators or not_sent, operators
+    assert all(e["reason"].startswith("max-llm-calls") and e["operator"] == "mutate" for e in not_sent)
+    assert bool(not_sent) == ("mutate: follow-up call not sent, max-llm-calls" in " ".join(done.stderr.split()))
     per_call = (USAGE["input"] * PRICES["input"] + USAGE["cache_read"] * PRICES["cached_input"]
                 + USAGE["output"] * PRICES["output"]) / 1e6
     assert spend["cost_usd"] == pytest.approx(per_call * spend["calls"])

@@ -85,7 +85,8 @@ def small_run() -> dict:
                 "stop_reason": "max-llm-calls reached", "started": "2026-01-01 10:00", "finished": "2026-01-01 10:20",
                 "gpu": "NVIDIA H100", "torch": "2.11.0", "model": "openai:gpt-x", "format": "nvrtc", "policy": "mixed",
                 "calls": 13, "failed_calls": 1, "cost_usd": 0.3, "unknown_cost_calls": 2, "best_kernel": 9,
-                "best_speedup": 3.1, "best_speedup_compile": 2.17},
+                "best_speedup": 3.1, "best_speedup_ci": [2.8, 3.4], "best_speedup_compile": 2.17,
+                "best_speedup_compile_ci": [2.16, 2.18]},
         "progress": progress, "lineage": lineage, "best_path": path, "top": top, "verdicts": verdicts,
         "problems": {"no code block in the reply": 1},
         "operators": [{**group, "operator": "mutate"}, {**group, "operator": "crossover", "yield": None}],
@@ -213,6 +214,52 @@ def section(tree: Node, sid: str) -> Node:
 
 # ---------- the HTML as written ----------
 
+def test_speedup_text_gives_the_interval_where_it_is_wider_than_2_percent():
+    from kernelevo.report import speedup_text
+
+    assert speedup_text(1.78, (1.52, 2.05)) == "1.78x (1.52-2.05)"
+    assert speedup_text(1.78, [1.77, 1.79]) == "1.78x"  # 1.1 % wide: the digits would add nothing
+    assert speedup_text(1.78) == speedup_text(1.78, None) == speedup_text(1.78, [None, None]) == "1.78x"
+    assert speedup_text(None, (1.0, 2.0)) == "-"
+
+
+def test_the_terminal_prints_each_speedup_with_its_interval(monkeypatch):
+    import io
+
+    from kernelevo.bench_view import print_table
+    from kernelevo.evolution.records import Progress
+    from kernelevo.progress import lines, summary_rows
+    from kernelevo.records import Evaluation, TimingStats
+    from kernelevo.report import print_evaluation
+    from rich.console import Console
+
+    stats = TimingStats(median_ms=1.0, p10_ms=0.9, p90_ms=1.2, min_ms=0.9, mean_ms=1.0, n=30, rel_ci=0.01)
+    e = Evaluation("ok", "", "passed", candidate=stats, eager=stats, speedup_eager=1.78,
+                   speedup_eager_ci=(1.52, 2.05), speedup_compile=0.9, speedup_compile_ci=(0.895, 0.905))
+    out = io.StringIO()
+    print_evaluation(e, Console(file=out, width=200))
+    assert "1.78x (1.52-2.05) vs eager, 0.90x vs torch.compile" in out.getvalue()
+    text = lines(Progress(best_eager=1.78, best_eager_ci=(1.52, 2.05), best_compile=0.9, remeasuring=1), {})
+    assert "best 1.78x (1.52-2.05) vs eager, 0.90x vs torch.compile" in text[0]
+    assert "(1 a new best, re-measured)" in text[-1]
+    outcome = type("Outcome", (), {"run_id": "r", "reason": "done", "best": e, "best_kernel_id": 4, "written": "k.py",
+                                   "summary": {"search_speedups": (2.5, 1.2), "search_intervals": ((1.0, 4.0), None)}})
+    rows = dict(summary_rows(outcome))
+    assert rows["best kernel"].startswith("4: 1.78x (1.52-2.05) vs eager") and rows["in the search"].startswith(
+        "2.50x (1.00-4.00) vs eager, 1.20x vs")
+    task = {"name": "t", "verdict": "ok", "reason": "", "correct": True, "degenerate": "", "specialized": False,
+            "speedup_eager": 1.78, "speedup_eager_ci": [1.52, 2.05], "speedup_compile": 0.9, "speedup_compile_ci": None,
+            "calls": 1, "cost_usd": 0.0, "wall_s": 1.0}
+    suite = {"fast_p": {b: {"1.0": 1.0} for b in ("eager", "compile")},
+             "fast_p_healthy": {b: {"1.0": 1.0} for b in ("eager", "compile")}, "correct": 1, "tasks": 1,
+             "correct_rate": 1.0, "geomean": {"eager": 1.78, "compile": 0.9}, "degenerate": 0, "specialized": 0,
+             "calls": 1, "cost_usd": 0.0, "unknown_cost_calls": 0, "wall_s": 1.0}
+    out = io.StringIO()
+    monkeypatch.setattr("rich.console.Console", lambda *a, **k: Console(file=out, width=200))
+    print_table({"bench": {"id": "b1", "status": "finished", "suite": "s"}, "tasks": [task], "suite": suite})
+    assert "1.78x (1.52-2.05)" in out.getvalue() and "0.90x " in out.getvalue()
+
+
 def test_every_section_is_there_and_nothing_points_outside():
     html = render(small_run())
     tree = Tree(html).root
@@ -326,6 +373,8 @@ def test_the_page_draws_every_section_offline(tmp_path):
     for sid, rows in (("operators", data["operators"]), ("models", data["models"])):
         assert len(section(tree, sid).find("tbody")[0].find("tr")) == len(rows)
     assert "2 calls of unknown price" in section(tree, "summary").text()
+    # a speedup's interval where it is wider than 2 % of it, as the terminal prints it; a narrow one is left out
+    assert "3.10\u00d7 (2.80-3.40) vs eager, 2.17\u00d7 vs torch.compile" in section(tree, "summary").text()
     assert "<fuse>" in section(tree, "reflections").text()
 
     assert shot.stat().st_size > 20_000  # a page, not a blank window

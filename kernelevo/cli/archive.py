@@ -47,9 +47,10 @@ def _when(t: float | None) -> str | None:
 
 
 def kernel_summary(k: dict, task_names: dict[int, str]) -> dict:
-    """A kernel as `ls kernels` lists it: no source, its task by name."""
+    """A kernel as `ls kernels` lists it: no source, its task by name, its speedups' 95 % intervals."""
     return {**{f: k.get(f) for f in KERNEL_FIELDS}, "run": k["run_id"],
-            "task": task_names.get(k["task_id"], str(k["task_id"]))}
+            "task": task_names.get(k["task_id"], str(k["task_id"])),
+            "speedup_eager_ci": k.get("speedup_eager_ci"), "speedup_compile_ci": k.get("speedup_compile_ci")}
 
 
 def _run_rows(store: Archive, runs: list[dict]) -> list[dict]:
@@ -60,6 +61,7 @@ def _run_rows(store: Archive, runs: list[dict]) -> list[dict]:
                      "finished": _when(r["finished_at"]), "model": (r["config"] or {}).get("model"),
                      "kernels": counts["kernels"], "evaluations": counts["evaluations"],
                      "ok": counts["verdicts"].get("ok", 0), "best_speedup": best["speedup_eager"] if best else None,
+                     "best_speedup_ci": best["speedup_eager_ci"] if best else None,
                      "best_kernel": best["id"] if best else None, "cost_usd": store.spend(r["id"])["cost_usd"]})
     return rows
 
@@ -69,10 +71,11 @@ def _task_rows(store: Archive, tasks: list[dict]) -> list[dict]:
     rows = []
     for t in tasks:
         mine = [k for k in kernels if k["task_id"] == t["id"]]
-        speedups = [k["speedup_eager"] for k in mine if k["verdict"] == "ok" and k["speedup_eager"] is not None]
+        fastest = max((k for k in mine if k["verdict"] == "ok" and k["speedup_eager"] is not None),
+                      key=lambda k: k["speedup_eager"], default={})
         rows.append({"id": t["id"], "name": t["name"], "source_hash": t["source_hash"][:12],
                      "runs": sum(r["task_id"] == t["id"] for r in runs), "kernels": len(mine),
-                     "best_speedup": max(speedups, default=None)})
+                     "best_speedup": fastest.get("speedup_eager"), "best_speedup_ci": fastest.get("speedup_eager_ci")})
     return rows
 
 
@@ -206,10 +209,16 @@ def _speedups(k: dict) -> str:
     from kernelevo.report import speedup_text
 
     def pair(e: dict) -> str:
-        return f"{speedup_text(e['speedup_eager'])} vs eager, {speedup_text(e['speedup_compile'])} vs torch.compile"
+        return (f"{speedup_text(e['speedup_eager'], e.get('speedup_eager_ci'))} vs eager, "
+                f"{speedup_text(e['speedup_compile'], e.get('speedup_compile_ci'))} vs torch.compile")
 
-    final = next((e for e in reversed(k["evaluations"]) if e["purpose"] == "final" and e["verdict"] == "ok"), None)
+    def latest(purpose: str) -> dict | None:
+        return next((e for e in reversed(k["evaluations"]) if e["purpose"] == purpose and e["verdict"] == "ok"), None)
+
+    final, again = latest("final"), latest("rejudge")
     search = pair(k) if k["speedup_eager"] is not None else ""
+    if again is not None and final is None:  # a new best re-measured before the search believed it
+        return f"{pair(again)} (re-measured)" + (f"; search: {search}" if search else "")
     if final is None:
         return search
     return f"{pair(final)} (final re-judgement)" + (f"; search: {search}" if search else "")
@@ -296,7 +305,8 @@ def _tree(k: dict, by_id: dict[int, dict]):
     def label(row: dict, seen_before: bool = False) -> Text:
         return Text.assemble((f"{row['id']} ", "bold"), f"{row['operator']} ",
                              (row["verdict"] or "unjudged", _COLOURS.get(row["verdict"], "dim")),
-                             f" {speedup_text(row['speedup_eager'])}", (" (shown above)" if seen_before else "", "dim"))
+                             f" {speedup_text(row['speedup_eager'], row.get('speedup_eager_ci'))}",
+                             (" (shown above)" if seen_before else "", "dim"))
 
     root, seen = Tree(label(k)), {k["id"]}
     # an explicit stack in preorder, not recursion: a long chain of generations must not hit the
