@@ -43,3 +43,36 @@ def test_a_hold_pauses_every_other_worker_and_their_clocks():
             hold.unregister(p.pid)
             p.kill()
             p.wait()
+
+
+ORCHESTRATOR = """
+import subprocess, sys, time
+from kernelevo.judge import hold
+busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True) for _ in range(2)]
+for p in busy:
+    hold.register(p.pid)
+print(" ".join(str(p.pid) for p in busy), flush=True)
+with hold.machine(busy[0].pid):
+    print("held", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_workers_paused_by_a_killed_process_are_resumed():
+    """kill -9 in the middle of a hold: the paused worker is resumed (and, as an orphan, would then
+    exit on its own), not left stopped for good."""
+    parent = subprocess.Popen([sys.executable, "-c", ORCHESTRATOR], stdout=subprocess.PIPE, text=True)
+    timed, paused = (int(x) for x in parent.stdout.readline().split())
+    try:
+        assert parent.stdout.readline().strip() == "held"
+        time.sleep(0.2)
+        assert _state(paused) == "T"
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 5
+        while _state(paused) == "T" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _state(paused) in "RS"
+    finally:
+        for pid in (timed, paused):
+            subprocess.run(["kill", "-9", str(pid)], check=False)
