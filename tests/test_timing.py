@@ -1,5 +1,9 @@
 """Statistics of the timer (not timings of anything: those belong in benchmarks/)."""
+import math
 import random
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
@@ -68,3 +72,31 @@ def test_relocated_inputs_keep_their_values_at_new_addresses():
     (moved,), pad = _relocated([[x, t, 3]], 5)
     assert pad is not None and torch.equal(moved[0], x) and moved[0].data_ptr() != x.data_ptr()
     assert moved[1] is t and moved[2] == 3  # a non-contiguous view keeps its layout, as given
+
+
+def test_intervals_of_products_combine_on_a_log_scale():
+    from kernelevo.judge.timing import combined, interval
+
+    assert interval([3.0, 1.0, 2.0]) == (2.0, 1.0, 3.0)
+    low, high = combined(2.0, (1.0, 0.9, 1.2))  # one factor: its own relative spread
+    assert low == pytest.approx(1.8) and high == pytest.approx(2.4)
+    low, high = combined(1.0, (1.0, 0.9, 1.1), (1.0, 0.9, 1.1))
+    assert low == pytest.approx(math.exp(-math.sqrt(2) * math.log(1 / 0.9)))
+    assert high == pytest.approx(math.exp(math.sqrt(2) * math.log(1.1)))
+
+
+def test_load_from_other_processes_is_seen_and_said():
+    """A process outside the judge kept busy during a measurement shows in the verdict's load."""
+    from kernelevo.judge.timing import LoadWatch, load_note
+
+    busy = subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 3\nwhile time.time() < end: pass"])
+    try:
+        time.sleep(0.2)
+        watch = LoadWatch()
+        time.sleep(0.8)
+        load = watch.stop()
+    finally:
+        busy.kill()
+        busy.wait()
+    assert load["other_cores"] > 0.5 and load["loaded"], load
+    assert load_note(load).startswith("other processes kept") and load_note({"loaded": False}) == ""
