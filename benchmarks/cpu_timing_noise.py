@@ -15,6 +15,12 @@ conditions, to find what makes its figure move:
 
 For each: the speedup over eager with its 95 % interval, eager's median ms, the load other processes
 put on the machine during timing, and whether the runs' intervals overlap.
+
+    python benchmarks/cpu_timing_noise.py --out FILE --task TASK.py --kernels DIR
+
+instead judges every candidate file of DIR once on TASK (each in a fresh worker, one after another):
+eager is the same module every time, so the spread of its median across processes is the judge's
+own noise (a search's kernels re-judged, say).
 """
 from __future__ import annotations
 
@@ -132,7 +138,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--beside", type=int, default=3, help="variants judged beside the measured kernel")
+    parser.add_argument("--task", type=Path, help="with --kernels: the task the kernels are for")
+    parser.add_argument("--kernels", type=Path, help="judge each candidate file of this folder once instead")
     args = parser.parse_args()
+    if args.kernels:
+        return kernels_once(args)
     import torch
 
     cache = Path(tempfile.mkdtemp(prefix="kernelevo-noise-"))
@@ -159,6 +169,36 @@ def main() -> None:
     for key in ("alone", "beside_held", "beside_not_held", "alone_busy_core"):
         r = report[key]
         print(f"{key:16s} speedups {r['speedups']} spread x{r['spread']} overlap {r['intervals_overlap']}")
+
+
+def kernels_once(args) -> None:
+    """Every kernel of a folder judged once on the task, in turn: eager's median across processes."""
+    import statistics
+
+    import torch
+
+    from kernelevo.judge.api import Judge, JudgeOptions
+    from kernelevo.judge.worker import _cpu_name
+    from kernelevo.tasks import load_task
+
+    task = load_task(args.task)
+    rows = []
+    with Judge(Path(tempfile.mkdtemp(prefix="kernelevo-noise-")), JudgeOptions(devices=("cpu",))) as judge:
+        for path in sorted(args.kernels.glob("*.py")):
+            e = judge.evaluate(task, path)
+            rows.append({"kernel": path.name, "verdict": e.verdict, "speedup_eager": e.speedup_eager,
+                         "ci": list(e.speedup_eager_ci) if e.speedup_eager_ci else None,
+                         "speedup_compile": e.speedup_compile,
+                         "eager_ms": e.eager.median_ms if e.eager else None,
+                         "candidate_ms": e.candidate.median_ms if e.candidate else None,
+                         "load": e.evidence.get("load")})
+    eager = [r["eager_ms"] for r in rows if r["eager_ms"]]
+    report = {"cpu": _cpu_name(), "cores": os.cpu_count(), "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
+              "task": args.task.name, "kernels": rows, "method": __doc__,
+              "eager_ms": {"min": min(eager), "median": statistics.median(eager), "max": max(eager)} if eager else None}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1))
+    print(f"{len(rows)} kernels; eager ms {report['eager_ms']}")
 
 
 if __name__ == "__main__":

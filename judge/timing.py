@@ -15,7 +15,10 @@ round), not a ratio of medians. Repetitions continue until the 95 % confidence i
 median and of every requested ratio is within `target_rel_ci` of it, or a cap is hit.
 
 CPU: the same, with a host clock around each call, a buffer sized from the last-level cache,
-and the inputs left where they are.
+and the inputs left where they are. The worker keeps its heap warm (executor.CPU_MALLOC: a call
+would otherwise pay a page fault per 4 KiB of each tensor it allocates), the rest of the judge is
+paused while it times (hold.py), and what other processes take of the machine is recorded
+(LoadWatch).
 """
 from __future__ import annotations
 
@@ -136,7 +139,35 @@ def load_note(load: dict | None) -> str:
     if not load or not load.get("loaded"):
         return ""
     return (f"other processes kept {load['other_cores']:.1f} of {load['cores']} cores busy while this was timed: "
-            "the intervals include their noise")
+            "the intervals are widened by what that share of the machine could have cost either side")
+
+
+# The same kernel judged in fresh processes on an idle 2-core machine varied by up to 3.6 % between
+# processes while each interval was about +-1.5 % (benchmarks/results/cpu_timing_noise-*.json): the
+# order statistics see one process's noise, not where a process lands. So a CPU interval is at least
+# this wide on each side, the spread that repeating the evaluation shows.
+CPU_REPEAT_REL = 0.025
+
+
+def reported(point: float, ci: list[float], load: dict | None, cpu: bool) -> list[float]:
+    """The interval a speedup is reported with: widened for a loaded machine, and on the CPU at least
+    CPU_REPEAT_REL either side of the figure."""
+    low, high = widened(ci, load)
+    if cpu:
+        low, high = min(low, point * (1 - CPU_REPEAT_REL)), max(high, point * (1 + CPU_REPEAT_REL))
+    return [low, high]
+
+
+def widened(ci: list[float] | None, load: dict | None) -> list[float] | None:
+    """`ci` as it must be reported when other processes loaded the machine: a steady load biases
+    the calls without making them noisy (one busy core moved a kernel's speedup from 0.13x to
+    0.25x with a tight interval), so the interval is stretched by the factor by which the cores
+    others took could have slowed either side, cores / (cores - theirs), at most 4."""
+    if not ci or not load or not load.get("loaded"):
+        return ci
+    free = max(load["cores"] - load["other_cores"], load["cores"] / 4)
+    factor = load["cores"] / free
+    return [ci[0] / factor, ci[1] * factor]
 
 
 def _llc_bytes() -> int:

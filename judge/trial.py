@@ -157,7 +157,8 @@ def _check_and_time(task, reference, candidate, job: dict, device: str, result: 
         result.update(_failure(verdicts.classify_run(exc)))
         return result
     result["timing"] = {name: dataclasses.asdict(s) for name, s in measured.stats.items()}
-    result["speedup_eager"], result["speedup_eager_ci"] = measured.speedup("eager", "candidate")
+    result["speedup_eager"], ci = measured.speedup("eager", "candidate")
+    result["speedup_eager_ci"] = timing.reported(result["speedup_eager"], ci, measured.load, not device.startswith("cuda"))
     if measured.load:
         result["evidence"]["load"] = measured.load
         if note := timing.load_note(measured.load):
@@ -246,7 +247,7 @@ def run_remeasure(job: dict, device: str, channel) -> dict:
     except Exception as exc:  # noqa: BLE001
         return _failure(verdicts.classify_run(exc))
     return {"verdict": "ok", "reason": "", "message": "", "timer": timer, "times_ms": times,
-            "speedup": speedup, "speedup_ci": interval or None}
+            "speedup": speedup, "speedup_ci": timing.reported(speedup, interval, None, True) if interval else None}
 
 
 def run_compile_beside(job: dict, device: str, channel) -> dict:
@@ -272,7 +273,8 @@ def run_compile_beside(job: dict, device: str, channel) -> dict:
     return {"verdict": "ok", "reason": "", "message": "", "compile_s": compile_s,
             "timing": {name: dataclasses.asdict(s) for name, s in measured.stats.items()},
             "load": measured.load, "speedup_compile": measured.speedup("compiled", "candidate")[0],
-            "speedup_compile_ci": measured.speedup("compiled", "candidate")[1],
+            "speedup_compile_ci": timing.reported(*measured.speedup("compiled", "candidate"), measured.load,
+                                                  not device.startswith("cuda")),
             "speedup_eager": measured.speedup("eager", "candidate")[0]}
 
 

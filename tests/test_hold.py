@@ -76,3 +76,13 @@ def test_workers_paused_by_a_killed_process_are_resumed():
     finally:
         for pid in (timed, paused):
             subprocess.run(["kill", "-9", str(pid)], check=False)
+
+
+def test_cpu_workers_keep_a_warm_heap():
+    """CPU judge workers run with glibc's large-block mapping off (executor.CPU_MALLOC): otherwise a
+    timed call pays a page fault per 4 KiB of every tensor it allocates, in some processes and not
+    others, and the figure measures the allocator."""
+    from kernelevo.judge.executor import CPU_MALLOC, _child_env
+
+    assert _child_env("cpu", {}).items() >= CPU_MALLOC.items()
+    assert not set(CPU_MALLOC) & set(_child_env("cuda:0", {})) - set(__import__("os").environ)

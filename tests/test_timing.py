@@ -100,3 +100,22 @@ def test_load_from_other_processes_is_seen_and_said():
         busy.wait()
     assert load["other_cores"] > 0.5 and load["loaded"], load
     assert load_note(load).startswith("other processes kept") and load_note({"loaded": False}) == ""
+
+
+def test_a_loaded_measurement_reports_a_wider_interval():
+    from kernelevo.judge.timing import widened
+
+    assert widened([0.24, 0.25], {"loaded": False, "cores": 2, "other_cores": 0.1}) == [0.24, 0.25]
+    low, high = widened([0.24, 0.25], {"loaded": True, "cores": 2, "other_cores": 1.0})  # half the machine taken
+    assert low == pytest.approx(0.12) and high == pytest.approx(0.5)
+    low, high = widened([1.0, 1.0], {"loaded": True, "cores": 2, "other_cores": 2.0})  # at most 4x
+    assert low == pytest.approx(0.25) and high == pytest.approx(4.0)
+
+
+def test_a_cpu_interval_is_at_least_the_spread_between_processes():
+    from kernelevo.judge.timing import CPU_REPEAT_REL, reported
+
+    low, high = reported(2.0, [1.99, 2.01], None, cpu=True)
+    assert low == pytest.approx(2.0 * (1 - CPU_REPEAT_REL)) and high == pytest.approx(2.0 * (1 + CPU_REPEAT_REL))
+    assert reported(2.0, [1.99, 2.01], None, cpu=False) == [1.99, 2.01]
+    assert reported(2.0, [1.5, 2.6], None, cpu=True) == [1.5, 2.6]  # already wider
