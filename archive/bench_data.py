@@ -35,6 +35,8 @@ def task_rows(stored: list[dict]) -> list[dict]:
             "calls": r.get("calls") or 0, "cost_usd": r.get("cost_usd") or 0.0,
             "unknown_cost_calls": r.get("unknown_cost_calls") or 0, "wall_s": r.get("wall_s") or 0.0,
             "run_id": r.get("run_id"), "kernel_id": r.get("kernel_id"), "device_name": r.get("device_name") or "",
+            # which device judged the figures: cuda:1, or on a Ray cluster the node and its GPU
+            "device": (r.get("evaluation") or {}).get("node") or r.get("device") or "",
         })
     return out
 

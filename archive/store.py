@@ -696,7 +696,7 @@ class Archive:
         reason, speedups, specialized, device, its whole record as `evaluation`), its run's status
         and stop reason, and its LLM calls and known cost."""
         rows = self._read(
-            "SELECT t.*, e.verdict, e.reason, e.speedup_eager, e.speedup_compile, e.specialized, e.device_name, "
+            "SELECT t.*, e.verdict, e.reason, e.speedup_eager, e.speedup_compile, e.specialized, e.device_name, e.device, "
             "e.speedup_eager_lo, e.speedup_eager_hi, e.speedup_compile_lo, e.speedup_compile_hi, "
             "e.data AS evaluation, r.status AS run_status, r.stop_reason, "
             "(SELECT COUNT(*) FROM llm_calls c WHERE c.run_id = t.run_id) AS calls, "

@@ -30,6 +30,7 @@ class Rejudged:
     speedup_eager: float | None
     claimed: float | None  # the speedup its source published, when it gave one
     device_name: str = ""
+    device: str = ""  # which of the judge's devices judged it (cuda:1; on a Ray cluster its node/GPU)
 
 
 def claimed_speedup(claims: dict | None) -> float | None:
@@ -105,7 +106,8 @@ def _stored(store: Archive, future: concurrent.futures.Future, job: dict) -> Rej
         store.mark_stepping_stone(kernel["id"], f"imported; rejudged ok at {evaluation.speedup_eager:.2f}x "
                                                 f"eager on {evaluation.device_name or evaluation.device}")
     return Rejudged(kernel["id"], name, evaluation.verdict, evaluation.reason, evaluation.speedup_eager,
-                    claimed_speedup(kernel["claims"]), evaluation.device_name)
+                    claimed_speedup(kernel["claims"]), evaluation.device_name,
+                    evaluation.node or evaluation.device)
 
 
 def store_imported(store: Archive, found: Sequence) -> list[tuple[int, bool]]:

@@ -11,6 +11,7 @@ from import_samples import sakana_rows, write_jsonl
 from kernelevo.archive.store import Archive
 
 from conftest import ROOT, run_cli
+from test_gpu_optimize import gpu_count
 
 pytestmark = pytest.mark.gpu
 TASKS = ROOT / "benchmarks" / "tasks"
@@ -56,6 +57,9 @@ def test_import_and_rejudge_three_formats_on_the_gpu(tmp_path):
     folder_rows = results["kernelbench"]
     assert len(folder_rows) == len(list(folder.glob("*.py")))
     assert all(r["verdict"] == "ok" for r in folder_rows), [r for r in folder_rows if r["verdict"] != "ok"]
+    assert all(r["device"].startswith("cuda:") for r in folder_rows)  # each verdict names its GPU
+    if gpu_count() >= 2:  # spread over every GPU (the least busy first)
+        assert len({r["device"] for r in folder_rows}) == gpu_count(), [r["device"] for r in folder_rows]
     honest, wrong = sorted(results["cuda_l1"], key=lambda r: r["kernel_id"])
     assert honest["verdict"] == "ok" and honest["claimed"] == 1.4
     assert wrong["verdict"] == "incorrect" and wrong["claimed"] == 9.9  # a claim is not a measurement

@@ -44,6 +44,12 @@ def scripted_cuda(name: str):
                           dict(input=4000, cache_read=8000, output=1500))
 
 
+def gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count()
+
+
 def archive_evaluations(tmp_path: Path, kernel_id: int) -> list[dict]:
     with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
         return archive.kernel(kernel_id)["evaluations"]
@@ -135,6 +141,12 @@ def test_optimize_starter_task_on_the_gpu(name, tmp_path):
               "final_speedup_eager": finals[-1]["speedup_eager"], "final_speedup_compile": finals[-1]["speedup_compile"]}
     if os.environ.get("OUT"):
         (Path(os.environ["OUT"]) / f"optimize_{name}.json").write_text(json.dumps(record, indent=1))
+    judged = [e for k in kernels for e in archive_evaluations(tmp_path, k["id"])]
+    if gpu_count() >= 2:  # --gpus all: the search's candidates were judged on every GPU of the machine
+        assert {f"cuda:{i}" for i in range(gpu_count())} <= {e["device"] for e in judged if e["purpose"] == "search"}
+    # the final re-judgement ran on the GPU kind that searched
+    assert {e["device_name"] for e in judged if e["purpose"] == "final"} <= {e["device_name"] for e in judged
+                                                                             if e["purpose"] == "search"}
     print(f"{name}: best {finals[-1]['speedup_eager']:.2f}x eager, verdicts {verdicts}, "
           f"{len(kernels)} kernels, {len(profiles)} profiled, {fed} prompts with a profile; screen log {log}")
 

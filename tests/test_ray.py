@@ -3,6 +3,7 @@ and a second node, each a raylet of its own) that every test here shares. A job 
 killed is judged anyway; a job lost twice gets a verdict; optimize, bench
 and an import's rejudge run end to end, their evaluations saying which node judged them;
 Ctrl-C leaves no judge process behind and every CPU of the cluster free."""
+import contextlib
 import json
 import os
 import shutil
@@ -26,16 +27,16 @@ TASK = CPU / "task_scale.py"
 SLOW_BUILD = "import time\ntime.sleep(4)\n" + GOOD
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """A head node and a worker node, one CPU each; nodes keep their caches in a folder of the test's."""
+@contextlib.contextmanager
+def local_cluster(cache: Path, head: dict, others: tuple[dict, ...] = ()):
+    """A Ray cluster of raylets on this machine whose nodes keep their caches in `cache`."""
     from ray.cluster_utils import Cluster
 
     saved = {k: os.environ.get(k) for k in ("KERNELEVO_CACHE_DIR", "RAY_USAGE_STATS_ENABLED")}
-    os.environ.update(KERNELEVO_CACHE_DIR=str(tmp_path_factory.mktemp("node-cache")), RAY_USAGE_STATS_ENABLED="0")
-    small = {"num_cpus": 1, "object_store_memory": 80 * 2**20, "include_dashboard": False}
-    nodes = Cluster(initialize_head=True, head_node_args=small)
-    nodes.add_node(**{k: v for k, v in small.items() if k != "include_dashboard"})
+    os.environ.update(KERNELEVO_CACHE_DIR=str(cache), RAY_USAGE_STATS_ENABLED="0")
+    nodes = Cluster(initialize_head=True, head_node_args={**head, "include_dashboard": False})
+    for node in others:
+        nodes.add_node(**node)
     nodes.wait_for_nodes()
     try:
         yield nodes
@@ -44,6 +45,14 @@ def cluster(tmp_path_factory):
         nodes.shutdown()
         for key, value in saved.items():
             os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A head node and a worker node, one CPU each; nodes keep their caches in a folder of the test's."""
+    small = {"num_cpus": 1, "object_store_memory": 80 * 2**20}
+    with local_cluster(tmp_path_factory.mktemp("node-cache"), small, (small,)) as nodes:
+        yield nodes
 
 
 def judge_options(cluster):
@@ -161,6 +170,31 @@ def test_optimize_and_bench_on_the_cluster(cluster, tmp_path):
     assert [r["verdict"] for r in rows] == ["ok", "ok"] and bench["config"]["executor"] == "ray"
 
 
+def interrupt_once_judging(proc: subprocess.Popen, wait_s: float = 120) -> bytes:
+    """Send Ctrl-C to `proc` once a judge worker under a Ray worker exists; its stderr."""
+    deadline = time.monotonic() + wait_s
+    while not judge_workers(under_ray=True) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert judge_workers(under_ray=True), proc.stderr.read().decode()[-2000:] if proc.poll() is not None else "none"
+    proc.send_signal(signal.SIGINT)
+    return proc.communicate(timeout=120)[1]
+
+
+def freed(address: str, resource: str) -> tuple[float, float]:
+    """Once no judge process is left: (available, total) of `resource` on the cluster, waiting up to 20 s
+    for the interrupted jobs' resources to come back."""
+    deadline = time.monotonic() + 20
+    while judge_workers() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not judge_workers()
+    ray.init(address=address, ignore_reinit_error=True, logging_level="ERROR", log_to_driver=False)
+    total = ray.cluster_resources()[resource]
+    deadline = time.monotonic() + 20
+    while ray.available_resources().get(resource, 0) < total and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return ray.available_resources().get(resource, 0), total
+
+
 def test_ctrl_c_leaves_the_cluster_clean(cluster, tmp_path):
     server = ScriptedServer(responder=scripted_model())
     env = dict(environment(server, tmp_path), RAY_ADDRESS=cluster.address)
@@ -168,22 +202,9 @@ def test_ctrl_c_leaves_the_cluster_clean(cluster, tmp_path):
     proc = subprocess.Popen([str(exe), "optimize", str(TASK), *ray_args(tmp_path, "--max-llm-calls", "20")], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 120
-        while not judge_workers() and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.2)
-        assert judge_workers(), proc.stderr.read().decode()[-2000:] if proc.poll() is not None else "no job started"
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        err = interrupt_once_judging(proc)
     finally:
         proc.kill()
         server.close()
     assert proc.returncode == 130, err.decode()[-2000:]
-    deadline = time.monotonic() + 15
-    while judge_workers() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not judge_workers()
-    ray.init(address=cluster.address, ignore_reinit_error=True, logging_level="ERROR", log_to_driver=False)
-    deadline = time.monotonic() + 15
-    while ray.available_resources().get("CPU", 0) < 2 and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert ray.available_resources().get("CPU", 0) == ray.cluster_resources()["CPU"] == 2
+    assert freed(cluster.address, "CPU") == (2, 2)

@@ -146,7 +146,8 @@ def _rejudge(store, kernel_ids: list[int], where: tuple, policy, build_timeout, 
     def tell(r) -> None:
         speed = f"{r.speedup_eager:.2f}x" if r.speedup_eager is not None else "-"
         claim = f" (claimed {r.claimed:.2f}x)" if r.claimed is not None else ""
-        note(f"  kernel {r.kernel_id} {r.task}: {r.verdict}{' ' + r.reason if r.reason else ''} {speed}{claim}")
+        where = f" on {r.device}" if r.device else ""
+        note(f"  kernel {r.kernel_id} {r.task}: {r.verdict}{' ' + r.reason if r.reason else ''} {speed}{claim}{where}")
 
     try:
         with Judge(cache, options) as judge:
@@ -160,9 +161,9 @@ def _print_rejudged(judged: list) -> None:
     from kernelevo.report import print_rows
 
     rows = [{"kernel": r.kernel_id, "task": r.task, "verdict": r.verdict, "reason": r.reason,
-             "speedup": r.speedup_eager, "claimed": r.claimed, "gpu": r.device_name} for r in judged]
+             "speedup": r.speedup_eager, "claimed": r.claimed, "gpu": r.device_name, "device": r.device} for r in judged]
     print_rows(sorted(rows, key=lambda r: r["kernel"]), ("kernel", "task", "verdict", "reason", "speedup", "claimed",
-                                                        "gpu"))
+                                                        "gpu", "device"))
     ok = sum(r.verdict == "ok" for r in judged)
     note(f"{ok} of {len(judged)} passed here; they are stepping stones for runs on their tasks")
 
