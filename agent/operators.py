@@ -18,7 +18,7 @@ from .client import LLM, NotSent
 from .edits import EditError, apply_edits, incomplete_blocks, parse_edits
 from .prompting import Context, Feedback, Variant
 from .providers import Message
-from .replies import Reply, candidate_source, parse_reply, why_no_candidate
+from .replies import Reply, account_of, candidate_source, parse_reply, why_no_candidate
 
 # Outcomes: "candidate", or why there is none.
 OUTCOMES = ("candidate", "no_code", "edit_failed", "failed_call")
@@ -35,6 +35,7 @@ class Proposal:
     thinking: str = ""  # reasoning sections of the replies, kept apart from the code
     edited: bool = False  # the source came from SEARCH/REPLACE blocks applied to a parent
     unsent: str = ""  # why a follow-up this operator needed was not sent (the budget refused it)
+    account: str = ""  # the model's own words on what its kernel changes and why (the prose before the code)
 
     @property
     def ok(self) -> bool:
@@ -52,6 +53,7 @@ def _failed(operator: str, calls: list[LLMCall]) -> Proposal:
 
 def _from_reply(operator: str, reply: Reply, calls: list[LLMCall], **extra) -> Proposal:
     source = candidate_source(reply)
+    extra.setdefault("account", account_of(reply.text))
     if source is None:
         return Proposal(operator, "no_code", problem=why_no_candidate(reply), calls=tuple(calls),
                         thinking=reply.thinking, **extra)
@@ -64,12 +66,35 @@ def _whole(llm: LLM, operator: str, messages: list[Message], analyse: bool = Fal
     if answer.completion is None:
         return _failed(operator, [answer.call])
     reply = parse_reply(answer.text)
-    return _from_reply(operator, reply, [answer.call], analysis=analysis_of(reply.text) if analyse else "")
+    if not analyse:
+        return _from_reply(operator, reply, [answer.call])
+    analysis = analysis_of(reply.text)
+    account = _KERNEL_HEADING.sub("", account_of(_without(reply.text, analysis)), count=1).strip()
+    return _from_reply(operator, reply, [answer.call], analysis=analysis, account=account or account_of(reply.text))
 
 
-def translate(llm: LLM, ctx: Context) -> Proposal:
-    """Reference PyTorch to a first kernel."""
-    return _whole(llm, "translate", prompting.translate(ctx))
+def _without(text: str, analysis: str) -> str:
+    """The reply with its analysis section (heading and text) taken out: what is left is the account."""
+    if not analysis:
+        return text
+    heading = _ANALYSIS.search(text)
+    start = heading.start() if heading else text.find(analysis)
+    return (text[:start] + text[text.find(analysis, start) + len(analysis):]).strip()
+
+
+def translate(llm: LLM, ctx: Context, earlier: tuple[str, ...] = ()) -> Proposal:
+    """Reference PyTorch to a first kernel; `earlier`: attempt lines of the run's translations so far."""
+    return _whole(llm, "translate", prompting.translate(ctx, earlier))
+
+
+def first_prompt(operator: str, ctx: Context, args: tuple, edit_format: str) -> list[Message]:
+    """The messages the operator's first call would send with these arguments: known before a call
+    is paid for, so a prompt answered before is not sent again."""
+    if operator == "translate":
+        return prompting.translate(ctx, *args)
+    if operator in ("mutate", "repair"):
+        return getattr(prompting, operator)(ctx, *args, edit_format)
+    return getattr(prompting, operator)(ctx, *args)
 
 
 def functional(llm: LLM, ctx: Context) -> tuple[str, LLMCall]:
@@ -115,6 +140,7 @@ def reflect(llm: LLM, ctx: Context, variants: list[Variant]) -> Proposal:
 
 
 _ANALYSIS = re.compile(r"^#{1,4}\s*(?:performance\s+)?analysis\b[^\n]*\n", re.I | re.M)
+_KERNEL_HEADING = re.compile(r"^#{1,4}\s*kernel\b[^\n]*(?:\n|$)", re.I)
 _END = re.compile(r"^(?:#{1,4}\s*kernel\b|[ \t]*(?:`{3,}|~{3,}))", re.I | re.M)
 
 
@@ -142,7 +168,7 @@ def _edit_or_whole(llm: LLM, operator: str, messages: list[Message], parent: str
         second = llm.ask(f"{operator}_edit_followup", follow)
     except NotSent as exc:  # the cap is reached: the paid reply ends here, and says why
         return Proposal(operator, "edit_failed", problem=f"{result}; follow-up not sent: {exc}", calls=tuple(calls),
-                        thinking=reply.thinking, unsent=str(exc))
+                        thinking=reply.thinking, unsent=str(exc), account=account_of(reply.text))
     calls.append(second.call)
     if second.completion is None:
         return _failed(operator, calls)
@@ -150,8 +176,11 @@ def _edit_or_whole(llm: LLM, operator: str, messages: list[Message], parent: str
     result2 = _apply(reply2, result.text)
     thinking = "\n\n".join(t for t in (reply.thinking, reply2.thinking) if t)
     if isinstance(result2, EditError):
-        return Proposal(operator, "edit_failed", problem=str(result2), calls=tuple(calls), thinking=thinking)
-    return dataclasses.replace(result_proposal(operator, reply2, result2, calls), thinking=thinking)
+        return Proposal(operator, "edit_failed", problem=str(result2), calls=tuple(calls), thinking=thinking,
+                        account=account_of(reply.text))
+    # the first reply says what the change is; the follow-up only fixes its blocks
+    return dataclasses.replace(result_proposal(operator, reply2, result2, calls), thinking=thinking,
+                               account=account_of(reply.text) or account_of(reply2.text))
 
 
 def _apply(reply: Reply, parent: str) -> tuple[str | None, bool, str] | EditError:
@@ -174,6 +203,9 @@ def _apply(reply: Reply, parent: str) -> tuple[str | None, bool, str] | EditErro
 def result_proposal(operator: str, reply: Reply, result: tuple[str | None, bool, str],
                     calls: list[LLMCall]) -> Proposal:
     source, edited, problem = result
+    account = account_of(reply.text)
     if source is None:
-        return Proposal(operator, "no_code", problem=problem, calls=tuple(calls), thinking=reply.thinking)
-    return Proposal(operator, "candidate", source, calls=tuple(calls), thinking=reply.thinking, edited=edited)
+        return Proposal(operator, "no_code", problem=problem, calls=tuple(calls), thinking=reply.thinking,
+                        account=account)
+    return Proposal(operator, "candidate", source, calls=tuple(calls), thinking=reply.thinking, edited=edited,
+                    account=account)

@@ -83,6 +83,8 @@ class Variant:
     profile: str = ""  # the condensed profile block, when the candidate was profiled
     notes: str = ""  # what it does well (crossover), or how it came about
     eager_ms: float | None = None  # eager PyTorch timed alongside it, in the same measurement as `ms`
+    kernel_id: int | None = None  # its id in the archive: attempt lines and copies name kernels by id
+    attempts: tuple[str, ...] = ()  # what came of earlier attempts to change it (attempt_line), newest first
 
 
 @dataclass(frozen=True)
@@ -177,16 +179,30 @@ def variant(v: Variant) -> str:
                         beside=beside)
     else:
         measured = fill("measured_failed.md", verdict=v.verdict, reason=v.reason, message=v.message)
+    attempts = _then(fill("attempts.md", label=v.label, lines="".join(v.attempts).rstrip("\n"))) if v.attempts else ""
     return fill("variant.md", label=v.label, format=v.format, measured=measured,
+                kernel=f", kernel {v.kernel_id}" if v.kernel_id is not None else "",
                 notes=f"\n{v.notes}" if v.notes else "", source=v.source.rstrip("\n"),
-                profile=f"\n{v.profile}" if v.profile else "")
+                profile=f"\n{v.profile}" if v.profile else "", attempts=attempts)
 
 
-def insight(analysis: str, speedups: list[float | None]) -> str:
-    """An earlier reflection's analysis, with what its letters named then: its letters A, B, ...
-    are not the letters of the prompt it is shown in."""
-    legend = ", ".join(f"{'ABCDEFGH'[i]} = " + (f"{s:.2f}x" if s is not None else phrases()["labels"]["unknown"])
-                       for i, s in enumerate(speedups[:8]))
+def phrase(section: str, key: str, **values: object) -> str:
+    """A phrase of prompts/phrases.toml with its $names filled."""
+    return string.Template(phrases()[section][key]).substitute({k: str(v) for k, v in values.items()})
+
+
+def attempt_line(kernel_id: int, operator: str, idea: str, outcome: str) -> str:
+    """One line of an attempt list: which kernel, by which operator, its idea, what came of it."""
+    return fill("attempt.md", kernel=kernel_id, operator=operator, idea=idea or phrase("attempt", "no_idea"),
+                outcome=outcome) + "\n"
+
+
+def insight(analysis: str, compared: list[tuple[int, float | None]]) -> str:
+    """An earlier reflection's analysis, with the kernels its letters named (id and speedup then):
+    its letters A, B, ... are not the letters of the prompt it is shown in."""
+    legend = ", ".join(f"{'ABCDEFGH'[i]} = kernel {kernel} ("
+                       + (f"{s:.2f}x" if s is not None else phrases()["labels"]["unknown"]) + ")"
+                       for i, (kernel, s) in enumerate(compared[:8]))
     return fill("insight.md", legend=legend, analysis=analysis.strip()) if legend else analysis.strip()
 
 
@@ -228,8 +244,11 @@ def _conversation(ctx: Context, job: str) -> list[Message]:
     return [*prefix(ctx), Message("user", job)]
 
 
-def translate(ctx: Context) -> list[Message]:
-    return _conversation(ctx, fill("translate.md", format=ctx.target.format, answer=_answer("whole", "")))
+def translate(ctx: Context, earlier: tuple[str, ...] = ()) -> list[Message]:
+    """`earlier`: attempt lines of the run's translations so far (the next is asked to differ)."""
+    attempts = _then(fill("translations.md", lines="".join(earlier).rstrip("\n"))) if earlier else ""
+    return _conversation(ctx, fill("translate.md", format=ctx.target.format, attempts=attempts,
+                                   answer=_answer("whole", "")))
 
 
 def functional(ctx: Context) -> list[Message]:

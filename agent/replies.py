@@ -101,3 +101,29 @@ def why_no_candidate(reply: Reply) -> str:
     if reply.blocks:
         return "the reply has code blocks, but none is a Python file defining `class ModelNew`"
     return "the reply has no code block"
+
+
+# Where a reply's prose ends: its first fenced block or SEARCH/REPLACE block.
+_CODE_START = re.compile(r"^[ \t]*(?:`{3,}|~{3,}|<{5,}[ \t]*SEARCH)", re.M)
+# The line the prompts ask for, "Idea: ...", however the model decorated it.
+_IDEA = re.compile(r"^[ \t>*_#-]*idea[ \t*_]*:[ \t*_]*(?P<idea>\S.*)$", re.I | re.M)
+ACCOUNT_CHARS = 3000  # an account is a few paragraphs; a longer preamble is cut here
+IDEA_CHARS = 220
+
+
+def account_of(text: str) -> str:
+    """The model's own account of its kernel: the reply's prose before its first code or edit block."""
+    end = _CODE_START.search(text)
+    prose = text[:end.start() if end else len(text)].strip()
+    return prose[:ACCOUNT_CHARS].rstrip() + (" [...]" if len(prose) > ACCOUNT_CHARS else "")
+
+
+def idea_of(account: str) -> str:
+    """One sentence for prompts that list kernels: the account's `Idea:` line, else its first sentence."""
+    found = _IDEA.search(account)
+    text = found.group("idea") if found else account
+    text = re.sub(r"^[ \t]*#{1,6}[^\n]*\n", "", text.strip()) if not found else text  # a leading heading
+    text = re.sub(r"[*_`]+", "", text).strip()
+    sentence = re.split(r"(?<=[.!?])\s+(?=[A-Z(])|\n[ \t]*\n", text, maxsplit=1)[0]
+    sentence = " ".join(sentence.split())
+    return sentence if len(sentence) <= IDEA_CHARS else sentence[:IDEA_CHARS - 3].rstrip() + "..."

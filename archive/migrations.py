@@ -218,4 +218,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     # Each speedup's 95 % interval [lo, hi]. Rows judged before kept only speedup_eager_ci, a relative
     # half-width (still written, from the interval): theirs is rebuilt from it, symmetric.
     ("0005_speedup_intervals", _INTERVALS),
+    # The model's own account of a kernel: the prose of its reply before the code (for reflect, after
+    # the analysis), which later prompts quote. '' for kernels without one (imports, tune variants).
+    ("0006_kernel_account", "ALTER TABLE kernels ADD COLUMN account TEXT NOT NULL DEFAULT '';"),
 ]

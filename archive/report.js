@@ -373,6 +373,7 @@
       card.append(el("details", { class: "diff", open: "" }, el("summary", {}, `Diff against kernel ${k.parent}`),
         k.diff ? diffBlock(k.diff) : empty("Same source as its parent.")));
     }
+    if (k.account) card.append(el("details", { open: "" }, el("summary", {}, "The model's account of this kernel"), el("pre", { class: "prose" }, k.account)));
     if (k.thinking) card.append(el("details", {}, el("summary", {}, "The model's reasoning"), el("pre", { class: "prose" }, k.thinking)));
     return card;
   }
@@ -462,6 +463,7 @@
   // yield: replies judged / replies received (the live panel's); ok rate: ok / judged
   const COLUMNS = [["kernels", "kernels", fint], ["replies", "replies", fint], ["yield", "yield", null],
     ["judged", "judged", fint], ["ok", "ok", fint], ["ok_rate", "ok rate", fpct],
+    ["copies", "replies that were copies", fint], ["repeats", "prompts not sent again", fint],
     ["new_bests", "new bests", fint], ["improvements", "improvements", fint], ["best_speedup", "best speedup", fx],
     ["calls", "LLM calls", fint], ["failed_calls", "failed", fint], ["cost_usd", "spent", fusd],
     ["improvements_per_usd", "improvements per $", fnum], ["usd_per_ok", "$ per ok kernel", fusd], ["tokens", "tokens", fint]];

@@ -35,6 +35,7 @@ def report_data(store: Archive, run_id: str, top: int = TOP_KERNELS) -> dict[str
     best = _announced(finals, by_id) or store.best_kernel(run_id)
     path = _best_path(best["id"], by_id) if best else []
     usage, counts = store.llm_usage(run_id), store.counts(run_id)
+    repeats = [e["data"] for e in store.events(run_id, "prompt_repeat")]
     return {
         "run": {**_run_facts(run, task, store.spend(run_id), best, finals),
                 "dropped": [f"{e['data']['model']}: {e['data']['reason']}" for e in store.events(run_id, "model_dropped")]},
@@ -44,8 +45,10 @@ def report_data(store: Archive, run_id: str, top: int = TOP_KERNELS) -> dict[str
         "top": _top_kernels(store, kernels, by_id, store.profiles(run_id), top, finals),
         "verdicts": counts["verdicts"],
         "problems": counts["problems"],
-        "operators": _yield_by(kernels, timeline, usage, "operator", lambda k: k["operator"]),
-        "models": _yield_by(kernels, timeline, usage, "model", lambda k: models.get(k["id"]) or "(none)"),
+        "operators": _repeats(_yield_by(kernels, timeline, usage, "operator", lambda k: k["operator"]),
+                              repeats, "operator"),
+        "models": _repeats(_yield_by(kernels, timeline, usage, "model", lambda k: models.get(k["id"]) or "(none)"),
+                           repeats, "model"),
         "reflections": [{"kernel": r["kernel_id"], "analysis": r["analysis"], "variants": r.get("variant_ids")}
                         for r in store.reflections(run_id=run_id)],
         "generated_at": time.strftime("%Y-%m-%d %H:%M", time.localtime()),
@@ -147,7 +150,7 @@ def _top_kernels(store: Archive, kernels: list[dict], by_id: dict[int, dict], pr
                     "parent_speedup": parent.get("speedup_eager") if parent else None,
                     "parent_speedup_ci": parent.get("speedup_eager_ci") if parent else None,
                     "diff": _diff(parent["source"], k["source"], parent["id"], k["id"]) if parent else "",
-                    "profile": profile_summary(profiles.get(k["id"])), "thinking": k.get("thinking") or "",
+                    "profile": profile_summary(profiles.get(k["id"])), "thinking": k.get("thinking") or "", "account": k.get("account") or "",
                     "shapes": _shapes(store, k["evaluation_id"])})
     return out
 
@@ -167,7 +170,8 @@ def _diff(old: str, new: str, old_id: int, new_id: int) -> str:
 
 
 def _yield_by(kernels: list[dict], progress: list[dict], usage: list[dict], key: str, of) -> list[dict]:
-    """Per operator (or model): kernels written, judged, ok, replies received and judged (yield: the
+    """Per operator (or model): kernels written, judged, ok, replies that copied a kernel of the run,
+    replies received and judged (yield: the
     share of replies the judge got), new bests of the run set, improvements (new island bests and
     niches: what the search's bandits count), best speedup, spend, improvements per dollar."""
     improved = {p["kernel"] for p in progress if p["improved"]}
@@ -180,6 +184,7 @@ def _yield_by(kernels: list[dict], progress: list[dict], usage: list[dict], key:
             g["replies"] += 1  # a reply came back; judged unless it was a copy or held no kernel
             g["replies_judged"] += bool(k["source"]) and not k.get("problem")
         g["ok"] += k["verdict"] == "ok"
+        g["copies"] += (k.get("problem") or "").startswith(("copy:", "renamed_copy:"))
         g["new_bests"] += k["id"] in improved
         g["improvements"] += own_improvement(k)
         if k["verdict"] == "ok" and k["speedup_eager"] is not None:
@@ -200,8 +205,19 @@ def _yield_by(kernels: list[dict], progress: list[dict], usage: list[dict], key:
     return sorted(groups.values(), key=lambda g: (-g["kernels"], g[key]))
 
 
+def _repeats(rows: list[dict], repeats: list[dict], key: str) -> list[dict]:
+    """Per operator (or model), the prompts not sent because the same prompt had been answered."""
+    counts: dict[str, int] = {}
+    for r in repeats:
+        counts[r.get(key) or "(none)"] = counts.get(r.get(key) or "(none)", 0) + 1
+    for row in rows:
+        row["repeats"] = counts.pop(row[key], 0)
+    return rows + [{**_empty(key, name), "repeats": n} for name, n in sorted(counts.items())]
+
+
 def _empty(key: str, name: str) -> dict:
-    return {key: name, "kernels": 0, "judged": 0, "ok": 0, "replies": 0, "replies_judged": 0, "new_bests": 0,
+    return {key: name, "kernels": 0, "judged": 0, "ok": 0, "copies": 0, "replies": 0, "replies_judged": 0,
+            "new_bests": 0,
             "improvements": 0,
             "best_speedup": None,
             "calls": 0, "failed_calls": 0, "cost_usd": 0.0, "tokens": 0}

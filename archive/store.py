@@ -37,7 +37,7 @@ BUSY_TIMEOUT_MS = 10_000
 # The fields of one evaluation that every kernel row carries (None when there is none).
 _EVAL_FIELDS = ("e.id AS evaluation_id, e.verdict, e.reason, e.speedup_eager, e.speedup_compile, e.candidate_ms, "
                 "e.eager_ms, e.specialized, e.speedup_eager_lo, e.speedup_eager_hi, e.speedup_compile_lo, "
-                "e.speedup_compile_hi")
+                "e.speedup_compile_hi, e.message")
 
 # A kernel with the fields of its latest 'search' evaluation: what the loop rebuilds its population from.
 _KERNEL_SELECT = f"""
@@ -312,8 +312,9 @@ class Archive:
     def add_kernel(self, task_id: int, source: str, fmt: str, operator: str, run_id: str | None = None,
                    parents: Sequence[int] = (), llm_call_id: int | None = None, generation: int = 0,
                    island: int = 0, origin: str = "run", descriptors: dict | None = None, niche: str = "",
-                   thinking: str = "", problem: str = "", claims: dict | None = None) -> int:
-        """Store a kernel and its parents (in order) in one transaction; returns its id.
+                   thinking: str = "", problem: str = "", claims: dict | None = None, account: str = "") -> int:
+        """Store a kernel and its parents (in order) in one transaction; returns its id. `account`: the
+        model's own words on what the kernel changes and why.
 
         `source` may be '' when the operator produced no candidate (no code, an edit that did not
         apply): then `problem` must say why, and the row keeps what was paid for.
@@ -324,12 +325,12 @@ class Archive:
         with self._tx() as conn:
             kernel_id = conn.execute(
                 "INSERT INTO kernels (task_id, run_id, source, source_hash, format, operator, llm_call_id, "
-                "generation, island, origin, niche, descriptors, thinking, problem, claims, created_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "generation, island, origin, niche, descriptors, thinking, problem, claims, account, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (task_id, run_id, source, hash_source(source) if source else "", fmt if source else "",
                  operator, llm_call_id, generation, island, origin, niche,
                  None if descriptors is None else dumps(descriptors), thinking, problem,
-                 None if claims is None else dumps(claims), time.time())).lastrowid
+                 None if claims is None else dumps(claims), account, time.time())).lastrowid
             conn.executemany("INSERT INTO kernel_parents (kernel_id, parent_id, position) VALUES (?, ?, ?)",
                              [(kernel_id, p, i) for i, p in enumerate(unique(parents))])
         return kernel_id
@@ -393,6 +394,12 @@ class Archive:
     def add_event(self, run_id: str | None, kind: str, data: dict) -> int:
         return self._write("INSERT INTO events (run_id, at, kind, data) VALUES (?, ?, ?, ?)",
                            (run_id, time.time(), kind, dumps(data)))
+
+    def answered_prompts(self, run_id: str) -> set[str]:
+        """Hashes of the prompts a run's calls sent and got a reply to: not to be asked again."""
+        return {r["prompt_hash"] for r in self._read(
+            "SELECT DISTINCT prompt_hash FROM llm_calls WHERE run_id = ? AND prompt_hash != '' AND outcome = 'ok'",
+            (run_id,))}
 
     def events(self, run_id: str | None = None, kind: str | None = None) -> list[dict]:
         """Events in the order written, of one run (None: of all), optionally of one kind; data parsed."""
@@ -553,19 +560,27 @@ class Archive:
     def call_yield(self, run_id: str) -> dict[str, dict]:
         """Per operator of a run: `calls` (follow-ups and the functional rewrite count for the
         operator they serve), `replies` (operator calls whose reply came back: kernel rows of a call
-        that did not fail) and
-        `judged` (those replies whose kernel went to the judge: not a copy, not unparsable)."""
+        that did not fail),
+        `judged` (those replies whose kernel went to the judge: not a copy, not unparsable), `copies`
+        (replies that were a kernel the run had) and `repeats` (prompts not sent: answered before)."""
         out: dict[str, dict] = {}
         for r in self._read("SELECT operator, COUNT(*) AS calls FROM llm_calls WHERE run_id = ? GROUP BY operator",
                             (run_id,)):
             row = out.setdefault(call_operator(r["operator"]), {"calls": 0, "replies": 0, "judged": 0})
             row["calls"] += r["calls"]
         for r in self._read(
-                "SELECT operator, COUNT(*) AS replies, COALESCE(SUM(source != '' AND problem = ''), 0) AS judged "
+                "SELECT operator, COUNT(*) AS replies, COALESCE(SUM(source != '' AND problem = ''), 0) AS judged, "
+                "COALESCE(SUM(problem LIKE 'copy:%' OR problem LIKE 'renamed_copy:%'), 0) AS copies "
                 "FROM kernels WHERE run_id = ? AND llm_call_id IS NOT NULL AND problem NOT LIKE 'failed_call%' "
                 "GROUP BY operator", (run_id,)):
             row = out.setdefault(r["operator"], {"calls": 0, "replies": 0, "judged": 0})
-            row["replies"], row["judged"] = r["replies"], r["judged"]
+            row["replies"], row["judged"], row["copies"] = r["replies"], r["judged"], r["copies"]
+        for event in self.events(run_id, kind="prompt_repeat"):
+            row = out.setdefault(event["data"]["operator"], {"calls": 0, "replies": 0, "judged": 0})
+            row["repeats"] = row.get("repeats", 0) + 1
+        for row in out.values():
+            row.setdefault("copies", 0)
+            row.setdefault("repeats", 0)
         return out
 
     def call_models(self, run_id: str) -> dict[int, str]:

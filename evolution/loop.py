@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kernelevo.agent import operators
-from kernelevo.agent.client import LLM, Metered, NotSent, Stop, Unreachable
+from kernelevo.agent.client import LLM, Metered, NotSent, Stop, Unreachable, prompt_hash
 from kernelevo.agent.pool import CallPool
 from kernelevo.agent.profile_block import profile_block
 from kernelevo.agent.prompting import Context, Variant, approach, feedback_from
@@ -36,7 +36,7 @@ from kernelevo.report import speedup_text
 
 from . import budget as budgets
 from . import ensemble as ensembles
-from . import islands, niches, placement, scheduling, selection, tune
+from . import attempts, islands, niches, placement, scheduling, selection, tune
 from .novelty import NoveltyGate
 from .population import Member, Population, beats
 from .records import (
@@ -55,6 +55,9 @@ from .records import (
 from .state import RunState, member_from_row, remeasured
 
 
+# Translations in a row that brought no new correct kernel (copies, failures) after which an empty
+# island is left to migration: a scripted run spent 6 of 9 calls on translations that copied kernel 1.
+BARREN_TRANSLATIONS = 2
 PROFILE_WAIT_S = 60.0  # the longest a mutate call waits for its parent's profile (ncu took up to 10 s)
 
 
@@ -84,6 +87,9 @@ class Search:
         self.repair_tried: set[int] = state.repair_targets()  # one repair per failure, whatever came of it
         self.unreachable = ""  # why the model server is given up on (stops the run)
         self.crossed = state.crossed()  # parent sets already sent to crossover: the same prompt again
+        self.asked = state.archive.answered_prompts(state.run_id)  # hashes of the prompts answered
+        self.barren_translations = 0  # translations since the last one judged correct
+        self.repeated: set[str] = set()  # prompts not sent because they were answered: counted once each
         self._refresh()
 
     def _generation(self) -> int:
@@ -103,7 +109,8 @@ class Search:
         tunable = any(tune.has_tunables(m.source) for m in correct)
         seeding = {m["island"] for m in [*self.llm_futures.values(), *self.judge_futures.values()]
                    if m["op"] == "translate"}
-        seed_island = islands.needing_seed(self.population, self.settings.islands, seeding)
+        seed_island = islands.needing_seed(self.population, self.settings.islands, seeding) \
+            if self.barren_translations < BARREN_TRANSLATIONS else None
         op = scheduling.choose_operator(self.stats, bool(correct), selection.approaches(correct), repairable is not None,
                                         tunable, self.rng, translate_ok=seed_island is not None)
         if op == "tune":
@@ -115,11 +122,16 @@ class Search:
             return False
         fn, args, parents, island = job
         key = (op, tuple(sorted(parents)))  # same operator, same parents: the same prompt
-        if key in self._in_flight():
-            return False
+        if key in self._in_flight() or (op == "translate" and any(m["op"] == "translate"
+                                                                  for m in self.llm_futures.values())):
+            return False  # a second translation waits to be told what the first one did
         model = self.ensemble.choose(op, self.rng)
         if model is None:  # every model dropped out: the run is ending
             return False
+        ctx = self.state.context(island, op)
+        digest = prompt_hash(operators.first_prompt(op, ctx, args, self.ensemble.llm(model).edit_format))
+        if digest in self.asked or digest in {m["digest"] for m in self.llm_futures.values()}:
+            return self._repeat(op, parents, model, digest)
         s = self.settings
         estimate = self.ensemble.estimate_usd(model, s.prompt_tokens_estimate, s.output_tokens_estimate)
         reservation = self.budget.reserve(estimate)
@@ -127,36 +139,56 @@ class Search:
             return False
         # the first call is reserved here; a follow-up reserves its own slot from the pool thread
         llm = Metered(self.ensemble.llm(model), lambda: self.budget.extend(reservation, estimate))
-        future = self.pool.submit(fn, llm, self.state.context(), *args)
+        future = self.pool.submit(fn, llm, ctx, *args)
         self.llm_futures[future] = {"op": op, "parents": parents, "island": island, "reservation": reservation,
-                                    "key": key, "model": model, "llm": llm}
+                                    "key": key, "model": model, "llm": llm, "digest": digest}
         return True
+
+    def _repeat(self, op: str, parents: tuple[int, ...], model: str, digest: str) -> bool:
+        """A prompt answered before (or in flight) is not sent again: counted once per prompt (the
+        planner may draw it again every half second), and another draw is made."""
+        if digest in self.repeated:
+            return False
+        self.repeated.add(digest)
+        self.archive.add_event(self.state.run_id, "prompt_repeat", {"operator": op, "parents": list(parents),
+                                                                    "model": model})
+        self.progress.repeats_avoided += 1
+        return False
 
     def _in_flight(self) -> set[tuple]:
         return {meta["key"] for meta in self.llm_futures.values()}
 
     def _job(self, op: str, correct: list[Member], repairable: Member | None, seed_island: int | None):
+        """(operator function, its arguments, parent ids, island) of the next call; every kernel the
+        prompt asks to change comes with what came of the earlier attempts on it (attempts.py)."""
         island = self._next_island()
         pool = [m for m in correct if m.island == island] or correct
+        rows = self.archive.kernels(run_id=self.state.run_id)
         if op == "translate":  # the first kernels, then only to seed an empty or collapsed island
-            return operators.translate, (), (), seed_island if seed_island is not None else island
+            return operators.translate, (attempts.translations(rows),), (), \
+                seed_island if seed_island is not None else island
         if op == "mutate":
-            parent = selection.pick_parent(pool, self.population.elites(), self.rng)
-            return self._after_profile(parent.kernel_id), (self._variant(parent, "A"),), (parent.kernel_id,), \
-                parent.island
+            tries = {m.kernel_id: attempts.count_on(m.kernel_id, rows) for m in pool}
+            parent = selection.pick_mutate_parent(pool, tries, self.rng)
+            self._profile_on_demand(parent)
+            variant = self._variant(parent, "A", tried=attempts.on_kernel(parent.kernel_id, rows))
+            return self._after_profile(parent.kernel_id), (variant,), (parent.kernel_id,), parent.island
         if op == "crossover":
             parents = selection.pick_crossover_parents(correct, self.rng, avoid=self.crossed)
             if len(parents) < 2:
                 return None
             self.crossed.add(frozenset(p.kernel_id for p in parents))
-            variants = [self._variant(p, "ABC"[i], notes=approach(niches.describe(p.source, p.format), p.format))
+            variants = [self._variant(p, "ABC"[i], notes=self._notes(p, rows),
+                                      tried=attempts.on_kernel(p.kernel_id, rows, limit=3))
                         for i, p in enumerate(parents)]
             return operators.crossover, (variants,), tuple(p.kernel_id for p in parents), parents[0].island
         if op == "reflect":
             chosen = selection.pick_reflect_variants(correct, self.rng, self.settings.reflect_k)
             if len(chosen) < 2:
                 return None
-            variants = [self._variant(m, "ABCDEFGH"[i]) for i, m in enumerate(chosen)]
+            variants = [self._variant(m, "ABCDEFGH"[i], notes=self._notes(m, rows),
+                                      tried=attempts.on_kernel(m.kernel_id, rows, limit=3) if i == 0 else ())
+                        for i, m in enumerate(chosen)]
             return operators.reflect, (variants,), tuple(m.kernel_id for m in chosen), chosen[0].island
         if op == "repair":  # among recent children: the selection checks a failure's parent and repairs
             self.repair_tried.add(repairable.kernel_id)
@@ -181,10 +213,17 @@ class Search:
 
         return mutate
 
-    def _variant(self, m: Member, label: str, notes: str = "") -> Variant:
+    def _variant(self, m: Member, label: str, notes: str = "", tried: tuple[str, ...] = ()) -> Variant:
         profile = self.state.profile_text(m.kernel_id)
         return Variant(m.source, m.format, label, m.verdict, m.reason, "", m.speedup_eager, m.speedup_compile,
-                       m.ms, profile, notes, m.eager_ms)
+                       m.ms, profile, notes, m.eager_ms, m.kernel_id, tried)
+
+    @staticmethod
+    def _notes(m: Member, rows: list[dict]) -> str:
+        """How a kernel shown beside others differs: its idea in the model's words, and its approach."""
+        idea = attempts.idea_for(m.kernel_id, rows)
+        return "\n".join(t for t in (f"Idea: {idea}" if idea else "",
+                                      approach(niches.describe(m.source, m.format), m.format)) if t)
 
     def _next_island(self) -> int:
         self._island_turn = (self._island_turn + 1) % self.settings.islands
@@ -223,6 +262,9 @@ class Search:
             self._not_sent(meta, str(exc), None)
             return
         self._settle(meta)
+        answered = {c.prompt_hash for c in proposal.calls if c.outcome == "ok" and c.prompt_hash}
+        if answered:  # a failed call (a 5xx, a timeout) may be asked again; an answered prompt may not
+            self.asked |= answered | {meta["digest"]}
         call_id = self.state.call_id(proposal.calls[-1]) if proposal.calls else None
         stats = self.stats.get(meta["op"], scheduling.OperatorStats())
         self.stats[meta["op"]] = dataclasses.replace(stats, attempts=stats.attempts + 1,
@@ -230,21 +272,26 @@ class Search:
         if proposal.analysis and call_id is not None:
             self.archive.add_reflection(self.state.run_id, call_id, proposal.analysis, list(meta["parents"]))
         if not proposal.ok:
+            self.barren_translations += meta["op"] == "translate"
             kernel_id = self.state.add_kernel("", meta["op"], meta["parents"], meta["island"], call_id,
                                               self._generation(), thinking=proposal.thinking,
-                                              problem=f"{proposal.outcome}: {proposal.problem}")
+                                              problem=f"{proposal.outcome}: {proposal.problem}",
+                                              account=proposal.account)
             self.progress.verdicts[proposal.outcome] += 1
             if proposal.unsent:
                 self._not_sent(meta, proposal.unsent, kernel_id)
             return
         seen = self.gate.check(proposal.source)
+        if meta["op"] == "translate" and not seen.novel:
+            self.barren_translations += 1
         if not seen.novel:  # an exact or renamed copy; any change to the code is judged
             self.state.add_kernel(proposal.source, meta["op"], meta["parents"], meta["island"], call_id,
-                                  self._generation(), thinking=proposal.thinking, problem=seen.problem())
+                                  self._generation(), thinking=proposal.thinking, problem=seen.problem(),
+                                  account=proposal.account)
             self.progress.skipped_copies += 1
             return
         self._submit_child(meta["op"], proposal.source, meta["parents"], meta["island"], call_id,
-                           thinking=proposal.thinking)
+                           thinking=proposal.thinking, account=proposal.account)
 
     def _settle(self, meta: dict) -> None:
         """Count the calls the operation sent (failed ones too, as a resume counts the rows) and
@@ -279,9 +326,9 @@ class Search:
         self.unreachable = self.unreachable or str(exc)
 
     def _submit_child(self, op: str, source: str, parents: tuple[int, ...], island: int, call_id: int | None,
-                      thinking: str = "", note: str = "") -> None:
+                      thinking: str = "", note: str = "", account: str = "") -> None:
         kernel_id = self.state.add_kernel(source, op, parents, island, call_id, self._generation(),
-                                          thinking=thinking, note=note)
+                                          thinking=thinking, note=note, account=account)
         self.resubmit({"id": kernel_id, "source": source, "operator": op, "island": island})
 
     def _judged(self, future: concurrent.futures.Future) -> None:
@@ -293,6 +340,8 @@ class Search:
         evaluation_id = self.archive.add_evaluation(meta["kernel_id"], evaluation, purpose="search",
                                                     run_id=self.state.run_id)
         member = member_from_row(self.archive.kernel(meta["kernel_id"]))
+        if meta["op"] == "translate":
+            self.barren_translations = 0 if member.ok else self.barren_translations + 1
         improved = ""
         if member.ok and beats(member, self.population.best()):  # admitted once its figure holds again
             self.remeasure(member, meta["op"])
@@ -387,10 +436,24 @@ class Search:
             and generation not in self.ncu_generations
         if ncu:
             self.ncu_generations.add(generation)
+        self._start_profile(member.kernel_id, evaluation, evaluation_id, ncu)
+
+    def _start_profile(self, kernel_id: int, evaluation: Evaluation, evaluation_id: int, ncu: bool) -> None:
         self.device_load[evaluation.device] += 1
-        future = self.judge.profile(self.state.task, self.state.kernel_path(member.kernel_id), evaluation, ncu=ncu)
-        self.profile_futures[future] = {"kernel_id": member.kernel_id, "evaluation_id": evaluation_id,
+        future = self.judge.profile(self.state.task, self.state.kernel_path(kernel_id), evaluation, ncu=ncu)
+        self.profile_futures[future] = {"kernel_id": kernel_id, "evaluation_id": evaluation_id,
                                         "device": evaluation.device}
+
+    def _profile_on_demand(self, member: Member) -> None:
+        """Profile mutate's parent now if it never was: the prompt then shows where its time goes
+        (the call waits for it, _after_profile), and a kernel need not have been profiled by chance
+        to be chosen. Without Nsight Compute: a tenth of a second to a second of device time."""
+        pending = any(meta["kernel_id"] == member.kernel_id for meta in self.profile_futures.values())
+        if not self.settings.profile_per_generation or pending or member.kernel_id in self.state.profiles:
+            return
+        judged = [e for e in self.archive.kernel(member.kernel_id)["evaluations"] if e["verdict"] == "ok"]
+        if judged:
+            self._start_profile(member.kernel_id, Evaluation.from_dict(judged[-1]["data"]), judged[-1]["id"], False)
 
     def _profiled(self, future: concurrent.futures.Future) -> None:
         meta = self.profile_futures.pop(future)

@@ -51,6 +51,7 @@ class Progress:
     judging: int = 0
     remeasuring: int = 0  # of those being judged, new bests measured again before they count
     skipped_copies: int = 0  # replies that were exact or renamed copies of a known kernel
+    repeats_avoided: int = 0  # prompts not sent because the same prompt was answered (or in flight) before
     calls_by_operator: dict = field(default_factory=dict)  # operator -> LLM calls
     replies: int = 0  # replies that came back and became a kernel row
     replies_judged: int = 0  # of those, the ones the judge got

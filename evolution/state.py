@@ -18,7 +18,7 @@ from kernelevo.tasks import Task
 from . import niches, scheduling
 from .population import Member, Population, best_of
 
-INSIGHTS = 3  # analyses of earlier reflections shown in later prompts
+INSIGHTS = 2  # analyses shown in a prompt: the latest of each island, newest first
 
 
 def member_from_row(row: dict) -> Member:
@@ -88,7 +88,7 @@ class RunState:
 
     def add_kernel(self, source: str, operator: str, parents: tuple[int, ...], island: int,
                    call_id: int | None, generation: int, thinking: str = "", problem: str = "",
-                   note: str = "") -> int:
+                   note: str = "", account: str = "") -> int:
         """Store a child (or an operator outcome without one); returns its kernel id."""
         from kernelevo.judge.formats import detect_format
 
@@ -103,7 +103,8 @@ class RunState:
         kernel_id = self.archive.add_kernel(
             self.task_id, source, fmt, operator, run_id=self.run_id, parents=parents, llm_call_id=call_id,
             generation=generation, island=island, origin="run", descriptors=descriptors,
-            niche=niche, thinking=thinking or note, problem=problem)  # tune children: the change, as their "thinking"
+            niche=niche, thinking=thinking or note, problem=problem,  # tune children: the change, as their "thinking"
+            account=account)
         return kernel_id
 
     def kernel_path(self, kernel_id: int) -> Path:
@@ -140,11 +141,19 @@ class RunState:
 
     # -- prompts ------------------------------------------------------------------------------------
 
-    def context(self) -> Context:
-        """The prompt context: the run's fixed prefix, plus the latest reflections' analyses."""
+    def context(self, island: int | None = None, operator: str = "") -> Context:
+        """The prompt context: the run's fixed prefix, plus what reflection found: the latest analysis
+        of each island (an analysis is knowledge, not a transcript: one that a later reflect on the
+        same island replaced is not shown), newest first, at most INSIGHTS. A reflect prompt leaves
+        out its own island's, which the model wrote in that island's previous reflect."""
         speedups = {m.kernel_id: m.speedup_eager for m in self.population.members}
-        analyses = [insight(r["analysis"], [speedups.get(i) for i in r["variant_ids"]])
-                    for r in self.archive.reflections(run_id=self.run_id)[-INSIGHTS:]]
+        where = {m.kernel_id: m.island for m in self.population.members}
+        latest: dict[int, dict] = {}
+        for r in self.archive.reflections(run_id=self.run_id):  # oldest first: the newest of an island wins
+            latest[where.get((r["variant_ids"] or [None])[0], 0)] = r
+        shown = sorted(((i, r) for i, r in latest.items() if not (operator == "reflect" and i == island)),
+                       key=lambda item: -item[1]["id"])[:INSIGHTS]
+        analyses = [insight(r["analysis"], [(k, speedups.get(k)) for k in r["variant_ids"]]) for _, r in shown]
         return dataclasses.replace(self.base_context, insights=tuple(analyses))
 
     def profile_text(self, kernel_id: int) -> str:

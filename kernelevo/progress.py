@@ -27,7 +27,8 @@ def lines(p: Any, limits: dict) -> list[str]:
         f"best {_x(p.best_eager, p.best_eager_ci)} vs eager, "
         f"{_x(p.best_compile, p.best_compile_ci)} vs torch.compile",
         f"spend ${p.spend_usd:.4f}{cap}{unknown}  LLM calls {p.calls}  prompt cache hits {cache}",
-        f"verdicts: {verdicts}" + (f"  copies skipped {p.skipped_copies}" if p.skipped_copies else ""),
+        f"verdicts: {verdicts}" + (f"  copies skipped {p.skipped_copies}" if p.skipped_copies else "")
+        + (f"  prompts not repeated {p.repeats_avoided}" if getattr(p, "repeats_avoided", 0) else ""),
         f"yield {p.replies_judged}/{p.replies} replies judged  calls: {call_shares(p.calls_by_operator)}",
         *(f"{row['model']}: {model_text(row, p.dropped.get(row['model']))}"
           for row in (p.models if len(p.models) > 1 else ())),
@@ -112,6 +113,18 @@ class LiveProgress(LivePanel):
         self.show(lines(progress, self.limits))
 
 
+def repeats_text(calls: dict) -> str:
+    """'mutate: 2 prompts not sent again, 1 reply a copy; ...': per operator, the prompts not sent
+    because they were answered before, and the replies that copied a kernel the run had."""
+    parts = []
+    for op, row in sorted(calls.items()):
+        said = [f"{n} {what}" for n, what in ((row.get("repeats", 0), "prompts not sent again"),
+                                               (row.get("copies", 0), "replies copies of a kernel")) if n]
+        if said:
+            parts.append(f"{op}: {', '.join(said)}")
+    return "; ".join(parts) or "no prompt repeated, no reply a copy"
+
+
 def summary_rows(outcome: Any) -> list[tuple[str, str]]:
     """The final summary as (label, value) rows."""
     spend, counts = outcome.summary.get("spend", {}), outcome.summary.get("counts", {})
@@ -136,6 +149,7 @@ def summary_rows(outcome: Any) -> list[tuple[str, str]]:
     rows += [("LLM calls", f"{spend.get('calls', 0)} ({cost})"),
              ("calls per operator", call_shares({op: row["calls"] for op, row in calls.items() if row["calls"]})),
              ("yield", f"{judged} of {replies} replies judged" if replies else "-"),
+             ("asked once", repeats_text(calls)),
              *((f"model {row['model']}", model_text(row, (outcome.summary.get("dropped") or {}).get(row["model"])))
                for row in outcome.summary.get("models") or ()),
              ("candidates judged", str(counts.get("evaluations", 0))),

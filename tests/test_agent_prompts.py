@@ -41,9 +41,13 @@ COMPILE = Feedback("compile_error", "compile_error", "NVRTC refused the source",
                    excerpt='candidate.cu(7): error: identifier "expff" is undefined')
 
 
+TRIED = (prompting.attempt_line(9, "mutate", "float4 loads", "correct, 1.31x (1.20-1.40) eager"),
+         prompting.attempt_line(8, "mutate", "", prompting.phrase("attempt", "copy", kernel=3)))
+
+
 def render_all() -> dict[str, list]:
     gpu, cpu = Context(TASK, GPU), Context(TASK, CPU, insights=(
-        prompting.insight("A is fastest: fusing the scale into the load halves traffic.", [2.1, 1.52]),))
+        prompting.insight("A is fastest: fusing the scale into the load halves traffic.", [(7, 2.1), (3, 1.52)]),))
     edit = parse_edits("<<<<<<< SEARCH\n    def forward(self, y):\n=======\n    pass\n>>>>>>> REPLACE\n")
     try:
         apply_edits(KERNEL, edit)
@@ -57,6 +61,8 @@ def render_all() -> dict[str, list]:
         "repair_compile_diff": prompting.repair(gpu, A, COMPILE, "diff"),
         "repair_mismatch": prompting.repair(gpu, A, FAILED),
         "mutate_diff": prompting.mutate(gpu, A, "diff"),
+        "mutate_attempts": prompting.mutate(gpu, dataclasses.replace(A, kernel_id=3, attempts=TRIED)),
+        "translate_second": prompting.translate(gpu, (prompting.attempt_line(1, "translate", "one fused pass", "being judged"),)),
         "crossover": prompting.crossover(cpu, [A, B]),
         "reflect": prompting.reflect(cpu, [A, B]),
         "edit_failed": [prompting.Message("user", prompting.edit_failed(failure.failures, failure.applied))],
@@ -202,8 +208,8 @@ def test_times_in_a_kernel_header_come_with_eager_from_the_same_measurement():
 
 
 def test_an_earlier_analysis_says_what_its_letters_named():
-    text = prompting.insight("B beats A because it fuses the store.", [1.5, 2.25])
-    assert text.startswith("Its letters named the kernels of that earlier prompt, by speedup over eager: A = 1.50x, B = 2.25x.")
+    text = prompting.insight("B beats A because it fuses the store.", [(4, 1.5), (9, 2.25)])
+    assert text.startswith("Written after comparing A = kernel 4 (1.50x), B = kernel 9 (2.25x):\nB beats A")
     assert prompting.insight("no letters known", []) == "no letters known"
 
 

@@ -303,8 +303,7 @@ def test_stepping_stones_and_reflections(archive, run, tmp_path):
     ctx = Context(TaskView("scale", TASK_SOURCE, "float32[4]", "[]"), Target("c", "cpu"))
     state = RunState(archive, run_id, None, task_id, ctx, tmp_path / "run", "nvrtc")
     [text] = state.context().insights
-    assert text == ("Its letters named the kernels of that earlier prompt, by speedup over eager: "
-                    "A = not measured, B = 1.50x.\nfast wins by coalescing")
+    assert text == "Written after comparing A = kernel 2 (not measured), B = kernel 1 (1.50x):\nfast wins by coalescing"
 
 
 def test_readonly_refuses_writes(tmp_path, archive, run):

@@ -163,19 +163,19 @@ def test_tournament_is_deterministic_and_prefers_fast():
     assert selection.tournament(pop, rng, k=100).kernel_id == 20
 
 
-def test_pick_parent_weights_stepping_stones():
-    pop = [member(i, 1.0, niche=f"n{i % 2}", stone=i in (5, 6)) for i in range(1, 13)]
-    elites = {"n0": pop[1], "n1": pop[0]}
+def test_mutate_parent_is_one_of_the_best_and_the_less_tried_is_likelier():
+    pop = [member(i, 1.0 + i / 10, niche=f"n{i % 2}") for i in range(1, 9)] + [member(20, 0.29, niche="slow")]
     rng = random.Random(3)
-    counts = Counter(selection.pick_parent(pop, elites, rng, stone_bias=2.0).kernel_id for _ in range(20000))
-    # the ten non-elites share half the draws; each stone should get twice a plain member's share
-    plain = sum(counts[i] for i in (3, 4, 7, 8, 9, 10, 11, 12)) / 8
-    stones = (counts[5] + counts[6]) / 2
-    assert 1.7 < stones / plain < 2.3
-    assert 0.45 < (counts[1] + counts[2]) / 20000 < 0.55  # the elite share
-    failed = [member(1, verdict="compile_error")]
+    untried = Counter(selection.pick_mutate_parent(pop, {}, rng).kernel_id for _ in range(6000))
+    assert set(untried) == {8, 7, 6}  # the three fastest only: never the 0.29x kernel
+    assert all(1700 < n < 2300 for n in untried.values())
+    tried = Counter(selection.pick_mutate_parent(pop, {8: 3}, rng).kernel_id for _ in range(6000))
+    # weights 1/4, 1, 1: the best, tried three times, gets about a ninth of the draws
+    assert 450 < tried[8] < 900 and tried[7] > 2 * tried[8]
+    tuned = [replace(m, source="#define B 64  // tune: 64 128\n") for m in pop[:2]]
+    assert selection.pick_mutate_parent(tuned, {}, rng).kernel_id == 2  # a kernel and its tune variant: once
     with pytest.raises(ValueError):
-        selection.pick_parent(failed, {}, rng)
+        selection.pick_mutate_parent([member(1, verdict="compile_error")], {}, rng)
 
 
 def test_crossover_prefers_distinct_niches():
@@ -288,14 +288,6 @@ def test_tune_is_cheap_but_its_failures_count():
     assert tired["tune"] < tired["mutate"]
     s = OperatorStats().record(True, False, 0.01).record(False, False, None)
     assert (s.attempts, s.successes, s.improvements, s.cost_usd) == (2, 1, 0, 0.01)
-
-
-def test_pick_parent_accepts_elites_as_list():
-    pop = [member(1, 1.0, niche="a"), member(2, 2.0, niche="b")]
-    elites = Population(pop).elites()
-    a = [selection.pick_parent(pop, elites, random.Random(4)).kernel_id for _ in range(3)]
-    b = [selection.pick_parent(pop, list(elites.values()), random.Random(4)).kernel_id for _ in range(3)]
-    assert a == b
 
 
 TORCH_BASE = '''
