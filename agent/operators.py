@@ -68,18 +68,9 @@ def _whole(llm: LLM, operator: str, messages: list[Message], analyse: bool = Fal
     reply = parse_reply(answer.text)
     if not analyse:
         return _from_reply(operator, reply, [answer.call])
-    analysis = analysis_of(reply.text)
-    account = _KERNEL_HEADING.sub("", account_of(_without(reply.text, analysis)), count=1).strip()
+    analysis, after = _split_analysis(reply.text)
+    account = account_of(_KERNEL_HEADING.sub("", after, count=1)) if after is not None else ""
     return _from_reply(operator, reply, [answer.call], analysis=analysis, account=account or account_of(reply.text))
-
-
-def _without(text: str, analysis: str) -> str:
-    """The reply with its analysis section (heading and text) taken out: what is left is the account."""
-    if not analysis:
-        return text
-    heading = _ANALYSIS.search(text)
-    start = heading.start() if heading else text.find(analysis)
-    return (text[:start] + text[text.find(analysis, start) + len(analysis):]).strip()
 
 
 def translate(llm: LLM, ctx: Context, earlier: tuple[str, ...] = ()) -> Proposal:
@@ -147,10 +138,17 @@ _END = re.compile(r"^(?:#{1,4}\s*kernel\b|[ \t]*(?:`{3,}|~{3,}))", re.I | re.M)
 def analysis_of(text: str) -> str:
     """The reply's analysis section: under an `Analysis` heading up to the kernel heading or the
     first code block; without the heading, the prose before the first code block."""
+    return _split_analysis(text)[0]
+
+
+def _split_analysis(text: str) -> tuple[str, str | None]:
+    """(the analysis, the reply from where it ends): the second is None without an `Analysis`
+    heading, where the analysis is all the prose there is."""
     heading = _ANALYSIS.search(text)
     start = heading.end() if heading else 0
     end = _END.search(text, start)
-    return text[start:end.start() if end else len(text)].strip()
+    stop = end.start() if end else len(text)
+    return text[start:stop].strip(), text[stop:] if heading else None
 
 
 def _edit_or_whole(llm: LLM, operator: str, messages: list[Message], parent: str) -> Proposal:

@@ -233,7 +233,7 @@ def _tolerance(bounds: str) -> str:
     """The bounds that applied, as a phrase; nothing when the judge did not say (a '?' helps no one)."""
     if not bounds:
         return ""
-    return string.Template(phrases()["feedback"]["tolerance"]).substitute(tolerance=bounds)
+    return phrase("feedback", "tolerance", tolerance=bounds)
 
 
 def _sci(value: float | None) -> str:

@@ -6,12 +6,13 @@ browser. Everything is derived from stored rows; nothing is recomputed or measur
 from __future__ import annotations
 
 import time
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from kernelevo.records import faster_beyond_noise
 
 from .export import profile_summary
-from .rows import call_operator, own_improvement, source_diff
+from .rows import announced, call_operator, own_improvement, source_diff
 
 if TYPE_CHECKING:
     from .store import Archive
@@ -56,10 +57,8 @@ def report_data(store: Archive, run_id: str, top: int = TOP_KERNELS) -> dict[str
 
 
 def _announced(finals: dict[int, dict], by_id: dict[int, dict]) -> dict | None:
-    """The kernel the run wrote out: the first to pass its final re-judgement (optimize tries the
-    search's best first), or None before a run has one."""
-    passed = [kid for kid, e in finals.items() if e["verdict"] == "ok" and kid in by_id]
-    return by_id[passed[0]] if passed else None
+    """The row of the kernel the run wrote out (rows.announced), or None before a run has one."""
+    return by_id.get(announced(finals))
 
 
 def _run_facts(run: dict, task: dict, spend: dict, best: dict | None, finals: dict[int, dict]) -> dict:
@@ -207,9 +206,7 @@ def _yield_by(kernels: list[dict], progress: list[dict], usage: list[dict], key:
 
 def _repeats(rows: list[dict], repeats: list[dict], key: str) -> list[dict]:
     """Per operator (or model), the prompts not sent because the same prompt had been answered."""
-    counts: dict[str, int] = {}
-    for r in repeats:
-        counts[r.get(key) or "(none)"] = counts.get(r.get(key) or "(none)", 0) + 1
+    counts = Counter(r.get(key) or "(none)" for r in repeats)
     for row in rows:
         row["repeats"] = counts.pop(row[key], 0)
     return rows + [{**_empty(key, name), "repeats": n} for name, n in sorted(counts.items())]

@@ -135,6 +135,12 @@ def evaluation_row(row: dict[str, Any]) -> dict[str, Any]:
     return intervals(row)
 
 
+def announced(finals: dict[int, dict]) -> int | None:
+    """The kernel a run wrote out: the first to pass its final re-judgement (optimize tries the
+    search's best first), from Archive.final_evaluations; None before a run has one."""
+    return next((kid for kid, e in finals.items() if e["verdict"] == "ok"), None)
+
+
 def intervals(row: dict[str, Any]) -> dict[str, Any]:
     """Replace a row's `<speedup>_lo` and `<speedup>_hi` columns by `<speedup>_ci`: [low, high], or
     None where not measured, as the JSON of an Evaluation has it (an evaluations row's own

@@ -129,7 +129,8 @@ class Search:
         if model is None:  # every model dropped out: the run is ending
             return False
         ctx = self.state.context(island, op)
-        digest = prompt_hash(operators.first_prompt(op, ctx, args, self.ensemble.llm(model).edit_format))
+        chosen = self.ensemble.llm(model)
+        digest = prompt_hash(operators.first_prompt(op, ctx, args, chosen.edit_format))
         if digest in self.asked or digest in {m["digest"] for m in self.llm_futures.values()}:
             return self._repeat(op, parents, model, digest)
         s = self.settings
@@ -138,7 +139,7 @@ class Search:
         if reservation is None:
             return False
         # the first call is reserved here; a follow-up reserves its own slot from the pool thread
-        llm = Metered(self.ensemble.llm(model), lambda: self.budget.extend(reservation, estimate))
+        llm = Metered(chosen, lambda: self.budget.extend(reservation, estimate))
         future = self.pool.submit(fn, llm, ctx, *args)
         self.llm_futures[future] = {"op": op, "parents": parents, "island": island, "reservation": reservation,
                                     "key": key, "model": model, "llm": llm, "digest": digest}
@@ -168,8 +169,9 @@ class Search:
             return operators.translate, (attempts.translations(rows),), (), \
                 seed_island if seed_island is not None else island
         if op == "mutate":
-            tries = {m.kernel_id: attempts.count_on(m.kernel_id, rows) for m in pool}
-            parent = selection.pick_mutate_parent(pool, tries, self.rng)
+            top = selection.fastest_approaches(pool)  # the model's attempts are counted for these only
+            tries = {m.kernel_id: attempts.count_on(m.kernel_id, rows) for m in top}
+            parent = selection.pick_mutate_parent(top, tries, self.rng)
             self._profile_on_demand(parent)
             variant = self._variant(parent, "A", tried=attempts.on_kernel(parent.kernel_id, rows))
             return self._after_profile(parent.kernel_id), (variant,), (parent.kernel_id,), parent.island
@@ -362,13 +364,7 @@ class Search:
     def remeasure(self, member: Member, op: str) -> None:
         """Judge a would-be new best of the run again in a fresh process; it stays out of the
         population (no prompt shows it, no parent is drawn from it) until its figure is in."""
-        path = self.state.kernel_path(member.kernel_id)
-        path.write_text(member.source)  # there already, unless a resumed run lost its folder
-        device = min(self.device_load, key=lambda d: self.device_load[d])
-        self.device_load[device] += 1
-        future = self.judge.submit(self.state.task, path, device)
-        self.judge_futures[future] = {"kernel_id": member.kernel_id, "device": device, "op": op,
-                                      "island": member.island, "remeasure": member}
+        self._to_judge(member.kernel_id, member.source, op, member.island, remeasure=member)
 
     def _remeasured(self, future: concurrent.futures.Future, meta: dict) -> None:
         """The second figure replaces the first, and the kernel is admitted on it: the new best if it
@@ -542,16 +538,20 @@ class Search:
     def resubmit(self, row: dict) -> None:
         """Judge a stored child (new, or stored but not judged before the run was killed) on the
         least loaded device; its file is written here, the one place a kernel file is written."""
-        path = self.state.kernel_path(row["id"])
-        path.write_text(row["source"])
         # Known to the gate by fingerprint from now on, not once judged: two concurrent replies with
         # the same kernel must not both reach the GPU (nor count as two parents for crossover).
         self.gate.remember(row["id"], row["source"])
+        self._to_judge(row["id"], row["source"], row["operator"], row.get("island", 0))
+
+    def _to_judge(self, kernel_id: int, source: str, op: str, island: int, **extra) -> None:
+        """Write the kernel's file (there already, unless a resumed run lost its folder) and judge it
+        on the least loaded device; `extra` goes into the job's bookkeeping."""
+        path = self.state.kernel_path(kernel_id)
+        path.write_text(source)
         device = min(self.device_load, key=lambda d: self.device_load[d])
         self.device_load[device] += 1
         future = self.judge.submit(self.state.task, path, device)
-        self.judge_futures[future] = {"kernel_id": row["id"], "device": device, "op": row["operator"],
-                                      "island": row.get("island", 0)}
+        self.judge_futures[future] = {"kernel_id": kernel_id, "device": device, "op": op, "island": island, **extra}
 
     def abandon(self, grace_s: float = 0.0) -> int:
         """Ctrl-C: stop planning, cancel queued calls; returns calls still in flight after `grace_s`."""

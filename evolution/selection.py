@@ -34,10 +34,15 @@ def pick_mutate_parent(members: Sequence[Member], tries: Mapping[int, int], rng:
     once the best's attempts came to nothing, rather than asking about one kernel for ever. (Drawn
     among all correct kernels, a run kept going back to its slowest, 0.29x, while three kernels at
     1.8x-2.0x existed.) Raises ValueError when no member is correct."""
-    ranked = sorted(_distinct_sources([m for m in members if m.ok]), key=rank_key)[:max(1, top)]
+    ranked = fastest_approaches(members, top)
     if not ranked:
         raise ValueError("no correct member to pick a parent from")
     return rng.choices(ranked, weights=[1.0 / (1 + tries.get(m.kernel_id, 0)) for m in ranked], k=1)[0]
+
+
+def fastest_approaches(members: Sequence[Member], top: int = 3) -> list[Member]:
+    """The `top` fastest correct approaches, fastest first (a kernel and its tune variants: the fastest of them)."""
+    return sorted(_distinct_sources([m for m in members if m.ok]), key=rank_key)[:max(1, top)]
 
 
 def pick_crossover_parents(members: Sequence[Member], rng: random.Random, n: int = 2,

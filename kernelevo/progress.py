@@ -28,7 +28,7 @@ def lines(p: Any, limits: dict) -> list[str]:
         f"{_x(p.best_compile, p.best_compile_ci)} vs torch.compile",
         f"spend ${p.spend_usd:.4f}{cap}{unknown}  LLM calls {p.calls}  prompt cache hits {cache}",
         f"verdicts: {verdicts}" + (f"  copies skipped {p.skipped_copies}" if p.skipped_copies else "")
-        + (f"  prompts not repeated {p.repeats_avoided}" if getattr(p, "repeats_avoided", 0) else ""),
+        + (f"  prompts not repeated {p.repeats_avoided}" if p.repeats_avoided else ""),
         f"yield {p.replies_judged}/{p.replies} replies judged  calls: {call_shares(p.calls_by_operator)}",
         *(f"{row['model']}: {model_text(row, p.dropped.get(row['model']))}"
           for row in (p.models if len(p.models) > 1 else ())),

@@ -70,11 +70,11 @@ def _best(store: Archive, run_id: str) -> dict | None:
     """The run's best as its summary and report name it: the kernel its final re-judgement announced,
     with those figures; before a run has one, its fastest search figure. (A tune variant measured
     4.97x once in a search and 3.33x re-measured is not a finished run's best.)"""
+    from kernelevo.archive.rows import announced
+
     finals = store.final_evaluations(run_id)
-    announced = next((kid for kid, e in finals.items() if e["verdict"] == "ok"), None)
-    if announced is None:
-        return store.best_kernel(run_id)
-    return {**finals[announced], "id": announced}
+    kernel_id = announced(finals)
+    return store.best_kernel(run_id) if kernel_id is None else {**finals[kernel_id], "id": kernel_id}
 
 
 def _task_rows(store: Archive, tasks: list[dict]) -> list[dict]:
