@@ -1,9 +1,10 @@
 """`kernelevo optimize` with an ensemble, end to end on the CPU backend: four models behind two
 scripted servers, through the real SDKs and the real judge. 'good' writes honest kernels of
 several speeds; 'sloppy' (cheaper) writes kernels that do not compile; 'refused' has its
-key refused; 'flaky', pinned to make every mutate call, answers once, then its server goes away.
-The refused and the gone model drop out with one line each (mutate falls back to the others,
-if it is drawn again) and the run goes on; the per-model table of the summary and the report agrees with the
+key refused; 'flaky', pinned to make every mutate, crossover and reflect call, answers once, then its
+server goes away (pinned to most operators, it fails its six calls in a row early in the run,
+whatever the bandit draws and however long the pauses between them take). The refused and the
+gone model drop out with one line each (the pinned operators fall back to the others) and the run goes on; the per-model table of the summary and the report agrees with the
 archive's rows; the call budget counts the calls that failed."""
 import itertools
 import threading
@@ -21,6 +22,7 @@ from llm_server import ScriptedServer, Step, kernel_replies
 from test_optimize import KERNELS, USAGE, cli, environment, optimize_args
 
 MODELS = ("good", "sloppy", "refused", "flaky")
+PINNED = ("mutate", "crossover", "reflect")  # flaky's operators
 
 
 def chunked(size: int) -> str:
@@ -74,12 +76,14 @@ def test_an_ensemble_drops_what_fails_and_its_tables_match_the_archive(tmp_path)
         args[args.index("--trials") + 1] = "1"
         args = [a for a in args if a != "scripted"]
         at = args.index("--model")
-        args[at:at + 1] = [*(x for m in MODELS[:3] for x in ("--model", m)), "--model-for", "mutate=flaky"]
+        args[at:at + 1] = [*(x for m in MODELS[:3] for x in ("--model", m)),
+                       *(x for op in PINNED for x in ("--model-for", f"{op}=flaky"))]
         done = cli(args, env)
     finally:
         main.close()
     assert done.returncode in (0, 3), done.stderr[-3000:]
-    assert "models good, sloppy, refused (mutate -> flaky)" in " ".join(done.stderr.split())  # the echo
+    pins = ", ".join(f"{op} -> flaky" for op in PINNED)
+    assert f"models good, sloppy, refused ({pins})" in " ".join(done.stderr.split())  # the echo
     db = tmp_path / "archive.sqlite"
     with Archive.open_readonly(db) as archive:
         (run,) = archive.runs()
@@ -90,7 +94,7 @@ def test_an_ensemble_drops_what_fails_and_its_tables_match_the_archive(tmp_path)
         rows = by_model(yields, MODELS)
         report = {m["model"]: m for m in report_data(archive, rid)["models"]}
         kernels = archive.kernels(run_id=rid)
-    assert run["config"]["models"] == list(MODELS[:3]) and run["config"]["model_for"] == {"mutate": "flaky"}
+    assert run["config"]["models"] == list(MODELS[:3]) and run["config"]["model_for"] == dict.fromkeys(PINNED, "flaky")
     assert run["status"] in ("finished", "budget") and len(calls) <= 28
     # each failure drops its model once, with one line, and the run goes on with the others
     assert set(dropped) == {"refused", "flaky"}, dropped
@@ -100,11 +104,11 @@ def test_an_ensemble_drops_what_fails_and_its_tables_match_the_archive(tmp_path)
     last_flaky = max(c["id"] for c in calls if c["label"] == "flaky")
     after = [c for c in calls if c["id"] > last_flaky]
     assert after and {c["label"] for c in after} <= {"good", "sloppy"}
-    assert {c["label"] for c in calls if c["operator"] == "mutate" and c["id"] < last_flaky} <= {"flaky"}  # the pin
-    # then mutate falls back to the ensemble: any mutate call after the drop is good's or sloppy's. Whether
-    # the bandit draws mutate at all in the few calls left is chance (test_ensemble.py checks the fallback
-    # itself: test_pins_fall_back_and_pausing_models_wait), so it is not required here.
-    assert {c["label"] for c in after if c["operator"] == "mutate"} <= {"good", "sloppy"}
+    assert {c["label"] for c in calls if c["operator"] in PINNED and c["id"] < last_flaky} <= {"flaky"}  # the pins
+    # then the pinned operators fall back to the ensemble: their calls after the drop are good's or sloppy's
+    # (which operators the bandit draws in the calls left is chance; test_ensemble.py checks the fallback
+    # itself: test_pins_fall_back_and_pausing_models_wait)
+    assert {c["label"] for c in after if c["operator"] in PINNED} <= {"good", "sloppy"}
     assert (tmp_path / "out" / "task_scale_kernelevo.py").is_file()
     # the per-model table of the report is the archive's, model by model
     table = {r["model"]: r for r in rows}
