@@ -300,9 +300,10 @@ def target_for(device: str, fmt: str | None = None) -> Target:
     import platform
 
     if device == "cpu":
+        from kernelevo.host import cpu_name
         from kernelevo.runtime.c import compiler_command
 
-        return Target(fmt or "c", _cpu_name() or platform.processor() or "CPU", cores=os.cpu_count() or 1,
+        return Target(fmt or "c", cpu_name() or platform.processor() or "CPU", cores=os.cpu_count() or 1,
                       compiler=compiler_command())
     import torch
 
@@ -321,17 +322,6 @@ def target_from_info(info: dict, fmt: str | None = None) -> Target:
     major, minor = (int(x) for x in str(info["capability"]).split("."))
     return Target(fmt or "nvrtc", info["device_name"], (major, minor), int(info.get("sm_count", 0)),
                   float(info.get("memory_gib", 0.0)), float(info.get("l2_mib", 0.0)), int(info.get("smem_kib", 0)))
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
 
 
 def feedback_from(evaluation) -> Feedback:

@@ -7,7 +7,7 @@ conditions, to find what makes its figure move:
 2. beside judge work, machine held: the kernel submitted together with fresh variants of itself, as
    a search generation's candidates arrive, judged as `optimize` judges on the CPU (a spare worker
    starts while a job runs; compilers and imports of the others meanwhile); the judge pauses the
-   other workers while it times (judge/hold.py);
+   other workers while it times (judge/measure/hold.py);
 3. the same with the hold switched off (this script replaces hold.machine by a no-op): what the
    judge measured before;
 4. alone, beside a busy process outside the judge (a Python loop on one core): not ours to stop,
@@ -129,9 +129,9 @@ def busy_core():
 
 
 def main() -> None:
-    from kernelevo.judge import hold
+    from kernelevo.judge.measure import hold
     from kernelevo.judge.api import Judge, JudgeOptions
-    from kernelevo.judge.worker import _cpu_name
+    from kernelevo.host import cpu_name
     from kernelevo.tasks import load_task
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -148,7 +148,7 @@ def main() -> None:
     cache = Path(tempfile.mkdtemp(prefix="kernelevo-noise-"))
     (cache / "task.py").write_text(TASK)
     task = load_task(cache / "task.py")
-    report: dict = {"cpu": _cpu_name(), "cores": os.cpu_count(), "torch": torch.__version__,
+    report: dict = {"cpu": cpu_name(), "cores": os.cpu_count(), "torch": torch.__version__,
                     "date": time.strftime("%Y-%m-%d"), "method": __doc__}
     # As `kernelevo optimize` judges on the CPU: one spare worker starting while a job runs.
     options = JudgeOptions(devices=("cpu",), compile_baseline=False, spares=1)
@@ -178,7 +178,7 @@ def kernels_once(args) -> None:
     import torch
 
     from kernelevo.judge.api import Judge, JudgeOptions
-    from kernelevo.judge.worker import _cpu_name
+    from kernelevo.host import cpu_name
     from kernelevo.tasks import load_task
 
     task = load_task(args.task)
@@ -193,7 +193,7 @@ def kernels_once(args) -> None:
                          "candidate_ms": e.candidate.median_ms if e.candidate else None,
                          "load": e.evidence.get("load")})
     eager = [r["eager_ms"] for r in rows if r["eager_ms"]]
-    report = {"cpu": _cpu_name(), "cores": os.cpu_count(), "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
+    report = {"cpu": cpu_name(), "cores": os.cpu_count(), "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
               "task": args.task.name, "kernels": rows, "method": __doc__,
               "eager_ms": {"min": min(eager), "median": statistics.median(eager), "max": max(eager)} if eager else None}
     args.out.parent.mkdir(parents=True, exist_ok=True)

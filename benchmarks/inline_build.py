@@ -8,7 +8,7 @@ wall time of load_inline and the time ninja spent per target (from .ninja_log): 
 pybind11 bindings, host compiler), cuda.cuda.o (the .cu through nvcc) and the link. Variants:
 - default: as KernelBench candidates are written (torch/extension.h in the .cu);
 - types: torch/types.h in the .cu instead (torch prepends it anyway);
-- lean: the judge's build (judge/inline.py): per-file preludes of only what the source names;
+- lean: the judge's build (judge/run/inline.py): per-file preludes of only what the source names;
 - with --pch: torch's use_pch=True (a precompiled torch/extension.h for main.cpp; the first
   build also builds the header, so it runs twice).
 """
@@ -44,7 +44,7 @@ def build(tag: str, header: str, pch: bool) -> dict:
     import torch
     from torch.utils import cpp_extension
 
-    from kernelevo.judge import inline
+    from kernelevo.judge.run import inline
 
     directory = tempfile.mkdtemp(prefix=f"inline-{tag}-")
     os.environ["KERNELEVO_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"lean-{tag}-")  # derived headers cold too

@@ -69,7 +69,7 @@ def build_latency(fmt: str, count: int, cache: Path) -> dict:
 
 _BUILD = r"""
 import os, sys, time, torch
-from kernelevo.judge import inline
+from kernelevo.judge.run import inline
 from kernelevo.tasks import load_module
 inline.install()
 os.environ["TORCH_EXTENSIONS_DIR"] = sys.argv[3]
@@ -237,20 +237,10 @@ def profile_cost(judge, tasks: dict, verdicts: dict, device: str) -> dict:
     return out
 
 
-def cpu_model() -> str:
-    """The host CPU's model name: build times depend on it as much as on the GPU."""
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
-
-
 def main() -> None:
     import torch
 
+    from kernelevo.host import cpu_name
     from kernelevo.judge.api import Judge, JudgeOptions
     from kernelevo.tasks import load_task
 
@@ -267,7 +257,7 @@ def main() -> None:
                         help="parts to skip: launch build inline throughput repeat agree profile")
     args = parser.parse_args()
     cache = args.cache or Path(tempfile.mkdtemp(prefix="kernelevo-bench-"))
-    report: dict = {"gpu": torch.cuda.get_device_name(args.device), "cpu": cpu_model(), "cores": os.cpu_count(),
+    report: dict = {"gpu": torch.cuda.get_device_name(args.device), "cpu": cpu_name(), "cores": os.cpu_count(),
                     "torch": torch.__version__,
                     "cuda": torch.version.cuda, "date": time.strftime("%Y-%m-%d"), "input_sets": args.input_sets,
                     "method": __doc__}

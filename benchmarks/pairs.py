@@ -6,7 +6,7 @@ def load_pair(task_path: str, candidate_path: str, seed: int = 42):
     """(reference, candidate, inputs) on the GPU: same seed, weights copied, TF32 off, inputs as given."""
     import torch
 
-    from kernelevo.judge.inputs import build_models, trial_inputs
+    from kernelevo.judge.trials.inputs import build_models, trial_inputs
     from kernelevo.tasks import load_module
 
     torch.backends.cuda.matmul.allow_tf32 = False

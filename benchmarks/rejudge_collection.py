@@ -58,7 +58,7 @@ def note(message: str) -> None:
 
 def code_kind(source: str) -> str:
     """'load_inline', 'cpp_extension.load' (CUDA from files the kernel writes) or 'torch' (none of its own)."""
-    from kernelevo.judge.formats import called_names
+    from kernelevo.judge.run.formats import called_names
 
     try:
         called = called_names(source)
@@ -137,7 +137,7 @@ def judge_collection(args: argparse.Namespace) -> int:
     from kernelevo import runtime
     from kernelevo.archive.store import Archive
     from kernelevo.judge.api import Judge, JudgeOptions
-    from kernelevo.judge.executor import Limits
+    from kernelevo.judge.run.executor import Limits
 
     started = time.monotonic()
     deadline = started + args.max_seconds if args.max_seconds else None

@@ -29,8 +29,8 @@ SUITE = HERE / "tasks"
 def spread(task: str, epochs: int, rng: random.Random) -> dict:
     import torch
 
-    from kernelevo.judge import timing
-    from kernelevo.judge.inputs import trial_inputs
+    from kernelevo.judge.measure import timing
+    from kernelevo.judge.trials.inputs import trial_inputs
     from kernelevo.tasks import load_module
 
     sys.path.insert(0, str(HERE))

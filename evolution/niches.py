@@ -34,7 +34,7 @@ _DEFAULT_HANDLES = {"nvrtc": {"_mod", "mod"}, "c": {"_lib", "lib"}, "inline": {"
 _HANDLE_METHODS = {"set_max_shared_memory", "build", "cubin"}  # handle.kernel.METHOD(): not launches
 LOOP_FACTOR = 3  # a launch inside a Python loop counts as "many": the loop runs it repeatedly
 
-# torch calls that move, view or allocate memory rather than compute (cf. judge/policy.py's glue,
+# torch calls that move, view or allocate memory rather than compute (cf. judge/trials/policy.py's glue,
 # kept separate here so that the search does not import the judge).
 _GLUE = {
     "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like",

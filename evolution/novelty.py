@@ -180,7 +180,7 @@ def default_embedder(model_name: str | None = DEFAULT_SENTENCE_MODEL) -> Embedde
     except (ValueError, AttributeError):  # a module entry without a spec (a stub): not usable
         installed = False
     if not installed:
-        from kernelevo.doctor import install_extra
+        from kernelevo.host import install_extra
 
         return HashingEmbedder(why=f"built-in hashing embedder (sentence-transformers is not installed: "
                                    f"{install_extra('embed')})")

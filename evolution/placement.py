@@ -15,7 +15,7 @@ def target(options: OptimizeOptions, fmt: str | None) -> Target:
     """What the prompts say kernels are written for."""
     if options.executor != "ray":
         return target_for(options.devices[0], fmt)
-    from kernelevo.judge.ray_executor import connect, worker_info
+    from kernelevo.judge.run.ray_executor import connect, worker_info
 
     connect(options.ray_address)
     return target_from_info(worker_info("cpu" if options.devices[0] == "cpu" else "cuda"), fmt)
@@ -26,7 +26,7 @@ def label(options: OptimizeOptions) -> tuple[str, str, str]:
     import torch
 
     if options.executor == "ray":
-        from kernelevo.judge.ray_executor import connect, nodes
+        from kernelevo.judge.run.ray_executor import connect, nodes
 
         connect(options.ray_address)
         found = nodes()

@@ -85,8 +85,8 @@ class OptimizeOptions:
     config_path: Path | None = None
     timing: Any = None  # a judge TimingConfig; None: the judge's default
     compile_baseline: bool = True
-    shapes: str = "general"  # or "exact": the judge derives no other input shapes (judge/shapes.py)
-    executor: str = "local"  # or "ray": judge jobs run on a Ray cluster (judge/ray_executor.py)
+    shapes: str = "general"  # or "exact": the judge derives no other input shapes (judge/trials/shapes.py)
+    executor: str = "local"  # or "ray": judge jobs run on a Ray cluster (judge/run/ray_executor.py)
     ray_address: str | None = None  # None: $RAY_ADDRESS, else a cluster started on this machine
     model_for: tuple[tuple[str, str], ...] | None = None  # (operator, model) pins; None: a resumed run's own
 

@@ -1,1 +1,14 @@
-"""The judge: build, isolate, check, time. Candidate code never runs in the caller's process."""
+"""The judge: build, isolate, check, time. Candidate code never runs in the caller's process.
+
+The rest of kernelevo uses it through one door, api.py (`Judge`, `JudgeOptions`). Inside, each
+sub-package owns one step a candidate passes, in this order:
+- static/: anti-cheat checks that read the source, a registry of small functions, before anything runs;
+- run/: where and how a job runs: the executors (local pool, Ray), the worker process and its jobs
+  (build, check, time, profile), the faster inline build, the candidate's format;
+- trials/: correctness on fresh inputs, derived shapes, redrawn weights and large values, the
+  comparison and its tolerances, and the dynamic anti-cheat guards and kernel policy that watch it;
+- measure/: the clock (interleaved timing to a stated precision), cross-checks of the timings, the
+  CPU's timing hold, compiler resources, speed of light and Nsight Compute.
+verdicts.py turns what went wrong into a verdict with a stable reason id; every package uses it.
+Imports go downward only: api -> run -> measure -> trials -> static/verdicts.
+"""

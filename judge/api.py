@@ -18,12 +18,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernelevo.judge.executor import Limits, LocalExecutor
-from kernelevo.judge.formats import detect_format
-from kernelevo.judge.probe import IMPLAUSIBLE_SPEEDUP
-from kernelevo.judge.timing import TimingConfig
-from kernelevo.judge.timing import combined as timing_combined
-from kernelevo.judge.timing import load_note
+from kernelevo.judge.run.executor import Limits, LocalExecutor
+from kernelevo.judge.run.formats import detect_format
+from kernelevo.judge.trials.probe import IMPLAUSIBLE_SPEEDUP
+from kernelevo.judge.measure.timing import TimingConfig
+from kernelevo.judge.measure.timing import combined as timing_combined
+from kernelevo.judge.measure.timing import load_note
 from kernelevo.records import Correctness, Evaluation, KernelResources, Profile, ShapeReport, TimingStats
 from kernelevo.runtime._common import slug
 from kernelevo.tasks import Task, source_hash
@@ -40,19 +40,19 @@ class JudgeOptions:
     limits: Limits = field(default_factory=Limits)
     concurrency: int | None = None
     spares: int = 0
-    policy: str = "mixed"  # or "strict": see judge/policy.py
+    policy: str = "mixed"  # or "strict": see judge/trials/policy.py
     implausible: dict[str, float] = field(default_factory=dict)  # per task kind; over probe.IMPLAUSIBLE_SPEEDUP
     remeasure_tolerance: float = 0.25  # how far the event speedup may exceed the re-measured one
     eager_tolerance: float = 1.5  # eager next to the candidate vs in its own process (GPU), as a factor
-    shapes: str = "general"  # or "exact": check only the task's own shapes, derive no others (shapes.py)
-    executor: str = "local"  # or "ray": jobs run on a Ray cluster's nodes (ray_executor.py)
+    shapes: str = "general"  # or "exact": check only the task's own shapes, derive no others (trials/shapes.py)
+    executor: str = "local"  # or "ray": jobs run on a Ray cluster's nodes (run/ray_executor.py)
     ray_address: str | None = None  # None: $RAY_ADDRESS, else a cluster started on this machine
 
 
 def make_executor(options: JudgeOptions, cache_dir: Path):
     """The executor `options` name: this machine's worker pools, or a Ray cluster."""
     if options.executor == "ray":
-        from kernelevo.judge.ray_executor import RayExecutor
+        from kernelevo.judge.run.ray_executor import RayExecutor
 
         return RayExecutor(list(options.devices), cache_dir, options.limits, options.ray_address)
     if options.executor != "local":

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 import subprocess
-from pathlib import Path
+
+from kernelevo.host import install_extra
 
 API_KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL")
 NCU_PLACES = ("/usr/local/cuda/bin/ncu", "/opt/nvidia/nsight-compute")
@@ -17,16 +17,6 @@ def _run(cmd: list[str]) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
-
-
-def install_extra(extra: str) -> str:
-    """The pip command that adds one of kernelevo's extras (`embed`, `ray`) to this install: from
-    the source checkout kernelevo runs from (editable), else from the package index."""
-    root = Path(__file__).resolve().parent.parent
-    if not (root / "pyproject.toml").is_file():
-        return f"pip install 'kernelevo[{extra}]'"
-    where = "." if Path.cwd().resolve() == root else str(root)
-    return f"pip install -e {shlex.quote(f'{where}[{extra}]')}"
 
 
 def mask(value: str) -> str:
@@ -91,7 +81,7 @@ def _ray(address: str | None) -> dict:
     address = address or os.environ.get("RAY_ADDRESS")
     if not address:
         return {"ok": True, "detail": f"ray {ray.__version__}; no cluster named (--ray-address or RAY_ADDRESS)"}
-    from kernelevo.judge import ray_executor
+    from kernelevo.judge.run import ray_executor
 
     try:
         ray_executor.connect(address)

@@ -11,8 +11,8 @@ from kernelevo.agent.pool import CallPool
 from kernelevo.agent.prompting import Context, feedback_from, target_for, task_view, variant_from
 from kernelevo.config import ModelChoice
 from kernelevo.judge.api import Judge, JudgeOptions
-from kernelevo.judge.executor import Limits
-from kernelevo.judge.timing import TimingConfig
+from kernelevo.judge.run.executor import Limits
+from kernelevo.judge.measure.timing import TimingConfig
 from kernelevo.tasks import load_task
 from llm_server import Step
 

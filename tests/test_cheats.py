@@ -8,8 +8,8 @@ import time
 import pytest
 
 from kernelevo.judge.api import Judge, JudgeOptions
-from kernelevo.judge.executor import Limits
-from kernelevo.judge.timing import TimingConfig
+from kernelevo.judge.run.executor import Limits
+from kernelevo.judge.measure.timing import TimingConfig
 from kernelevo.tasks import load_task
 
 from conftest import FIXTURES, run_cli
@@ -113,7 +113,7 @@ def test_cli_refuses_unknown_policy():
 
 def test_parent_audit_of_worker_reports():
     """What the parent refuses to believe, whatever the worker's pipe says."""
-    from kernelevo.judge.executor import audit
+    from kernelevo.judge.run.executor import audit
 
     passing = {"verdict": "ok", "timing": {}, "device_s": 0.5, "samples_ms": {"candidate": 100.0}}
     assert audit(dict(passing), None, "t", granted=None)["reason"] == "forged_report"  # before the device

@@ -81,14 +81,14 @@ def test_doctor_names_the_extras(monkeypatch, tmp_path):
     """The fixes name the `embed` and `ray` extras, printed as written (rich took `[embed]` for a tag)."""
     import io
 
-    from kernelevo import doctor
+    from kernelevo import doctor, host
     from rich.console import Console
 
     monkeypatch.chdir(ROOT)
     assert doctor.install_extra("embed") == "pip install -e '.[embed]'"  # run from this checkout
     monkeypatch.chdir(tmp_path)
     assert doctor.install_extra("ray") == f"pip install -e '{ROOT}[ray]'"
-    monkeypatch.setattr(doctor, "__file__", str(tmp_path / "site-packages" / "kernelevo" / "doctor.py"))
+    monkeypatch.setattr(host, "__file__", str(tmp_path / "site-packages" / "kernelevo" / "host.py"))
     assert doctor.install_extra("embed") == "pip install 'kernelevo[embed]'"  # installed from the index
     findings = {"embedder": {"ok": False, "detail": "hashing", "fix": f"optional: {doctor.install_extra('embed')}"},
                 "ray": {"ok": False, "detail": "not installed", "fix": doctor.install_extra("ray")}}

@@ -1,7 +1,7 @@
 """Tolerances: honest rounding passes; zeros, TF32-level error, constants and NaN do not."""
 import torch
 
-from kernelevo.judge.compare import Match, Mismatch, compare, reference_error
+from kernelevo.judge.trials.compare import Match, Mismatch, compare, reference_error
 
 
 def check(out, ref, exact=None):
@@ -87,7 +87,7 @@ def test_ill_conditioned_large_values_allow_what_input_roundings_move():
     """Attention at x1024 makes softmax an argmax among near-ties: an honest kernel summing in another
     order picks another key in a few rows. The slack lets that pass; a wrong element or a NaN elsewhere
     does not. (Inputs the judge draws for seed 3; the plain comparison fails there.)"""
-    from kernelevo.judge import generality, inputs
+    from kernelevo.judge.trials import generality, inputs
 
     def get_inputs():
         return [torch.randn(4, 8, 256, 64) for _ in range(3)]

@@ -3,9 +3,9 @@ the CPU backend: "cpu" and "cpu:1" are two devices to the executor, one CPU to t
 import pytest
 
 from kernelevo.judge.api import Judge, JudgeOptions
-from kernelevo.judge.executor import Limits, LocalExecutor, least_busy
-from kernelevo.judge.probe import IMPLAUSIBLE_SPEEDUP
-from kernelevo.judge.timing import TimingConfig
+from kernelevo.judge.run.executor import Limits, LocalExecutor, least_busy
+from kernelevo.judge.trials.probe import IMPLAUSIBLE_SPEEDUP
+from kernelevo.judge.measure.timing import TimingConfig
 from kernelevo.tasks import load_task
 
 from conftest import FIXTURES

@@ -7,11 +7,11 @@ import re
 import pytest
 import torch
 
-from kernelevo.judge import generality, shapes
+from kernelevo.judge.trials import generality, shapes
 from kernelevo.judge.api import Judge, JudgeOptions
-from kernelevo.judge.executor import Limits
-from kernelevo.judge.probe import IMPLAUSIBLE_SPEEDUP
-from kernelevo.judge.timing import TimingConfig
+from kernelevo.judge.run.executor import Limits
+from kernelevo.judge.trials.probe import IMPLAUSIBLE_SPEEDUP
+from kernelevo.judge.measure.timing import TimingConfig
 from kernelevo.records import Evaluation
 from kernelevo.tasks import load_task
 
@@ -286,7 +286,7 @@ def test_probes_never_compute_the_output_of_a_trials_own_inputs():
     """The reference's output for a trial's inputs must not exist before the candidate runs: in freed
     memory it could hand an output the candidate never writes the right values (seen once in about
     twenty runs of the row-tile fixture). So the judge probes the reference on shuffled copies."""
-    from kernelevo.judge.correctness import Reference
+    from kernelevo.judge.trials.correctness import Reference
 
     seen = []
 

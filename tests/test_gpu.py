@@ -2,8 +2,8 @@
 import pytest
 
 from kernelevo.judge.api import Judge, JudgeOptions
-from kernelevo.judge.executor import Limits
-from kernelevo.judge.timing import TimingConfig
+from kernelevo.judge.run.executor import Limits
+from kernelevo.judge.measure.timing import TimingConfig
 from kernelevo.tasks import load_task
 
 from conftest import FIXTURES

@@ -5,8 +5,8 @@ import re
 import pytest
 
 from kernelevo.judge.api import Judge, JudgeOptions
-from kernelevo.judge.executor import Limits
-from kernelevo.judge.timing import TimingConfig
+from kernelevo.judge.run.executor import Limits
+from kernelevo.judge.measure.timing import TimingConfig
 from kernelevo.tasks import load_task
 
 from conftest import FIXTURES, ROOT

@@ -1,11 +1,11 @@
-"""On the CPU a timing phase holds the machine (judge/hold.py): every other judge worker of this
+"""On the CPU a timing phase holds the machine (judge/measure/hold.py): every other judge worker of this
 process is paused meanwhile, and its limits do not run while it is paused."""
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from kernelevo.judge import hold
+from kernelevo.judge.measure import hold
 
 
 def _state(pid: int) -> str:
@@ -47,7 +47,7 @@ def test_a_hold_pauses_every_other_worker_and_their_clocks():
 
 ORCHESTRATOR = """
 import subprocess, sys, time
-from kernelevo.judge import hold
+from kernelevo.judge.measure import hold
 busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True) for _ in range(2)]
 for p in busy:
     hold.register(p.pid)
@@ -82,7 +82,7 @@ def test_cpu_workers_keep_a_warm_heap():
     """CPU judge workers run with glibc's large-block mapping off (executor.CPU_MALLOC): otherwise a
     timed call pays a page fault per 4 KiB of every tensor it allocates, in some processes and not
     others, and the figure measures the allocator."""
-    from kernelevo.judge.executor import CPU_MALLOC, _child_env
+    from kernelevo.judge.run.executor import CPU_MALLOC, _child_env
 
     assert _child_env("cpu", {}).items() >= CPU_MALLOC.items()
     assert not set(CPU_MALLOC) & set(_child_env("cuda:0", {})) - set(__import__("os").environ)

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.utils import cpp_extension
 
-from kernelevo.judge import inline
+from kernelevo.judge.run import inline
 
 KERNEL = """#include <torch/extension.h>
 #include <ATen/cuda/CUDAContext.h>

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import FIXTURES, ROOT
-from kernelevo.judge import inputs, probe
+from kernelevo.judge.trials import inputs, probe
 from torch import nn
 
 from kernelevo.tasks import load_module

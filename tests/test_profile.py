@@ -13,10 +13,10 @@ import torch
 from conftest import FIXTURES, ROOT, run_cli
 from kernelevo.agent.profile_block import profile_block
 from kernelevo.archive.store import Archive
-from kernelevo.judge import ncu, sol
+from kernelevo.judge.measure import ncu, sol
 from kernelevo.judge.api import Judge, JudgeOptions
-from kernelevo.judge.resources import demangle, parse_ptxas
-from kernelevo.judge.timing import TimingConfig
+from kernelevo.judge.measure.resources import demangle, parse_ptxas
+from kernelevo.judge.measure.timing import TimingConfig
 from torch import nn
 
 from kernelevo.records import Evaluation, KernelResources, Profile

@@ -57,7 +57,7 @@ def cluster(tmp_path_factory):
 
 def judge_options(cluster):
     from kernelevo.judge.api import JudgeOptions
-    from kernelevo.judge.timing import TimingConfig
+    from kernelevo.judge.measure.timing import TimingConfig
 
     return JudgeOptions(devices=("cpu",), compile_baseline=False, trials=2, executor="ray",
                         ray_address=cluster.address, timing=TimingConfig(min_reps=10, max_seconds=0.2))
@@ -69,7 +69,7 @@ def judge_workers(under_ray: bool = False) -> list[tuple[int, int]]:
     found = []
     for entry in Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and b"kernelevo.judge.worker" in (entry / "cmdline").read_bytes():
+            if entry.name.isdigit() and b"kernelevo.judge.run.worker" in (entry / "cmdline").read_bytes():
                 parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
                 if not under_ray or Path(f"/proc/{parent}/cmdline").read_bytes().startswith(b"ray::"):
                     found.append((int(entry.name), parent))

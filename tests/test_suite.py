@@ -12,7 +12,7 @@ import pytest
 
 from kernelevo import runtime
 from kernelevo.judge.api import Judge, JudgeOptions
-from kernelevo.judge.timing import TimingConfig
+from kernelevo.judge.measure.timing import TimingConfig
 from kernelevo.tasks import load_task
 
 from conftest import ROOT

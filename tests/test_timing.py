@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from kernelevo.judge.timing import TimingConfig, measure, paired_ratio, summarize
+from kernelevo.judge.measure.timing import TimingConfig, measure, paired_ratio, summarize
 
 
 def test_summary_of_known_samples():
@@ -66,7 +66,7 @@ def test_paired_ratio_cancels_what_both_calls_of_a_round_share():
 
 @pytest.mark.gpu
 def test_relocated_inputs_keep_their_values_at_new_addresses():
-    from kernelevo.judge.timing import _relocated
+    from kernelevo.judge.measure.timing import _relocated
 
     x, t = torch.randn(1000, device="cuda"), torch.randn(8, 4, device="cuda").t()
     (moved,), pad = _relocated([[x, t, 3]], 5)
@@ -75,7 +75,7 @@ def test_relocated_inputs_keep_their_values_at_new_addresses():
 
 
 def test_intervals_of_products_combine_on_a_log_scale():
-    from kernelevo.judge.timing import combined, interval
+    from kernelevo.judge.measure.timing import combined, interval
 
     assert interval([3.0, 1.0, 2.0]) == (2.0, 1.0, 3.0)
     low, high = combined(2.0, (1.0, 0.9, 1.2))  # one factor: its own relative spread
@@ -87,7 +87,7 @@ def test_intervals_of_products_combine_on_a_log_scale():
 
 def test_load_from_other_processes_is_seen_and_said():
     """A process outside the judge kept busy during a measurement shows in the verdict's load."""
-    from kernelevo.judge.timing import LoadWatch, load_note
+    from kernelevo.judge.measure.timing import LoadWatch, load_note
 
     busy = subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 3\nwhile time.time() < end: pass"])
     try:
@@ -103,7 +103,7 @@ def test_load_from_other_processes_is_seen_and_said():
 
 
 def test_a_loaded_measurement_reports_a_wider_interval():
-    from kernelevo.judge.timing import widened
+    from kernelevo.judge.measure.timing import widened
 
     assert widened([0.24, 0.25], {"loaded": False, "cores": 2, "other_cores": 0.1}) == [0.24, 0.25]
     low, high = widened([0.24, 0.25], {"loaded": True, "cores": 2, "other_cores": 1.0})  # half the machine taken
@@ -113,7 +113,7 @@ def test_a_loaded_measurement_reports_a_wider_interval():
 
 
 def test_a_cpu_interval_is_at_least_the_spread_between_processes():
-    from kernelevo.judge.timing import CPU_REPEAT_REL, reported
+    from kernelevo.judge.measure.timing import CPU_REPEAT_REL, reported
 
     low, high = reported(2.0, [1.99, 2.01], None, cpu=True)
     assert low == pytest.approx(2.0 * (1 - CPU_REPEAT_REL)) and high == pytest.approx(2.0 * (1 + CPU_REPEAT_REL))

@@ -130,7 +130,7 @@ def _rejudge(store, kernel_ids: list[int], where: tuple, policy, build_timeout, 
     from kernelevo import runtime
     from kernelevo.evolution.rejudge import rejudge
     from kernelevo.judge.api import Judge, JudgeOptions
-    from kernelevo.judge.executor import Limits
+    from kernelevo.judge.run.executor import Limits
 
     if not kernel_ids:
         note("nothing to rejudge")

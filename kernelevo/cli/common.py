@@ -142,7 +142,7 @@ def judge_devices(executor: str, device: Optional[str], gpus: str, address: Opti
         fail(f"--device {device}: with --executor ray use cuda or cpu; Ray places each job on a free GPU")
     if gpus != "all":
         fail("--gpus picks this machine's GPUs; with --executor ray every GPU of the cluster is used")
-    from kernelevo.judge import ray_executor
+    from kernelevo.judge.run import ray_executor
 
     try:
         ray_executor.connect(address)
@@ -274,7 +274,7 @@ def search_options(args: dict[str, Any], task: Path, limits: Any, **extra: Any) 
     each task): config, devices, format, search settings, judge settings, archive and output."""
     from kernelevo import runtime
     from kernelevo.evolution.records import OptimizeOptions, SearchSettings
-    from kernelevo.judge.timing import TimingConfig
+    from kernelevo.judge.measure.timing import TimingConfig
 
     config = config_or_fail(args["config"])
     executor = executor_choice(args["executor"], config)

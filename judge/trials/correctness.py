@@ -13,9 +13,10 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from kernelevo.judge import compare, generality, guards, inputs, reference, shapes, verdicts
-from kernelevo.judge.reference import Rebuilt, Reference, Skip
-from kernelevo.judge.shapes import describe
+from kernelevo.judge import verdicts
+from kernelevo.judge.trials import compare, generality, guards, inputs, reference, shapes
+from kernelevo.judge.trials.reference import Rebuilt, Reference, Skip
+from kernelevo.judge.trials.shapes import describe
 
 
 forward = reference.forward

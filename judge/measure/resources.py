@@ -2,7 +2,7 @@
 
 The source is ptxas's own report (`-v`), which both builds ask for: kernelevo.runtime passes
 `--ptxas-options=-v` to NVRTC and keeps the log beside the cubin; inline builds add `-Xptxas=-v`
-to nvcc and keep what ninja printed (judge/inline.py). ptxas writes, per kernel:
+to nvcc and keep what ninja printed (judge/run/inline.py). ptxas writes, per kernel:
 
     ptxas info    : Compiling entry function 'softmax_rows' for 'sm_90'
     ptxas info    : Function properties for softmax_rows
@@ -10,7 +10,7 @@ to nvcc and keep what ninja printed (judge/inline.py). ptxas writes, per kernel:
     ptxas info    : Used 31 registers, used 1 barriers, 256 bytes smem
 
 (nvcc prints the properties line without the `ptxas .` prefix.) Register counts also come from
-CUPTI per launch (judge/profiling.py); only ptxas says how much spilled.
+CUPTI per launch (judge/run/profiling.py); only ptxas says how much spilled.
 """
 from __future__ import annotations
 

@@ -26,7 +26,8 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernelevo.judge import hold, verdicts
+from kernelevo.judge import verdicts
+from kernelevo.judge.measure import hold
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ class Worker:
         self.log = tempfile.NamedTemporaryFile(dir=log_dir, prefix="worker-", suffix=".log", delete=False)
         self.device = device
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kernelevo.judge.worker", _child_device(device), str(write_fd)],
+            [sys.executable, "-m", "kernelevo.judge.run.worker", _child_device(device), str(write_fd)],
             stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT, pass_fds=(write_fd,),
             start_new_session=True, env=_child_env(device, pinning))
         hold.register(self.proc.pid)  # its own session: the process group is its pid
@@ -64,7 +65,7 @@ class Worker:
         self.proc.stdin.flush()
 
     def clock(self) -> float:
-        """Seconds on a clock that stands still while this worker is paused (hold.py): limits run on it."""
+        """Seconds on a clock that stands still while this worker is paused (measure/hold.py): limits run on it."""
         return hold.clock(self.proc.pid)
 
     def next_event(self, deadline: float) -> dict:

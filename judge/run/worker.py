@@ -1,6 +1,6 @@
 """The judge's child process: one candidate (or one baseline) per process, then exit.
 
-    python -m kernelevo.judge.worker DEVICE EVENT_FD
+    python -m kernelevo.judge.run.worker DEVICE EVENT_FD
 
 It starts, imports torch and creates its CUDA context before any job exists (so a pool can keep
 it warm), says `ready`, then reads one job as a JSON line on stdin. It reports progress and the
@@ -54,7 +54,7 @@ class Channel:
 
     @contextlib.contextmanager
     def quiet(self):
-        """A timing phase: on the CPU the parent pauses every other judge worker meanwhile (hold.py)."""
+        """A timing phase: on the CPU the parent pauses every other judge worker meanwhile (measure/hold.py)."""
         if not self.cpu:
             yield
             return
@@ -91,14 +91,18 @@ def _prepare_device(device: str) -> dict:
                     cuda=torch.version.cuda, sm_count=props.multi_processor_count,
                     memory_gib=props.total_memory / 2**30, l2_mib=getattr(props, "L2_cache_size", 0) / 2**20,
                     smem_kib=getattr(props, "shared_memory_per_block_optin", 49152) // 1024)
-        # Meta-device shape checks (shapes.py) import torch._dynamo on first use: 1.4 s of CPU, which
+        # Meta-device shape checks (trials/shapes.py) import torch._dynamo on first use: 1.4 s of CPU, which
         # would otherwise be spent holding the GPU. (The CPU backend checks shapes without meta.)
         import torch._dynamo  # noqa: F401
     else:
+        import platform
+
+        from kernelevo.host import cpu_name
         from kernelevo.runtime.c import compiler_command
 
         _warm_profiler(device)
-        info.update(device_name=_cpu_name(), cores=os.cpu_count() or 1, compiler=compiler_command())
+        info.update(device_name=cpu_name() or platform.processor() or "cpu", cores=os.cpu_count() or 1,
+                    compiler=compiler_command())
     return info
 
 
@@ -116,18 +120,6 @@ def _warm_profiler(device: str) -> None:
             torch.cuda.synchronize()
 
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or "cpu"
-
-
 def _job_environment(job: dict) -> None:
     """Per-candidate build and cache directories, set before the candidate's code runs."""
     cache = Path(job["cache_dir"])
@@ -136,7 +128,7 @@ def _job_environment(job: dict) -> None:
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "inductor")
     os.environ.setdefault("MAX_JOBS", str(job.get("build_jobs", 4)))
     if job.get("format") == "inline":
-        from kernelevo.judge import inline
+        from kernelevo.judge.run import inline
 
         inline.install()
 
@@ -168,11 +160,11 @@ def main() -> None:
     channel.send("ready", **info)
     job = channel.receive()
     _job_environment(job)
-    from kernelevo.judge import profiling, trial
+    from kernelevo.judge.run import jobs, profiling
 
     started = time.perf_counter()
-    run = {"baseline": trial.run_baseline, "remeasure": trial.run_remeasure,
-           "compile_beside": trial.run_compile_beside, "profile": profiling.run_profile}.get(job["kind"], trial.run_candidate)
+    run = {"baseline": jobs.run_baseline, "remeasure": jobs.run_remeasure,
+           "compile_beside": jobs.run_compile_beside, "profile": profiling.run_profile}.get(job["kind"], jobs.run_candidate)
     result = run(job, device, channel)
     result["worker_s"] = time.perf_counter() - started
     channel.send_result(result)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 import sys
 
-from kernelevo.judge.guards import Rejected
+from kernelevo.judge.trials.guards import Rejected
 
 POLICIES = ("mixed", "strict")
 _GLOBAL = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+"
@@ -133,7 +133,7 @@ def _extension_functions() -> set[int]:
 
 
 def _extension_modules() -> set[str]:
-    """Names of the extension modules built for this candidate (judge/profiling.py times by them),
+    """Names of the extension modules built for this candidate (judge/run/profiling.py times by them),
     less a name that sys.modules gives to another module (an extension called `torch`)."""
     return {m.__name__ for m in _extension_objects() if sys.modules.get(m.__name__, m) is m}
 

@@ -1,16 +1,14 @@
 """Static checks of what a candidate reaches beyond its inputs: files, the environment and the network
-(`io_access`), the interpreter and the judge (`introspection`). Registered into static.CHECKS when
-static.py is imported."""
+(`io_access`), the interpreter and the judge (`introspection`). Registered in the package's CHECKS."""
 from __future__ import annotations
 
 import ast
 
-from . import static_cuda as cu
-from .static import Context, Finding, _findings, _in_strings, _name_of, _per_call, _refs, check_named
+from . import cuda as cu
+from .context import Context, Finding, _findings, _in_strings, _name_of, _per_call, _refs
 
 
-@check_named("io_access")
-def _io_access(ctx: Context) -> list[Finding]:
+def io_access(ctx: Context) -> list[Finding]:
     # Files, environment and network let a candidate remember answers or tell checking from timing.
     todo = "compute from forward's inputs only (print() for logging is fine)"
     what = "reaches files, the environment or the network"
@@ -43,8 +41,7 @@ _FRAME_ATTRS = frozenset({"__subclasses__", "__globals__", "__code__", "__closur
                           "f_globals", "tb_frame", "gi_frame", "cr_frame", "__builtins__"})
 
 
-@check_named("introspection")
-def _introspection(ctx: Context) -> list[Finding]:
+def introspection(ctx: Context) -> list[Finding]:
     # Frames, the garbage collector and the judge's modules hold the reference output and the timers.
     todo = "use only torch, math and kernelevo.runtime (launch kernels through it, not ctypes)"
     what = "reaches into the interpreter or the judge"

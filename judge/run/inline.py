@@ -173,7 +173,7 @@ def reporting_build(load_inline, arguments: dict):
     import sys
     import tempfile
 
-    from kernelevo.judge.resources import BUILD_LOG
+    from kernelevo.judge.measure.resources import BUILD_LOG
 
     arguments = dict(arguments)
     if arguments.get("cuda_sources"):

@@ -21,8 +21,8 @@ import time
 from collections import deque
 from typing import Any, Callable
 
-from kernelevo.judge import compare, inputs
-from kernelevo.judge.guards import Rejected
+from kernelevo.judge.trials import compare, inputs
+from kernelevo.judge.trials.guards import Rejected
 
 FRESH_FACTOR, FRESH_SLACK_MS = 2.0, 0.02  # fresh-value calls this much slower than control: a cache
 # Wall-time excess over eager's beyond this: escaped work. Honest starter candidates on an H100

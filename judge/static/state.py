@@ -1,11 +1,11 @@
 """Static checks of state: results kept across calls (`input_cache`) and constructor arguments not
-used as given (`init_args`). Registered into static.CHECKS when static.py is imported."""
+used as given (`init_args`). Registered in the package's CHECKS."""
 from __future__ import annotations
 
 import ast
 import re
 
-from .static import (
+from .context import (
     Context,
     Finding,
     _attr_call,
@@ -16,7 +16,6 @@ from .static import (
     _name_of,
     _refs,
     _self_attr,
-    check_named,
 )
 
 _IDENTITY_CALLS = frozenset({"data_ptr", "untyped_storage", "storage", "__hash__"})
@@ -247,8 +246,7 @@ def _forward_hits(ctx: Context, fn: ast.FunctionDef, module_names: set[str],
     return [(t.lineno, name) for t, name in hits if _self_attr(t) not in ctx.task_kept]
 
 
-@check_named("input_cache")
-def _input_cache(ctx: Context) -> list[Finding]:
+def input_cache(ctx: Context) -> list[Finding]:
     # A result kept from an earlier call is returned without computing; honest candidates cache only
     # compiled kernels, keyed by shape and dtype, or CUDA graphs with their static buffers, keyed by
     # the inputs' placement (_holds_compiled).
@@ -295,8 +293,7 @@ def _first_use(ctx: Context, fn: ast.FunctionDef, name: str) -> tuple[int, bool]
     return min(uses)[1:] if uses else None
 
 
-@check_named("init_args")
-def _init_args(ctx: Context) -> list[Finding]:
+def init_args(ctx: Context) -> list[Finding]:
     # The judge builds ModelNew with the task's arguments; a model that ignores them hard-codes the
     # benchmark's sizes and is wrong (or unsafe) for any other.
     todo = "build the module from the arguments the judge passes, as the reference Model does"

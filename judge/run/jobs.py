@@ -1,8 +1,8 @@
 """What the worker does with a job: check, build, test, time. Runs in the child only.
 
 A candidate job goes: static checks on the source -> import and construct (the build) ->
-correctness trials under the dynamic checks (correctness.py) -> the policy (policy.py) ->
-timing -> checks of the timings (crosscheck.py) -> threads left working, functions replaced.
+correctness trials under the dynamic checks (trials/correctness.py) -> the policy (trials/policy.py) ->
+timing -> checks of the timings (measure/crosscheck.py) -> threads left working, functions replaced.
 The first check that fails ends the job with `rejected` and its reason.
 """
 from __future__ import annotations
@@ -11,7 +11,9 @@ import dataclasses
 import time
 from typing import Any
 
-from kernelevo.judge import correctness, crosscheck, guards, inputs, policy, resources, static, timing, verdicts
+from kernelevo.judge import static, verdicts
+from kernelevo.judge.measure import crosscheck, resources, timing
+from kernelevo.judge.trials import correctness, guards, inputs, policy
 from kernelevo.tasks import TaskError, load_module
 
 forward = correctness.forward
@@ -281,7 +283,7 @@ def run_compile_beside(job: dict, device: str, channel) -> dict:
 def run_baseline(job: dict, device: str, channel) -> dict:
     """Eager and torch.compile timings of the reference, interleaved, and what kind of task it is."""
     import torch
-    from kernelevo.judge import probe
+    from kernelevo.judge.trials import probe
 
     task = _load_task(job)
     inputs.seed_all(job["seed"])

@@ -1,5 +1,5 @@
 """Dynamic anti-cheat checks: what the candidate's code does while it runs, watched from inside
-the worker. Static checks (static.py) read the source; these catch what reading cannot: patched
+the worker. Static checks (judge/static/) read the source; these catch what reading cannot: patched
 functions, threads that keep working after a call returns, outputs that are not real tensors,
 mutated inputs, calls into the reference model, and stale values in freed memory.
 
@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Any
 
-from kernelevo.judge.compare import flatten
+from kernelevo.judge.trials.compare import flatten
 
 # Functions whose replacement would let a candidate forge its verdict or its timings.
 WATCHED = (
@@ -40,9 +40,9 @@ FLAGS = {
     "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction":
         lambda t: t.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
 }
-JUDGE_MODULES = ("kernelevo.judge.compare", "kernelevo.judge.timing", "kernelevo.judge.inputs",
-                 "kernelevo.judge.guards", "kernelevo.judge.trial", "kernelevo.judge.correctness", "kernelevo.judge.reference",
-                 "kernelevo.judge.crosscheck", "kernelevo.judge.policy", "kernelevo.judge.worker")
+JUDGE_MODULES = ("kernelevo.judge.trials.compare", "kernelevo.judge.measure.timing", "kernelevo.judge.trials.inputs",
+                 "kernelevo.judge.trials.guards", "kernelevo.judge.run.jobs", "kernelevo.judge.trials.correctness", "kernelevo.judge.trials.reference",
+                 "kernelevo.judge.measure.crosscheck", "kernelevo.judge.trials.policy", "kernelevo.judge.run.worker")
 
 
 class Rejected(Exception):

@@ -1,6 +1,6 @@
-"""The process Nsight Compute profiles (judge/ncu.py):
+"""The process Nsight Compute profiles (judge/measure/ncu.py):
 
-    python -m kernelevo.judge.ncu_target JOB_FILE DEVICE
+    python -m kernelevo.judge.run.ncu_target JOB_FILE DEVICE
 
 It builds the reference and the candidate exactly as the judge's worker does (same seed, same
 build and extension folders, so nothing is compiled again), calls the candidate twice to warm
@@ -17,7 +17,7 @@ def main() -> None:
     job, device = json.loads(Path(sys.argv[1]).read_text()), sys.argv[2]
     import torch
 
-    from kernelevo.judge import worker
+    from kernelevo.judge.run import worker
 
     # As the worker prepares its device, without starting the torch profiler: ncu owns CUPTI here.
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -25,8 +25,8 @@ def main() -> None:
     torch.cuda.set_device(torch.device(device))
     worker._job_environment(job)
 
-    from kernelevo.judge import inputs
-    from kernelevo.judge.ncu import RANGE
+    from kernelevo.judge.trials import inputs
+    from kernelevo.judge.measure.ncu import RANGE
     from kernelevo.tasks import load_module
 
     task = load_module(job["task_source"], job["task_path"], "task")

@@ -1,7 +1,7 @@
 """Nsight Compute's view of a candidate's kernels: a small curated set of metrics, when ncu is there.
 
 ncu replays each kernel several times to read its hardware counters, so it profiles a separate
-process (ncu_target.py) that builds the candidate as the judge did and runs one forward inside
+process (run/ncu_target.py) that builds the candidate as the judge did and runs one forward inside
 an NVTX range; everything before that range (imports, the build, warm-up calls) is not profiled.
 ncu's report goes to a log file, never to stdout, which the candidate's code could write to.
 Clocks are left as they are (--clock-control none). One profile took 9-10 s on an H100 (most of
@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kernelevo.judge.policy import _short
+from kernelevo.judge.trials.policy import _short
 from kernelevo.records import NcuKernel
 
 RANGE = "kernelevo_profile"
@@ -56,7 +56,7 @@ def command(ncu: str, log: Path, job_file: Path, device: str) -> list[str]:
     metrics = list(METRICS.values()) + [_STALL.format(r) for r in STALL_REASONS]
     return [ncu, "--csv", "--page", "raw", "--log-file", str(log), "--clock-control", "none",
             "--metrics", ",".join(metrics), "--nvtx", "--nvtx-include", f"{RANGE}/",
-            sys.executable, "-m", "kernelevo.judge.ncu_target", str(job_file), device]
+            sys.executable, "-m", "kernelevo.judge.run.ncu_target", str(job_file), device]
 
 
 def parse(text: str) -> list[NcuKernel]:

@@ -27,7 +27,7 @@ import socket
 import threading
 from pathlib import Path
 
-from kernelevo.judge.executor import Limits, Spread, Worker, device_lock, drive
+from kernelevo.judge.run.executor import Limits, Spread, Worker, device_lock, drive
 
 RETRIES = 1  # a job whose worker or node is lost runs once more; lost again, it gets a verdict
 INSTALL = 'ray is not installed: pip install -e ".[ray]" (on the driver and on every node of the cluster)'

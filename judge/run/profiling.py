@@ -4,10 +4,10 @@ Run only for candidates that passed (the caller decides which: profiling holds t
 roughly 0.1-0.5 s without Nsight Compute and 10 s with it). In one process, holding the device:
 - per-kernel times of candidate and reference from the torch profiler (CUPTI on a GPU; on the
   CPU, aten operators and the candidate's own C functions), each forward after a cache flush;
-- the compiler's resource report of every kernel the candidate built (resources.py);
-- FLOPs and minimum bytes of the reference against the device's calibrated peaks (sol.py),
+- the compiler's resource report of every kernel the candidate built (measure/resources.py);
+- FLOPs and minimum bytes of the reference against the device's calibrated peaks (measure/sol.py),
   set against the judge's own median times of this candidate's evaluation;
-- Nsight Compute's metrics in a separate profiled process (ncu.py), when ncu is there.
+- Nsight Compute's metrics in a separate profiled process (measure/ncu.py), when ncu is there.
 """
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Callable
 
-from kernelevo.judge import crosscheck, guards, ncu, policy, resources, sol, timing, trial
+from kernelevo.judge.measure import crosscheck, ncu, resources, sol, timing
+from kernelevo.judge.run import jobs
+from kernelevo.judge.trials import guards, policy
 from kernelevo.records import KernelTime, Profile
 
 REPEATS = 3  # profiled forwards per side; times are per forward
@@ -25,8 +27,8 @@ REPEATS = 3  # profiled forwards per side; times are per forward
 
 def run_profile(job: dict, device: str, channel) -> dict:
     started = time.perf_counter()
-    task = trial._load_task(job)
-    built = trial._build(job, task, device, guards.Integrity(), guards.ThreadWatch())
+    task = jobs._load_task(job)
+    built = jobs._build(job, task, device, guards.Integrity(), guards.ThreadWatch())
     if isinstance(built, dict):
         return built  # it built when judged: a failure now is reported as it is
     reference, candidate, _ = built
@@ -35,13 +37,13 @@ def run_profile(job: dict, device: str, channel) -> dict:
     notes: list[str] = []
     try:
         name = _device_name(device)
-        args = trial._input_sets(task, job, device, 1)[0]
+        args = jobs._input_sets(task, job, device, 1)[0]
         work = sol.count_work(reference, args)
         own = policy.own_kernel_names(job["candidate_source"])
         with channel.quiet():  # the calibration and the per-kernel times are timings too
             peaks, _ = sol.peaks(Path(job["cache_dir"]), device, name)
-            cand, cand_ms = breakdown(lambda: trial.forward(candidate, args), device, own)
-            ref, ref_ms = breakdown(lambda: trial.forward(reference, args), device, set())
+            cand, cand_ms = breakdown(lambda: jobs.forward(candidate, args), device, own)
+            ref, ref_ms = breakdown(lambda: jobs.forward(reference, args), device, set())
         found = resources.collect()
         kernels, note = [], "Nsight Compute profiles CUDA kernels: skipped on the CPU"
         if device.startswith("cuda"):
@@ -63,9 +65,12 @@ def run_profile(job: dict, device: str, channel) -> dict:
 def _device_name(device: str) -> str:
     import torch
 
-    from kernelevo.judge.worker import _cpu_name
+    import platform
 
-    return torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else _cpu_name()
+    from kernelevo.host import cpu_name
+
+    return torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") \
+        else cpu_name() or platform.processor() or "cpu"
 
 
 def breakdown(fn: Callable[[], object], device: str, own: set[str]) -> tuple[list[KernelTime], float]:

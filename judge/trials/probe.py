@@ -15,8 +15,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernelevo.judge import compare
-from kernelevo.judge import inputs as judge_inputs
+from kernelevo.judge.trials import compare
+from kernelevo.judge.trials import inputs as judge_inputs
 
 # Speedups over eager above which the judge re-measures a candidate in a fresh process before
 # believing it. Library GEMMs and convolutions already run near the hardware's peak; a fused

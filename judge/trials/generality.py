@@ -142,7 +142,7 @@ def large_values(args: list, finite: Callable[[list], bool]) -> tuple[list, str]
     with a structure the task promises (inputs.structured) are scaled, not shifted."""
     import torch
 
-    from kernelevo.judge.inputs import structured
+    from kernelevo.judge.trials.inputs import structured
 
     for scale in SCALES:
         moved = []
@@ -166,7 +166,7 @@ def conditioning_slack(forward: Callable[[list], Any], args: list, exact) -> lis
     change over SPREAD_DRAWS draws); None where forward's outputs do not line up with `exact`."""
     import torch
 
-    from kernelevo.judge.compare import flatten
+    from kernelevo.judge.trials.compare import flatten
 
     want = flatten(exact)
     slack = [torch.zeros_like(t) if isinstance(t, torch.Tensor) and t.is_floating_point() else None for t in want]

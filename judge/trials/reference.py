@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 
-from kernelevo.judge import compare, generality, guards, inputs
+from kernelevo.judge.trials import compare, generality, guards, inputs
 
 
 def forward(model, args: list):
