@@ -1,6 +1,6 @@
 """Reading kernels from outside: a folder of KernelBench-format candidate files, CUDA-L1's published
 collection (JSON lines), or rows of Sakana AI's AI CUDA Engineer Archive (Parquet or JSON lines).
-Pure parsing here; the caller stores what comes back (store.py writes).
+Pure parsing here; the caller stores what comes back (archive/store/ writes).
 
 An imported kernel keeps the numbers its source published as `claims`, apart from kernelevo's own
 evaluations, and its task is stored by source hash, so an import and a run on the same task meet.

@@ -1,4 +1,4 @@
-"""The archive's schema as named migrations: data only, applied in order by archive/store.py.
+"""The archive's schema as named migrations: data only, applied in order by archive/store/connection.py.
 
 A migration, once released, never changes: a new need is a new (name, sql) pair appended at the
 end, so an archive written by any earlier kernelevo upgrades in place. Each one runs inside a

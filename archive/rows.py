@@ -1,6 +1,6 @@
 """Pure helpers of the archive: record <-> column values, JSON columns, vectors. No SQL here.
 
-Kept apart from store.py so that the one module that talks SQL stays short enough to read.
+Kept apart from the store (archive/store/) so that the code that talks SQL stays short enough to read.
 """
 from __future__ import annotations
 

@@ -1,0 +1,88 @@
+"""Benches: a suite of tasks run one after another, each task row pointing at its run, kernel and
+evaluation once done."""
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ..rows import (BENCH_STATUSES, BENCH_TASK_FIELDS, BENCH_TASK_STATUSES, check_choice, dumps, intervals, loads,
+                    new_run_id)
+from .connection import Store
+
+
+class BenchesMixin(Store):
+    """Benches and their tasks."""
+
+    # ---- benches: a suite of tasks -----------------------------------------------------------
+
+    def start_bench(self, suite: str, mode: str, config: dict, device_name: str, torch_version: str,
+                    tasks: Sequence[tuple[str, str]]) -> str:
+        """Record a bench and its tasks ((path, name) in order, all 'pending'); returns its id."""
+        check_choice(mode, ("search", "candidates"), "bench mode")
+        for attempt in range(8):
+            bench_id = new_run_id(prefix="b")
+            try:
+                with self._tx() as conn:
+                    conn.execute("INSERT INTO benches (id, suite, mode, config, device_name, torch_version, "
+                                 "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                                 (bench_id, suite, mode, dumps(config), device_name, torch_version, time.time()))
+                    conn.executemany("INSERT INTO bench_tasks (bench_id, position, path, name) VALUES (?, ?, ?, ?)",
+                                     [(bench_id, i, path, name) for i, (path, name) in enumerate(tasks)])
+                return bench_id
+            except sqlite3.IntegrityError:
+                if attempt == 7 or self.bench(bench_id) is None:
+                    raise
+        raise AssertionError("unreachable")
+
+    def bench(self, bench_id: str) -> dict | None:
+        row = self._one("SELECT * FROM benches WHERE id = ?", (bench_id,))
+        if row:
+            row["config"] = loads(row["config"])
+        return row
+
+    def benches(self) -> list[dict]:
+        """Benches oldest first, each with its task count and tasks done."""
+        rows = self._read("SELECT b.*, COUNT(t.position) AS tasks, COALESCE(SUM(t.status = 'done'), 0) AS done "
+                          "FROM benches b LEFT JOIN bench_tasks t ON t.bench_id = b.id GROUP BY b.id "
+                          "ORDER BY b.created_at, b.id")
+        for row in rows:
+            row["config"] = loads(row["config"])
+        return rows
+
+    def set_bench_status(self, bench_id: str, status: str) -> None:
+        check_choice(status, BENCH_STATUSES, "bench status")
+        self._expect_one(self._write(
+            "UPDATE benches SET status = ?, finished_at = CASE WHEN ? = 'running' THEN NULL ELSE ? END WHERE id = ?",
+            (status, status, time.time(), bench_id)), "bench", bench_id)
+
+    def set_bench_task(self, bench_id: str, position: int, **fields: Any) -> None:
+        """Update one task row of a bench (status, task_id, run_id, kernel_id, evaluation_id,
+        degenerate, error, wall_s)."""
+        unknown = set(fields) - set(BENCH_TASK_FIELDS)
+        if unknown:
+            raise ValueError(f"unknown bench task field(s): {sorted(unknown)}")
+        if "status" in fields:
+            check_choice(fields["status"], BENCH_TASK_STATUSES, "bench task status")
+        sets = ", ".join(f"{k} = :{k}" for k in fields)
+        self._expect_one(self._write(f"UPDATE bench_tasks SET {sets} WHERE bench_id = :bench AND position = :pos",
+                                     {**fields, "bench": bench_id, "pos": position}), "bench task", (bench_id, position))
+
+    def bench_tasks(self, bench_id: str) -> list[dict]:
+        """A bench's tasks in order, each with the figures of the evaluation it points to (verdict,
+        reason, speedups, specialized, device, its whole record as `evaluation`), its run's status
+        and stop reason, and its LLM calls and known cost."""
+        rows = self._read(
+            "SELECT t.*, e.verdict, e.reason, e.speedup_eager, e.speedup_compile, e.specialized, e.device_name, e.device, "
+            "e.speedup_eager_lo, e.speedup_eager_hi, e.speedup_compile_lo, e.speedup_compile_hi, "
+            "e.data AS evaluation, r.status AS run_status, r.stop_reason, "
+            "(SELECT COUNT(*) FROM llm_calls c WHERE c.run_id = t.run_id) AS calls, "
+            "(SELECT TOTAL(c.cost_usd) FROM llm_calls c WHERE c.run_id = t.run_id) AS cost_usd, "
+            "(SELECT COUNT(*) - COUNT(c.cost_usd) FROM llm_calls c WHERE c.run_id = t.run_id) AS unknown_cost_calls "
+            "FROM bench_tasks t LEFT JOIN evaluations e ON e.id = t.evaluation_id "
+            "LEFT JOIN runs r ON r.id = t.run_id WHERE t.bench_id = ? ORDER BY t.position", (bench_id,))
+        for row in rows:
+            row["evaluation"] = loads(row["evaluation"])
+            intervals(row)
+        return rows

@@ -1,0 +1,170 @@
+"""LLM calls (each with its tokens, cost and outcome) and the counters derived from a run's rows:
+spend, cost and yield per operator and per model, usage, the timeline of its evaluations, counts."""
+from __future__ import annotations
+
+import time
+
+from kernelevo.records import LLMCall
+
+from ..rows import LLM_COLUMNS, PARENT_STONE, call_operator, intervals, llm_values
+from .connection import Store
+
+
+def _label(table: str = "") -> str:
+    """SQL for the ensemble member that made a call: its label, or provider:model for calls stored
+    before labels; `table`: the llm_calls alias of the query, if any."""
+    t = f"{table}." if table else ""
+    return f"COALESCE(NULLIF({t}label, ''), {t}provider || ':' || {t}model)"
+
+
+_LABEL = _label()
+
+# Per operator and model, what the kernel rows its calls wrote became (see Archive.model_yield).
+_MODEL_KERNELS = f"""
+SELECT k.operator, {_label("c")} AS model, COUNT(*) AS attempts,
+       COALESCE(SUM(k.problem NOT LIKE 'failed_call%'), 0) AS replies,
+       COALESCE(SUM(k.source != '' AND k.problem = ''), 0) AS judged,
+       COALESCE(SUM(e.verdict IS 'ok'), 0) AS correct,
+       COALESCE(SUM(k.stepping_stone = 1 AND k.stone_reason NOT LIKE ?), 0) AS improvements
+FROM kernels k
+JOIN llm_calls c ON c.id = k.llm_call_id
+LEFT JOIN evaluations e ON e.id = (SELECT MAX(id) FROM evaluations WHERE kernel_id = k.id AND purpose = 'search')
+WHERE k.run_id = ?
+GROUP BY 1, 2
+"""
+
+_TOKEN_SUMS = ", ".join(f"COALESCE(SUM({c}), 0) AS {c}" for c in
+                        ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens", "reasoning_tokens"))
+
+
+class CallsMixin(Store):
+    """LLM calls and the counters of a run."""
+
+    # ---- LLM calls -----------------------------------------------------------------------
+
+    def add_llm_call(self, run_id: str | None, call: LLMCall) -> int:
+        columns = ", ".join(LLM_COLUMNS)
+        marks = ", ".join("?" * len(LLM_COLUMNS))
+        return self._write(f"INSERT INTO llm_calls (run_id, {columns}, created_at) VALUES (?, {marks}, ?)",
+                           (run_id, *llm_values(call), time.time()))
+
+    def answered_prompts(self, run_id: str) -> set[str]:
+        """Hashes of the prompts a run's calls sent and got a reply to: not to be asked again."""
+        return {r["prompt_hash"] for r in self._read(
+            "SELECT DISTINCT prompt_hash FROM llm_calls WHERE run_id = ? AND prompt_hash != '' AND outcome = 'ok'",
+            (run_id,))}
+
+    # ---- counters, always derived from rows ------------------------------------------------
+
+    def spend(self, run_id: str) -> dict:
+        """{'calls', 'failed_calls', 'cost_usd' (sum of known costs), 'unknown_cost_calls', and the
+        sums of input, cache_read, cache_write, output and reasoning tokens}."""
+        return self._one(
+            "SELECT COUNT(*) AS calls, COALESCE(SUM(outcome != 'ok'), 0) AS failed_calls, "
+            "TOTAL(cost_usd) AS cost_usd, COUNT(*) - COUNT(cost_usd) AS unknown_cost_calls, "
+            f"{_TOKEN_SUMS} FROM llm_calls WHERE run_id = ?", (run_id,))
+
+    def operator_costs(self, run_id: str) -> dict[str, float]:
+        """Known LLM spend per operator of a run (follow-up calls count for their operator)."""
+        rows = self._read("SELECT operator, TOTAL(cost_usd) AS cost FROM llm_calls WHERE run_id = ? "
+                          "GROUP BY operator", (run_id,))
+        costs: dict[str, float] = {}
+        for r in rows:
+            op = call_operator(r["operator"])
+            costs[op] = costs.get(op, 0.0) + r["cost"]
+        return costs
+
+    def call_yield(self, run_id: str) -> dict[str, dict]:
+        """Per operator of a run: `calls` (follow-ups and the functional rewrite count for the
+        operator they serve), `replies` (operator calls whose reply came back: kernel rows of a call
+        that did not fail),
+        `judged` (those replies whose kernel went to the judge: not a copy, not unparsable), `copies`
+        (replies that were a kernel the run had) and `repeats` (prompts not sent: answered before)."""
+        out: dict[str, dict] = {}
+        for r in self._read("SELECT operator, COUNT(*) AS calls FROM llm_calls WHERE run_id = ? GROUP BY operator",
+                            (run_id,)):
+            row = out.setdefault(call_operator(r["operator"]), {"calls": 0, "replies": 0, "judged": 0})
+            row["calls"] += r["calls"]
+        for r in self._read(
+                "SELECT operator, COUNT(*) AS replies, COALESCE(SUM(source != '' AND problem = ''), 0) AS judged, "
+                "COALESCE(SUM(problem LIKE 'copy:%' OR problem LIKE 'renamed_copy:%'), 0) AS copies "
+                "FROM kernels WHERE run_id = ? AND llm_call_id IS NOT NULL AND problem NOT LIKE 'failed_call%' "
+                "GROUP BY operator", (run_id,)):
+            row = out.setdefault(r["operator"], {"calls": 0, "replies": 0, "judged": 0})
+            row["replies"], row["judged"], row["copies"] = r["replies"], r["judged"], r["copies"]
+        for event in self.events(run_id, kind="prompt_repeat"):
+            row = out.setdefault(event["data"]["operator"], {"calls": 0, "replies": 0, "judged": 0})
+            row["repeats"] = row.get("repeats", 0) + 1
+        for row in out.values():
+            row.setdefault("copies", 0)
+            row.setdefault("repeats", 0)
+        return out
+
+    def call_models(self, run_id: str) -> dict[int, str]:
+        """LLM call id -> the ensemble member that answered it (its label), for a run's calls."""
+        return {r["id"]: r["model"] for r in self._read(f"SELECT id, {_LABEL} AS model FROM llm_calls WHERE run_id = ?",
+                                                        (run_id,))}
+
+    def model_yield(self, run_id: str) -> list[dict]:
+        """Per (operator, model) of a run: `calls`, `cost_usd` (known), `unknown_cost_calls`, and of the
+        kernel rows the model's calls wrote: `attempts`, `replies` (the call did not fail), `judged`
+        (sent to the judge), `correct` (judged ok), `improvements` (its own new island best or niche).
+        A model is its label (the alias the run used), operators as in call_yield."""
+        out: dict[tuple[str, str], dict] = {}
+
+        def row(operator: str, model: str) -> dict:
+            key = (call_operator(operator), model)
+            return out.setdefault(key, {"operator": key[0], "model": model, "calls": 0, "cost_usd": 0.0,
+                                        "unknown_cost_calls": 0, "attempts": 0, "replies": 0, "judged": 0,
+                                        "correct": 0, "improvements": 0})
+        for r in self._read(f"SELECT operator, {_LABEL} AS model, COUNT(*) AS calls, TOTAL(cost_usd) AS cost_usd, "
+                            "COUNT(*) - COUNT(cost_usd) AS unknown_cost_calls FROM llm_calls WHERE run_id = ? "
+                            "GROUP BY 1, 2", (run_id,)):
+            g = row(r["operator"], r["model"])
+            for k in ("calls", "cost_usd", "unknown_cost_calls"):
+                g[k] += r[k]
+        for r in self._read(_MODEL_KERNELS, (PARENT_STONE + "%", run_id)):
+            g = row(r["operator"], r["model"])
+            for k in ("attempts", "replies", "judged", "correct", "improvements"):
+                g[k] += r[k]
+        return sorted(out.values(), key=lambda g: (g["model"], g["operator"]))
+
+    def timeline(self, run_id: str) -> list[dict]:
+        """The run's search evaluations in the order they were judged: kernel_id, verdict, reason,
+        speedup_eager, speedup_eager_ci, created_at, and spent_usd, the known LLM spend of the run up to that moment."""
+        return [intervals(r) for r in self._read(
+            "SELECT e.id AS evaluation_id, e.kernel_id, e.verdict, e.reason, e.speedup_eager, e.speedup_eager_lo, "
+            "e.speedup_eager_hi, e.created_at, "
+            "(SELECT TOTAL(c.cost_usd) FROM llm_calls c WHERE c.run_id = e.run_id AND c.created_at <= e.created_at) "
+            "AS spent_usd FROM evaluations e WHERE e.run_id = ? AND e.purpose = 'search' ORDER BY e.id", (run_id,))]
+
+    def llm_usage(self, run_id: str) -> list[dict]:
+        """LLM calls of a run per (operator, model: its label): calls, failed_calls, cost_usd (known costs),
+        unknown_cost_calls, latency_s (sum) and the token sums, as in spend()."""
+        return self._read(
+            f"SELECT operator, {_LABEL} AS model, COUNT(*) AS calls, COALESCE(SUM(outcome != 'ok'), 0) AS failed_calls, "
+            "TOTAL(cost_usd) AS cost_usd, COUNT(*) - COUNT(cost_usd) AS unknown_cost_calls, "
+            f"TOTAL(latency_s) AS latency_s, {_TOKEN_SUMS} FROM llm_calls WHERE run_id = ? "
+            "GROUP BY 1, 2 ORDER BY 1, 2", (run_id,))
+
+    def counts(self, run_id: str) -> dict:
+        """{'verdicts': {verdict: n} of search evaluations, 'operators': {operator: n} of kernels,
+        'problems': {problem: n} of kernels without source, 'kernels', 'max_generation' (None when
+        no kernel), 'evaluations' (search ones), 'evaluations_by_purpose': {purpose: n}}."""
+        def tally(sql: str) -> dict[str, int]:
+            return {r["k"]: r["n"] for r in self._read(sql, (run_id,))}
+
+        totals = self._one("SELECT COUNT(*) AS kernels, MAX(generation) AS max_generation "
+                           "FROM kernels WHERE run_id = ?", (run_id,))
+        by_purpose = tally("SELECT purpose AS k, COUNT(*) AS n FROM evaluations WHERE run_id = ? GROUP BY purpose")
+        return {
+            "verdicts": tally("SELECT verdict AS k, COUNT(*) AS n FROM evaluations "
+                              "WHERE run_id = ? AND purpose = 'search' GROUP BY verdict"),
+            "operators": tally("SELECT operator AS k, COUNT(*) AS n FROM kernels WHERE run_id = ? GROUP BY operator"),
+            "problems": tally("SELECT problem AS k, COUNT(*) AS n FROM kernels "
+                              "WHERE run_id = ? AND source = '' GROUP BY problem"),
+            "kernels": totals["kernels"],
+            "max_generation": totals["max_generation"],
+            "evaluations": by_purpose.get("search", 0),
+            "evaluations_by_purpose": by_purpose,
+        }
