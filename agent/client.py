@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from kernelevo.config import ModelChoice
-from kernelevo.records import LLMCall
+from kernelevo.llm_call import LLMCall
 
 from .models import ModelInfo, cost, lookup
 from .providers import Completion, Message, Provider, ProviderError, make_provider, parse_model

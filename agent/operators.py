@@ -11,7 +11,7 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 
-from kernelevo.records import LLMCall
+from kernelevo.llm_call import LLMCall
 
 from . import prompting
 from .client import LLM, NotSent

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import string
 
-from kernelevo.records import Profile
+from kernelevo.evaluation import Profile
 
 from .prompting import fill, phrases
 

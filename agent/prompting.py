@@ -325,7 +325,7 @@ def target_from_info(info: dict, fmt: str | None = None) -> Target:
 
 
 def feedback_from(evaluation) -> Feedback:
-    """What the judge said of a failed candidate (a kernelevo.records.Evaluation), for repair."""
+    """What the judge said of a failed candidate (a kernelevo.evaluation.Evaluation), for repair."""
     c = evaluation.correctness
     wrong = evaluation.verdict == "incorrect" and c is not None
     return Feedback(evaluation.verdict, evaluation.reason, evaluation.message, evaluation.excerpt,

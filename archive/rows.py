@@ -13,7 +13,8 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from kernelevo.records import Evaluation, LLMCall
+from kernelevo.evaluation import Evaluation
+from kernelevo.llm_call import LLMCall
 
 if TYPE_CHECKING:  # numpy is imported lazily: opening an archive must not pay for it
     import numpy

@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Callable
 
 from kernelevo.agent.client import Stop
-from kernelevo.report import speedup_text
+from kernelevo.terminal.tables import speedup_text
 
 from . import ensemble as ensembles
-from .records import Interrupted, OptimizeOptions, Progress
+from .options import OptimizeOptions
+from .outcome import Interrupted, Progress
 
 
 @dataclass(frozen=True)
@@ -264,7 +265,7 @@ class _Runner:
         self.on_progress(self.view)
 
     def _tally(self) -> None:
-        from kernelevo.archive.bench_data import task_rows
+        from kernelevo.archive.reports.bench_data import task_rows
 
         rows = task_rows(self.store.bench_tasks(self.bench_id))
         with self.lock:

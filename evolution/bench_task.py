@@ -15,7 +15,7 @@ def search(runner: _Runner, row: dict, device: str, cap: float | None) -> dict:
     from kernelevo.agent.client import Unreachable
 
     from .loop import optimize
-    from .records import EXIT_UNREACHABLE
+    from .outcome import EXIT_UNREACHABLE
 
     base = runner.options.search
     resume = row.get("run_id")  # a row not done has a run only when a session stopped in its search

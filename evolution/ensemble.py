@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from kernelevo.agent.client import LLM, Stop, label_of
 from kernelevo.config import Config
-from kernelevo.records import LLMCall
+from kernelevo.llm_call import LLMCall
 
 from . import budget as budgets
 from .scheduling import DEFAULT_CALL_USD, OPERATORS, OperatorStats, choose_model

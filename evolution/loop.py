@@ -31,27 +31,16 @@ from kernelevo.agent.profile_block import profile_block
 from kernelevo.agent.prompting import Context, Variant, approach, feedback_from
 
 from kernelevo.archive.rows import by_model
-from kernelevo.records import Evaluation, Profile
-from kernelevo.report import speedup_text
+from kernelevo.evaluation import Evaluation, Profile
+from kernelevo.terminal.tables import speedup_text
 
 from . import budget as budgets
 from . import ensemble as ensembles
 from . import attempts, islands, niches, placement, scheduling, selection, tune
 from .novelty import NoveltyGate
 from .population import Member, Population, beats
-from .records import (
-    BUDGET_REASONS,
-    EXIT_BUDGET,
-    EXIT_OK,
-    EXIT_UNREACHABLE,
-    Interrupted,
-    OptimizeOptions,
-    Outcome,
-    Progress,
-    SearchSettings,
-    elapsed_s,
-    write_drop_in,
-)
+from .options import BUDGET_REASONS, OptimizeOptions, SearchSettings
+from .outcome import EXIT_BUDGET, EXIT_OK, EXIT_UNREACHABLE, Interrupted, Outcome, Progress, elapsed_s, write_drop_in
 from .state import RunState, member_from_row, remeasured
 
 

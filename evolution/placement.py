@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from kernelevo.agent.prompting import Target, target_for, target_from_info
 
-from .records import OptimizeOptions
+from .options import OptimizeOptions
 
 
 def target(options: OptimizeOptions, fmt: str | None) -> Target:

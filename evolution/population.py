@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from kernelevo.records import faster_beyond_noise
+from kernelevo.evaluation import faster_beyond_noise
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ from pathlib import Path
 from kernelevo.agent.profile_block import profile_block
 from kernelevo.agent.prompting import Context, Variant, insight
 from kernelevo.archive.rows import own_improvement
-from kernelevo.records import Evaluation, LLMCall, Profile
+from kernelevo.evaluation import Evaluation, Profile
+from kernelevo.llm_call import LLMCall
 from kernelevo.tasks import Task
 
 from . import niches, scheduling

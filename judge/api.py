@@ -24,7 +24,7 @@ from kernelevo.judge.trials.probe import IMPLAUSIBLE_SPEEDUP
 from kernelevo.judge.measure.timing import TimingConfig
 from kernelevo.judge.measure.timing import combined as timing_combined
 from kernelevo.judge.measure.timing import load_note
-from kernelevo.records import Correctness, Evaluation, KernelResources, Profile, ShapeReport, TimingStats
+from kernelevo.evaluation import Correctness, Evaluation, KernelResources, Profile, ShapeReport, TimingStats
 from kernelevo.runtime._common import slug
 from kernelevo.tasks import Task, source_hash
 

@@ -19,7 +19,7 @@ from kernelevo.agent.prompting import Context, Feedback, Target, TaskView, Varia
 from kernelevo.agent.providers import ModelRef, Usage
 from kernelevo.agent.profile_block import profile_block
 from kernelevo.config import ConfigError, load_config
-from kernelevo.records import Profile
+from kernelevo.evaluation import Profile
 
 GOLDEN = Path(__file__).parent / "golden" / "prompts"
 PROMPTS = Path(__file__).parents[1] / "prompts"

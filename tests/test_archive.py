@@ -13,7 +13,8 @@ from kernelevo.archive.migrations import MIGRATIONS
 from kernelevo.archive.rows import LLM_COLUMNS
 from kernelevo.archive.store import Archive, default_path
 from kernelevo.evolution.state import RunState
-from kernelevo.records import Correctness, Evaluation, LLMCall, TimingStats
+from kernelevo.evaluation import Correctness, Evaluation, TimingStats
+from kernelevo.llm_call import LLMCall
 from kernelevo.tasks import source_hash
 
 TASK_SOURCE = "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"

@@ -7,7 +7,8 @@ import json
 import pytest
 from kernelevo.archive.store import Archive
 
-from kernelevo.records import Correctness, Evaluation, LLMCall, Profile
+from kernelevo.evaluation import Correctness, Evaluation, Profile
+from kernelevo.llm_call import LLMCall
 from kernelevo.tasks import source_hash
 
 from conftest import FIXTURES, run_cli

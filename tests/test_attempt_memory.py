@@ -7,7 +7,7 @@ import os
 import re
 
 from kernelevo.archive.store import Archive
-from kernelevo.report import speedup_text
+from kernelevo.terminal.tables import speedup_text
 from llm_server import ScriptedServer, Step, request_text
 
 from test_optimize import GOOD, KERNELS, USAGE, cli, environment, optimize_args

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import browser
 import pytest
-from kernelevo.archive.bench_data import P_VALUES
+from kernelevo.archive.reports.bench_data import P_VALUES
 from kernelevo.archive.store import Archive
 from llm_server import ScriptedServer, Step, request_text
 

@@ -5,7 +5,7 @@ import subprocess
 import sys
 from graphlib import CycleError, TopologicalSorter
 
-from kernelevo.records import VERDICTS, Evaluation
+from kernelevo.evaluation import Evaluation, VERDICTS
 
 from conftest import FIXTURES, ROOT, run_cli
 

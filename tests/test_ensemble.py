@@ -12,7 +12,8 @@ from kernelevo.archive.store import Archive
 from kernelevo.config import ConfigError, load_config
 from kernelevo.evolution import ensemble as ensembles
 from kernelevo.evolution.scheduling import MODEL_EXPLORE, OperatorStats, choose_model, model_weights
-from kernelevo.records import Evaluation, LLMCall
+from kernelevo.evaluation import Evaluation
+from kernelevo.llm_call import LLMCall
 
 PRICES = {"cheap": 0.01, "dear": 0.04}
 
@@ -185,7 +186,7 @@ def test_a_resume_takes_the_runs_own_models_and_pins(tmp_path):
     from pathlib import Path
 
     from kernelevo.evolution.loop import _model_names
-    from kernelevo.evolution.records import OptimizeOptions
+    from kernelevo.evolution.options import OptimizeOptions
 
     with Archive.open(tmp_path / "a.sqlite") as archive:
         task = archive.add_task("t", "src", "h")
@@ -241,7 +242,7 @@ def test_a_resumed_bench_takes_its_own_models():
     from pathlib import Path
 
     from kernelevo.evolution.bench import BenchOptions, _as_stored
-    from kernelevo.evolution.records import OptimizeOptions
+    from kernelevo.evolution.options import OptimizeOptions
 
     search = OptimizeOptions(Path("s"), (), ("cpu",), Path("a"), Path("o"), Path("c"))
     bench = {"id": "b1", "mode": "search", "config": {"models": ["fast", "smart"], "model_for": {"reflect": "smart"}}}

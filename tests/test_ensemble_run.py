@@ -10,7 +10,7 @@ import itertools
 import threading
 import time
 
-from kernelevo.archive.report_data import report_data
+from kernelevo.archive.reports.run_data import report_data
 from kernelevo.archive.rows import by_model
 from kernelevo.archive.store import Archive
 from kernelevo.agent.models import lookup

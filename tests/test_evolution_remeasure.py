@@ -13,9 +13,9 @@ from kernelevo.archive.store import Archive
 from kernelevo.evolution import budget as budgets
 from kernelevo.evolution.loop import Search
 from kernelevo.evolution.novelty import HashingEmbedder, NoveltyGate
-from kernelevo.evolution.records import SearchSettings
+from kernelevo.evolution.options import SearchSettings
 from kernelevo.evolution.state import RunState
-from kernelevo.records import Evaluation, TimingStats
+from kernelevo.evaluation import Evaluation, TimingStats
 
 from conftest import FIXTURES
 

@@ -8,7 +8,7 @@ import pytest
 
 from kernelevo.evolution import islands, niches, scheduling, selection
 from kernelevo.evolution.population import Member, Population, beats, best_of
-from kernelevo.records import faster_beyond_noise
+from kernelevo.evaluation import faster_beyond_noise
 from kernelevo.evolution.scheduling import OperatorStats
 
 CANDIDATES = Path(__file__).resolve().parent.parent / "benchmarks" / "tasks" / "candidates"

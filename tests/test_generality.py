@@ -12,7 +12,7 @@ from kernelevo.judge.api import Judge, JudgeOptions
 from kernelevo.judge.run.executor import Limits
 from kernelevo.judge.trials.probe import IMPLAUSIBLE_SPEEDUP
 from kernelevo.judge.measure.timing import TimingConfig
-from kernelevo.records import Evaluation
+from kernelevo.evaluation import Evaluation
 from kernelevo.tasks import load_task
 
 from conftest import FIXTURES

@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from kernelevo.archive.report_data import report_data
+from kernelevo.archive.reports.run_data import report_data
 from kernelevo.archive.store import Archive
 from kernelevo.evolution.novelty import fingerprints
 from llm_server import ScriptedServer, kernel_replies, request_text

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from kernelevo.agent.profile_block import profile_block
 from kernelevo.judge.measure import ncu
-from kernelevo.records import Evaluation
+from kernelevo.evaluation import Evaluation
 
 from conftest import ROOT, run_cli
 

@@ -1,7 +1,8 @@
-"""The house rules, read from the code itself: every Python module of the packages stays under
-450 lines, and no module imports, at any depth and from any place (a function's body included), a
-module that imports it back. An import under `if TYPE_CHECKING:` is for the type checker only and
-does not count. Modules are found through pyproject.toml's package-dir, as the installed package is."""
+"""The house rules, read from the code itself: every Python module of the packages says what it
+owns in a docstring and stays under 450 lines, and no module imports, at any depth and from any
+place (a function's body included), a module that imports it back. An import under
+`if TYPE_CHECKING:` is for the type checker only and does not count. Modules are found through
+pyproject.toml's package-dir, as the installed package is."""
 import ast
 import tomllib
 from pathlib import Path
@@ -114,6 +115,11 @@ def test_the_packages_are_found():
 def test_no_module_is_over_the_size_guide():
     long = {name: n for name, path in modules().items() if (n := len(path.read_text().splitlines())) > MAX_LINES}
     assert not long, f"split these modules (lines): {long}"
+
+
+def test_every_module_says_what_it_owns():
+    bare = [name for name, path in modules().items() if not ast.get_docstring(ast.parse(path.read_text()))]
+    assert not bare, f"modules without a docstring: {bare}"
 
 
 def test_no_import_circles():

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import browser
 import pytest
-from kernelevo.archive.report_data import report_data
+from kernelevo.archive.reports.run_data import report_data
 from kernelevo.archive.store import Archive
 from llm_server import ScriptedServer, Step, kernel_replies, request_text
 
@@ -222,8 +222,8 @@ def test_progress_panel_fits_100_columns():
     """The live panel, rendered by rich at 100 columns, with large numbers and a long status."""
     from collections import Counter
 
-    from kernelevo.evolution.records import Progress
-    from kernelevo.progress import lines
+    from kernelevo.evolution.outcome import Progress
+    from kernelevo.terminal.progress import lines
     from rich.console import Console
     from rich.panel import Panel
 

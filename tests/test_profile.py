@@ -19,7 +19,7 @@ from kernelevo.judge.measure.resources import demangle, parse_ptxas
 from kernelevo.judge.measure.timing import TimingConfig
 from torch import nn
 
-from kernelevo.records import Evaluation, KernelResources, Profile
+from kernelevo.evaluation import Evaluation, KernelResources, Profile
 from kernelevo.tasks import load_task, source_hash
 
 SAMPLES = FIXTURES / "profile"

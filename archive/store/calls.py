@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from kernelevo.records import LLMCall
+from kernelevo.llm_call import LLMCall
 
 from ..rows import LLM_COLUMNS, PARENT_STONE, call_operator, intervals, llm_values
 from .connection import Store

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from kernelevo.records import Evaluation
+from kernelevo.evaluation import Evaluation
 from kernelevo.tasks import source_hash as hash_source
 
 from ..rows import (EVAL_COLUMNS, ORIGINS, PARENT_STONE, PURPOSES, check_choice, dumps, eval_values, evaluation_row,

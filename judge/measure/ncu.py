@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from kernelevo.judge.trials.policy import _short
-from kernelevo.records import NcuKernel
+from kernelevo.evaluation import NcuKernel
 
 RANGE = "kernelevo_profile"
 STALL_REASONS = ("barrier", "branch_resolving", "dispatch_stall", "drain", "imc_miss", "lg_throttle",

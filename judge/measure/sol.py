@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kernelevo.records import SpeedOfLight
+from kernelevo.evaluation import SpeedOfLight
 
 FEWER_FLOPS = 0.8  # under this share of the compute bound, a candidate is taken to skip arithmetic
 PEAK_DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16", "float64": "float64"}

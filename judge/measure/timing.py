@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from kernelevo.records import TimingStats
+from kernelevo.evaluation import TimingStats
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Callable
 from kernelevo.judge.measure import crosscheck, ncu, resources, sol, timing
 from kernelevo.judge.run import jobs
 from kernelevo.judge.trials import guards, policy
-from kernelevo.records import KernelTime, Profile
+from kernelevo.evaluation import KernelTime, Profile
 
 REPEATS = 3  # profiled forwards per side; times are per forward
 

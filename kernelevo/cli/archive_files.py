@@ -158,7 +158,7 @@ def _rejudge(store, kernel_ids: list[int], where: tuple, policy, build_timeout, 
 
 
 def _print_rejudged(judged: list) -> None:
-    from kernelevo.report import print_rows
+    from kernelevo.terminal.tables import print_rows
 
     rows = [{"kernel": r.kernel_id, "task": r.task, "verdict": r.verdict, "reason": r.reason,
              "speedup": r.speedup_eager, "claimed": r.claimed, "gpu": r.device_name, "device": r.device} for r in judged]
@@ -178,8 +178,8 @@ def report(
 ) -> None:
     """One self-contained HTML page of a run: progress against candidates and dollars, the lineage tree,
     the top kernels with diffs, verdicts, and yield and cost per operator and model. Opens offline."""
-    from kernelevo.archive.report_data import report_data
-    from kernelevo.archive.report_html import write
+    from kernelevo.archive.reports.run_data import report_data
+    from kernelevo.archive.reports.run_html import write
 
     with opened(archive, config) as store:
         if store.run(run) is None:

@@ -99,7 +99,7 @@ def _options(args: dict[str, Any]) -> Any:
 def _run(args: dict[str, Any]) -> None:
     """Run the bench with a live view; every way it ends leaves a line saying what to do next."""
     from kernelevo.agent.client import Stop
-    from kernelevo.bench_view import LiveBench
+    from kernelevo.terminal.bench import LiveBench
     from kernelevo.evolution.bench import BenchError, run_bench
 
     options = _options(args)
@@ -124,8 +124,8 @@ def _run(args: dict[str, Any]) -> None:
 
 def _finish(options: Any, bench_id: str, as_json: bool) -> None:
     """The table on stdout and the suite report beside the drop-in kernels."""
-    from kernelevo.archive.bench_data import bench_table
-    from kernelevo.archive.bench_html import write
+    from kernelevo.archive.reports.bench_data import bench_table
+    from kernelevo.archive.reports.bench_html import write
     from kernelevo.archive.store import Archive
 
     with Archive.open_readonly(options.search.archive_path) as store:
@@ -144,13 +144,13 @@ def _print(table: dict, as_json: bool) -> None:
     if as_json:
         emit(table, "json")
     else:
-        from kernelevo.bench_view import print_table
+        from kernelevo.terminal.bench import print_table
 
         print_table(table)
 
 
 def _table(store: Any, bench_id: str) -> dict:
-    from kernelevo.archive.bench_data import bench_table
+    from kernelevo.archive.reports.bench_data import bench_table
 
     try:
         return bench_table(store, bench_id)
@@ -179,14 +179,14 @@ def list_benches(archive: ArchiveOpt = None, config: ConfigOpt = None, as_json: 
 def compare(a: str = typer.Argument(..., help="a bench id"), b: str = typer.Argument(..., help="another bench id"),
             archive: ArchiveOpt = None, config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     """Two benches side by side (two models, budgets or versions): per task, then the fast_p rows."""
-    from kernelevo.archive.bench_data import compare as side_by_side
+    from kernelevo.archive.reports.bench_data import compare as side_by_side
 
     with opened(archive, config) as store:
         data = side_by_side(_table(store, a), _table(store, b))
     if as_json:
         emit(data, "json")
     else:
-        from kernelevo.bench_view import print_compare
+        from kernelevo.terminal.bench import print_compare
 
         print_compare(data)
 
@@ -196,7 +196,7 @@ def report(bench_id: str = typer.Argument(..., help="a bench id"),
            out: Path = typer.Option(..., "--out", "-o", help="the HTML file to write (run reports go beside it)"),
            archive: ArchiveOpt = None, config: ConfigOpt = None) -> None:
     """The suite's report as one self-contained HTML file, each task linked to its run's report."""
-    from kernelevo.archive.bench_html import write
+    from kernelevo.archive.reports.bench_html import write
 
     with opened(archive, config) as store:
         _table(store, bench_id)  # an unknown bench: one line

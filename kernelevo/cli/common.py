@@ -218,7 +218,7 @@ def emit(rows: Any, fmt: str, fields: Sequence[str] = ()) -> None:
         for row in rows:
             writer.writerow({k: " ".join(map(str, v)) if isinstance(v, list) else v for k, v in row.items()})
     else:
-        from kernelevo.report import print_rows
+        from kernelevo.terminal.tables import print_rows
 
         print_rows(rows, fields)
 
@@ -273,7 +273,7 @@ def search_options(args: dict[str, Any], task: Path, limits: Any, **extra: Any) 
     """OptimizeOptions of one task's search from a command's arguments (optimize's, or bench's for
     each task): config, devices, format, search settings, judge settings, archive and output."""
     from kernelevo import runtime
-    from kernelevo.evolution.records import OptimizeOptions, SearchSettings
+    from kernelevo.evolution.options import OptimizeOptions, SearchSettings
     from kernelevo.judge.measure.timing import TimingConfig
 
     config = config_or_fail(args["config"])

@@ -41,6 +41,6 @@ def models(
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
-    from kernelevo.report import print_models
+    from kernelevo.terminal.tables import print_models
 
     print_models(rows)

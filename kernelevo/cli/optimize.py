@@ -97,7 +97,7 @@ def run_optimize(args: dict[str, Any]) -> None:
     """Run the search with live progress; every way it ends leaves a line saying what to do next."""
     from kernelevo.agent.client import Stop
     from kernelevo.evolution.loop import optimize as search
-    from kernelevo.progress import LiveProgress, print_summary
+    from kernelevo.terminal.progress import LiveProgress, print_summary
     from kernelevo.tasks import TaskError
 
     options = _options(args)
@@ -126,8 +126,8 @@ def run_optimize(args: dict[str, Any]) -> None:
 
 def _write_report(options: Any, run_id: str) -> Optional[Path]:
     """The run's HTML report beside the drop-in kernel; a failure here costs the report, not the run."""
-    from kernelevo.archive.report_data import report_data
-    from kernelevo.archive.report_html import write
+    from kernelevo.archive.reports.run_data import report_data
+    from kernelevo.archive.reports.run_html import write
     from kernelevo.archive.store import Archive
 
     try:

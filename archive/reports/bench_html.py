@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .bench_data import P_VALUES, curve, fast_p
-from .report_html import CSP
+from .run_html import CSP
 
 STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222;padding:0 1em}
@@ -45,9 +45,9 @@ def render(table: dict[str, Any], reports: dict[str, str] | None = None) -> str:
 def write(store, bench_id: str, path: Path) -> Path:
     """The suite report at `path`, and each task's run report in reports/ beside it (linked from its
     row); OSError on a full disk, KeyError for an unknown bench."""
-    from . import report_html
+    from . import run_html
     from .bench_data import bench_table
-    from .report_data import report_data
+    from .run_data import report_data
 
     path = Path(path)
     table = bench_table(store, bench_id)
@@ -55,7 +55,7 @@ def write(store, bench_id: str, path: Path) -> Path:
     for row in table["tasks"]:
         if row["run_id"]:
             link = f"reports/{row['name']}_{row['run_id']}.html"
-            report_html.write(report_data(store, row["run_id"]), path.parent / link)
+            run_html.write(report_data(store, row["run_id"]), path.parent / link)
             reports[row["name"]] = link
     page = render(table, reports)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -72,7 +72,7 @@ def _about(bench: dict) -> str:
 
 def _x(value: float | None, ci: list | None = None) -> str:
     """As the terminal prints a speedup (its interval where wider than 2 %), with a dash for none."""
-    from kernelevo.report import speedup_text
+    from kernelevo.terminal.tables import speedup_text
 
     return "—" if value is None else speedup_text(value, ci)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from kernelevo.report import speedup_text as _x
+from kernelevo.terminal.tables import speedup_text as _x
 
 
 WIDTH = 100  # the panel fits a 100-column terminal (4 columns go to its border and padding)

@@ -9,13 +9,13 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from kernelevo.records import faster_beyond_noise
+from kernelevo.evaluation import faster_beyond_noise
 
-from .export import profile_summary
-from .rows import announced, call_operator, own_improvement, source_diff
+from ..export import profile_summary
+from ..rows import announced, call_operator, own_improvement, source_diff
 
 if TYPE_CHECKING:
-    from .store import Archive
+    from ..store import Archive
 
 TOP_KERNELS = 5
 MAX_DIFF_LINES = 400  # a whole-file rewrite is shown as such, not as 2,000 lines of diff

@@ -1,33 +1,19 @@
-"""The search's records: its settings, what the display shows, a run's options and outcome, and
-the small pure helpers around them (no room is called from here: loop.py coordinates)."""
+"""What a search gives back: its progress as the display shows it, Ctrl-C, the outcome of a run and
+its exit codes, the drop-in file of the best kernel, and the small pure helpers around them (no room
+is called from here: the loop coordinates). What a search is asked to do is in options.py."""
 from __future__ import annotations
 
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from kernelevo.records import Evaluation
-from kernelevo.report import speedup_text
+from kernelevo.evaluation import Evaluation
+from kernelevo.terminal.tables import speedup_text
 
-from . import budget as budgets
 from .population import Member
 
 EXIT_OK, EXIT_BUDGET, EXIT_UNREACHABLE = 0, 3, 4  # 4: the model server stopped answering
-BUDGET_REASONS = ("max-cost-usd", "max-llm-calls", "max-wall-time")
-
-
-@dataclass(frozen=True)
-class SearchSettings:
-    children_per_generation: int = 8
-    islands: int = 2
-    llm_concurrency: int = 4
-    reflect_k: int = 4
-    prompt_tokens_estimate: int = 12000  # what a call is reserved at before it is made
-    output_tokens_estimate: int = 6000
-    profile_per_generation: int = 2  # new island bests profiled per generation (0: none); see loop._profile
-    ncu: bool = True  # a new best of the run gets Nsight Compute's metrics too, when ncu is installed
 
 
 @dataclass
@@ -64,31 +50,6 @@ class Progress:
     def per_minute(self) -> float:
         minutes = (time.monotonic() - self.started) / 60
         return self.judged_this_session / minutes if minutes > 0 else 0.0
-
-
-@dataclass(frozen=True)
-class OptimizeOptions:
-    task_path: Path
-    models: tuple[str, ...]  # "provider:MODEL" or [models.ALIAS] names; several: an ensemble; (): a resumed run's
-    devices: tuple[str, ...]  # judge devices: ("cpu",) or ("cuda:0", "cuda:1", ...)
-    archive_path: Path
-    out_dir: Path
-    cache_dir: Path
-    fmt: str | None = None  # candidate format asked for; nvrtc on a GPU, c on the CPU
-    limits: budgets.Limits = field(default_factory=budgets.Limits)
-    settings: SearchSettings = field(default_factory=SearchSettings)
-    seed: int = 0
-    policy: str = "mixed"
-    trials: int = 5
-    seed_from: tuple[Path, ...] = ()
-    resume: str | None = None
-    config_path: Path | None = None
-    timing: Any = None  # a judge TimingConfig; None: the judge's default
-    compile_baseline: bool = True
-    shapes: str = "general"  # or "exact": the judge derives no other input shapes (judge/trials/shapes.py)
-    executor: str = "local"  # or "ray": judge jobs run on a Ray cluster (judge/run/ray_executor.py)
-    ray_address: str | None = None  # None: $RAY_ADDRESS, else a cluster started on this machine
-    model_for: tuple[tuple[str, str], ...] | None = None  # (operator, model) pins; None: a resumed run's own
 
 
 class Interrupted(KeyboardInterrupt):

@@ -3,7 +3,7 @@
 The file is meant to be copied off (or opened on) an offline GPU server, so nothing in it may point
 outside it. A Content-Security-Policy makes the browser itself refuse any request the page might
 still try, and the script reports such a refusal as an error (tests/test_report.py checks there is
-none). The page is drawn by archive/report.js (with report.css) from the JSON of report_data.report_data().
+none). The page is drawn by report.js (with report.css, both beside this file) from the JSON of run_data.report_data().
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ NOSCRIPT = ("The charts and tables of this report need JavaScript. Without it, r
 
 
 def render(data: dict[str, Any]) -> str:
-    """The whole HTML document of the report whose data is `data` (see report_data.report_data)."""
+    """The whole HTML document of the report whose data is `data` (see run_data.report_data)."""
     run = data.get("run") or {}
     title = f"kernelevo report: {run.get('id', '')} ({run.get('task', '')})"
     sections = [s for s in SECTIONS if s[0] != "reflections" or data.get("reflections")]

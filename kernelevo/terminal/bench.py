@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernelevo.progress import WIDTH, LivePanel
-from kernelevo.report import speedup_text as _x
+from kernelevo.terminal.progress import LivePanel, WIDTH
+from kernelevo.terminal.tables import speedup_text as _x
 
 
 def live_lines(view: Any) -> list[str]:

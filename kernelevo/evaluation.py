@@ -1,4 +1,5 @@
-"""Records shared by every room: what a candidate is and what the judge said of it.
+"""What the judge said of a candidate, shared by every room: the evaluation and its parts (timing,
+correctness, shapes, profile).
 
 Plain frozen dataclasses of JSON-friendly values, so that they cross process boundaries as
 JSON and land in the archive unchanged.
@@ -253,30 +254,3 @@ def _interval(point: float | None, stored: Any) -> tuple[float, float] | None:
     if isinstance(stored, (int, float)):
         return (point * (1 - stored), point * (1 + stored))
     return (float(stored[0]), float(stored[1]))
-
-
-@dataclass(frozen=True)
-class LLMCall:
-    """One request to a model and what it cost; stored before its reply is judged."""
-
-    provider: str  # "openai", "anthropic" or "local"
-    model: str
-    operator: str  # translate, functional, repair, mutate, crossover, reflect, edit_followup
-    outcome: str  # "ok", or the failure kind: auth, bad_request, rate_limit, transient, malformed, cancelled
-    input_tokens: int = 0  # uncached input
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    output_tokens: int = 0  # including reasoning
-    reasoning_tokens: int = 0
-    cost_usd: float | None = None  # None: the model's price is unknown (never guessed as 0)
-    latency_s: float = 0.0
-    request_id: str = ""
-    started_at: float = 0.0  # unix time
-    prompt_hash: str = ""  # sha256 of the messages sent
-    reply: str = ""  # the full reply text, reasoning sections included
-    stop_reason: str = ""
-    error: str = ""  # one line, for failed calls
-    label: str = ""  # the name the run knows the model by: its [models.ALIAS], else provider:model
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kernelevo.records import Evaluation, TimingStats
+from kernelevo.evaluation import Evaluation, TimingStats
 
 _COLOURS = {"ok": "green", "incorrect": "yellow", "rejected": "red", "timeout": "magenta"}
 

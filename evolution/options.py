@@ -1,0 +1,48 @@
+"""What a search is asked to do: the run's options (task, models, devices, limits, judge settings)
+and the search's own settings. Frozen dataclasses; what a search gives back is in outcome.py."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import budget as budgets
+
+BUDGET_REASONS = ("max-cost-usd", "max-llm-calls", "max-wall-time")
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    children_per_generation: int = 8
+    islands: int = 2
+    llm_concurrency: int = 4
+    reflect_k: int = 4
+    prompt_tokens_estimate: int = 12000  # what a call is reserved at before it is made
+    output_tokens_estimate: int = 6000
+    profile_per_generation: int = 2  # new island bests profiled per generation (0: none); see loop._profile
+    ncu: bool = True  # a new best of the run gets Nsight Compute's metrics too, when ncu is installed
+
+
+@dataclass(frozen=True)
+class OptimizeOptions:
+    task_path: Path
+    models: tuple[str, ...]  # "provider:MODEL" or [models.ALIAS] names; several: an ensemble; (): a resumed run's
+    devices: tuple[str, ...]  # judge devices: ("cpu",) or ("cuda:0", "cuda:1", ...)
+    archive_path: Path
+    out_dir: Path
+    cache_dir: Path
+    fmt: str | None = None  # candidate format asked for; nvrtc on a GPU, c on the CPU
+    limits: budgets.Limits = field(default_factory=budgets.Limits)
+    settings: SearchSettings = field(default_factory=SearchSettings)
+    seed: int = 0
+    policy: str = "mixed"
+    trials: int = 5
+    seed_from: tuple[Path, ...] = ()
+    resume: str | None = None
+    config_path: Path | None = None
+    timing: Any = None  # a judge TimingConfig; None: the judge's default
+    compile_baseline: bool = True
+    shapes: str = "general"  # or "exact": the judge derives no other input shapes (judge/trials/shapes.py)
+    executor: str = "local"  # or "ray": judge jobs run on a Ray cluster (judge/run/ray_executor.py)
+    ray_address: str | None = None  # None: $RAY_ADDRESS, else a cluster started on this machine
+    model_for: tuple[tuple[str, str], ...] | None = None  # (operator, model) pins; None: a resumed run's own
