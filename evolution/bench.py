@@ -1,5 +1,5 @@
 """A bench: a suite of tasks, each searched by `loop.optimize` or scored from given candidate files,
-into one archive. Like loop.py and rejudge.py this joins the rooms; it adds no search logic.
+into one archive. Like loop/ and rejudge.py this joins the rooms; it adds no search logic.
 
 Each task's row points at the evaluation behind its figures (the run's final re-judgement, or the
 best given candidate's verdict), so the table is read from the archive, never kept beside it.

@@ -19,7 +19,7 @@ class SearchSettings:
     reflect_k: int = 4
     prompt_tokens_estimate: int = 12000  # what a call is reserved at before it is made
     output_tokens_estimate: int = 6000
-    profile_per_generation: int = 2  # new island bests profiled per generation (0: none); see loop._profile
+    profile_per_generation: int = 2  # new island bests profiled per generation (0: none); see loop/children.py
     ncu: bool = True  # a new best of the run gets Nsight Compute's metrics too, when ncu is installed
 
 

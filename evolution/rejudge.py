@@ -1,6 +1,6 @@
 """Judge kernels from elsewhere (imports) here, and keep the verdict beside the numbers they claimed.
 
-Like loop.py this joins the judge and the archive, but nothing of the search runs: no LLM, no
+Like loop/ this joins the judge and the archive, but nothing of the search runs: no LLM, no
 selection. A kernel that passes becomes a stepping stone, so the next run on its task starts from it.
 Results are stored as they arrive, from this thread only; Ctrl-C keeps every verdict already in.
 """

@@ -1,0 +1,186 @@
+"""Planning, the first phase of the search loop: which child to start next and with what prompt.
+
+An operator is drawn (scheduling), its parents chosen (selection), and its prompt built with what
+came of earlier attempts on them (attempts); the call goes to the pool, or a tune variant straight
+to the judge. A prompt answered before is not sent again, and the budget reserves each call first.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from kernelevo.agent import operators
+from kernelevo.agent.client import LLM, Metered, prompt_hash
+from kernelevo.agent.profile_block import profile_block
+from kernelevo.agent.prompting import Context, Variant, approach, feedback_from
+from kernelevo.evaluation import Evaluation
+
+from .. import attempts, islands, niches, scheduling, selection, tune
+from ..population import Member
+
+
+# Translations in a row that brought no new correct kernel (copies, failures) after which an empty
+# island is left to migration: a scripted run spent 6 of 9 calls on translations that copied kernel 1.
+BARREN_TRANSLATIONS = 2
+PROFILE_WAIT_S = 60.0  # the longest a mutate call waits for its parent's profile (ncu took up to 10 s)
+
+
+class Planning:
+    """The planning methods of loop.search.Search (a mixin: it has no state of its own).
+
+    Reads the search's population, settings, rng, stats, state, archive, ensemble, budget, pool,
+    gate, judge_futures and profile_futures, and barren_translations. Writes llm_futures (a started
+    call and its bookkeeping), repair_tried, crossed, repeated, progress.repeats_avoided and
+    _island_turn. Calls Children._submit_child (a tune variant) and Children._profile_on_demand
+    (mutate's parent)."""
+
+    def _plan(self) -> bool:
+        """Start one child; False when no operator could start one (three draws) or the budget refuses."""
+        return any(self._plan_once() for _ in range(3))
+
+    def _plan_once(self) -> bool:
+        """Start one child (an LLM call, or a tune variant straight to the judge)."""
+        correct = self.population.correct()
+        recent = [m for m in self.population.members[-40:] if m.kernel_id not in self.repair_tried]
+        repairable = selection.pick_repair_target(recent, self.rng)
+        tunable = any(tune.has_tunables(m.source) for m in correct)
+        seeding = {m["island"] for m in [*self.llm_futures.values(), *self.judge_futures.values()]
+                   if m["op"] == "translate"}
+        seed_island = islands.needing_seed(self.population, self.settings.islands, seeding) \
+            if self.barren_translations < BARREN_TRANSLATIONS else None
+        op = scheduling.choose_operator(self.stats, bool(correct), selection.approaches(correct), repairable is not None,
+                                        tunable, self.rng, translate_ok=seed_island is not None)
+        if op == "tune":
+            return self._start_tune(correct)
+        if not correct and self.judge_futures:
+            return False  # no correct kernel yet: the next translation waits for the last one's verdict
+        job = self._job(op, correct, repairable, seed_island)
+        if job is None:
+            return False
+        fn, args, parents, island = job
+        key = (op, tuple(sorted(parents)))  # same operator, same parents: the same prompt
+        if key in self._in_flight() or (op == "translate" and any(m["op"] == "translate"
+                                                                  for m in self.llm_futures.values())):
+            return False  # a second translation waits to be told what the first one did
+        model = self.ensemble.choose(op, self.rng)
+        if model is None:  # every model dropped out: the run is ending
+            return False
+        ctx = self.state.context(island, op)
+        chosen = self.ensemble.llm(model)
+        digest = prompt_hash(operators.first_prompt(op, ctx, args, chosen.edit_format))
+        if digest in self.asked or digest in {m["digest"] for m in self.llm_futures.values()}:
+            return self._repeat(op, parents, model, digest)
+        s = self.settings
+        estimate = self.ensemble.estimate_usd(model, s.prompt_tokens_estimate, s.output_tokens_estimate)
+        reservation = self.budget.reserve(estimate)
+        if reservation is None:
+            return False
+        # the first call is reserved here; a follow-up reserves its own slot from the pool thread
+        llm = Metered(chosen, lambda: self.budget.extend(reservation, estimate))
+        future = self.pool.submit(fn, llm, ctx, *args)
+        self.llm_futures[future] = {"op": op, "parents": parents, "island": island, "reservation": reservation,
+                                    "key": key, "model": model, "llm": llm, "digest": digest}
+        return True
+
+    def _repeat(self, op: str, parents: tuple[int, ...], model: str, digest: str) -> bool:
+        """A prompt answered before (or in flight) is not sent again: counted once per prompt (the
+        planner may draw it again every half second), and another draw is made."""
+        if digest in self.repeated:
+            return False
+        self.repeated.add(digest)
+        self.archive.add_event(self.state.run_id, "prompt_repeat", {"operator": op, "parents": list(parents),
+                                                                    "model": model})
+        self.progress.repeats_avoided += 1
+        return False
+
+    def _in_flight(self) -> set[tuple]:
+        return {meta["key"] for meta in self.llm_futures.values()}
+
+    def _job(self, op: str, correct: list[Member], repairable: Member | None, seed_island: int | None):
+        """(operator function, its arguments, parent ids, island) of the next call; every kernel the
+        prompt asks to change comes with what came of the earlier attempts on it (attempts.py)."""
+        island = self._next_island()
+        pool = [m for m in correct if m.island == island] or correct
+        rows = self.archive.kernels(run_id=self.state.run_id)
+        if op == "translate":  # the first kernels, then only to seed an empty or collapsed island
+            return operators.translate, (attempts.translations(rows),), (), \
+                seed_island if seed_island is not None else island
+        if op == "mutate":
+            top = selection.fastest_approaches(pool)  # the model's attempts are counted for these only
+            tries = {m.kernel_id: attempts.count_on(m.kernel_id, rows) for m in top}
+            parent = selection.pick_mutate_parent(top, tries, self.rng)
+            self._profile_on_demand(parent)
+            variant = self._variant(parent, "A", tried=attempts.on_kernel(parent.kernel_id, rows))
+            return self._after_profile(parent.kernel_id), (variant,), (parent.kernel_id,), parent.island
+        if op == "crossover":
+            parents = selection.pick_crossover_parents(correct, self.rng, avoid=self.crossed)
+            if len(parents) < 2:
+                return None
+            self.crossed.add(frozenset(p.kernel_id for p in parents))
+            variants = [self._variant(p, "ABC"[i], notes=self._notes(p, rows),
+                                      tried=attempts.on_kernel(p.kernel_id, rows, limit=3))
+                        for i, p in enumerate(parents)]
+            return operators.crossover, (variants,), tuple(p.kernel_id for p in parents), parents[0].island
+        if op == "reflect":
+            chosen = selection.pick_reflect_variants(correct, self.rng, self.settings.reflect_k)
+            if len(chosen) < 2:
+                return None
+            variants = [self._variant(m, "ABCDEFGH"[i], notes=self._notes(m, rows),
+                                      tried=attempts.on_kernel(m.kernel_id, rows, limit=3) if i == 0 else ())
+                        for i, m in enumerate(chosen)]
+            return operators.reflect, (variants,), tuple(m.kernel_id for m in chosen), chosen[0].island
+        if op == "repair":  # among recent children: the selection checks a failure's parent and repairs
+            self.repair_tried.add(repairable.kernel_id)
+            evaluation = Evaluation.from_dict(self.archive.kernel(repairable.kernel_id)["evaluations"][-1]["data"])
+            return (operators.repair, (self._variant(repairable, "A"), feedback_from(evaluation)),
+                    (repairable.kernel_id,), repairable.island)
+        return None
+
+    def _after_profile(self, kernel_id: int):
+        """operators.mutate, or, while the parent is being profiled, mutate after its profile is in:
+        the call waits in its pool thread (seconds), not the loop, and the prompt shows the profile."""
+        pending = [f for f, meta in self.profile_futures.items() if meta["kernel_id"] == kernel_id]
+        if not pending:
+            return operators.mutate
+
+        def mutate(llm: LLM, ctx: Context, parent: Variant):
+            try:
+                parent = dataclasses.replace(parent, profile=profile_block(pending[0].result(timeout=PROFILE_WAIT_S)))
+            except Exception:  # noqa: BLE001 - too slow or failed: the parent goes without its profile
+                pass
+            return operators.mutate(llm, ctx, parent)
+
+        return mutate
+
+    def _variant(self, m: Member, label: str, notes: str = "", tried: tuple[str, ...] = ()) -> Variant:
+        profile = self.state.profile_text(m.kernel_id)
+        return Variant(m.source, m.format, label, m.verdict, m.reason, "", m.speedup_eager, m.speedup_compile,
+                       m.ms, profile, notes, m.eager_ms, m.kernel_id, tried)
+
+    @staticmethod
+    def _notes(m: Member, rows: list[dict]) -> str:
+        """How a kernel shown beside others differs: its idea in the model's words, and its approach."""
+        idea = attempts.idea_for(m.kernel_id, rows)
+        return "\n".join(t for t in (f"Idea: {idea}" if idea else "",
+                                      approach(niches.describe(m.source, m.format), m.format)) if t)
+
+    def _next_island(self) -> int:
+        self._island_turn = (self._island_turn + 1) % self.settings.islands
+        return self._island_turn
+
+    def _start_tune(self, correct: list[Member]) -> bool:
+        """A variant of one of the best tunable kernels of an island, within the ranges its own
+        `// tune:` marks list; the next of them when one has no untried variant left."""
+        tunable = [m for m in correct if tune.has_tunables(m.source)]
+        known = [m.source for m in self.population.members]
+        for parent in selection.tune_parents(tunable, self.rng):
+            # the gate knows every kernel submitted, judged or not: no variant is judged twice
+            variants = [v for v in tune.tune_variants(parent.source, self.rng, limit=4, exclude=known)
+                        if self.gate.check(v[0]).novel]
+            if variants:
+                break
+        else:
+            return False
+        source, change = variants[0]
+        self._submit_child("tune", source, (parent.kernel_id,), parent.island, None,
+                           note=", ".join(f"{k}={v}" for k, v in change.items()))
+        return True

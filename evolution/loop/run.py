@@ -1,0 +1,210 @@
+"""A whole run of the search: open it (or resume it), seed it with stepping stones, search,
+re-judge the best in a fresh process, write it out. `optimize` is what the CLI and the bench call.
+"""
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from kernelevo.agent.prompting import Context, Variant
+from kernelevo.archive.rows import by_model
+from kernelevo.terminal.tables import speedup_text
+
+from .. import budget as budgets
+from .. import ensemble as ensembles
+from .. import placement
+from ..novelty import NoveltyGate
+from ..options import BUDGET_REASONS, OptimizeOptions
+from ..outcome import (
+    EXIT_BUDGET,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    Interrupted,
+    Outcome,
+    Progress,
+    elapsed_s,
+    write_drop_in,
+)
+from ..state import RunState
+from .search import Search
+
+
+def run_config(**values: Any) -> dict:
+    """The effective configuration as stored with the run and echoed at start (JSON-friendly)."""
+    return {k: (list(v) if isinstance(v, tuple) else str(v) if isinstance(v, Path) else v)
+            for k, v in values.items()}
+
+
+# -- a whole run: set up, search, re-judge the best, write it out ---------------------------------------
+
+def final_judgement(search: Search, options: OptimizeOptions, on_status: Callable[[str], None]):
+    """The best kernel, then the next fastest two, re-judged in a fresh process; the first that passes
+    is announced. The best is the incumbent (population.best_of), not a faster median inside its noise."""
+    best = search.population.best()
+    others = sorted((m for m in search.population.correct() if best is None or m.kernel_id != best.kernel_id),
+                    key=lambda m: -m.fitness)
+    for member in ([best] if best else []) + others[:3 - bool(best)]:
+        on_status(f"re-judging kernel {member.kernel_id} ({speedup_text(member.fitness, member.speedup_eager_ci)}) "
+                  "in a fresh process")
+        evaluation = search.judge.evaluate(search.state.task, search.state.kernel_path(member.kernel_id),
+                                           options.devices[0], final=True)
+        search.archive.add_evaluation(member.kernel_id, evaluation, purpose="final", run_id=search.state.run_id)
+        search.archive.add_event(search.state.run_id, "final", {"kernel": member.kernel_id,
+                                                                "verdict": evaluation.verdict,
+                                                                "speedup_eager": evaluation.speedup_eager})
+        if evaluation.ok:
+            return member, evaluation
+    return None, None
+
+
+def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] | None = None,
+             on_status: Callable[[str], None] = lambda text: None) -> Outcome:
+    """A whole run. Raises agent.client.Stop (bad key or request), tasks.TaskError, ValueError on
+    bad options; KeyboardInterrupt leaves the run 'stopped' and resumable."""
+    from kernelevo.agent.prompting import task_view
+    from kernelevo.archive.store import Archive
+    from kernelevo.judge.api import Judge, JudgeOptions
+
+    from kernelevo.config import load_config
+    from kernelevo.tasks import load_task
+
+    from ..novelty import default_embedder
+
+    task = load_task(options.task_path)
+    config = load_config(options.config_path)
+    names, pins = _model_names(options, on_status)
+    tokens = (options.settings.prompt_tokens_estimate, options.settings.output_tokens_estimate)
+    ensemble = ensembles.build(config, names, pins, tokens, on_status)  # its calls are recorded once the run exists
+    archive = Archive.open(options.archive_path)
+    try:
+        task_id, run_id, seed, fmt = _open_run(archive, task, options, ensemble, (names, pins))
+        embedder = default_embedder(config.embed_model())
+        on_status(f"embedder: {embedder.why}")
+        stones, seeded = _stepping_stones(archive, task, task_id, embedder, options, on_status)
+        ctx = Context(task_view(task), placement.target(options, fmt), inspirations=stones)
+        state = RunState(archive, run_id, task, task_id, ctx, Path(options.archive_path).parent / "runs" / run_id, fmt)
+        ensemble.set_on_call(state.record_call)
+        on_status(f"run {run_id}" + (" (resumed)" if options.resume else "") + f"; kernels in {state.run_dir}")
+        archive.add_event(run_id, "session_start", {"resume": bool(options.resume), "seeded": list(seeded),
+                                                    "models": ensemble.active, "model_for": ensemble.pins})
+        for model, why in ensemble.dropped.items():
+            archive.add_event(run_id, "model_dropped", {"model": model, "reason": why})
+        budget = budgets.Budget(options.limits)
+        spend = archive.spend(run_id)
+        budget.restore(spend["cost_usd"], spend["calls"], elapsed_s(archive.events(run_id), time.time()))
+        gate = NoveltyGate(embedder)
+        for member in state.population.members:  # children left unjudged join it when resubmitted
+            if member.ok:
+                gate.add_source(member.kernel_id, member.source)
+            else:
+                gate.remember(member.kernel_id, member.source)
+        # One spare worker per device: a started worker waits while another runs, so the device does
+        # not wait for Python and torch to import (the search always has the next child ready).
+        judge_options = JudgeOptions(devices=options.devices, policy=options.policy, trials=options.trials,
+                                     seed=seed, compile_baseline=options.compile_baseline, spares=1,
+                                     shapes=options.shapes, executor=options.executor,
+                                     ray_address=options.ray_address,
+                                     **({"timing": options.timing} if options.timing else {}))
+        with Judge(options.cache_dir, judge_options) as judge:
+            rng = random.Random(f"{seed}:{state.judged()}")  # a resumed run does not replay its draws
+            search = Search(state, ensemble, judge, options.settings, budget, gate, rng, on_progress, on_status)
+            for row in state.unjudged():  # stored before a kill, never judged
+                search.resubmit(row)
+            if state.unconfirmed is not None:  # a new best whose re-measurement a kill cut off
+                gate.remember(state.unconfirmed.kernel_id, state.unconfirmed.source)
+                search.remeasure(state.unconfirmed, state.unconfirmed.operator)
+            try:
+                reason = search.run()
+            except KeyboardInterrupt:
+                search.abandon(0.0)
+                archive.add_event(run_id, "stopped", {"by": "ctrl-c"})
+                archive.finish_run(run_id, "stopped", "interrupted (Ctrl-C)")
+                raise Interrupted(run_id) from None
+            member, final = final_judgement(search, options, on_status)
+        written = write_drop_in(member, final, task.name, run_id, options.out_dir) if final else None
+        budget_hit, unreachable = reason.startswith(BUDGET_REASONS), bool(search.unreachable)
+        archive.finish_run(run_id, "stopped" if unreachable else "budget" if budget_hit else "finished", reason)
+        archive.add_event(run_id, "finished", {"reason": reason, "written": str(written) if written else None})
+        code = EXIT_UNREACHABLE if unreachable else EXIT_BUDGET if budget_hit else EXIT_OK
+        return Outcome(run_id, reason, code, final, member.kernel_id if member else None, written, seeded,
+                       {"spend": archive.spend(run_id), "counts": archive.counts(run_id),
+                        "calls": archive.call_yield(run_id),
+                        "models": by_model(archive.model_yield(run_id), ensemble.labels),
+                        "dropped": dict(ensemble.dropped),
+                        "search_speedups": (member.speedup_eager, member.speedup_compile) if member else None,
+                        "search_intervals": (member.speedup_eager_ci, member.speedup_compile_ci) if member else None})
+    finally:
+        archive.close()
+
+
+def _model_names(options: OptimizeOptions, on_status: Callable[[str], None] = lambda text: None
+                 ) -> tuple[list[str], dict[str, str]]:
+    """The run's models and operator pins: the options', else (resuming) the ones the run had."""
+    names, pins = list(options.models), dict(options.model_for or ())
+    if options.resume and (not names or options.model_for is None):
+        from kernelevo.archive.store import Archive
+
+        with Archive.open_readonly(options.archive_path) as archive:
+            run = archive.run(options.resume)
+        stored = ensembles.given_or_stored(options.models, options.model_for, (run or {}).get("config") or {})
+        names, pins = list(stored[0]), dict(stored[1])
+        pinned = ", ".join(f"{op} -> {m}" for op, m in pins.items())
+        on_status(f"models of run {options.resume}: {', '.join(names)}" + (f" ({pinned})" if pinned else ""))
+    if not names:
+        raise ValueError("no model to call: pass --model (or set ensemble = [...] in kernelevo.toml)")
+    return names, pins
+
+
+def _open_run(archive, task, options: OptimizeOptions, ensemble: ensembles.Ensemble,
+              given: tuple[list[str], dict[str, str]]) -> tuple[int, str, int, str]:
+    """(task id, run id, seed, format) of a new run, or of the run being resumed (same task required).
+    The run stores its models as `given` (names a resume can find again) and by label for display."""
+    task_id = archive.add_task(task.name, task.source, task.source_hash)
+    fmt = options.fmt or ("c" if options.devices[0] == "cpu" else "nvrtc")
+    if options.resume:
+        run = archive.run(options.resume)
+        if run is None:
+            raise ValueError(f"--resume {options.resume}: no such run in {options.archive_path}; "
+                             "`kernelevo archive ls runs` lists them")
+        if run["task_id"] != task_id:
+            raise ValueError(f"--resume {options.resume}: that run is for another task (or this task file changed)")
+        archive.set_run_status(options.resume, "running")
+        return task_id, options.resume, run["seed"], run["config"].get("format", fmt)
+    gpu, torch_version, cuda_version = placement.label(options)
+    config = run_config(task=options.task_path, model=", ".join(ensemble.labels), models=given[0],
+                        model_for=given[1], devices=options.devices, format=fmt,
+                        policy=options.policy, trials=options.trials, shapes=options.shapes, seed=options.seed,
+                        limits=dataclasses.asdict(options.limits), search=dataclasses.asdict(options.settings),
+                        seed_from=options.seed_from, executor=options.executor)
+    run_id = archive.start_run(task_id, config, options.seed, ",".join(options.devices), gpu,
+                               torch_version, cuda_version)
+    return task_id, run_id, options.seed, fmt
+
+
+def _stepping_stones(archive, task, task_id: int, embedder, options: OptimizeOptions,
+                     on_status) -> tuple[tuple[Variant, ...], tuple[int, int]]:
+    """Kernels earlier runs marked as stepping stones: this task first (this archive and --seed-from
+    files, matched by source hash), then similar tasks by embedding."""
+    from kernelevo.archive.store import Archive
+
+    from ..state import inspirations
+
+    rows = [r for r in archive.stepping_stones(task_hash=task.source_hash) if r.get("run_id") != options.resume]
+    for path in options.seed_from:
+        with Archive.open_readonly(path) as other:
+            rows += other.stepping_stones(task_hash=task.source_hash)
+    if len(rows) < 3:
+        vector = embedder.embed([task.source])[0]
+        archive.put_embedding("task", task_id, embedder.name, vector, task.source_hash)
+        similar = [tid for tid, score in archive.similar_tasks(vector, embedder.name, exclude_task_id=task_id)
+                   if score > 0.8]
+        if similar:
+            rows += archive.stepping_stones(task_ids=similar)
+    chosen = inspirations(rows)
+    tasks = {r.get("task_id") for r in rows if r.get("source") in {v.source for v in chosen}}
+    if chosen:
+        on_status(f"seeded from {len(chosen)} kernels of {len(tasks)} tasks")
+    return chosen, (len(chosen), len(tasks))

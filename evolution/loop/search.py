@@ -1,0 +1,142 @@
+"""class Search: one run's search state and the loop that drives it.
+
+The loop plans children while there is room (planning.py) and takes in what comes back
+(children.py), with a refresh of the display's Progress after each turn; it stops on the budget,
+the plateau rule or a model server that is gone. Writing and submitting a kernel to the judge
+(resubmit) and Ctrl-C (abandon) are here too: they are what optimize (run.py) calls.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import random
+from collections import Counter
+from typing import Callable
+
+from kernelevo.agent.pool import CallPool
+from kernelevo.archive.rows import by_model
+
+from .. import budget as budgets
+from .. import ensemble as ensembles
+from .. import scheduling
+from ..novelty import NoveltyGate
+from ..options import SearchSettings
+from ..outcome import Progress
+from ..population import Population
+from ..state import RunState
+from .children import Children
+from .planning import Planning
+
+
+class Search(Planning, Children):
+    """One run of the search on one task; `run()` returns the reason it stopped."""
+
+    def __init__(self, state: RunState, ensemble: ensembles.Ensemble, judge, settings: SearchSettings,
+                 budget: budgets.Budget, gate: NoveltyGate, rng: random.Random,
+                 on_progress: Callable[[Progress], None] | None = None, on_status: Callable[[str], None] | None = None):
+        self.state, self.archive, self.ensemble, self.judge = state, state.archive, ensemble, judge
+        self.settings, self.budget, self.gate, self.rng = settings, budget, gate, rng
+        self.on_progress = on_progress or (lambda p: None)
+        self.on_status = on_status or (lambda text: None)
+        self.population: Population = state.population
+        self.stats: dict[str, scheduling.OperatorStats] = state.operator_stats()
+        self.progress = Progress(judged=state.judged(), run_id=state.run_id)  # from rows once; counted here afterwards
+        self.progress.generation = self._generation()
+        self.pool = CallPool(settings.llm_concurrency)
+        self.llm_futures: dict[concurrent.futures.Future, dict] = {}
+        self.judge_futures: dict[concurrent.futures.Future, dict] = {}
+        self.profile_futures: dict[concurrent.futures.Future, dict] = {}
+        self.profiled: Counter = Counter()  # generation -> profiles started
+        self.ncu_generations: set[int] = set()  # generations that ran Nsight Compute
+        self.device_load: Counter = Counter({d: 0 for d in judge.options.devices})
+        self.improved_at = self.progress.generation  # generation of the last new best (plateau rule)
+        self._island_turn = -1
+        self.repair_tried: set[int] = state.repair_targets()  # one repair per failure, whatever came of it
+        self.unreachable = ""  # why the model server is given up on (stops the run)
+        self.crossed = state.crossed()  # parent sets already sent to crossover: the same prompt again
+        self.asked = state.archive.answered_prompts(state.run_id)  # hashes of the prompts answered
+        self.barren_translations = 0  # translations since the last one judged correct
+        self.repeated: set[str] = set()  # prompts not sent because they were answered: counted once each
+        self._refresh()
+
+    def _generation(self) -> int:
+        return self.progress.judged // max(1, self.settings.children_per_generation)
+
+    def _refresh(self, reread: bool = True) -> None:
+        """Update the display's Progress; `reread`: also the spend and yield, which come from the
+        archive's rows and change only when a call or a judgement finished (not every 0.5 s tick)."""
+        best = self.population.best()
+        p = self.progress
+        p.best_eager = best.speedup_eager if best else None
+        p.best_compile = best.speedup_compile if best else None
+        p.best_eager_ci = best.speedup_eager_ci if best else None
+        p.best_compile_ci = best.speedup_compile_ci if best else None
+        p.llm_in_flight, p.judging = len(self.llm_futures), len(self.judge_futures)
+        p.remeasuring = sum("remeasure" in meta for meta in self.judge_futures.values())
+        if not reread:
+            return self.on_progress(p)
+        spend = self.archive.spend(self.state.run_id)
+        p.spend_usd, p.unknown_cost_calls, p.calls = spend["cost_usd"], spend["unknown_cost_calls"], spend["calls"]
+        prompt = spend["input_tokens"] + spend["cache_read_tokens"] + spend["cache_write_tokens"]
+        p.cache_hit = spend["cache_read_tokens"] / prompt if prompt else None
+        calls = self.archive.call_yield(self.state.run_id)
+        p.calls_by_operator = {op: row["calls"] for op, row in calls.items() if row["calls"]}
+        p.replies, p.replies_judged = (sum(row[k] for row in calls.values()) for k in ("replies", "judged"))
+        models = self.archive.model_yield(self.state.run_id)
+        self.ensemble.update(models)  # what the next calls' models are chosen by
+        p.models, p.dropped = by_model(models, self.ensemble.labels), dict(self.ensemble.dropped)
+        self.on_progress(p)
+
+    def _stop_reason(self) -> str | None:
+        if self.unreachable:
+            return f"model unreachable: {self.unreachable}"
+        since = self.progress.generation - self.improved_at
+        return self.budget.exhausted(self.progress.generation, since)
+
+    def run(self) -> str:
+        """Search until a limit is reached; returns the reason. Ctrl-C propagates (the caller stops)."""
+        reason = None
+        self.progress.status = "searching"
+        while True:
+            reason = reason or self._stop_reason()
+            if reason is None:
+                while len(self.llm_futures) < self.settings.llm_concurrency and len(self.judge_futures) < \
+                        2 * len(self.device_load) + 2 and self._plan():
+                    pass
+            if not self.llm_futures and not self.judge_futures and not self.profile_futures:
+                break
+            waiting = list(self.llm_futures) + list(self.judge_futures) + list(self.profile_futures)
+            done, _ = concurrent.futures.wait(waiting, timeout=0.5, return_when=concurrent.futures.FIRST_COMPLETED)
+            for future in done:
+                if future in self.llm_futures:
+                    self._proposal_done(future)
+                elif future in self.profile_futures:
+                    self._profiled(future)
+                else:
+                    self._judged(future)
+            if reason:
+                self.progress.status = f"finishing: {reason}"
+            self._refresh(reread=bool(done))
+        self.pool.shutdown(0.0)
+        return reason or "nothing left to try"
+
+    def resubmit(self, row: dict) -> None:
+        """Judge a stored child (new, or stored but not judged before the run was killed) on the
+        least loaded device; its file is written here, the one place a kernel file is written."""
+        # Known to the gate by fingerprint from now on, not once judged: two concurrent replies with
+        # the same kernel must not both reach the GPU (nor count as two parents for crossover).
+        self.gate.remember(row["id"], row["source"])
+        self._to_judge(row["id"], row["source"], row["operator"], row.get("island", 0))
+
+    def _to_judge(self, kernel_id: int, source: str, op: str, island: int, **extra) -> None:
+        """Write the kernel's file (there already, unless a resumed run lost its folder) and judge it
+        on the least loaded device; `extra` goes into the job's bookkeeping."""
+        path = self.state.kernel_path(kernel_id)
+        path.write_text(source)
+        device = min(self.device_load, key=lambda d: self.device_load[d])
+        self.device_load[device] += 1
+        future = self.judge.submit(self.state.task, path, device)
+        self.judge_futures[future] = {"kernel_id": kernel_id, "device": device, "op": op, "island": island, **extra}
+
+    def abandon(self, grace_s: float = 0.0) -> int:
+        """Ctrl-C: stop planning, cancel queued calls; returns calls still in flight after `grace_s`."""
+        return self.pool.shutdown(grace_s)
