@@ -2,7 +2,7 @@
 
     python benchmarks/timing_spread.py [--out FILE] [task ...]
 
-In one process, the judge's timing (judge.timing.measure, default precision) of a starter nvrtc
+In one process, the judge's timing (judge.measure.timing.measure, default precision) of a starter nvrtc
 candidate against its eager reference is repeated in epochs of two kinds, alternating:
 - same: the input sets drawn once at the start, at the same addresses;
 - moved: the same values copied into new storage, behind a padding allocation of random size
