@@ -24,7 +24,7 @@ from kernelevo.terminal.tables import speedup_text
 
 from . import ensemble as ensembles
 from .options import OptimizeOptions
-from .outcome import Interrupted, Progress
+from .outcome import EXIT_UNREACHABLE, Interrupted, Progress
 
 
 @dataclass(frozen=True)
@@ -161,16 +161,14 @@ class _Runner:
         self.committed = sum(r["cost_usd"] for r in self.rows if r["status"] in ("done", "failed"))
         self.reserved: dict[int, float] = {}  # position -> the most a running task may still spend
         self.live: dict[int, Progress] = {}
-        self.judge = None  # scoring candidates: one judge for every task (bench_task.scoring_judge)
+        self.judge = None  # scoring candidates: one judge for every task (_scoring_judge)
 
     def run(self) -> None:
-        from . import bench_task
-
         self._tally()
         devices = self.options.search.devices
         with contextlib.ExitStack() as stack:
             if self.options.candidates:
-                self.judge = stack.enter_context(bench_task.scoring_judge(self, tuple(devices)))
+                self.judge = stack.enter_context(_scoring_judge(self, tuple(devices)))
             self._run_workers(devices)
 
     def _run_workers(self, devices) -> None:
@@ -198,8 +196,6 @@ class _Runner:
             self._task(row, device)
 
     def _task(self, row: dict, device: str) -> None:
-        from . import bench_task
-
         position, started = row["position"], time.monotonic()
         cap = self._reserve(row)
         if cap is not None and cap <= 0:
@@ -209,8 +205,8 @@ class _Runner:
         self.store.set_bench_task(self.bench_id, position, status="running")
         self._show(row["name"], "starting")
         try:
-            fields = bench_task.score(self, row, device, cap) if self.options.candidates \
-                else bench_task.search(self, row, device, cap)
+            fields = _score_task(self, row, device, cap) if self.options.candidates \
+                else _search_task(self, row, device, cap)
         except Interrupted as exc:  # this task's search was stopped: it resumes with the bench
             fields = {"status": "pending", "run_id": getattr(exc, "run_id", None) or row.get("run_id")}
         except Stop:  # the model refuses (a bad key) or is gone: every other task would fail alike
@@ -276,3 +272,110 @@ class _Runner:
             self.view.fast_1 = sum(r["correct"] and (r["speedup_eager"] or 0) > 1.0 for r in rows)
             self.view.spent_usd = self.committed + sum(p.spend_usd for p in self.live.values())
         self.on_progress(self.view)
+
+
+# -- one task of a bench: its search, or its given candidate files judged; returns its row's fields --
+
+def _search_task(runner: _Runner, row: dict, device: str, cap: float | None) -> dict:
+    """The task's search on `device` alone, resuming its run when an earlier session stopped it."""
+    from kernelevo.agent.client import Unreachable
+
+    from .loop import optimize
+
+    base = runner.options.search
+    resume = row.get("run_id")  # a row not done has a run only when a session stopped in its search
+    options = dataclasses.replace(base, task_path=Path(row["path"]), devices=(device,), resume=resume,
+                                  limits=dataclasses.replace(base.limits, max_cost_usd=cap))
+    outcome = optimize(options, on_progress=runner.progress_of(row),
+                       on_status=lambda text: runner._show(row["name"], text))
+    if outcome.exit_code == EXIT_UNREACHABLE:  # the run is stopped and resumable; so is the bench
+        raise Unreachable(outcome.reason)
+    store = runner.store
+    task_id = store.run(outcome.run_id)["task_id"]
+    fields = {"status": "done", "run_id": outcome.run_id, "task_id": task_id, "error": ""}
+    if outcome.best is not None:
+        fields.update(kernel_id=outcome.best_kernel_id,
+                      evaluation_id=store.final_evaluation_id(outcome.run_id, outcome.best_kernel_id),
+                      degenerate="; ".join(outcome.best.warnings))
+    else:
+        fields["degenerate"] = _probe(runner, Path(row["path"]), device)
+    return fields
+
+
+def _score_task(runner: _Runner, row: dict, device: str, cap: float | None) -> dict:
+    """The task's `<task>__<label>.py` files judged (final figures) by the bench's scoring judge; the
+    best that passes is its row."""
+    from kernelevo.tasks import load_task
+
+    from .rejudge import store_imported
+
+    folder = runner.options.candidates
+    files = sorted(Path(folder).glob(f"{Path(row['path']).stem}__*.py"))
+    if not files:
+        return {"status": "skipped", "error": f"no candidate file {Path(row['path']).stem}__*.py in {folder}"}
+    task = load_task(row["path"])
+    store = runner.store
+    ids = [kid for kid, _ in store_imported(store, [_imported(task, f) for f in files])]
+    judge = runner.judge
+    futures = [(kid, judge.submit(task, f, device, final=True)) for kid, f in zip(ids, files)]
+    judged = []
+    for kid, future in futures:
+        evaluation = future.result()
+        judged.append((kid, evaluation, store.add_evaluation(kid, evaluation, purpose="rejudge")))
+        runner._show(row["name"], f"{len(judged)}/{len(files)} candidates judged")
+    degenerate = _baseline_warnings(judge, task, device)
+    ok = [j for j in judged if j[1].ok]
+    kid, evaluation, evaluation_id = max(ok, key=lambda j: j[1].speedup_eager or 0.0) if ok else judged[0]
+    return {"status": "done", "task_id": store.kernel(kid)["task_id"], "kernel_id": kid,
+            "evaluation_id": evaluation_id, "degenerate": degenerate, "error": ""}
+
+
+def _scoring_judge(runner: _Runner, devices: tuple[str, ...]):
+    """One judge for every task a candidates bench scores, with each pending task's baseline asked
+    for at once: the baselines' torch.compile builds then overlap on the CPU cores (one task after
+    another, they kept the GPU waiting for most of a suite's wall time)."""
+    from kernelevo.judge.api import Judge
+    from kernelevo.tasks import TaskError, load_task
+
+    judge = Judge(runner.options.search.cache_dir, _judge_options(runner, devices))
+    for i, row in enumerate(runner.queue):
+        try:
+            judge.prefetch_baseline(load_task(row["path"]), devices[i % len(devices)])
+        except TaskError:
+            continue  # its own scoring says what is wrong with it
+    return judge
+
+
+def _imported(task, path: Path):
+    from kernelevo.archive.importing import Imported
+
+    return Imported(task.name, task.source, path.read_text(), path.name)
+
+
+def _judge_options(runner: _Runner, devices: tuple[str, ...]):
+    from kernelevo.judge.api import JudgeOptions
+
+    s = runner.options.search
+    return JudgeOptions(devices=devices, policy=s.policy, trials=s.trials, seed=s.seed,
+                        compile_baseline=s.compile_baseline, shapes=s.shapes, executor=s.executor,
+                        ray_address=s.ray_address, **({"timing": s.timing} if s.timing else {}))
+
+
+def _probe(runner: _Runner, path: Path, device: str) -> str:
+    """The reference's warnings when no kernel of the search passed (so no evaluation carries them)."""
+    from kernelevo.judge.api import Judge
+    from kernelevo.tasks import TaskError, load_task
+
+    try:
+        task = load_task(path)
+    except TaskError:
+        return ""
+    with Judge(runner.options.search.cache_dir, _judge_options(runner, (device,))) as judge:
+        return _baseline_warnings(judge, task, device)
+
+
+def _baseline_warnings(judge, task, device: str) -> str:
+    """A task is degenerate when the judge warned about its reference (near-constant output, output
+    insensitive to its inputs or weights): then a speedup says nothing about kernels."""
+    baseline = judge.baseline(task, device) or {}
+    return "; ".join(w.get("message", "") for w in baseline.get("warnings", []))

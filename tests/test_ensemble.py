@@ -185,7 +185,7 @@ def test_a_resume_takes_the_runs_own_models_and_pins(tmp_path):
     given, so their kernelevo.toml tables apply again); what is given on the command line wins."""
     from pathlib import Path
 
-    from kernelevo.evolution.loop import _model_names
+    from kernelevo.evolution.loop.run import _model_names
     from kernelevo.evolution.options import OptimizeOptions
 
     with Archive.open(tmp_path / "a.sqlite") as archive:

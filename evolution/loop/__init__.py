@@ -17,13 +17,12 @@ Ties (overlapping intervals) never make a new best: see population.beats.
 The loop is split by phase: planning.py (which child to start next, with what prompt), children.py
 (what comes back: replies settled and recorded, children judged, re-measured, admitted, profiled),
 search.py (class Search: its state and the loop that composes the two), run.py (a whole run: open
-it, seed it, search, re-judge the best, write it out). This file only re-exports their names, so
-`from kernelevo.evolution.loop import ...` goes on working; no piece imports it. A name is
-patched where it lives (the piece), not here: the pieces do not read it from this package.
+it, seed it, search, re-judge the best, write it out). This file re-exports the public names
+(`optimize`, `Search`, ...); no piece imports it. A name is patched where it lives (the piece), not
+here: the pieces do not read it from this package.
 """
 from .planning import BARREN_TRANSLATIONS, PROFILE_WAIT_S
-from .run import _model_names, _open_run, _stepping_stones, final_judgement, optimize, run_config
+from .run import final_judgement, optimize, run_config
 from .search import Search
 
-__all__ = ["BARREN_TRANSLATIONS", "PROFILE_WAIT_S", "Search", "final_judgement", "optimize", "run_config",
-           "_model_names", "_open_run", "_stepping_stones"]
+__all__ = ["BARREN_TRANSLATIONS", "PROFILE_WAIT_S", "Search", "final_judgement", "optimize", "run_config"]
