@@ -1,0 +1,34 @@
+"""`kernelevo split`: a whole model's hot parts as a suite of KernelBench task files."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from kernelevo.cli.common import fail, resolve_device
+
+
+def split(
+    model: Path = typer.Argument(..., help="KernelBench-format model file (Model, get_inputs, get_init_inputs)"),
+    out: Path = typer.Option(..., "-o", "--out", help="folder for the part task files and split.json (a suite)"),
+    device: Optional[str] = typer.Option(None, help="cuda, cuda:N or cpu [default: cuda if present]"),
+    top: int = typer.Option(8, min=1, help="write the N hottest parts (identical parts count once)"),
+    as_json: bool = typer.Option(False, "--json", help="print split.json's data"),
+) -> None:
+    """Run a model once, find where its time goes, and write its hot submodules as task files."""
+    from kernelevo.parts.split import split_model
+    from kernelevo.tasks import TaskError
+
+    dev = resolve_device(device)
+    try:
+        data = split_model(model, out, dev, top)
+    except TaskError as exc:
+        fail(str(exc))
+    if as_json:
+        typer.echo(json.dumps(data, indent=1))
+        return
+    from kernelevo.terminal.parts import print_split
+
+    print_split(data, out)

@@ -1,0 +1,153 @@
+"""A part as a KernelBench task file, and the check that the file rebuilds its call site.
+
+The file holds the part's class as the model file defines it (with the imports, constants, classes
+and functions it needs, verbatim), or an import of it (a torch.nn class, or one from an importable
+package); `Model` subclasses it with the constructor's parameters, so its weights keep their names;
+get_inputs() draws inputs of the shapes and dtypes seen at the first call site (integer inputs in
+the range seen there), get_init_inputs() gives the constructor arguments recorded as it was built.
+"""
+from __future__ import annotations
+
+import ast
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+TOLERANCE = {"float64": 1e-9, "float32": 1e-5, "float16": 2e-3, "bfloat16": 2e-2}
+
+
+def task_text(part, recording, source: str, model_path: str) -> str:
+    """The task file's text for `part` (split.Part) of `recording`."""
+    cls = part.cls
+    sites = ", ".join(s.path for s in part.sites[:6]) + (f", ... ({len(part.sites)} call sites)"
+                                                        if len(part.sites) > 6 else "")
+    share = "an unknown share" if recording.share(part.ms) is None else f"{100 * recording.share(part.ms):.1f} %"
+    where = recording.device if recording.device_name == recording.device else \
+        f"{recording.device} ({recording.device_name})"
+    header = (f"# {cls.__name__} of {Path(model_path).name}, one part of the model, written by `kernelevo split`.\n"
+              f"# Call sites: {sites}; together {share} of the model's time on {where}."
+              f"\n# The map from this task to its call sites is split.json.\n")
+    if cls.__module__ == type(recording.model).__module__ and _defines(source, cls.__name__):
+        body, base = part_source(source, cls.__name__).rstrip() + "\n", cls.__qualname__
+        if not re.search(r"^import torch$", body, re.M):
+            body += "\nimport torch  # noqa: E402 (for the inputs below; the part's source above is as written)\n"
+    else:
+        body, base = _import_of(cls)
+    params = ", ".join(part.params)
+    return (header + body + "\n\n"
+            f"class Model({base}):\n"
+            f"    def __init__(self{', ' if params else ''}{params}):\n"
+            f"        super().__init__({params})\n\n\n"
+            "def get_inputs():\n"
+            f"    return [{', '.join(_input(x) for x in part.inputs)}]\n\n\n"
+            "def get_init_inputs():\n"
+            f"    return [{', '.join(_literal(v) for v in part.init)}]\n")
+
+
+def _defines(source: str, name: str) -> bool:
+    try:
+        return any(getattr(node, "name", None) == name for node in ast.parse(source).body)
+    except SyntaxError:
+        return False
+
+
+def _import_of(cls: type) -> tuple[str, str]:
+    """(import lines, the base class expression) for a class that is not the model file's own."""
+    import torch.nn as nn
+
+    if getattr(nn, cls.__name__, None) is cls:
+        return "import torch\nimport torch.nn as nn\n", f"nn.{cls.__name__}"
+    top = cls.__qualname__.split(".")[0]
+    return f"import torch\nfrom {cls.__module__} import {top}\n", cls.__qualname__
+
+
+def _input(x: Any) -> str:
+    import torch
+
+    if not isinstance(x, torch.Tensor):
+        return _literal(x)
+    shape, dtype = list(x.shape), str(x.dtype)
+    if x.dtype == torch.bool:
+        return f"torch.rand({shape}) < 0.5"
+    if x.is_floating_point() or x.is_complex():
+        return f"torch.randn({shape}, dtype={dtype})"
+    low, high = (int(x.min()), int(x.max())) if x.numel() else (0, 0)
+    return f"torch.randint({low}, {high + 1}, {shape}, dtype={dtype})"
+
+
+def _literal(value: Any) -> str:
+    """Python source for a plain value (numbers, strings, None, dtypes, tuples and lists of them)."""
+    import torch
+
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"float({str(value)!r})"
+    if isinstance(value, torch.dtype):
+        return str(value)
+    if isinstance(value, tuple):
+        return f"({_literal(value[0])},)" if len(value) == 1 else "(" + ", ".join(_literal(v) for v in value) + ")"
+    if isinstance(value, list):
+        return "[" + ", ".join(_literal(v) for v in value) + "]"
+    return repr(value)
+
+
+def check(path: Path, part) -> tuple[str, str]:
+    """("", how it matched) when the task file loads, runs its own inputs, and, with the first call
+    site's weights, gives back that site's output from its captured inputs; else (why not, "")."""
+    import torch
+
+    from kernelevo.tasks import TaskError, load_task
+
+    site = part.sites[0]
+    try:
+        task = load_task(path)
+        model = task.make_model()
+        model.load_state_dict(site.module.state_dict())
+    except (TaskError, RuntimeError, TypeError) as exc:
+        return f"the written task does not rebuild: {str(exc).splitlines()[0][:200]}", ""
+    device = next(x.device for x in part.inputs if isinstance(x, torch.Tensor))
+    model = model.to(device).train(site.module.training)
+    try:
+        with torch.no_grad():
+            model(*[x.to(device) if isinstance(x, torch.Tensor) else x for x in task.get_inputs()])
+            out = model(*[x.clone() if isinstance(x, torch.Tensor) else x for x in part.inputs])
+    except Exception as exc:  # noqa: BLE001 - any failure of the part's own code is a reason
+        return f"the written task fails to run: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}", ""
+    want = site.output
+    if not isinstance(out, torch.Tensor) or out.shape != want.shape or out.dtype != want.dtype:
+        return "the written task returns another shape or dtype than its call site", ""
+    diff = (out.double() - want.double()).abs().max().item() if out.numel() else 0.0
+    scale = want.double().abs().max().item() if want.numel() else 0.0
+    if not diff <= TOLERANCE.get(str(want.dtype).replace("torch.", ""), 0.0) * max(1.0, scale):
+        return f"the written task differs from its call site's output by {diff:.3g}", ""
+    return "", f"gives back {site.path}'s output from its captured inputs (max difference {diff:.3g})"
+
+
+def part_source(source: str, class_name: str) -> str:
+    """The model file's source cut to what the part's class needs: every import and top-level
+    assignment (constants), and the top-level classes and functions its class refers to by name,
+    transitively; the model's own Model, input functions and `__main__` block are never kept.
+    Everything kept is verbatim, in the file's order."""
+    tree = ast.parse(source)
+    defs = {node.name: node for node in tree.body if isinstance(node, (ast.ClassDef, ast.FunctionDef,
+                                                                          ast.AsyncFunctionDef))}
+    need, todo = set(), [class_name]
+    while todo:
+        name = todo.pop()
+        if name in need or name not in defs or name in _TASK_NAMES:
+            continue
+        need.add(name)
+        todo += [n.id for n in ast.walk(defs[name]) if isinstance(n, ast.Name)]
+    lines = source.splitlines(keepends=True)
+    drop = []
+    for node in tree.body:
+        main = isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)
+        if main or getattr(node, "name", None) in set(defs) - need:
+            first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+            drop.append((first, node.end_lineno))
+    for first, last in sorted(drop, reverse=True):
+        del lines[first - 1:last]
+    return re.sub(r"\n{4,}", "\n\n\n", "".join(lines))  # a dropped definition leaves no wider gap
+
+
+_TASK_NAMES = frozenset({"Model", "get_inputs", "get_init_inputs", "get_test_inputs"})

@@ -1,0 +1,29 @@
+"""What `kernelevo split` prints: each written part with its share of the model's time and its call
+sites, then why other modules were opened into their children or left out."""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def print_split(data: dict, out: Path) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=f"{Path(data['model']).name} on {data['device']} ({data['device_name']}): "
+                        f"{data['model_ms']:.3f} ms a forward")
+    for name, justify in (("task", "left"), ("class", "left"), ("inputs", "left"), ("share", "right"),
+                          ("ms", "right"), ("call sites", "left")):
+        table.add_column(name, justify=justify)
+    for t in data["tasks"]:
+        sites = [s["path"] for s in t["call_sites"]]
+        shown = ", ".join(sites[:3]) + (f" … ({len(sites)})" if len(sites) > 3 else "")
+        share = "-" if t["share"] is None else f"{100 * t['share']:.1f} %"
+        table.add_row(t["task"], t["class"], escape(", ".join(t["inputs"])), share, f"{t['ms']:.3f}", shown)
+    console.print(table)
+    covered = sum(t["share"] or 0.0 for t in data["tasks"])
+    console.print(f"{len(data['tasks'])} parts, {100 * covered:.1f} % of the model's time (times with a wait "
+                  f"around every module: they rank parts); a suite in {out}: kernelevo bench {out}")
+    for note in data["notes"]:
+        console.print(f"[dim]{escape(note)}[/dim]")

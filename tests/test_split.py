@@ -1,0 +1,151 @@
+"""`kernelevo split` on the CPU: small models become suites of task files. Identical layers fold
+into one task, a part built from other modules opens into its children with the reason said, and
+every written task rebuilds, standalone, the output of each of its call sites from the inputs and
+weights captured there."""
+import json
+import sys
+
+import pytest
+import torch
+import torch.nn as nn
+
+from conftest import FIXTURES, run_cli
+from kernelevo.evolution.bench import suite_tasks
+from kernelevo.parts.record import build, constructor_args, record
+from kernelevo.parts.split import SPLIT_JSON, split, split_model
+from kernelevo.tasks import load_task
+
+MODELS = FIXTURES / "models"
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    out = tmp_path_factory.mktemp("stack")
+    return out, split_model(MODELS / "mlp_stack.py", out, "cpu", top=8)
+
+
+def test_identical_blocks_fold_into_one_task_and_the_head_is_its_own(stack):
+    out, data = stack
+    tasks = {t["task"]: t for t in data["tasks"]}
+    assert list(tasks) == ["mlp_block.py", "gated_head.py"]  # hottest first
+    assert [s["path"] for s in tasks["mlp_block.py"]["call_sites"]] == [f"blocks.{i}" for i in range(4)]
+    assert [s["path"] for s in tasks["gated_head.py"]["call_sites"]] == ["head"]
+    assert tasks["mlp_block.py"]["init"] == ["64", "256"] and tasks["gated_head.py"]["init"] == ["64", "32", "1e-05"]
+    assert tasks["mlp_block.py"]["inputs"] == ["float32[8, 16, 64]"]
+    shares = [t["share"] for t in data["tasks"]]
+    assert all(0 < s <= 1 for s in shares) and sum(shares) <= 1.0 + 1e-9
+    assert abs(tasks["mlp_block.py"]["share"] - sum(s["share"] for s in tasks["mlp_block.py"]["call_sites"])) < 1e-3
+    assert data["notes"] == [] and json.loads((out / SPLIT_JSON).read_text()) == data
+    assert sorted(p.name for p in suite_tasks(out)) == ["gated_head.py", "mlp_block.py"]  # a suite bench runs
+
+
+def test_a_task_file_holds_what_its_part_needs_and_the_recorded_arguments(stack):
+    out, _ = stack
+    text = (out / "mlp_block.py").read_text()
+    assert "class MLPBlock(nn.Module)" in text and "class Model(MLPBlock):" in text
+    assert "class GatedHead" not in text and "class RMSNorm" not in text  # the block needs neither
+    assert "blocks.0, blocks.1, blocks.2, blocks.3" in text  # its call sites, named in a comment
+    head = (out / "gated_head.py").read_text()
+    assert "class RMSNorm(nn.Module)" in head and "def __init__(self, dim, out, eps):" in head
+    task = load_task(out / "gated_head.py")
+    assert task.init_args == (64, 32, 1e-05) and task.input_summary() == "float32[8, 16, 64]"
+
+
+def test_every_task_rebuilds_every_call_site(stack):
+    """Not only the site split checked: each site's own weights and captured inputs, through the file."""
+    out, data = stack
+    module = load_task(MODELS / "mlp_stack.py")
+    torch.manual_seed(3)
+    model, inits = build(module.model_cls, *module.init_args)
+    recording = record(model, module.get_inputs(), "cpu", inits)
+    for entry in data["tasks"]:
+        task = load_task(out / entry["task"])
+        for call in entry["call_sites"]:
+            site = recording.sites[call["path"]]
+            rebuilt = task.make_model()
+            rebuilt.load_state_dict(site.module.state_dict())
+            with torch.no_grad():
+                got = rebuilt(*site.args)
+            assert torch.equal(got, site.output), (entry["task"], call["path"])
+
+
+def test_a_part_built_from_modules_opens_into_its_children(tmp_path):
+    data = split_model(MODELS / "built_from_modules.py", tmp_path, "cpu", top=8)
+    assert data["notes"] == [
+        "first (Residual): constructor argument inner is a Sequential, not a plain value; split into its children",
+        "second (Residual): constructor argument inner is a Linear, not a plain value; split into its children"]
+    tasks = {t["task"]: t for t in data["tasks"]}
+    assert set(tasks) == {"linear.py", "re_lu.py"}
+    assert [s["path"] for s in tasks["linear.py"]["call_sites"]] == ["first.inner.0", "second.inner"]
+    assert "class Model(nn.Linear):" in (tmp_path / "linear.py").read_text()
+    assert load_task(tmp_path / "linear.py").init_args == (48, 48)  # trailing defaults are not written
+
+
+def test_top_writes_the_hottest_only(tmp_path):
+    data = split_model(MODELS / "mlp_stack.py", tmp_path, "cpu", top=1)
+    assert [t["task"] for t in data["tasks"]] == ["mlp_block.py"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mlp_block.py", SPLIT_JSON]
+
+
+class _Scaled(nn.Module):
+    def __init__(self, dim, *extra, scale=1.0, **options):
+        super().__init__()
+        self.lin = nn.Linear(dim, dim)
+        self.scale = scale
+
+    def forward(self, x, shift=0.0):
+        return self.lin(x) * self.scale + (0.0 if shift is None else shift)
+
+
+def test_constructor_arguments_are_read_as_called_and_the_hook_goes_away():
+    before = sys.getprofile()
+    with constructor_args() as seen:
+        module = _Scaled(4, 7, 8, scale=2.0, mode="x")
+        plain = nn.Linear(3, 5, bias=False)
+    assert seen[id(module)] == ((4, 7, 8), {"scale": 2.0, "mode": "x"})
+    assert seen[id(module.lin)] == ((4, 4, True, None, None), {})  # every parameter, defaults included
+    assert seen[id(plain)] == ((3, 5, False, None, None), {})
+    assert sys.getprofile() is before
+
+
+def test_what_cannot_be_rebuilt_is_said(tmp_path):
+    def local_model():
+        class Inner(nn.Module):
+            def forward(self, x):
+                return x * 2
+
+        class Outer(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.inner = Inner()
+                self.keyed = _Scaled(6, scale=3.0, mode="y")
+                self.optional = _Scaled(6)
+
+            def forward(self, x):
+                return self.optional(self.keyed(self.inner(x)), shift=None) + self.keyed(x, shift=0.0)
+        return Outer()
+
+    model, inits = build(local_model)
+    recording = record(model, [torch.randn(2, 6)], "cpu", inits)
+    data = split(recording, "", "local.py", tmp_path, top=8)
+    assert data["notes"] == [
+        "inner (Inner): its class is defined inside a function; left out",
+        "keyed (_Scaled): constructor takes scale by keyword only; split into its children",
+        "optional (_Scaled): forward takes a NoneType (a task's inputs are tensors and numbers); split into its children"]
+    (task,) = data["tasks"]  # what could be rebuilt: the wrapped layers, one task (keyed.lin is called twice)
+    assert task["class"] == "Linear" and [s["path"] for s in task["call_sites"]] == ["keyed.lin", "optional.lin"]
+    assert "class Model(nn.Linear):" in (tmp_path / task["task"]).read_text()
+
+
+def test_the_command_writes_the_suite_and_says_so(tmp_path):
+    done = run_cli("split", str(MODELS / "mlp_stack.py"), "-o", str(tmp_path / "parts"), "--device", "cpu",
+                   "--top", "2")
+    assert done.returncode == 0, done.stderr
+    assert "mlp_block.py" in done.stdout and "gated_head.py" in done.stdout
+    assert f"kernelevo bench {tmp_path / 'parts'}" in " ".join(done.stdout.split())
+    shown = run_cli("split", str(MODELS / "mlp_stack.py"), "-o", str(tmp_path / "again"), "--device", "cpu", "--json")
+    assert shown.returncode == 0 and json.loads(shown.stdout)["tasks"][0]["task"] == "mlp_block.py"
+    broken = tmp_path / "broken.py"
+    broken.write_text("import torch\nclass Model(torch.nn.Module):\n    pass\n")
+    bad = run_cli("split", str(broken), "-o", str(tmp_path / "x"), "--device", "cpu")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "get_inputs" in bad.stderr
