@@ -23,7 +23,7 @@ from kernelevo.agent.client import Stop
 from kernelevo.terminal.tables import speedup_text
 
 from . import ensemble as ensembles
-from .options import OptimizeOptions
+from .options import OptimizeOptions, judge_options
 from .outcome import EXIT_UNREACHABLE, Interrupted, Progress
 
 
@@ -35,6 +35,10 @@ class BenchOptions:
     candidates: Path | None = None  # score `<task>__<label>.py` files instead of searching
     max_cost_usd: float | None = None  # LLM spend of the whole suite
     resume: str | None = None  # a bench id
+    # (task name, weight) pairs: the suite's --max-cost-usd and the search's --max-llm-calls (then a
+    # total over the tasks) shared in proportion: a model's parts by their share of its time, so one at
+    # 2 % gets little; () shares nothing
+    weights: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass
@@ -127,7 +131,8 @@ def _open_bench(store, options: BenchOptions) -> str:
               "candidates": str(options.candidates) if options.candidates else None,
               "tasks_glob": options.tasks_glob, "max_cost_usd": options.max_cost_usd,
               "per_task": dataclasses.asdict(s.limits), "search": dataclasses.asdict(s.settings),
-              "format": s.fmt, "policy": s.policy, "trials": s.trials, "shapes": s.shapes, "seed": s.seed}
+              "format": s.fmt, "policy": s.policy, "trials": s.trials, "shapes": s.shapes, "seed": s.seed,
+              "weights": dict(options.weights)}
     return store.start_bench(str(options.suite), "candidates" if options.candidates else "search", config, gpu,
                              torch_version, [(str(p), p.stem) for p in paths])
 
@@ -136,6 +141,8 @@ def _as_stored(bench: dict, options: BenchOptions) -> BenchOptions:
     """A resumed bench goes on as it started: scoring the same candidates folder, or searching."""
     stored = bench["config"].get("candidates")
     search = options.search
+    if bench["config"].get("weights") and not options.weights:  # a model's parts keep their shares
+        options = dataclasses.replace(options, weights=tuple(bench["config"]["weights"].items()))
     if bench["mode"] == "search" and (not search.models or search.model_for is None):  # the bench's own models
         models, pins = ensembles.given_or_stored(search.models, search.model_for, bench["config"])
         options = dataclasses.replace(options, search=dataclasses.replace(search, models=models, model_for=pins))
@@ -231,12 +238,22 @@ class _Runner:
         per_task = self.options.search.limits.max_cost_usd
         if self.options.max_cost_usd is None or self.options.candidates:
             return per_task
+        weight = self._weight(row)
+        if weight is not None:  # the task's share of the suite's spend
+            share = self.options.max_cost_usd * weight
+            per_task = share if per_task is None else min(per_task, share)
         before = row["cost_usd"] or 0.0
         with self.lock:
             left = self.options.max_cost_usd - self.committed - sum(self.reserved.values())
             cap = before + left if per_task is None else min(per_task, before + left)
             self.reserved[row["position"]] = max(cap - before, 0.0)
         return cap if cap > before else 0.0
+
+    def _weight(self, row: dict) -> float | None:
+        """The task's share of the suite's budget (its weight over all weights), None without weights."""
+        weights = dict(self.options.weights)
+        total = sum(weights.values())
+        return weights.get(row["name"], 0.0) / total if weights and total > 0 else None
 
     def progress_of(self, row: dict) -> Callable[[Progress], None]:
         """The search's on_progress: the live view, and the bench's Ctrl-C (raised inside the search,
@@ -284,8 +301,12 @@ def _search_task(runner: _Runner, row: dict, device: str, cap: float | None) -> 
 
     base = runner.options.search
     resume = row.get("run_id")  # a row not done has a run only when a session stopped in its search
+    limits = dataclasses.replace(base.limits, max_cost_usd=cap)
+    weight = runner._weight(row)
+    if weight is not None and base.limits.max_llm_calls:  # the calls of the suite's tasks, shared
+        limits = dataclasses.replace(limits, max_llm_calls=max(1, round(base.limits.max_llm_calls * weight)))
     options = dataclasses.replace(base, task_path=Path(row["path"]), devices=(device,), resume=resume,
-                                  limits=dataclasses.replace(base.limits, max_cost_usd=cap))
+                                  limits=limits)
     outcome = optimize(options, on_progress=runner.progress_of(row),
                        on_status=lambda text: runner._show(row["name"], text))
     if outcome.exit_code == EXIT_UNREACHABLE:  # the run is stopped and resumable; so is the bench
@@ -337,7 +358,7 @@ def _scoring_judge(runner: _Runner, devices: tuple[str, ...]):
     from kernelevo.judge.api import Judge
     from kernelevo.tasks import TaskError, load_task
 
-    judge = Judge(runner.options.search.cache_dir, _judge_options(runner, devices))
+    judge = Judge(runner.options.search.cache_dir, judge_options(runner.options.search, devices))
     for i, row in enumerate(runner.queue):
         try:
             judge.prefetch_baseline(load_task(row["path"]), devices[i % len(devices)])
@@ -352,15 +373,6 @@ def _imported(task, path: Path):
     return Imported(task.name, task.source, path.read_text(), path.name)
 
 
-def _judge_options(runner: _Runner, devices: tuple[str, ...]):
-    from kernelevo.judge.api import JudgeOptions
-
-    s = runner.options.search
-    return JudgeOptions(devices=devices, policy=s.policy, trials=s.trials, seed=s.seed,
-                        compile_baseline=s.compile_baseline, shapes=s.shapes, executor=s.executor,
-                        ray_address=s.ray_address, **({"timing": s.timing} if s.timing else {}))
-
-
 def _probe(runner: _Runner, path: Path, device: str) -> str:
     """The reference's warnings when no kernel of the search passed (so no evaluation carries them)."""
     from kernelevo.judge.api import Judge
@@ -370,7 +382,7 @@ def _probe(runner: _Runner, path: Path, device: str) -> str:
         task = load_task(path)
     except TaskError:
         return ""
-    with Judge(runner.options.search.cache_dir, _judge_options(runner, (device,))) as judge:
+    with Judge(runner.options.search.cache_dir, judge_options(runner.options.search, (device,))) as judge:
         return _baseline_warnings(judge, task, device)
 
 

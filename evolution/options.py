@@ -1,5 +1,6 @@
 """What a search is asked to do: the run's options (task, models, devices, limits, judge settings)
-and the search's own settings. Frozen dataclasses; what a search gives back is in outcome.py."""
+and the search's own settings, frozen dataclasses, and the judge's options they make; what a search
+gives back is in outcome.py."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -46,3 +47,13 @@ class OptimizeOptions:
     executor: str = "local"  # or "ray": judge jobs run on a Ray cluster (judge/run/ray_executor.py)
     ray_address: str | None = None  # None: $RAY_ADDRESS, else a cluster started on this machine
     model_for: tuple[tuple[str, str], ...] | None = None  # (operator, model) pins; None: a resumed run's own
+
+
+def judge_options(search: OptimizeOptions, devices: tuple[str, ...]):
+    """The judge's options of a search's settings on `devices` (a bench's scoring, a model's assembly)."""
+    from kernelevo.judge.api import JudgeOptions
+
+    s = search
+    return JudgeOptions(devices=devices, policy=s.policy, trials=s.trials, seed=s.seed,
+                        compile_baseline=s.compile_baseline, shapes=s.shapes, executor=s.executor,
+                        ray_address=s.ray_address, **({"timing": s.timing} if s.timing else {}))

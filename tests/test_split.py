@@ -44,7 +44,7 @@ def test_a_task_file_holds_what_its_part_needs_and_the_recorded_arguments(stack)
     text = (out / "mlp_block.py").read_text()
     assert "class MLPBlock(nn.Module)" in text and "class Model(MLPBlock):" in text
     assert "class GatedHead" not in text and "class RMSNorm" not in text  # the block needs neither
-    assert "blocks.0, blocks.1, blocks.2, blocks.3" in text  # its call sites, named in a comment
+    assert "mlp_stack" not in text and "blocks.0" not in text  # nothing of this model: another's same part
     head = (out / "gated_head.py").read_text()
     assert "class RMSNorm(nn.Module)" in head and "def __init__(self, dim, out, eps):" in head
     task = load_task(out / "gated_head.py")
@@ -149,3 +149,16 @@ def test_the_command_writes_the_suite_and_says_so(tmp_path):
     broken.write_text("import torch\nclass Model(torch.nn.Module):\n    pass\n")
     bad = run_cli("split", str(broken), "-o", str(tmp_path / "x"), "--device", "cpu")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "get_inputs" in bad.stderr
+
+
+def test_the_same_part_of_another_model_writes_the_same_task(stack, tmp_path):
+    """Nothing of the model or the run is in a task file, so a later model's same part has the same
+    source hash, and its search is seeded from this one's kernels."""
+    out, _ = stack
+    other = (MODELS / "mlp_stack.py").read_text().replace('"""A small', '"""Another, deeper').replace(
+        "DIM, HIDDEN, DEPTH, OUT = 64, 256, 4, 32", "DIM, HIDDEN, DEPTH, OUT = 64, 256, 6, 10")
+    (tmp_path / "deeper.py").write_text(other)
+    data = split_model(tmp_path / "deeper.py", tmp_path / "parts", "cpu", top=8)
+    assert len(data["tasks"][0]["call_sites"]) == 6
+    assert (tmp_path / "parts" / "mlp_block.py").read_text() == (out / "mlp_block.py").read_text()
+    assert (tmp_path / "parts" / "gated_head.py").read_text() != (out / "gated_head.py").read_text()  # 10 outputs

@@ -10,7 +10,7 @@ import sys
 
 import typer
 
-from kernelevo.cli import archive, bench, evaluate, info, optimize, split
+from kernelevo.cli import archive, bench, evaluate, info, optimize, split, whole
 from kernelevo.cli import archive_files  # noqa: F401 - registers export, import and report on archive.archive_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -21,6 +21,7 @@ app.command()(evaluate.evaluate)
 app.command()(info.doctor)
 app.command()(optimize.optimize)
 app.command()(split.split)
+app.command()(whole.assemble)
 app.command()(info.models)
 app.add_typer(archive.archive_app, name="archive")
 app.add_typer(bench.bench_app, name="bench")

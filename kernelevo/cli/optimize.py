@@ -21,6 +21,12 @@ EXIT_INTERRUPTED = 130
 
 def optimize(
     task: Path = typer.Argument(..., help="KernelBench-format task file (Model, get_inputs, get_init_inputs)"),
+    parts: Optional[int] = typer.Option(None, min=1, help="TASK is a whole model: split it, search its N hottest "
+                                        "parts (the budget shared by their time), and assemble it verified"),
+    parts_dir: Optional[Path] = typer.Option(None, help="with --parts: the folder of the part task files "
+                                             "[default: OUT/<task>_parts]"),
+    min_speedup: float = typer.Option(1.0, help="with --parts: place a part whose kernel is faster than this "
+                                      "against eager, beyond noise"),
     model: ModelOpt = None,
     model_for: ModelForOpt = None,
     device: DeviceOpt = None,
@@ -45,7 +51,8 @@ def optimize(
     compile_baseline: CompileBaselineOpt = True,
     timing_seconds: TimingSecondsOpt = 1.5,
     seed_from: list[Path] = typer.Option([], help="another archive file to take stepping stones from (repeatable)"),
-    resume: Optional[str] = typer.Option(None, help="continue this run (its id is printed at start and end)"),
+    resume: Optional[str] = typer.Option(None, help="continue this run (its id is printed at start and end); "
+                                         "with --parts, the bench of the parts"),
     archive: Optional[Path] = typer.Option(None, help="archive file [default: ~/.local/share/kernelevo/archive.sqlite]"),
     out: Path = typer.Option(Path("."), help="folder for the drop-in <task>_kernelevo.py"),
     config: Optional[Path] = typer.Option(None, help="kernelevo.toml [default: ./kernelevo.toml]"),
@@ -102,6 +109,10 @@ def run_optimize(args: dict[str, Any]) -> None:
 
     options = _options(args)
     _echo(options)
+    if args["parts"]:
+        from kernelevo.cli.whole import run_parts
+
+        return run_parts(args, options)
     limits = {"max_cost_usd": options.limits.max_cost_usd}
     try:
         with LiveProgress(f"kernelevo: {options.task_path.name}", limits) as live:

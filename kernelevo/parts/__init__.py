@@ -1,9 +1,13 @@
-"""A whole model in parts: run it once, see where its time goes, and write its hot submodules as
-standalone KernelBench task files that the search and the bench already take.
+"""A whole model in parts: run it once, see where its time goes, write its hot submodules as
+standalone KernelBench task files that the search and the bench already take, and hand the model
+back with verified kernels in place.
 
 record.py builds and runs the model with its constructor arguments, call-site inputs, outputs and
 inclusive times recorded per submodule; split.py chooses the parts (containers opened, parts that
-cannot be rebuilt standalone opened into their children, identical parts folded into one task),
-writes each as a task file, checks that the file rebuilds its call site's output from the captured
-inputs and weights, and keeps the map from tasks to call sites in split.json.
+cannot be rebuilt standalone opened into their children, identical parts folded into one task) and
+keeps the map from tasks to call sites in split.json; task_file.py writes a part as a task file and
+checks that the file rebuilds its call site's output from the captured inputs and weights;
+drop_in.py writes the model with kernels in place as one file (custom ops, `apply(model)`);
+assemble.py chooses the kernels to place and reverts, one by one, those the judge rejects in place.
+The judge and the archive are reached by the caller (evolution/whole.py): nothing here imports them.
 """

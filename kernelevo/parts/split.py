@@ -81,7 +81,7 @@ def split(recording: Recording, source: str, model_path: str, out_dir: Path, top
     for part in sorted(_fold(candidates), key=lambda p: -p.ms):
         if len(written) >= top:
             break
-        reason = _write(part, recording, source, model_path, out_dir, {p.name for p in written})
+        reason = _write(part, recording, source, out_dir, {p.name for p in written})
         if reason:  # the file does not rebuild its call site: open the first site into its children
             notes.append(f"{part.sites[0].path} ({part.cls.__name__}): {reason}; left out")
             continue
@@ -192,11 +192,11 @@ def _fold(parts: list[Part]) -> list[Part]:
     return list(groups.values())
 
 
-def _write(part: Part, recording: Recording, source: str, model_path: str, out_dir: Path, taken: set[str]) -> str:
+def _write(part: Part, recording: Recording, source: str, out_dir: Path, taken: set[str]) -> str:
     """Write the part's task file and check it rebuilds its first call site; "" or why not."""
     name = _name(part.cls.__name__, taken)
     path = out_dir / f"{name}.py"
-    path.write_text(task_text(part, recording, source, model_path))
+    path.write_text(task_text(part, recording, source))
     reason, how = check(path, part)
     if reason:
         path.unlink()

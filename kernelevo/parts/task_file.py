@@ -17,17 +17,13 @@ from typing import Any
 TOLERANCE = {"float64": 1e-9, "float32": 1e-5, "float16": 2e-3, "bfloat16": 2e-2}
 
 
-def task_text(part, recording, source: str, model_path: str) -> str:
+def task_text(part, recording, source: str) -> str:
     """The task file's text for `part` (split.Part) of `recording`."""
     cls = part.cls
-    sites = ", ".join(s.path for s in part.sites[:6]) + (f", ... ({len(part.sites)} call sites)"
-                                                        if len(part.sites) > 6 else "")
-    share = "an unknown share" if recording.share(part.ms) is None else f"{100 * recording.share(part.ms):.1f} %"
-    where = recording.device if recording.device_name == recording.device else \
-        f"{recording.device} ({recording.device_name})"
-    header = (f"# {cls.__name__} of {Path(model_path).name}, one part of the model, written by `kernelevo split`.\n"
-              f"# Call sites: {sites}; together {share} of the model's time on {where}."
-              f"\n# The map from this task to its call sites is split.json.\n")
+    # Nothing of this model or this run in the text (its call sites and time shares are in split.json):
+    # the same part of another model writes the same file, so its search is seeded from this one's kernels.
+    header = (f"# {cls.__name__}, one part of a model, written by `kernelevo split`; its call sites and their\n"
+              "# shares of the model's time are in split.json beside this file.\n")
     if cls.__module__ == type(recording.model).__module__ and _defines(source, cls.__name__):
         body, base = part_source(source, cls.__name__).rstrip() + "\n", cls.__qualname__
         if not re.search(r"^import torch$", body, re.M):
@@ -42,7 +38,7 @@ def task_text(part, recording, source: str, model_path: str) -> str:
             "def get_inputs():\n"
             f"    return [{', '.join(_input(x) for x in part.inputs)}]\n\n\n"
             "def get_init_inputs():\n"
-            f"    return [{', '.join(_literal(v) for v in part.init)}]\n")
+            f"    return [{', '.join(literal(v) for v in part.init)}]\n")
 
 
 def _defines(source: str, name: str) -> bool:
@@ -66,7 +62,7 @@ def _input(x: Any) -> str:
     import torch
 
     if not isinstance(x, torch.Tensor):
-        return _literal(x)
+        return literal(x)
     shape, dtype = list(x.shape), str(x.dtype)
     if x.dtype == torch.bool:
         return f"torch.rand({shape}) < 0.5"
@@ -76,7 +72,7 @@ def _input(x: Any) -> str:
     return f"torch.randint({low}, {high + 1}, {shape}, dtype={dtype})"
 
 
-def _literal(value: Any) -> str:
+def literal(value: Any) -> str:
     """Python source for a plain value (numbers, strings, None, dtypes, tuples and lists of them)."""
     import torch
 
@@ -85,9 +81,9 @@ def _literal(value: Any) -> str:
     if isinstance(value, torch.dtype):
         return str(value)
     if isinstance(value, tuple):
-        return f"({_literal(value[0])},)" if len(value) == 1 else "(" + ", ".join(_literal(v) for v in value) + ")"
+        return f"({literal(value[0])},)" if len(value) == 1 else "(" + ", ".join(literal(v) for v in value) + ")"
     if isinstance(value, list):
-        return "[" + ", ".join(_literal(v) for v in value) + "]"
+        return "[" + ", ".join(literal(v) for v in value) + "]"
     return repr(value)
 
 
@@ -124,13 +120,17 @@ def check(path: Path, part) -> tuple[str, str]:
 
 
 def part_source(source: str, class_name: str) -> str:
-    """The model file's source cut to what the part's class needs: every import and top-level
-    assignment (constants), and the top-level classes and functions its class refers to by name,
-    transitively; the model's own Model, input functions and `__main__` block are never kept.
-    Everything kept is verbatim, in the file's order."""
+    """The model file's source cut to what the part's class needs: its imports, and the top-level
+    classes, functions and constants its class refers to by name, transitively (never the model's
+    own Model, input functions, docstring or `__main__` block). What is kept is verbatim, in order."""
     tree = ast.parse(source)
-    defs = {node.name: node for node in tree.body if isinstance(node, (ast.ClassDef, ast.FunctionDef,
-                                                                          ast.AsyncFunctionDef))}
+    defs: dict[str, ast.stmt] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            defs[node.name] = node
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                defs |= {n.id: node for n in ast.walk(target) if isinstance(n, ast.Name)}
     need, todo = set(), [class_name]
     while todo:
         name = todo.pop()
@@ -138,16 +138,29 @@ def part_source(source: str, class_name: str) -> str:
             continue
         need.add(name)
         todo += [n.id for n in ast.walk(defs[name]) if isinstance(n, ast.Name)]
+    kept = {id(defs[name]) for name in need}
+    spans = {(n.lineno, n.end_lineno) for n in defs.values() if id(n) not in kept}
+    if tree.body and isinstance(tree.body[0], ast.Expr) and isinstance(tree.body[0].value, ast.Constant):
+        spans.add((tree.body[0].lineno, tree.body[0].end_lineno))  # the model's docstring
+    return cut(source, lambda node: (node.lineno, node.end_lineno) in spans)
+
+
+def cut(source: str, drop) -> str:
+    """`source` without the top-level statements `drop(node)` is true of, nor its `__main__` block;
+    the rest verbatim. `drop` may also be a set of names of definitions to leave out."""
+    if isinstance(drop, (set, frozenset)):
+        names = drop
+        drop = lambda node: getattr(node, "name", None) in names  # noqa: E731
     lines = source.splitlines(keepends=True)
-    drop = []
-    for node in tree.body:
+    spans = []
+    for node in ast.parse(source).body:
         main = isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)
-        if main or getattr(node, "name", None) in set(defs) - need:
+        if main or drop(node):
             first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
-            drop.append((first, node.end_lineno))
-    for first, last in sorted(drop, reverse=True):
+            spans.append((first, node.end_lineno))
+    for first, last in sorted(spans, reverse=True):
         del lines[first - 1:last]
-    return re.sub(r"\n{4,}", "\n\n\n", "".join(lines))  # a dropped definition leaves no wider gap
+    return re.sub(r"\n{4,}", "\n\n\n", "".join(lines)).lstrip("\n")  # a dropped statement leaves no wider gap
 
 
 _TASK_NAMES = frozenset({"Model", "get_inputs", "get_init_inputs", "get_test_inputs"})

@@ -27,3 +27,34 @@ def print_split(data: dict, out: Path) -> None:
                   f"around every module: they rank parts); a suite in {out}: kernelevo bench {out}")
     for note in data["notes"]:
         console.print(f"[dim]{escape(note)}[/dim]")
+
+
+def print_assembly(data: dict) -> None:
+    """The model's measured figure, then each part: share, its own speedup, in place or why not."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from kernelevo.terminal.tables import speedup_text
+
+    console = Console()
+    eager = speedup_text(data["speedup_eager"], data["speedup_eager_ci"])
+    compiled = speedup_text(data["speedup_compile"], data["speedup_compile_ci"]) \
+        if data["speedup_compile"] is not None else "-"
+    console.print(f"{Path(data['model']).name}: {data['verdict']} {escape(data['message'])}")
+    console.print(f"the whole model, measured: {eager} against eager, {compiled} against torch.compile "
+                  f"(Amdahl bound of the parts in place: {data['amdahl_bound'] or '-'}x; "
+                  f"estimate from the parts alone: {data['estimate_from_parts'] or '-'}x)")
+    table = Table()
+    for name, justify in (("part", "left"), ("sites", "right"), ("share", "right"), ("alone", "right"),
+                          ("in place", "left")):
+        table.add_column(name, justify=justify)
+    for p in data["parts"]:
+        table.add_row(p["task"], str(p["sites"]), f"{100 * p['share']:.1f} %",
+                      speedup_text(p["speedup_alone"], p["speedup_alone_ci"]),
+                      "yes" if p["in_place"] else escape(p["reverted"]))
+    for p in data["left_as_they_were"]:
+        share = "-" if p["share"] is None else f"{100 * p['share']:.1f} %"
+        table.add_row(Path(p["task"]).stem, "", share, "-", escape(p["why"]))
+    console.print(table)
+    console.print(f"written: {data['file']}")

@@ -1,0 +1,66 @@
+"""A whole model: split it into parts, search the hottest as a bench whose budget follows their
+share of the model's time (Amdahl: a part at 2 % gets little), and hand the model back with the
+verified kernels in place, judged end to end (kernelevo/parts/). Like loop/ and bench.py this joins
+the rooms; it adds no search logic. Resumable as a bench: the parts' bench id is in the result."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+from .bench import BenchOptions, BenchView, run_bench
+from .options import OptimizeOptions, judge_options
+
+
+def assemble_model(model_path: Path, bench_id: str, out_file: Path, search: OptimizeOptions,
+                   min_speedup: float = 1.0) -> dict:
+    """The model of `model_path` with the verified kernels of bench `bench_id` (a suite written by
+    split) in place, written to `out_file` and judged end to end; the result, also written beside
+    `out_file` as JSON. ValueError (one line) for a bench that is not a split model's."""
+    from kernelevo.archive.reports.bench_data import task_rows
+    from kernelevo.archive.store import Archive
+    from kernelevo.judge.api import Judge
+    from kernelevo.parts.assemble import chosen_parts, result, verified
+    from kernelevo.parts.split import SPLIT_JSON
+    from kernelevo.tasks import load_task
+
+    task = load_task(model_path)
+    with Archive.open_readonly(search.archive_path) as store:
+        bench = store.bench(bench_id)
+        if bench is None:
+            raise ValueError(f"--bench {bench_id}: no such bench in {search.archive_path}; `kernelevo bench ls` lists them")
+        split_dir = Path(bench["suite"])
+        if not (split_dir / SPLIT_JSON).is_file():
+            raise ValueError(f"bench {bench_id} ran {split_dir}, which has no {SPLIT_JSON}: "
+                             "assemble takes a bench of the parts `kernelevo split` wrote")
+        rows = task_rows(store.bench_tasks(bench_id))
+        candidates, left = chosen_parts(split_dir, rows, lambda kid: store.kernel(kid)["source"], min_speedup)
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    with Judge(search.cache_dir, judge_options(search, search.devices[:1])) as judge:
+        evaluation = verified(task.source, Path(model_path).name, out_file, candidates,
+                              lambda path: judge.evaluate(task, path, final=True))
+    data = result(str(model_path), out_file, bench_id, candidates, left, evaluation)
+    out_file.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
+    return data
+
+
+def optimize_model(search: OptimizeOptions, parts: int, parts_dir: Path, out_file: Path,
+                   max_cost_usd: float | None, resume: str | None = None, min_speedup: float = 1.0,
+                   on_progress: Callable[[BenchView], None] = lambda v: None,
+                   on_status: Callable[[str], None] = lambda text: None) -> dict:
+    """Split `search.task_path` (unless resuming a bench of its parts), search the `parts` hottest
+    parts as a bench with the budget shared by time share, then assemble and verify."""
+    from kernelevo.parts.split import SPLIT_JSON, split_model
+
+    model_path = Path(search.task_path)
+    if resume is None:
+        on_status(f"splitting {model_path.name} on {search.devices[0]}")
+        data = split_model(model_path, parts_dir, search.devices[0], parts, seed=search.seed)
+    else:
+        data = json.loads((parts_dir / SPLIT_JSON).read_text())
+    weights = tuple((Path(t["task"]).stem, t["share"] or 0.0) for t in data["tasks"])
+    bench = run_bench(BenchOptions(suite=parts_dir, search=search, max_cost_usd=max_cost_usd, resume=resume,
+                                   weights=weights), on_progress, on_status)
+    on_status(f"assembling {model_path.name} from bench {bench.bench_id}")
+    done = assemble_model(model_path, bench.bench_id, out_file, search, min_speedup)
+    return {**done, "split": data}

@@ -1,0 +1,107 @@
+"""`kernelevo assemble`, and `kernelevo optimize MODEL.py --parts N`: a whole model handed back with
+verified kernels in place of its hot parts, judged end to end."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from kernelevo.cli.common import (ArchiveOpt, CacheDirOpt, CompileBaselineOpt, ConfigOpt, JsonOpt, PolicyOpt, SeedOpt,
+                                  ShapesOpt, TimingSecondsOpt, TrialsOpt, check_choice, config_or_fail, fail,
+                                  resolve_device, say)
+
+EXIT_INTERRUPTED = 130
+
+
+def assemble(
+    model: Path = typer.Argument(..., help="the KernelBench-format model file that was split"),
+    bench: str = typer.Option(..., help="the bench of its parts (`kernelevo bench ls` lists them)"),
+    out: Path = typer.Option(..., "-o", "--out", help="the drop-in file to write (its result beside it as .json)"),
+    device: Optional[str] = typer.Option(None, help="cuda, cuda:N or cpu [default: cuda if present]"),
+    min_speedup: float = typer.Option(1.0, help="place a part whose kernel is faster than this, against eager, "
+                                      "beyond noise (its interval wholly above)"),
+    seed: SeedOpt = 0,
+    policy: PolicyOpt = "mixed",
+    trials: TrialsOpt = 5,
+    shapes: ShapesOpt = "general",
+    compile_baseline: CompileBaselineOpt = True,
+    timing_seconds: TimingSecondsOpt = 1.5,
+    archive: ArchiveOpt = None,
+    config: ConfigOpt = None,
+    cache_dir: CacheDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write MODEL with the verified kernels its parts' bench found, and judge it end to end."""
+    from kernelevo.evolution.whole import assemble_model
+    from kernelevo.tasks import TaskError
+
+    if not model.is_file():
+        fail(f"{model}: no such file; give the model file that `kernelevo split` split")
+    options = judge_settings(locals(), resolve_device(device))
+    try:
+        data = assemble_model(model, bench, out, options, min_speedup)
+    except (TaskError, ValueError) as exc:
+        fail(str(exc).splitlines()[0])
+    show(data, as_json)
+
+
+def judge_settings(args: dict[str, Any], device: str) -> Any:
+    """OptimizeOptions that carry only what the judge of a whole model reads."""
+    from kernelevo import runtime
+    from kernelevo.evolution.options import OptimizeOptions
+    from kernelevo.judge.measure.timing import TimingConfig
+
+    check_choice("--policy", args["policy"], ("mixed", "strict"))
+    check_choice("--shapes", args["shapes"], ("general", "exact"))
+    config = config_or_fail(args["config"])
+    return OptimizeOptions(task_path=args["model"], models=(), devices=(device,),
+                           archive_path=config.archive_path(args["archive"]), out_dir=args["out"].parent,
+                           cache_dir=args["cache_dir"] or runtime.cache_dir(), seed=args["seed"],
+                           policy=args["policy"], trials=args["trials"], shapes=args["shapes"],
+                           compile_baseline=args["compile_baseline"],
+                           timing=TimingConfig(max_seconds=args["timing_seconds"]))
+
+
+def show(data: dict, as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps(data, indent=1))
+        return
+    from kernelevo.terminal.parts import print_assembly
+
+    print_assembly(data)
+
+
+def run_parts(args: dict[str, Any], options: Any) -> None:
+    """`optimize MODEL.py --parts N`: split, search the parts as a bench, assemble; every way it
+    ends leaves a line saying what to do next."""
+    from kernelevo.agent.client import Stop
+    from kernelevo.evolution.bench import BenchError
+    from kernelevo.evolution.whole import optimize_model
+    from kernelevo.tasks import TaskError
+    from kernelevo.terminal.bench import LiveBench
+
+    model = Path(args["task"])
+    parts_dir = args["parts_dir"] or Path(args["out"]) / f"{model.stem}_parts"
+    out_file = Path(args["out"]) / f"{model.stem}_kernelevo.py"
+    total = options.limits.max_cost_usd  # the model's whole budget, shared by the parts' time
+    search = dataclasses.replace(options, limits=dataclasses.replace(options.limits, max_cost_usd=None), resume=None)
+    try:
+        with LiveBench(f"kernelevo: {model.name} in parts") as live:
+            data = optimize_model(search, args["parts"], parts_dir, out_file, total, resume=args["resume"],
+                                  min_speedup=args["min_speedup"], on_progress=live, on_status=live.status)
+    except (BenchError, Stop, TaskError, ValueError) as exc:
+        fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    except KeyboardInterrupt as exc:
+        bench_id = getattr(exc, "run_id", None)
+        how = (f"`kernelevo optimize {model} --parts {args['parts']} --parts-dir {parts_dir} --resume {bench_id}`"
+               if bench_id else "a new run")
+        typer.echo(f"stopped: every part's search is stored and resumable; continue with {how}", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except OSError as exc:
+        fail(f"{exc.strerror or exc}: {exc.filename or ''} (a full disk or an unwritable archive?)")
+    show(data, as_json=False)
+    say(f"bench {data['bench']}: the model with its kernels in place: {out_file} ({data['verdict']})")

@@ -1,0 +1,137 @@
+"""Hand the model back with verified kernels in place, judged end to end.
+
+Which parts go in: those whose bench task found a kernel the judge verified and measured faster
+than eager beyond noise (the interval of its speedup wholly above `min_speedup`). The assembled file
+(drop_in.py) is then judged as a candidate against the original model by the same judge: every
+trial, generality included, timed against eager and torch.compile of the whole model. A part that
+is right alone can be wrong in place (a stride or aliasing assumption): when the whole is rejected,
+each part is judged in place alone and those rejected are reverted with the judge's reason; if the
+rest is still rejected together, the part with the smallest share of the model's time is reverted,
+until the judge accepts the model or no part is left. The model figure is the one measured; the
+per-part contributions (share times the time a part's speedup saves) are estimates beside it.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from .drop_in import Placed, drop_in_text
+from .split import SPLIT_JSON
+
+
+@dataclass
+class Candidate:
+    """A part with a verified kernel: what the bench found, where it goes."""
+    placed: Placed
+    share: float
+    speedup: float
+    ci: tuple[float, float] | None
+    kernel_id: int
+    reverted: str = ""
+
+
+def chosen_parts(split_dir: Path, rows: list[dict], kernel_source: Callable[[int], str],
+                 min_speedup: float) -> tuple[list[Candidate], list[dict]]:
+    """The split's tasks whose bench row holds a verified kernel faster than `min_speedup` (beyond
+    noise), as candidates to place; and a line of data for every task left as it was, with why."""
+    from kernelevo.tasks import load_task
+
+    data = json.loads((split_dir / SPLIT_JSON).read_text())
+    by_file = {Path(r["path"]).name: r for r in rows}
+    chosen, left = [], []
+    for entry in data["tasks"]:
+        row = by_file.get(entry["task"])
+        why = _why_not(row, min_speedup)
+        if why:
+            left.append({"task": entry["task"], "share": entry["share"], "why": why})
+            continue
+        task = load_task(split_dir / entry["task"])
+        kinds = tuple(_kind(x) for x in task.get_inputs())
+        ci = tuple(row["speedup_eager_ci"]) if row.get("speedup_eager_ci") else None
+        label = f"kernel {row['kernel_id']} ({row['speedup_eager']:.2f}x against eager alone)"
+        placed = Placed(Path(entry["task"]).stem, kernel_source(row["kernel_id"]), task.init_args, kinds,
+                        tuple(s["path"] for s in entry["call_sites"]), label)
+        chosen.append(Candidate(placed, entry["share"] or 0.0, row["speedup_eager"], ci, row["kernel_id"]))
+    return chosen, left
+
+
+def _why_not(row: dict | None, min_speedup: float) -> str:
+    if row is None:
+        return "not in the bench"
+    if not row.get("correct"):
+        return f"no verified kernel ({row.get('verdict') or row.get('status')})"
+    low = (row.get("speedup_eager_ci") or [row["speedup_eager"]])[0]
+    if low is None or low <= min_speedup:
+        return f"its kernel is not faster than {min_speedup:g}x eager beyond noise ({row['speedup_eager']:.2f}x)"
+    return ""
+
+
+def _kind(x: Any) -> str:
+    import torch
+
+    return "tensor" if isinstance(x, torch.Tensor) else "bool" if isinstance(x, bool) else \
+        "int" if isinstance(x, int) else "float"
+
+
+def verified(model_source: str, model_name: str, out_file: Path, candidates: list[Candidate],
+             judge: Callable[[Path], Any]) -> Any:
+    """Write `out_file` with the candidates in place and judge it, reverting parts until the judge
+    accepts the model; the final evaluation (None when no part is left: the model is unchanged).
+    Reverted candidates carry the reason in `.reverted`."""
+    def judged(parts: list[Candidate]):
+        out_file.write_text(drop_in_text(model_source, model_name, [c.placed for c in parts]))
+        return judge(out_file) if parts else None
+
+    kept = list(candidates)
+    evaluation = judged(kept)
+    if evaluation is None or evaluation.ok:
+        return evaluation
+    if len(kept) > 1:
+        for c in kept:
+            alone = judged([c])
+            if not alone.ok:
+                c.reverted = f"wrong in place: {alone.verdict} ({alone.reason}): {alone.message}"
+        kept = [c for c in kept if not c.reverted]
+        evaluation = judged(kept)
+    else:
+        kept[0].reverted = f"wrong in place: {evaluation.verdict} ({evaluation.reason}): {evaluation.message}"
+        kept, evaluation = [], judged([])
+    while evaluation is not None and not evaluation.ok:
+        smallest = min(kept, key=lambda c: c.share)
+        smallest.reverted = (f"reverted with the smallest share: the parts left were wrong together "
+                             f"({evaluation.reason}: {evaluation.message})")
+        kept.remove(smallest)
+        evaluation = judged(kept)
+    return evaluation
+
+
+def result(model_path: str, out_file: Path, bench_id: str, candidates: list[Candidate], left: list[dict],
+           evaluation) -> dict:
+    """What the assembly says: the measured model figure, then each part with its share, its own
+    speedup, whether it is in place (or why not) and its estimated contribution; the Amdahl bound
+    of the parts in place (their time gone entirely)."""
+    placed = [c for c in candidates if not c.reverted]
+    in_place = sum(c.share for c in placed)
+    saved = sum(c.share * (1 - 1 / c.speedup) for c in placed if c.speedup)
+    e = evaluation
+    return {
+        "model": model_path, "file": str(out_file), "bench": bench_id,
+        "verdict": e.verdict if e is not None else "unchanged",
+        "reason": e.reason if e is not None else "",
+        "message": e.message if e is not None else "no part in place: the model is handed back as it was (1.00x)",
+        "device": e.device if e is not None else "", "device_name": e.device_name if e is not None else "",
+        "speedup_eager": e.speedup_eager if e is not None else 1.0,
+        "speedup_eager_ci": list(e.speedup_eager_ci) if e is not None and e.speedup_eager_ci else None,
+        "speedup_compile": e.speedup_compile if e is not None else None,
+        "speedup_compile_ci": list(e.speedup_compile_ci) if e is not None and e.speedup_compile_ci else None,
+        "parts": [{"task": c.placed.name, "sites": len(c.placed.sites), "share": c.share, "kernel_id": c.kernel_id,
+                   "speedup_alone": c.speedup, "speedup_alone_ci": list(c.ci) if c.ci else None,
+                   "in_place": not c.reverted, "reverted": c.reverted,
+                   "estimated_saving": round(c.share * (1 - 1 / c.speedup), 4) if c.speedup else None}
+                  for c in candidates],
+        "left_as_they_were": left,
+        "amdahl_bound": round(1 / (1 - in_place), 3) if in_place < 1 else None,
+        "estimate_from_parts": round(1 / (1 - saved), 3) if saved < 1 else None,
+    }

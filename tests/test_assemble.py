@@ -1,0 +1,169 @@
+"""A model handed back with kernels in place, on the CPU: the drop-in file matches the model, swaps
+the parts of a live instance, and compiles whole under torch.compile with no graph break; judged end
+to end by the real judge, a part that is right alone but wrong in place (it assumes contiguous rows,
+and the model hands it a strided view) is reverted with the judge's reason, and the rest is verified;
+`optimize MODEL.py --parts 2` with scripted C replies splits, searches, assembles and verifies."""
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import FIXTURES
+from kernelevo.judge.api import Judge, JudgeOptions
+from kernelevo.judge.measure.timing import TimingConfig
+from kernelevo.parts.assemble import Candidate, verified
+from kernelevo.parts.drop_in import Placed, drop_in_text
+from kernelevo.parts.split import split_model
+from kernelevo.tasks import load_module, load_task
+from llm_server import ScriptedServer, Step, request_text
+from test_optimize import USAGE, cli, environment
+
+MODELS = FIXTURES / "models"
+KERNELS = MODELS / "kernels"
+
+
+def placed_parts(model: Path, out: Path) -> list[Placed]:
+    """The model's parts (split into `out`), each with the fixture kernel of its task."""
+    data = split_model(model, out, "cpu", top=8)
+    placed = []
+    for entry in data["tasks"]:
+        task = load_task(out / entry["task"])
+        name = Path(entry["task"]).stem
+        placed.append(Placed(name, (KERNELS / f"{name}__c.py").read_text(), task.init_args,
+                             tuple("tensor" for _ in task.get_inputs()),
+                             tuple(s["path"] for s in entry["call_sites"]), f"the fixture kernel of {name}"))
+    return placed
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("stack")
+    text = drop_in_text((MODELS / "mlp_stack.py").read_text(), "mlp_stack.py", placed_parts(MODELS / "mlp_stack.py", tmp))
+    (tmp / "assembled.py").write_text(text)
+    return load_module(text, str(tmp / "assembled.py"), "candidate"), load_task(MODELS / "mlp_stack.py")
+
+
+def test_the_drop_in_matches_the_model_and_swaps_a_live_one(stack):
+    module, task = stack
+    torch.manual_seed(0)
+    reference = task.make_model()
+    new = module.ModelNew(*task.init_args)
+    assert not set(new.state_dict()) ^ set(reference.state_dict())  # the same weights by the same names
+    new.load_state_dict(reference.state_dict())
+    x = task.get_inputs()[0]
+    with torch.no_grad():
+        want = reference(x)
+        assert torch.allclose(new(x), want, atol=1e-5, rtol=1e-5)
+    live = task.make_model()
+    live.load_state_dict(reference.state_dict())
+    assert module.apply(live) == ["blocks.0", "blocks.1", "blocks.2", "blocks.3", "head"]
+    assert type(live.blocks[2]).__name__ == "_InPlace_mlp_block" and type(live.head).__name__ == "_InPlace_gated_head"
+    with torch.no_grad():
+        assert torch.allclose(live(x), want, atol=1e-5, rtol=1e-5)
+
+
+def test_the_drop_in_compiles_whole_with_the_kernels_as_custom_ops(stack):
+    module, task = stack
+    torch.manual_seed(1)
+    reference = task.make_model()
+    new = module.ModelNew(*task.init_args)
+    new.load_state_dict(reference.state_dict())
+    compiled = torch.compile(new, fullgraph=True)  # a graph break would raise here
+    with torch.no_grad():
+        for x in (task.get_inputs()[0], torch.randn(3, 5, 64)):  # another shape: traced again, still whole
+            assert torch.allclose(compiled(x), reference(x), atol=1e-5, rtol=1e-5)
+
+
+def _judge(cache: Path):
+    return Judge(cache, JudgeOptions(devices=("cpu",), trials=2, compile_baseline=False,
+                                     timing=TimingConfig(max_seconds=0.2)))
+
+
+def test_a_part_wrong_in_place_is_reverted_and_the_rest_verified(tmp_path):
+    model = MODELS / "strided.py"
+    parts = {p.name: p for p in placed_parts(model, tmp_path / "parts")}
+    assert set(parts) == {"mix", "row_norm"}
+    with _judge(tmp_path / "cache") as judge:  # each kernel is right alone, on its task
+        alone = {name: judge.evaluate(load_task(tmp_path / "parts" / f"{name}.py"), KERNELS / f"{name}__c.py")
+                 for name in parts}
+        assert all(e.verdict == "ok" for e in alone.values()), {n: e.message for n, e in alone.items()}
+        candidates = [Candidate(parts["mix"], 0.6, 1.1, None, 1), Candidate(parts["row_norm"], 0.4, 1.2, None, 2)]
+        task = load_task(model)
+        evaluation = verified(task.source, "strided.py", tmp_path / "strided_kernelevo.py", candidates,
+                              lambda path: judge.evaluate(task, path, final=True))
+    assert evaluation.verdict == "ok", evaluation.message
+    mix, row_norm = candidates
+    assert mix.reverted == "" and row_norm.reverted.startswith("wrong in place: incorrect")
+    written = (tmp_path / "strided_kernelevo.py").read_text()
+    assert "_InPlace_mix" in written and "_InPlace_row_norm" not in written  # the file holds what was verified
+
+
+def _replies(body: dict) -> Step:
+    text = request_text(body)
+    task = text.split("# The task: ", 1)[1].split("\n", 1)[0].strip()
+    kernel = (KERNELS / f"{task}__c.py").read_text()
+    analysis = "## Analysis\nIt fuses the norm.\n\n## Kernel\n" if "measured kernels" in text.rsplit("# Your job", 1)[-1] else ""
+    return Step(text=f"{analysis}Here it is.\n\n```python\n{kernel}```\n", usage=USAGE)
+
+
+def test_optimize_in_parts_splits_searches_assembles_and_verifies(tmp_path):
+    server = ScriptedServer(responder=_replies)
+    try:
+        env = environment(server, tmp_path)
+        done = cli(["optimize", str(MODELS / "mlp_stack.py"), "--parts", "2", "--min-speedup", "0", "--device", "cpu",
+                    "--model", "scripted", "--config", str(tmp_path / "kernelevo.toml"),
+                    "--archive", str(tmp_path / "archive.sqlite"), "--out", str(tmp_path / "out"),
+                    "--children", "2", "--generations", "1", "--max-llm-calls", "4", "--concurrency", "2",
+                    "--timing-seconds", "0.2", "--trials", "2", "--no-compile-baseline", "--seed", "1"], env)
+    finally:
+        server.close()
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((tmp_path / "out" / "mlp_stack_kernelevo.json").read_text())
+    assert result["verdict"] == "ok", result
+    assert [(p["task"], p["sites"], p["in_place"]) for p in result["parts"]] == [("mlp_block", 4, True),
+                                                                                 ("gated_head", 1, True)]
+    split = json.loads((tmp_path / "out" / "mlp_stack_parts" / "split.json").read_text())
+    assert [t["task"] for t in split["tasks"]] == ["mlp_block.py", "gated_head.py"]
+    assert 0 < result["parts"][0]["share"] <= 1 and result["amdahl_bound"] > 1
+    # the drop-in matches the model on the model's own inputs
+    task = load_task(MODELS / "mlp_stack.py")
+    module = load_module((tmp_path / "out" / "mlp_stack_kernelevo.py").read_text(), "assembled.py", "candidate")
+    torch.manual_seed(2)
+    reference = task.make_model()
+    new = module.ModelNew(*task.init_args)
+    new.load_state_dict(reference.state_dict())
+    x = task.get_inputs()[0]
+    with torch.no_grad():
+        assert torch.allclose(new(x), reference(x), atol=1e-5, rtol=1e-5)
+    assert "the whole model, measured:" in " ".join(done.stdout.split())
+
+
+def test_only_kernels_faster_beyond_noise_are_placed_and_nothing_placed_is_the_model_unchanged(tmp_path):
+    from kernelevo.parts.assemble import chosen_parts, result
+
+    placed_parts(MODELS / "mlp_stack.py", tmp_path / "parts")  # the split, with split.json
+    rows = [{"path": str(tmp_path / "parts" / "mlp_block.py"), "correct": True, "speedup_eager": 1.3,
+             "speedup_eager_ci": [0.95, 1.6], "kernel_id": 7, "verdict": "ok", "status": "done"},
+            {"path": str(tmp_path / "parts" / "gated_head.py"), "correct": False, "speedup_eager": None,
+             "verdict": "no correct kernel", "status": "done"}]
+    chosen, left = chosen_parts(tmp_path / "parts", rows, lambda kid: "unused", min_speedup=1.0)
+    assert chosen == [] and [(x["task"], x["why"]) for x in left] == [
+        ("mlp_block.py", "its kernel is not faster than 1x eager beyond noise (1.30x)"),
+        ("gated_head.py", "no verified kernel (no correct kernel)")]
+    chosen, _ = chosen_parts(tmp_path / "parts", rows, lambda kid: f"# kernel {kid}\n", min_speedup=0.9)
+    assert [(c.placed.name, c.kernel_id, c.placed.kernel_source) for c in chosen] == [("mlp_block", 7, "# kernel 7\n")]
+    # nothing in place: the file is the model as it was, and the result says so
+    out = tmp_path / "unchanged.py"
+    assert verified((MODELS / "mlp_stack.py").read_text(), "mlp_stack.py", out, [], lambda path: 1 / 0) is None
+    data = result(str(MODELS / "mlp_stack.py"), out, "b1", [], left, None)
+    assert data["verdict"] == "unchanged" and data["speedup_eager"] == 1.0 and data["amdahl_bound"] == 1.0
+    task = load_task(MODELS / "mlp_stack.py")
+    module = load_module(out.read_text(), str(out), "candidate")
+    torch.manual_seed(4)
+    reference = task.make_model()
+    new = module.ModelNew(*task.init_args)
+    new.load_state_dict(reference.state_dict())
+    x = task.get_inputs()[0]
+    with torch.no_grad():
+        assert torch.equal(new(x), reference(x))
