@@ -17,6 +17,7 @@ def assemble_model(model_path: Path, bench_id: str, out_file: Path, search: Opti
     """The model of `model_path` with the verified kernels of bench `bench_id` (a suite written by
     split) in place, written to `out_file` and judged end to end; the result, also written beside
     `out_file` as JSON. ValueError (one line) for a bench that is not a split model's."""
+    from kernelevo.archive.reports import model_html
     from kernelevo.archive.reports.bench_data import task_rows
     from kernelevo.archive.store import Archive
     from kernelevo.judge.api import Judge
@@ -40,6 +41,11 @@ def assemble_model(model_path: Path, bench_id: str, out_file: Path, search: Opti
         evaluation = verified(task.source, Path(model_path).name, out_file, candidates,
                               lambda path: judge.evaluate(task, path, final=True))
     data = result(str(model_path), out_file, bench_id, candidates, left, evaluation)
+    try:  # the page costs nothing of the result if it cannot be written
+        with Archive.open_readonly(search.archive_path) as store:
+            data["report"] = str(model_html.write(data, store, out_file.with_suffix(".html")))
+    except OSError as exc:
+        data["report"] = f"not written: {exc}"
     out_file.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
     return data
 

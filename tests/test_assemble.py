@@ -126,6 +126,13 @@ def test_optimize_in_parts_splits_searches_assembles_and_verifies(tmp_path):
     split = json.loads((tmp_path / "out" / "mlp_stack_parts" / "split.json").read_text())
     assert [t["task"] for t in split["tasks"]] == ["mlp_block.py", "gated_head.py"]
     assert 0 < result["parts"][0]["share"] <= 1 and result["amdahl_bound"] > 1
+    # the model's page: its time as parts before and after, each part linked to its run's report
+    page = (tmp_path / "out" / "mlp_stack_kernelevo.html").read_text()
+    assert result["report"] == str(tmp_path / "out" / "mlp_stack_kernelevo.html")
+    assert 'id="before-mlp_block"' in page and 'id="after-gated_head"' in page
+    for part in ("mlp_block", "gated_head"):
+        link = page.split(f'<a href="reports/{part}_', 1)[1].split('"', 1)[0]
+        assert (tmp_path / "out" / "reports" / f"{part}_{link}").is_file()
     # the drop-in matches the model on the model's own inputs
     task = load_task(MODELS / "mlp_stack.py")
     module = load_module((tmp_path / "out" / "mlp_stack_kernelevo.py").read_text(), "assembled.py", "candidate")

@@ -162,3 +162,17 @@ def test_the_same_part_of_another_model_writes_the_same_task(stack, tmp_path):
     assert len(data["tasks"][0]["call_sites"]) == 6
     assert (tmp_path / "parts" / "mlp_block.py").read_text() == (out / "mlp_block.py").read_text()
     assert (tmp_path / "parts" / "gated_head.py").read_text() != (out / "gated_head.py").read_text()  # 10 outputs
+
+
+def test_a_factory_model_is_split_with_its_parts_imported(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(MODELS))
+    data = split_model("zoo:make_model", tmp_path, "cpu", top=8, inputs="zoo:make_inputs")
+    (task,) = data["tasks"]
+    assert task["task"] == "expand.py" and [s["path"] for s in task["call_sites"]] == ["layers.0", "layers.1", "layers.2"]
+    text = (tmp_path / "expand.py").read_text()
+    assert "from zoo import Expand" in text and "class Model(Expand):" in text and "class Net" not in text
+    assert load_task(tmp_path / "expand.py").init_args == (16, 2)
+    with pytest.raises(Exception, match="pkg.module:make_inputs"):
+        split_model("zoo:make_model", tmp_path, "cpu", top=8)
+    with pytest.raises(Exception, match="cannot be imported"):
+        split_model("zoo:no_such", tmp_path, "cpu", top=8, inputs="zoo:make_inputs")

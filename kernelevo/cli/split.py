@@ -11,7 +11,10 @@ from kernelevo.cli.common import fail, resolve_device
 
 
 def split(
-    model: Path = typer.Argument(..., help="KernelBench-format model file (Model, get_inputs, get_init_inputs)"),
+    model: str = typer.Argument(..., help="KernelBench-format model file (Model, get_inputs, get_init_inputs), "
+                                "or pkg.module:make_model (with --inputs)"),
+    inputs: Optional[str] = typer.Option(None, help="with MODEL as pkg.module:make_model: pkg.module:make_inputs, "
+                                         "a function returning the forward's inputs"),
     out: Path = typer.Option(..., "-o", "--out", help="folder for the part task files and split.json (a suite)"),
     device: Optional[str] = typer.Option(None, help="cuda, cuda:N or cpu [default: cuda if present]"),
     top: int = typer.Option(8, min=1, help="write the N hottest parts (identical parts count once)"),
@@ -23,7 +26,7 @@ def split(
 
     dev = resolve_device(device)
     try:
-        data = split_model(model, out, dev, top)
+        data = split_model(model, out, dev, top, inputs=inputs)
     except TaskError as exc:
         fail(str(exc))
     if as_json:

@@ -45,20 +45,50 @@ class Part:
         return sum(s.ms for s in self.sites)
 
 
-def split_model(model_path: Path, out_dir: Path, device: str, top: int, seed: int = 0) -> dict:
-    """Build the KernelBench-format model file at `model_path`, record it on `device`, and write
-    its `top` hottest parts into `out_dir`; TaskError (one line) for a model file that cannot be used."""
+def split_model(model: Path | str, out_dir: Path, device: str, top: int, seed: int = 0,
+                inputs: str | None = None) -> dict:
+    """Build the model (a KernelBench-format file, or `pkg.module:make_model` with `inputs` naming
+    `pkg.module:make_inputs`), record it on `device`, and write its `top` hottest parts into
+    `out_dir`; TaskError (one line) for a model that cannot be used."""
     import torch
-
-    from kernelevo.tasks import load_task
 
     from .record import build, record
 
-    task = load_task(model_path)
+    make, args, get_inputs, source = _model_of(str(model), inputs)
     torch.manual_seed(seed)
-    model, inits = build(task.model_cls, *task.init_args)
-    recording = record(model, task.get_inputs(), device, inits)
-    return split(recording, task.source, str(model_path), out_dir, top)
+    built, inits = build(make, *args)
+    recording = record(built, list(get_inputs()), device, inits)
+    return split(recording, source, str(model), out_dir, top)
+
+
+def _model_of(spec: str, inputs: str | None) -> tuple[Any, tuple, Any, str]:
+    """(factory, its arguments, inputs factory, the source part classes are copied from): a file's
+    source, or "" for a factory in an importable module (its parts are imported from there)."""
+    from kernelevo.tasks import TaskError, load_task
+
+    if spec.endswith(".py") or Path(spec).is_file():
+        task = load_task(spec)
+        return task.model_cls, task.init_args, task.get_inputs, task.source
+    if ":" not in spec or not inputs:
+        raise TaskError(f"{spec}: give a KernelBench-format model file, or pkg.module:make_model with "
+                        "--inputs pkg.module:make_inputs")
+    return _named(spec), (), _named(inputs), ""
+
+
+def _named(spec: str) -> Any:
+    """The object `pkg.module:name` names; TaskError (one line) when it cannot be imported."""
+    import importlib
+
+    from kernelevo.tasks import TaskError
+
+    module, _, name = spec.partition(":")
+    try:
+        found = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise TaskError(f"{spec}: cannot be imported: {type(exc).__name__}: {exc}") from exc
+    if not callable(found):
+        raise TaskError(f"{spec}: is a {type(found).__name__}, not a function that builds the model or its inputs")
+    return found
 
 
 def split(recording: Recording, source: str, model_path: str, out_dir: Path, top: int) -> dict:

@@ -57,4 +57,4 @@ def print_assembly(data: dict) -> None:
         share = "-" if p["share"] is None else f"{100 * p['share']:.1f} %"
         table.add_row(Path(p["task"]).stem, "", share, "-", escape(p["why"]))
     console.print(table)
-    console.print(f"written: {data['file']}")
+    console.print(f"written: {data['file']}" + (f"; report: {data['report']}" if data.get("report") else ""))
