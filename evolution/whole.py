@@ -4,6 +4,7 @@ verified kernels in place, judged end to end (kernelevo/parts/). Like loop/ and 
 the rooms; it adds no search logic. Resumable as a bench: the parts' bench id is in the result."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Callable
@@ -37,7 +38,9 @@ def assemble_model(model_path: Path, bench_id: str, out_file: Path, search: Opti
         rows = task_rows(store.bench_tasks(bench_id))
         candidates, left = chosen_parts(split_dir, rows, lambda kid: store.kernel(kid)["source"], min_speedup)
     out_file.parent.mkdir(parents=True, exist_ok=True)
-    with Judge(search.cache_dir, judge_options(search, search.devices[:1])) as judge:
+    # the whole model under the policy of an assembled model: each kernel passed its part's own policy
+    whole = dataclasses.replace(search, policy="model")
+    with Judge(search.cache_dir, judge_options(whole, search.devices[:1])) as judge:
         evaluation = verified(task.source, Path(model_path).name, out_file, candidates,
                               lambda path: judge.evaluate(task, path, final=True))
     data = result(str(model_path), out_file, bench_id, candidates, left, evaluation)

@@ -40,7 +40,7 @@ class JudgeOptions:
     limits: Limits = field(default_factory=Limits)
     concurrency: int | None = None
     spares: int = 0
-    policy: str = "mixed"  # or "strict": see judge/trials/policy.py
+    policy: str = "mixed"  # or "strict" (or "model", for an assembled model): see judge/trials/policy.py
     implausible: dict[str, float] = field(default_factory=dict)  # per task kind; over probe.IMPLAUSIBLE_SPEEDUP
     remeasure_tolerance: float = 0.25  # how far the event speedup may exceed the re-measured one
     eager_tolerance: float = 1.5  # eager next to the candidate vs in its own process (GPU), as a factor

@@ -160,12 +160,18 @@ def test_only_kernels_faster_beyond_noise_are_placed_and_nothing_placed_is_the_m
         ("gated_head.py", "no verified kernel (no correct kernel)")]
     chosen, _ = chosen_parts(tmp_path / "parts", rows, lambda kid: f"# kernel {kid}\n", min_speedup=0.9)
     assert [(c.placed.name, c.kernel_id, c.placed.kernel_source) for c in chosen] == [("mlp_block", 7, "# kernel 7\n")]
-    # nothing in place: the file is the model as it was, and the result says so
+    # nothing in place: the file is the model as it was, judged all the same (about 1.0x)
     out = tmp_path / "unchanged.py"
-    assert verified((MODELS / "mlp_stack.py").read_text(), "mlp_stack.py", out, [], lambda path: 1 / 0) is None
-    data = result(str(MODELS / "mlp_stack.py"), out, "b1", [], left, None)
-    assert data["verdict"] == "unchanged" and data["speedup_eager"] == 1.0 and data["amdahl_bound"] == 1.0
     task = load_task(MODELS / "mlp_stack.py")
+    with Judge(tmp_path / "cache", JudgeOptions(devices=("cpu",), trials=2, compile_baseline=False, policy="model",
+                                                timing=TimingConfig(max_seconds=0.3))) as judge:
+        evaluation = verified(task.source, "mlp_stack.py", out, [], lambda path: judge.evaluate(task, path, final=True))
+    data = result(str(MODELS / "mlp_stack.py"), out, "b1", [], left, evaluation)
+    assert data["verdict"] == "ok" and data["message"].startswith("no part in place") and data["amdahl_bound"] == 1.0
+    assert 0.5 < data["speedup_eager"] < 2.0, data  # the model against itself; wide, as CPU timing under load is
+    assert evaluation.policy == "model" and evaluation.evidence["policy"]["own_kernels"] == []
+    with _judge(tmp_path / "cache") as judge:  # a search's policy would refuse it: no kernel of its own ran
+        assert judge.evaluate(task, out).reason == "no_own_kernel"
     module = load_module(out.read_text(), str(out), "candidate")
     torch.manual_seed(4)
     reference = task.make_model()

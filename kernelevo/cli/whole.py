@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 import typer
 
-from kernelevo.cli.common import (ArchiveOpt, CacheDirOpt, CompileBaselineOpt, ConfigOpt, JsonOpt, PolicyOpt, SeedOpt,
+from kernelevo.cli.common import (ArchiveOpt, CacheDirOpt, CompileBaselineOpt, ConfigOpt, JsonOpt, SeedOpt,
                                   ShapesOpt, TimingSecondsOpt, TrialsOpt, check_choice, config_or_fail, fail,
                                   resolve_device, say)
 
@@ -25,7 +25,6 @@ def assemble(
     min_speedup: float = typer.Option(1.0, help="place a part whose kernel is faster than this, against eager, "
                                       "beyond noise (its interval wholly above)"),
     seed: SeedOpt = 0,
-    policy: PolicyOpt = "mixed",
     trials: TrialsOpt = 5,
     shapes: ShapesOpt = "general",
     compile_baseline: CompileBaselineOpt = True,
@@ -55,13 +54,12 @@ def judge_settings(args: dict[str, Any], device: str) -> Any:
     from kernelevo.evolution.options import OptimizeOptions
     from kernelevo.judge.measure.timing import TimingConfig
 
-    check_choice("--policy", args["policy"], ("mixed", "strict"))
     check_choice("--shapes", args["shapes"], ("general", "exact"))
     config = config_or_fail(args["config"])
     return OptimizeOptions(task_path=args["model"], models=(), devices=(device,),
                            archive_path=config.archive_path(args["archive"]), out_dir=args["out"].parent,
                            cache_dir=args["cache_dir"] or runtime.cache_dir(), seed=args["seed"],
-                           policy=args["policy"], trials=args["trials"], shapes=args["shapes"],
+                           trials=args["trials"], shapes=args["shapes"],
                            compile_baseline=args["compile_baseline"],
                            timing=TimingConfig(max_seconds=args["timing_seconds"]))
 

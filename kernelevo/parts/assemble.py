@@ -7,7 +7,8 @@ trial, generality included, timed against eager and torch.compile of the whole m
 is right alone can be wrong in place (a stride or aliasing assumption): when the whole is rejected,
 each part is judged in place alone and those rejected are reverted with the judge's reason; if the
 rest is still rejected together, the part with the smallest share of the model's time is reverted,
-until the judge accepts the model or no part is left. The model figure is the one measured; the
+until the judge accepts the model or no part is left (the model as it was, judged too: that the
+file still is the model, at about 1.0x). The policy is "model": each kernel passed its part's own. The model figure is the one measured; the
 per-part contributions (share times the time a part's speedup saves) are estimates beside it.
 """
 from __future__ import annotations
@@ -78,15 +79,15 @@ def _kind(x: Any) -> str:
 def verified(model_source: str, model_name: str, out_file: Path, candidates: list[Candidate],
              judge: Callable[[Path], Any]) -> Any:
     """Write `out_file` with the candidates in place and judge it, reverting parts until the judge
-    accepts the model; the final evaluation (None when no part is left: the model is unchanged).
-    Reverted candidates carry the reason in `.reverted`."""
+    accepts the model or none is left (the model as it was, judged as well: that the file still is
+    the model); the final evaluation. Reverted candidates carry the reason in `.reverted`."""
     def judged(parts: list[Candidate]):
         out_file.write_text(drop_in_text(model_source, model_name, [c.placed for c in parts]))
-        return judge(out_file) if parts else None
+        return judge(out_file)
 
     kept = list(candidates)
     evaluation = judged(kept)
-    if evaluation is None or evaluation.ok:
+    if evaluation.ok or not kept:
         return evaluation
     if len(kept) > 1:
         for c in kept:
@@ -98,7 +99,7 @@ def verified(model_source: str, model_name: str, out_file: Path, candidates: lis
     else:
         kept[0].reverted = f"wrong in place: {evaluation.verdict} ({evaluation.reason}): {evaluation.message}"
         kept, evaluation = [], judged([])
-    while evaluation is not None and not evaluation.ok:
+    while kept and not evaluation.ok:
         smallest = min(kept, key=lambda c: c.share)
         smallest.reverted = (f"reverted with the smallest share: the parts left were wrong together "
                              f"({evaluation.reason}: {evaluation.message})")
@@ -116,16 +117,15 @@ def result(model_path: str, out_file: Path, bench_id: str, candidates: list[Cand
     in_place = sum(c.share for c in placed)
     saved = sum(c.share * (1 - 1 / c.speedup) for c in placed if c.speedup)
     e = evaluation
+    unchanged = "" if placed else "no part in place: the model as it was; "
     return {
         "model": model_path, "file": str(out_file), "bench": bench_id,
-        "verdict": e.verdict if e is not None else "unchanged",
-        "reason": e.reason if e is not None else "",
-        "message": e.message if e is not None else "no part in place: the model is handed back as it was (1.00x)",
-        "device": e.device if e is not None else "", "device_name": e.device_name if e is not None else "",
-        "speedup_eager": e.speedup_eager if e is not None else 1.0,
-        "speedup_eager_ci": list(e.speedup_eager_ci) if e is not None and e.speedup_eager_ci else None,
-        "speedup_compile": e.speedup_compile if e is not None else None,
-        "speedup_compile_ci": list(e.speedup_compile_ci) if e is not None and e.speedup_compile_ci else None,
+        "verdict": e.verdict, "reason": e.reason, "message": unchanged + e.message,
+        "device": e.device, "device_name": e.device_name,
+        "speedup_eager": e.speedup_eager,
+        "speedup_eager_ci": list(e.speedup_eager_ci) if e.speedup_eager_ci else None,
+        "speedup_compile": e.speedup_compile,
+        "speedup_compile_ci": list(e.speedup_compile_ci) if e.speedup_compile_ci else None,
         "parts": [{"task": c.placed.name, "sites": len(c.placed.sites), "share": c.share, "kernel_id": c.kernel_id,
                    "speedup_alone": c.speedup, "speedup_alone_ci": list(c.ci) if c.ci else None,
                    "in_place": not c.reverted, "reverted": c.reverted,
