@@ -43,7 +43,11 @@ def assemble_model(model_path: Path, bench_id: str, out_file: Path, search: Opti
     with Judge(search.cache_dir, judge_options(whole, search.devices[:1])) as judge:
         evaluation = verified(task.source, Path(model_path).name, out_file, candidates,
                               lambda path: judge.evaluate(task, path, final=True))
+        placed = evaluation.ok and any(not c.reverted for c in candidates)
+        # torch.compile keeps working: the model with its kernels in place, compiled, against the original, compiled
+        pair = judge.compiled_pair(task, out_file, evaluation.device) if placed else None
     data = result(str(model_path), out_file, bench_id, candidates, left, evaluation)
+    data["under_compile"] = pair
     try:  # the page costs nothing of the result if it cannot be written
         with Archive.open_readonly(search.archive_path) as store:
             data["report"] = str(model_html.write(data, store, out_file.with_suffix(".html")))

@@ -158,6 +158,18 @@ class Judge:
                  ncu: bool = True, final: bool = False) -> Evaluation:
         return self.submit(task, candidate_path, device, profile, ncu, final).result()
 
+    def compiled_pair(self, task: Task, candidate_path: str | Path, device: str) -> dict:
+        """The candidate under torch.compile against the reference under torch.compile, both compiled
+        and timed alternately in one fresh process on `device`: {"verdict", "speedup", "speedup_ci",
+        "compile_s"} (or the verdict and message of what failed). For a candidate that passed."""
+        path = Path(candidate_path).resolve()
+        source = path.read_text()
+        job = self._job(task, "compile_beside", candidate_source=source, candidate_path=str(path),
+                        candidate_hash=source_hash(source), format=detect_format(source), compile_candidate=True)
+        result = self.executor.submit(job, device).result()
+        keep = ("verdict", "reason", "message", "speedup", "speedup_ci", "compile_s")
+        return {k: result[k] for k in keep if k in result}
+
     def profile(self, task: Task, candidate_path: str | Path, evaluation: Evaluation, ncu: bool = True
                 ) -> concurrent.futures.Future:
         """Profile a candidate that passed, on the device it was judged on; the future holds a

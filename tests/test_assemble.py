@@ -126,6 +126,9 @@ def test_optimize_in_parts_splits_searches_assembles_and_verifies(tmp_path):
     split = json.loads((tmp_path / "out" / "mlp_stack_parts" / "split.json").read_text())
     assert [t["task"] for t in split["tasks"]] == ["mlp_block.py", "gated_head.py"]
     assert 0 < result["parts"][0]["share"] <= 1 and result["amdahl_bound"] > 1
+    pair = result["under_compile"]  # both compiled, timed alternately in one process
+    assert pair["verdict"] == "ok" and pair["speedup"] > 0 and pair["speedup_ci"][0] <= pair["speedup"], pair
+    assert "under torch.compile, the model with its kernels against the original" in " ".join(done.stdout.split())
     # the model's page: its time as parts before and after, each part linked to its run's report
     page = (tmp_path / "out" / "mlp_stack_kernelevo.html").read_text()
     assert result["report"] == str(tmp_path / "out" / "mlp_stack_kernelevo.html")

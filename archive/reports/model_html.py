@@ -27,6 +27,11 @@ def render(result: dict[str, Any], reports: dict[str, str], bench_page: str | No
                 f"whole model (measured end to end). {result['message']}")
     bound = (f"Amdahl bound of the parts in place: {result['amdahl_bound'] or '—'}x; the parts' own speedups "
              f"alone would give {result['estimate_from_parts'] or '—'}x (an estimate, not a measurement).")
+    pair = result.get("under_compile")
+    if pair:
+        compiled = (_x(pair["speedup"], pair.get("speedup_ci")) if pair["verdict"] == "ok"
+                    else f"not measured ({pair['verdict']}: {pair.get('message', '')})")
+        bound += f" Under torch.compile, the model with its kernels against the original compiled: {compiled}."
     bench = f'<p>Bench of the parts: <a href="{html.escape(bench_page)}">{html.escape(result["bench"])}</a></p>' \
         if bench_page else ""
     return "\n".join([

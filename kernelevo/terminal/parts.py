@@ -45,6 +45,11 @@ def print_assembly(data: dict) -> None:
     console.print(f"the whole model, measured: {eager} against eager, {compiled} against torch.compile "
                   f"(Amdahl bound of the parts in place: {data['amdahl_bound'] or '-'}x; "
                   f"estimate from the parts alone: {data['estimate_from_parts'] or '-'}x)")
+    pair = data.get("under_compile")
+    if pair:
+        shown = speedup_text(pair["speedup"], pair.get("speedup_ci")) if pair["verdict"] == "ok" else \
+            f"not measured ({pair['verdict']}: {escape(pair.get('message', ''))})"
+        console.print(f"under torch.compile, the model with its kernels against the original: {shown}")
     table = Table()
     for name, justify in (("part", "left"), ("sites", "right"), ("share", "right"), ("alone", "right"),
                           ("in place", "left")):
