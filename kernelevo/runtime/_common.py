@@ -109,10 +109,20 @@ def c_functions(source: str) -> dict[str, tuple[str, str]]:
     text = _COMMENTS.sub(" ", source)
     found = {}
     for m in _C_FUNCTION.finditer(text):
-        if m.group(0).lstrip().startswith("static"):
+        if m.group(0).lstrip().startswith("static") or _static_before(text, m.start()):
             continue
         found[m.group(2)] = (m.group(1), "".join(_param_kind(p) for p in _split_params(m.group(3))))
     return found
+
+
+def _static_before(text: str, start: int) -> bool:
+    """Whether the declaration ending at `start` says `static` on a line of its own before it
+    (`static inline __attribute__((always_inline))` above `void f(...)`): such a function is not
+    exported, and binding it fails with an undefined symbol, an honest kernel refused."""
+    before = text[:start]
+    head = before[max(before.rfind(";"), before.rfind("}")) + 1:]
+    lines = [line for line in head.splitlines() if not line.lstrip().startswith("#")]
+    return re.search(r"\bstatic\b", "\n".join(lines)) is not None
 
 
 def _address(arg, name: str, index: int, want_cuda: bool) -> int:
