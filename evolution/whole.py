@@ -37,22 +37,21 @@ def assemble_model(model_path: Path, bench_id: str, out_file: Path, search: Opti
                              "assemble takes a bench of the parts `kernelevo split` wrote")
         rows = task_rows(store.bench_tasks(bench_id))
         candidates, left = chosen_parts(split_dir, rows, lambda kid: store.kernel(kid)["source"], min_speedup)
-    out_file.parent.mkdir(parents=True, exist_ok=True)
-    # the whole model under the policy of an assembled model: each kernel passed its part's own policy
-    whole = dataclasses.replace(search, policy="model")
-    with Judge(search.cache_dir, judge_options(whole, search.devices[:1])) as judge:
-        evaluation = verified(task.source, Path(model_path).name, out_file, candidates,
-                              lambda path: judge.evaluate(task, path, final=True))
-        placed = evaluation.ok and any(not c.reverted for c in candidates)
-        # torch.compile keeps working: the model with its kernels in place, compiled, against the original, compiled
-        pair = judge.compiled_pair(task, out_file, evaluation.device) if placed else None
-    data = result(str(model_path), out_file, bench_id, candidates, left, evaluation)
-    data["under_compile"] = pair
-    try:  # the page costs nothing of the result if it cannot be written
-        with Archive.open_readonly(search.archive_path) as store:
+        out_file.parent.mkdir(parents=True, exist_ok=True)
+        # the whole model under the policy of an assembled model: each kernel passed its part's own policy
+        whole = dataclasses.replace(search, policy="model")
+        with Judge(search.cache_dir, judge_options(whole, search.devices[:1])) as judge:
+            evaluation = verified(task.source, Path(model_path).name, out_file, candidates,
+                                  lambda path: judge.evaluate(task, path, final=True))
+            placed = evaluation.ok and any(not c.reverted for c in candidates)
+            # torch.compile keeps working: the model with its kernels in place, compiled, against the original, compiled
+            pair = judge.compiled_pair(task, out_file, evaluation.device) if placed else None
+        data = result(str(model_path), out_file, bench_id, candidates, left, evaluation)
+        data["under_compile"] = pair
+        try:  # the page costs nothing of the result if it cannot be written
             data["report"] = str(model_html.write(data, store, out_file.with_suffix(".html")))
-    except OSError as exc:
-        data["report"] = f"not written: {exc}"
+        except OSError as exc:
+            data["report"] = f"not written: {exc}"
     out_file.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
     return data
 

@@ -36,6 +36,15 @@ def placed_parts(model: Path, out: Path) -> list[Placed]:
     return placed
 
 
+def model_and_assembled(module, task, seed: int):
+    """The original model and the assembled one with the same weights, and the model's own input."""
+    torch.manual_seed(seed)
+    reference = task.make_model()
+    new = module.ModelNew(*task.init_args)
+    new.load_state_dict(reference.state_dict())
+    return reference, new, task.get_inputs()[0]
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("stack")
@@ -65,10 +74,7 @@ def test_the_drop_in_matches_the_model_and_swaps_a_live_one(stack):
 
 def test_the_drop_in_compiles_whole_with_the_kernels_as_custom_ops(stack):
     module, task = stack
-    torch.manual_seed(1)
-    reference = task.make_model()
-    new = module.ModelNew(*task.init_args)
-    new.load_state_dict(reference.state_dict())
+    reference, new, _ = model_and_assembled(module, task, seed=1)
     compiled = torch.compile(new, fullgraph=True)  # a graph break would raise here
     with torch.no_grad():
         for x in (task.get_inputs()[0], torch.randn(3, 5, 64)):  # another shape: traced again, still whole
@@ -139,11 +145,7 @@ def test_optimize_in_parts_splits_searches_assembles_and_verifies(tmp_path):
     # the drop-in matches the model on the model's own inputs
     task = load_task(MODELS / "mlp_stack.py")
     module = load_module((tmp_path / "out" / "mlp_stack_kernelevo.py").read_text(), "assembled.py", "candidate")
-    torch.manual_seed(2)
-    reference = task.make_model()
-    new = module.ModelNew(*task.init_args)
-    new.load_state_dict(reference.state_dict())
-    x = task.get_inputs()[0]
+    reference, new, x = model_and_assembled(module, task, seed=2)
     with torch.no_grad():
         assert torch.allclose(new(x), reference(x), atol=1e-5, rtol=1e-5)
     assert "the whole model, measured:" in " ".join(done.stdout.split())
@@ -176,10 +178,6 @@ def test_only_kernels_faster_beyond_noise_are_placed_and_nothing_placed_is_the_m
     with _judge(tmp_path / "cache") as judge:  # a search's policy would refuse it: no kernel of its own ran
         assert judge.evaluate(task, out).reason == "no_own_kernel"
     module = load_module(out.read_text(), str(out), "candidate")
-    torch.manual_seed(4)
-    reference = task.make_model()
-    new = module.ModelNew(*task.init_args)
-    new.load_state_dict(reference.state_dict())
-    x = task.get_inputs()[0]
+    reference, new, x = model_and_assembled(module, task, seed=4)
     with torch.no_grad():
         assert torch.equal(new(x), reference(x))

@@ -45,22 +45,28 @@ def render(table: dict[str, Any], reports: dict[str, str] | None = None) -> str:
 def write(store, bench_id: str, path: Path) -> Path:
     """The suite report at `path`, and each task's run report in reports/ beside it (linked from its
     row); OSError on a full disk, KeyError for an unknown bench."""
-    from . import run_html
     from .bench_data import bench_table
-    from .run_data import report_data
 
     path = Path(path)
     table = bench_table(store, bench_id)
+    page = render(table, write_run_reports(store, table, path.parent))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(page, encoding="utf-8")
+    return path
+
+
+def write_run_reports(store, table: dict, folder: Path) -> dict[str, str]:
+    """Each task's run report in `folder`/reports/; task name -> its link, relative to `folder`."""
+    from . import run_html
+    from .run_data import report_data
+
     reports = {}
     for row in table["tasks"]:
         if row["run_id"]:
             link = f"reports/{row['name']}_{row['run_id']}.html"
-            run_html.write(report_data(store, row["run_id"]), path.parent / link)
+            run_html.write(report_data(store, row["run_id"]), Path(folder) / link)
             reports[row["name"]] = link
-    page = render(table, reports)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(page, encoding="utf-8")
-    return path
+    return reports
 
 
 def _about(bench: dict) -> str:

@@ -99,9 +99,10 @@ def write(result: dict, store, path: Path) -> Path:
     from .bench_data import bench_table
 
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = bench_table(store, result["bench"])
+    reports = bench_html.write_run_reports(store, table, path.parent)
     bench_page = path.parent / f"bench_{result['bench']}.html"
-    bench_html.write(store, result["bench"], bench_page)
-    reports = {row["name"]: f"reports/{row['name']}_{row['run_id']}.html"
-               for row in bench_table(store, result["bench"])["tasks"] if row["run_id"]}
+    bench_page.write_text(bench_html.render(table, reports), encoding="utf-8")
     path.write_text(render(result, reports, bench_page.name), encoding="utf-8")
     return path

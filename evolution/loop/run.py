@@ -17,7 +17,7 @@ from .. import budget as budgets
 from .. import ensemble as ensembles
 from .. import placement
 from ..novelty import NoveltyGate
-from ..options import BUDGET_REASONS, OptimizeOptions
+from ..options import BUDGET_REASONS, OptimizeOptions, judge_options
 from ..outcome import (
     EXIT_BUDGET,
     EXIT_OK,
@@ -66,7 +66,7 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
     bad options; KeyboardInterrupt leaves the run 'stopped' and resumable."""
     from kernelevo.agent.prompting import task_view
     from kernelevo.archive.store import Archive
-    from kernelevo.judge.api import Judge, JudgeOptions
+    from kernelevo.judge.api import Judge
 
     from kernelevo.config import load_config
     from kernelevo.tasks import load_task
@@ -103,12 +103,8 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
                 gate.remember(member.kernel_id, member.source)
         # One spare worker per device: a started worker waits while another runs, so the device does
         # not wait for Python and torch to import (the search always has the next child ready).
-        judge_options = JudgeOptions(devices=options.devices, policy=options.policy, trials=options.trials,
-                                     seed=seed, compile_baseline=options.compile_baseline, spares=1,
-                                     shapes=options.shapes, executor=options.executor,
-                                     ray_address=options.ray_address,
-                                     **({"timing": options.timing} if options.timing else {}))
-        with Judge(options.cache_dir, judge_options) as judge:
+        settings = dataclasses.replace(judge_options(options, options.devices), seed=seed, spares=1)
+        with Judge(options.cache_dir, settings) as judge:
             rng = random.Random(f"{seed}:{state.judged()}")  # a resumed run does not replay its draws
             search = Search(state, ensemble, judge, options.settings, budget, gate, rng, on_progress, on_status)
             for row in state.unjudged():  # stored before a kill, never judged

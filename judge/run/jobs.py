@@ -280,17 +280,18 @@ def run_compile_beside(job: dict, device: str, channel) -> dict:
     except Exception as exc:  # noqa: BLE001 - a failed compile or run is reported, the search figure stays
         return _failure(verdicts.classify_run(exc))
     noisy = not device.startswith("cuda")
+
+    def speedup(over: str, of: str) -> tuple[float, list[float]]:
+        point, ci = measured.speedup(over, of)
+        return point, timing.reported(point, ci, measured.load, noisy)
+
+    done = {"verdict": "ok", "reason": "", "message": "", "compile_s": compile_s,
+            "timing": {name: dataclasses.asdict(s) for name, s in measured.stats.items()}}
     if pair:  # both under torch.compile: the candidate's compiled time against the reference's
-        return {"verdict": "ok", "reason": "", "message": "", "compile_s": compile_s,
-                "timing": {name: dataclasses.asdict(s) for name, s in measured.stats.items()},
-                "speedup": measured.speedup("compiled", "candidate_compiled")[0],
-                "speedup_ci": timing.reported(*measured.speedup("compiled", "candidate_compiled"), measured.load,
-                                              noisy)}
-    return {"verdict": "ok", "reason": "", "message": "", "compile_s": compile_s,
-            "timing": {name: dataclasses.asdict(s) for name, s in measured.stats.items()},
-            "load": measured.load, "speedup_compile": measured.speedup("compiled", "candidate")[0],
-            "speedup_compile_ci": timing.reported(*measured.speedup("compiled", "candidate"), measured.load,
-                                                  not device.startswith("cuda")),
+        point, ci = speedup("compiled", "candidate_compiled")
+        return {**done, "speedup": point, "speedup_ci": ci}
+    point, ci = speedup("compiled", "candidate")
+    return {**done, "load": measured.load, "speedup_compile": point, "speedup_compile_ci": ci,
             "speedup_eager": measured.speedup("eager", "candidate")[0]}
 
 

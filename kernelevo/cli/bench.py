@@ -16,10 +16,8 @@ from typer.core import TyperGroup
 from kernelevo.cli.common import (ArchiveOpt, CacheDirOpt, ChildrenOpt, CompileBaselineOpt, ConcurrencyOpt,
                                   ConfigOpt, DeviceOpt, ExecutorOpt, FormatOpt, GenerationsOpt, GpusOpt, IslandsOpt,
                                   JsonOpt, ModelForOpt, ModelOpt, NcuOpt, PlateauOpt, PolicyOpt, ProfileTopOpt, RayAddressOpt,
-                                  SeedOpt, ShapesOpt, TimingSecondsOpt, TrialsOpt, check_choice, duration, emit,
+                                  EXIT_INTERRUPTED, SeedOpt, ShapesOpt, TimingSecondsOpt, TrialsOpt, check_choice, duration, emit,
                                   fail, models_text, opened, say, search_options)
-
-EXIT_INTERRUPTED = 130
 
 
 class _RunByDefault(TyperGroup):

@@ -64,6 +64,9 @@ TimingSecondsOpt = Annotated[float, typer.Option(min=0.05, help="seconds spent t
                                                  "noisier)")]
 
 
+EXIT_INTERRUPTED = 130  # Ctrl-C: everything stored, resumable
+
+
 def fail(message: str, code: int = 2) -> NoReturn:
     """One line on stderr, a non-zero exit: every usage error ends here."""
     typer.echo(f"error: {message}", err=True)

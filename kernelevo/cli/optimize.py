@@ -13,10 +13,8 @@ import typer
 from kernelevo.cli.common import (CacheDirOpt, ChildrenOpt, CompileBaselineOpt, ConcurrencyOpt, DeviceOpt, ExecutorOpt,
                                   FormatOpt, GenerationsOpt, GpusOpt, IslandsOpt, ModelForOpt, ModelOpt, NcuOpt, PlateauOpt,
                                   PolicyOpt, ProfileTopOpt, RayAddressOpt, SeedOpt, ShapesOpt, TimingSecondsOpt,
-                                  TrialsOpt, check_choice, duration, fail, models_text, say,
+                                  TrialsOpt, EXIT_INTERRUPTED, check_choice, duration, fail, models_text, say,
                                   search_options)
-
-EXIT_INTERRUPTED = 130
 
 
 def optimize(

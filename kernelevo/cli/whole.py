@@ -10,11 +10,9 @@ from typing import Any, Optional
 
 import typer
 
-from kernelevo.cli.common import (ArchiveOpt, CacheDirOpt, CompileBaselineOpt, ConfigOpt, JsonOpt, SeedOpt,
+from kernelevo.cli.common import (EXIT_INTERRUPTED, ArchiveOpt, CacheDirOpt, CompileBaselineOpt, ConfigOpt, JsonOpt, SeedOpt,
                                   ShapesOpt, TimingSecondsOpt, TrialsOpt, check_choice, config_or_fail, fail,
                                   resolve_device, say)
-
-EXIT_INTERRUPTED = 130
 
 
 def assemble(

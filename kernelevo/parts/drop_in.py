@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from .task_file import cut, literal
 
+_INPUT_FUNCTIONS = ("get_inputs", "get_init_inputs", "get_test_inputs")  # the task's, not the model's
 _TYPES = {"tensor": "torch.Tensor", "int": "int", "float": "float", "bool": "bool"}
 
 
@@ -43,7 +44,7 @@ def drop_in_text(model_source: str, model_name: str, placed: list[Placed]) -> st
             "# instance in place (weights carried over) and returns the paths it swapped. Parts in place:\n"
             f"{names}\n",
             "import copy\n\nimport torch\n\n",
-            _renamed(_without_future(cut(model_source, {"get_inputs", "get_init_inputs", "get_test_inputs"})),
+            _renamed(_without_future(cut(model_source, lambda node: getattr(node, "name", None) in _INPUT_FUNCTIONS)),
                      "Model", "ModelBase").rstrip() + "\n"]
     for i, p in enumerate(placed):
         text.append(f"\n\n# ---- {p.name}: {p.label} ----\n")

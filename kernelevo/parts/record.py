@@ -42,7 +42,6 @@ class Recording:
     total_ms: float  # the model's forward alone, no hooks: median of TIMED_FORWARDS
     device: str
     device_name: str
-    inputs: list
 
     def share(self, ms: float) -> float | None:
         """`ms` as a share of the model's time measured the same way (with every module's wait)."""
@@ -127,7 +126,7 @@ def record(model, inputs: list, device: str, inits: dict[int, tuple[tuple, dict]
             sync()
             total.append((time.perf_counter() - start) * 1e3)
     name = torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu"
-    return Recording(model, sites, statistics.median(total), device, name, inputs)
+    return Recording(model, sites, statistics.median(total), device, name)
 
 
 def _first_calls(model, sites: dict[str, Site], inputs: list) -> None:

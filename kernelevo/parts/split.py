@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,6 @@ class Part:
     name: str = ""
     file: str = ""
     checked: str = ""  # how the written file matched its call site
-    notes: list[str] = field(default_factory=list)
 
     @property
     def cls(self) -> type:
@@ -123,10 +122,10 @@ def split(recording: Recording, source: str, model_path: str, out_dir: Path, top
 
 def _as_part(site: Site) -> tuple[Part | None, str]:
     """The site as a part, or (None, why not); why is "" for what is only opened (containers, unused)."""
-    import torch.nn as nn
+    import torch
 
     module = site.module
-    if isinstance(module, (nn.ModuleList, nn.ModuleDict, nn.Sequential)):
+    if isinstance(module, (torch.nn.ModuleList, torch.nn.ModuleDict, torch.nn.Sequential)):
         return None, ""
     if site.calls == 0:
         return None, "" if site.children else "never called"
@@ -145,8 +144,6 @@ def _as_part(site: Site) -> tuple[Part | None, str]:
         _, inputs = _positional(module.forward, site.args, site.kwargs, constructor=False)
     except ValueError as exc:
         return None, f"forward {exc}"
-    import torch
-
     bad_in = [x for x in inputs if not isinstance(x, (torch.Tensor, int, float, bool))]
     if bad_in:
         return None, f"forward takes a {type(bad_in[0]).__name__} (a task's inputs are tensors and numbers)"

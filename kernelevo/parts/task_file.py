@@ -147,10 +147,7 @@ def part_source(source: str, class_name: str) -> str:
 
 def cut(source: str, drop) -> str:
     """`source` without the top-level statements `drop(node)` is true of, nor its `__main__` block;
-    the rest verbatim. `drop` may also be a set of names of definitions to leave out."""
-    if isinstance(drop, (set, frozenset)):
-        names = drop
-        drop = lambda node: getattr(node, "name", None) in names  # noqa: E731
+    the rest verbatim."""
     lines = source.splitlines(keepends=True)
     spans = []
     for node in ast.parse(source).body:

@@ -85,6 +85,8 @@ _COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 _CUDA_KERNEL = re.compile(
     r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+"
     r"(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(([^)]*)\)")
+# A definition whose line starts with its return type (or `static`/`inline`); one declared static
+# is not exported (_declared_static).
 _C_FUNCTION = re.compile(
     r"^[ \t]*(?:static\s+)?(?:inline\s+)?(void|int|float|double|int64_t|long)\s+(\w+)\s*\(([^)]*)\)\s*\{",
     re.M)
@@ -109,17 +111,17 @@ def c_functions(source: str) -> dict[str, tuple[str, str]]:
     text = _COMMENTS.sub(" ", source)
     found = {}
     for m in _C_FUNCTION.finditer(text):
-        if m.group(0).lstrip().startswith("static") or _static_before(text, m.start()):
+        if _declared_static(text, m.start(2)):
             continue
         found[m.group(2)] = (m.group(1), "".join(_param_kind(p) for p in _split_params(m.group(3))))
     return found
 
 
-def _static_before(text: str, start: int) -> bool:
-    """Whether the declaration ending at `start` says `static` on a line of its own before it
-    (`static inline __attribute__((always_inline))` above `void f(...)`): such a function is not
-    exported, and binding it fails with an undefined symbol, an honest kernel refused."""
-    before = text[:start]
+def _declared_static(text: str, name_at: int) -> bool:
+    """Whether the function whose name starts at `name_at` is declared `static`, on its line or on
+    one above (`static inline __attribute__((always_inline))` above `void f(...)`): such a function
+    is not exported, and binding it fails with an undefined symbol, an honest kernel refused."""
+    before = text[:name_at]
     head = before[max(before.rfind(";"), before.rfind("}")) + 1:]
     lines = [line for line in head.splitlines() if not line.lstrip().startswith("#")]
     return re.search(r"\bstatic\b", "\n".join(lines)) is not None
