@@ -112,8 +112,9 @@ class LLM:
             temperature = None  # extended thinking takes no temperature
         return max_tokens, temperature, extra
 
-    def ask(self, operator: str, messages: list[Message]) -> Answer:
-        """One call; never raises for a failed call except `Stop`."""
+    def ask(self, operator: str, messages: list[Message], fmt: str = "") -> Answer:
+        """One call; never raises for a failed call except `Stop`. `fmt`: the candidate format it
+        asks for, recorded with the call."""
         wait = self.paused_for()
         if wait:
             time.sleep(wait)
@@ -122,7 +123,7 @@ class LLM:
         max_tokens, temperature, extra = self._request()
         started = time.time()
         base = dict(provider=self.ref.provider, model=self.ref.model, operator=operator, started_at=started,
-                    prompt_hash=prompt_hash(messages), label=self.label)
+                    prompt_hash=prompt_hash(messages), label=self.label, format=fmt)
         try:
             done = self.provider.complete(messages, max_tokens, temperature, extra)
         except ProviderError as exc:
@@ -174,8 +175,8 @@ class Metered:
     is a hard cap, even for a follow-up of a reply already paid for. `calls`: the records of every
     call sent, failed ones included, for the caller to settle its reservation with."""
 
-    def __init__(self, llm: LLM, more: Callable[[], str]):
-        self.llm, self.more = llm, more
+    def __init__(self, llm: LLM, more: Callable[[], str], fmt: str = ""):
+        self.llm, self.more, self.fmt = llm, more, fmt  # fmt: the candidate format these calls ask for
         self.calls: list[LLMCall] = []
 
     @property
@@ -188,7 +189,7 @@ class Metered:
             if why:
                 raise NotSent(why)
         try:
-            answer = self.llm.ask(operator, messages)
+            answer = self.llm.ask(operator, messages, **({"fmt": self.fmt} if self.fmt else {}))
         except Stop as exc:
             if exc.call is not None:  # sent and failed: it counts
                 self.calls.append(exc.call)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from .edits import Failure
 from .providers import Message
 
-FORMATS = ("nvrtc", "inline", "c")
+FORMATS = ("nvrtc", "inline", "c", "triton")
 
 
 class PromptError(LookupError):
@@ -47,7 +47,7 @@ def fill(template: str, /, **values: object) -> str:
 class Target:
     """What kernels are written for: the candidate format and the device."""
 
-    format: str  # "nvrtc", "inline" or "c"
+    format: str  # "nvrtc", "inline", "c" or "triton"
     name: str  # "NVIDIA H100 80GB HBM3", or the CPU's model name
     capability: tuple[int, int] | None = None  # None on the CPU
     sm_count: int = 0
@@ -118,9 +118,9 @@ def _then(text: str) -> str:
 
 
 def _formats(target: Target) -> str:
-    """The requested format in full; on a GPU the other CUDA format too (the prompts teach both)."""
-    if target.format == "c":
-        return fill("format_c.md", requested=template_text("requested.md"))
+    """The requested format in full; for a CUDA format the other one too (the prompts teach both)."""
+    if target.format in ("c", "triton"):
+        return fill(f"format_{target.format}.md", requested=template_text("requested.md"))
     other = "inline" if target.format == "nvrtc" else "nvrtc"
     return "\n\n".join([fill(f"format_{target.format}.md", requested=template_text("requested.md")),
                         fill(f"format_{other}.md", requested=template_text("alternative.md"))])

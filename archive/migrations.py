@@ -221,4 +221,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     # The model's own account of a kernel: the prose of its reply before the code (for reflect, after
     # the analysis), which later prompts quote. '' for kernels without one (imports, tune variants).
     ("0006_kernel_account", "ALTER TABLE kernels ADD COLUMN account TEXT NOT NULL DEFAULT '';"),
+    # The candidate format a call asked for (a run may ask for CUDA and Triton: --format auto); what a
+    # reply wrote is its kernel's format. '' before 0007 and for calls that ask for no kernel.
+    ("0007_call_format", "ALTER TABLE llm_calls ADD COLUMN format TEXT NOT NULL DEFAULT '';"),
 ]

@@ -32,7 +32,7 @@ PARENT_STONE = "parent of kernel "
 # Columns of llm_calls, in LLMCall's field order; a test checks that none of LLMCall's fields is missing.
 LLM_COLUMNS = ("provider", "model", "operator", "outcome", "input_tokens", "cache_read_tokens",
                "cache_write_tokens", "output_tokens", "reasoning_tokens", "cost_usd", "latency_s",
-               "request_id", "started_at", "prompt_hash", "reply", "stop_reason", "error", "label")
+               "request_id", "started_at", "prompt_hash", "reply", "stop_reason", "error", "label", "format")
 
 # Evaluation fields copied into their own columns so that SQL can sort and filter on them;
 # the whole record is kept as JSON in `data` as well.
@@ -96,6 +96,24 @@ def own_improvement(kernel: dict) -> bool:
     """Whether a kernel row is a stepping stone for what it did itself (a new best of its island,
     a new niche), not only as the parent of one that did."""
     return bool(kernel.get("stepping_stone")) and not (kernel.get("stone_reason") or "").startswith(PARENT_STONE)
+
+
+def by_format(rows: Iterable[dict], best: dict[str, dict], names: Iterable[str] = ()) -> list[dict]:
+    """Archive.format_yield rows summed per asked format, `names` first (zeros for one not asked
+    yet), with the format's fastest correct kernel from Archive.format_best: calls, cost_usd,
+    attempts, judged, correct, improvements, best (kernel id or None), best_speedup, best_speedup_ci."""
+    sums = ("calls", "cost_usd", "attempts", "judged", "correct", "improvements")
+    out: dict[str, dict] = {f: {"format": f, **{k: 0 for k in sums}} for f in names}
+    for r in rows:
+        if r["format"]:
+            g = out.setdefault(r["format"], {"format": r["format"], **{k: 0 for k in sums}})
+            for k in sums:
+                g[k] += r[k]
+    for fmt, g in out.items():
+        top = best.get(fmt) or {}
+        g.update(cost_usd=round(g["cost_usd"], 6), best=top.get("kernel_id"), best_speedup=top.get("speedup_eager"),
+                 best_speedup_ci=top.get("speedup_eager_ci"))
+    return list(out.values())
 
 
 def by_model(rows: Iterable[dict], names: Iterable[str] = ()) -> list[dict]:

@@ -4,9 +4,12 @@
 
 Five measurements, each over the starter suite (benchmarks/tasks):
 1. build latency per format, cold (a source never compiled: a unique comment defeats every cache)
-   and cached (the same source in a new process), as median and p90;
+   and cached (the same source in a new process), as median and p90; a Triton candidate's build
+   is its import, construction and first call (where Triton compiles and autotunes), as the judge
+   counts it;
 2. throughput: nvrtc candidates (every starter kernel, each made unique) fully judged per minute
-   on one GPU, from the first submit to the last verdict, baselines cached beforehand;
+   on one GPU, from the first submit to the last verdict, baselines cached beforehand; the same
+   for the Triton candidates apart (throughput_triton);
 3. repeatability: each starter kernel judged in 5 separate worker processes; the coefficient of
    variation of its speedup over eager;
 4. agreement: the judge's speedup against triton.testing.do_bench (median, its own L2 clearing),
@@ -42,8 +45,15 @@ def percentile(xs: list[float], q: float) -> float:
 
 
 def unique(source: str) -> str:
-    """The same kernel with a fresh comment in its CUDA source: a new hash, so a cold build."""
+    """The same kernel with a fresh comment in its CUDA source, or in the body of its first Triton
+    kernel (Triton's cache key is the function's source from `def` on): a new hash, so a cold build."""
     tag = uuid.uuid4().hex
+    if "__global__" not in source and "@triton.jit" in source:
+        lines = source.splitlines(keepends=True)
+        start = next(i for i, line in enumerate(lines) if line.lstrip().startswith("@triton.jit"))
+        end = next(i for i in range(start + 1, len(lines)) if lines[i].rstrip().endswith(":"))  # the signature's end
+        lines.insert(end + 1, f"    # kernelevo benchmark {tag}\n")
+        return "".join(lines)
     return re.sub(r"^(?![ \t]*#)(.*__global__)", rf"// kernelevo benchmark {tag}\n\1", source, count=1, flags=re.M)
 
 
@@ -60,8 +70,8 @@ def build_latency(fmt: str, count: int, cache: Path) -> dict:
         path = cache / "bench-src" / f"{fmt}_{i}.py"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(unique(cand.read_text()))
-        cold.append(_timed_build(task, path, cache))
-        cached.append(_timed_build(task, path, cache))
+        cold.append(_timed_build(task, path, cache, fmt))
+        cached.append(_timed_build(task, path, cache, fmt))
     return {"format": fmt, "n": count, "cold_median_s": statistics.median(cold), "cold_p90_s": percentile(cold, 0.9),
             "cached_median_s": statistics.median(cached), "cached_p90_s": percentile(cached, 0.9),
             "cold_s": cold, "cached_s": cached}
@@ -77,27 +87,31 @@ task = load_module(open(sys.argv[1]).read(), sys.argv[1], "task")
 torch.empty(1, device="cuda")
 t = time.perf_counter()
 module = load_module(open(sys.argv[2]).read(), sys.argv[2], "candidate")
-module.ModelNew(*task.get_init_inputs()).cuda()
+model = module.ModelNew(*task.get_init_inputs()).cuda()
+if sys.argv[4] == "triton":  # Triton compiles (and autotunes) at the first call: part of its build
+    with torch.no_grad():
+        model(*[x.cuda() if isinstance(x, torch.Tensor) else x for x in task.get_inputs()])
 torch.cuda.synchronize()
 print(time.perf_counter() - t)
 """
 
 
-def _timed_build(task: Path, cand: Path, cache: Path) -> float:
-    out = subprocess.run([sys.executable, "-c", _BUILD, str(task), str(cand), str(cache / "inline" / cand.stem)],
+def _timed_build(task: Path, cand: Path, cache: Path, fmt: str) -> float:
+    out = subprocess.run([sys.executable, "-c", _BUILD, str(task), str(cand), str(cache / "inline" / cand.stem), fmt],
                          capture_output=True, text=True, env=_env(cache), check=True)
     return float(out.stdout.strip().splitlines()[-1])
 
 
 def _env(cache: Path) -> dict:
-    return {**os.environ, "KERNELEVO_CACHE_DIR": str(cache)}
+    return {**os.environ, "KERNELEVO_CACHE_DIR": str(cache), "TRITON_CACHE_DIR": str(cache / "triton")}
 
 
-def throughput(judge, tasks: dict, cache: Path, rounds: int, device: str, profile: bool = False) -> dict:
-    """Every starter nvrtc kernel, made unique, `rounds` times; all submitted at once."""
+def throughput(judge, tasks: dict, cache: Path, rounds: int, device: str, profile: bool = False,
+               fmt: str = "nvrtc") -> dict:
+    """Every starter kernel of `fmt`, made unique, `rounds` times; all submitted at once."""
     jobs = []
     for r in range(rounds):
-        for task_path, cand in candidates("nvrtc"):
+        for task_path, cand in candidates(fmt):
             path = cache / "bench-src" / f"tp_{r}_{cand.name}"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(unique(cand.read_text()))
@@ -254,7 +268,7 @@ def main() -> None:
     parser.add_argument("--input-sets", type=int, default=JudgeOptions.input_sets, help="input sets rotated in timing")
     parser.add_argument("--cache", type=Path, help="cache directory [default: a new temporary one]")
     parser.add_argument("--skip", nargs="*", default=[],
-                        help="parts to skip: launch build inline throughput repeat agree profile")
+                        help="parts to skip: launch build inline triton throughput repeat agree profile")
     args = parser.parse_args()
     cache = args.cache or Path(tempfile.mkdtemp(prefix="kernelevo-bench-"))
     report: dict = {"gpu": torch.cuda.get_device_name(args.device), "cpu": cpu_name(), "cores": os.cpu_count(),
@@ -276,16 +290,22 @@ def main() -> None:
     if "inline" not in args.skip:
         report["build_inline"] = build_latency("inline", args.inline_builds, cache)
         save()
+    if "build" not in args.skip and "triton" not in args.skip:
+        report["build_triton"] = build_latency("triton", args.builds, cache)
+        save()
     options = JudgeOptions(devices=(args.device,), spares=4, input_sets=args.input_sets)
     with Judge(cache, options) as judge:
         for task in tasks.values():  # baselines once per task, outside every measurement below
             judge.baseline(task, args.device)
-        verdicts = suite_verdicts(judge, tasks, args.device, ("nvrtc",) if "inline" in args.skip else ("nvrtc", "inline"))
+        formats = ("nvrtc",) + (() if "inline" in args.skip else ("inline",)) + (() if "triton" in args.skip else ("triton",))
+        verdicts = suite_verdicts(judge, tasks, args.device, formats)
         report["verdicts"] = {name: {"verdict": e.verdict, "reason": e.reason, "message": e.message,
                                      "speedup_eager": e.speedup_eager, "speedup_compile": e.speedup_compile,
                                      "candidate_ms": e.candidate.median_ms if e.candidate else None,
                                      "candidate_host_ms": e.candidate.host_ms if e.candidate else None,
-                                     "device_s": e.device_s, "build_s": e.build_s} for name, e in verdicts.items()}
+                                     "device_s": e.device_s, "build_s": e.build_s, "format": e.format,
+                                     "notes": [n for n in e.notes if n.startswith(("build:", "autotune"))]}
+                               for name, e in verdicts.items()}
         save()
         if "agree" not in args.skip:
             report["agreement"] = agreement(verdicts, cache)
@@ -293,6 +313,9 @@ def main() -> None:
         if "throughput" not in args.skip:
             report["throughput"] = throughput(judge, tasks, cache, args.rounds, args.device)
             save()
+            if "triton" not in args.skip:
+                report["throughput_triton"] = throughput(judge, tasks, cache, args.rounds, args.device, fmt="triton")
+                save()
         if "profile" not in args.skip:
             report["profile"] = profile_cost(judge, tasks, verdicts, args.device)
             save()

@@ -28,6 +28,8 @@ import ast
 import re
 from typing import Mapping
 
+from kernelevo.judge.run.formats import dotted as _dotted
+
 # Calls that build a candidate's kernels; the names they are assigned to are launch handles.
 _BUILDERS = {"load_cuda", "load_c", "load_inline", "load"}
 _DEFAULT_HANDLES = {"nvrtc": {"_mod", "mod"}, "c": {"_lib", "lib"}, "inline": {"_ext", "ext"}}
@@ -248,17 +250,6 @@ def _torch_ops(tree: ast.Module | None, c_text: str) -> bool:
     if any(name not in _GLUE for name in _CXX_TORCH_CALL.findall(c_text)):
         return True
     return tree is not None and _ForwardWalker(tree, "").torch_ops()
-
-
-def _dotted(node: ast.AST) -> str:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return ""
 
 
 class _ForwardWalker:

@@ -32,7 +32,7 @@ class OptimizeOptions:
     archive_path: Path
     out_dir: Path
     cache_dir: Path
-    fmt: str | None = None  # candidate format asked for; nvrtc on a GPU, c on the CPU
+    fmt: str | None = None  # candidate format asked for; nvrtc on a GPU, c on the CPU; "auto": see formats_of
     limits: budgets.Limits = field(default_factory=budgets.Limits)
     settings: SearchSettings = field(default_factory=SearchSettings)
     seed: int = 0
@@ -47,6 +47,16 @@ class OptimizeOptions:
     executor: str = "local"  # or "ray": judge jobs run on a Ray cluster (judge/run/ray_executor.py)
     ray_address: str | None = None  # None: $RAY_ADDRESS, else a cluster started on this machine
     model_for: tuple[tuple[str, str], ...] | None = None  # (operator, model) pins; None: a resumed run's own
+
+
+def formats_of(fmt: str | None, device: str) -> tuple[str, ...]:
+    """The candidate formats a run's calls ask for: the one given (nvrtc on a GPU, c on the CPU by
+    default), or with "auto" a CUDA format and Triton side by side (C and Triton on the CPU, where
+    Triton runs in its interpreter), each on its own islands."""
+    native = "c" if device == "cpu" else "nvrtc"
+    if fmt == "auto":
+        return (native, "triton")
+    return (fmt or native,)
 
 
 def judge_options(search: OptimizeOptions, devices: tuple[str, ...]):

@@ -42,6 +42,7 @@ class Progress:
     replies: int = 0  # replies that came back and became a kernel row
     replies_judged: int = 0  # of those, the ones the judge got
     models: list = field(default_factory=list)  # per model of the run: archive.rows.by_model's figures
+    formats: list = field(default_factory=list)  # per format asked for (several: --format auto): archive.rows.by_format
     dropped: dict = field(default_factory=dict)  # model -> why it dropped out
     status: str = "starting"
     run_id: str = ""

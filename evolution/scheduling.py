@@ -168,3 +168,57 @@ def choose_model(per_operator: Mapping[str, OperatorStats], overall: Mapping[str
     weights = model_weights(per_operator, overall, prices)
     names = list(weights)
     return rng.choices(names, weights=[weights[m] for m in names], k=1)[0]
+
+
+# -- which candidate format a call asks for (--format auto) -----------------------------------------
+
+FORMAT_EXPLORE = 0.15  # share of draws spread uniformly over the formats
+
+
+def format_weights(per_model: Mapping[str, OperatorStats], overall: Mapping[str, OperatorStats],
+                   formats: tuple[str, ...]) -> dict[str, float]:
+    """p_f for each format (they sum to 1): the model bandit's split rate without the cost (a call
+    costs the same whatever format it asks for). Per format f, over all of the run's models (A, S,
+    I) and for the model about to be called (a, s, i):
+
+        S_f = (S + P * C0) / (A + P)              s_f = (s + P * S_f) / (a + P)
+        G_f = (I + P * R0 / C0) / (S + P)         g_f = (i + P * G_f) / (s + P)
+        p_f = (1 - FORMAT_EXPLORE) * s_f * g_f / sum + FORMAT_EXPLORE / |formats|
+
+    So a format whose calls come back correct and faster gets more of them, for this model first
+    (a model may write good Triton and poor CUDA), from what all models showed before it has
+    evidence of its own; and no format starves."""
+    p = PRIOR_ATTEMPTS
+    raw = {}
+    for fmt in formats:
+        here, everywhere = per_model.get(fmt) or OperatorStats(), overall.get(fmt) or OperatorStats()
+        correct_all = (everywhere.successes + p * PRIOR_CORRECT) / (everywhere.attempts + p)
+        correct = (here.successes + p * correct_all) / (here.attempts + p)
+        gain_all = (everywhere.improvements + p * PRIOR_RATE / PRIOR_CORRECT) / (everywhere.successes + p)
+        gain = (here.improvements + p * gain_all) / (here.successes + p)
+        raw[fmt] = correct * gain
+    total, n = sum(raw.values()), len(raw)
+    if total <= 0:
+        return {fmt: 1.0 / n for fmt in raw}
+    return {fmt: (1 - FORMAT_EXPLORE) * w / total + FORMAT_EXPLORE / n for fmt, w in raw.items()}
+
+
+def choose_format(per_model: Mapping[str, OperatorStats], overall: Mapping[str, OperatorStats],
+                  formats: tuple[str, ...], rng: random.Random) -> str:
+    """The format the next call asks for: a draw from format_weights (no draw for one format)."""
+    if len(formats) == 1:
+        return formats[0]
+    weights = format_weights(per_model, overall, formats)
+    return rng.choices(list(weights), weights=list(weights.values()), k=1)[0]
+
+
+def format_stats(rows: list[dict], model: str | None = None) -> dict[str, OperatorStats]:
+    """Per asked format, the attempts, correct kernels and improvements of Archive.format_yield's
+    rows: of one model's calls, or of all (model None)."""
+    out: dict[str, OperatorStats] = {}
+    for r in rows:
+        if r["format"] and (model is None or r["model"] == model):
+            s = out.get(r["format"], OperatorStats())
+            out[r["format"]] = replace(s, attempts=s.attempts + r["attempts"], successes=s.successes + r["correct"],
+                                       improvements=s.improvements + r["improvements"])
+    return out

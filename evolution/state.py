@@ -63,9 +63,10 @@ def resumed_members(rows: list[dict], remeasures: dict[int, dict]) -> tuple[list
 
 class RunState:
     def __init__(self, archive, run_id: str, task: Task, task_id: int, context: Context, run_dir: Path,
-                 fmt: str):
+                 formats: tuple[str, ...]):
         self.archive, self.run_id, self.task, self.task_id = archive, run_id, task, task_id
-        self.base_context, self.run_dir, self.format = context, Path(run_dir), fmt
+        self.base_context, self.run_dir = context, Path(run_dir)
+        self.formats = formats  # the formats calls ask for; island i's is formats[i % len(formats)]
         (self.run_dir / "kernels").mkdir(parents=True, exist_ok=True)
         self._call_ids: dict[int, int] = {}
         self._lock = threading.Lock()
@@ -142,11 +143,16 @@ class RunState:
 
     # -- prompts ------------------------------------------------------------------------------------
 
-    def context(self, island: int | None = None, operator: str = "") -> Context:
+    def island_format(self, island: int) -> str:
+        """The format an island's kernels are asked in (with --format auto, islands alternate)."""
+        return self.formats[island % len(self.formats)]
+
+    def context(self, island: int | None = None, operator: str = "", fmt: str = "") -> Context:
         """The prompt context: the run's fixed prefix, plus what reflection found: the latest analysis
         of each island (an analysis is knowledge, not a transcript: one that a later reflect on the
         same island replaced is not shown), newest first, at most INSIGHTS. A reflect prompt leaves
-        out its own island's, which the model wrote in that island's previous reflect."""
+        out its own island's, which the model wrote in that island's previous reflect. `fmt`: the
+        format the call asks for (the run's first, unless given)."""
         speedups = {m.kernel_id: m.speedup_eager for m in self.population.members}
         where = {m.kernel_id: m.island for m in self.population.members}
         latest: dict[int, dict] = {}
@@ -155,7 +161,8 @@ class RunState:
         shown = sorted(((i, r) for i, r in latest.items() if not (operator == "reflect" and i == island)),
                        key=lambda item: -item[1]["id"])[:INSIGHTS]
         analyses = [insight(r["analysis"], [(k, speedups.get(k)) for k in r["variant_ids"]]) for _, r in shown]
-        return dataclasses.replace(self.base_context, insights=tuple(analyses))
+        target = dataclasses.replace(self.base_context.target, format=fmt or self.formats[0])
+        return dataclasses.replace(self.base_context, target=target, insights=tuple(analyses))
 
     def profile_text(self, kernel_id: int) -> str:
         """The condensed profile of a kernel for prompts ("" when it was not profiled)."""

@@ -1,11 +1,18 @@
 """The tune operator's text side: constants a kernel marks as tunable, and variants of them.
 
-Markup, on a `#define` line of the kernel source:
+Markup, on a `#define` line of a CUDA or C kernel's source:
 
     #define BLOCK 256  // tune: 128 256 512
     #define ITEMS 4    // tune: 1, 2, 4, 8  // float4s per thread
 
-Choices are separated by spaces or commas; a second `//` ends the list (the rest is a comment).
+In Python (a Triton kernel's block sizes, passed to it as `tl.constexpr` arguments or as
+`num_warps=`), a module-level assignment carries the same markup as a `#` comment:
+
+    BLOCK_M = 64  # tune: 32 64 128
+    WARPS = 4     # tune: 2 4 8  # warps per program
+
+Choices are separated by spaces or commas; a second `//` (`#` in Python) ends the list (the rest
+is a comment).
 A variant rewrites only the value on that line: every other byte of the source is unchanged, so
 the Python side that reads the constant back (re.search on "#define BLOCK") stays consistent.
 No LLM is involved; the judge decides whether a variant is correct and faster.
@@ -20,6 +27,10 @@ from typing import Collection
 
 _LINE = re.compile(r"^(?P<head>[ \t]*#[ \t]*define[ \t]+)(?P<name>[A-Za-z_]\w*)(?P<gap>[ \t]+)"
                    r"(?P<value>[^\s/][^\r\n]*?)(?P<mid>[ \t]*//[ \t]*tune[ \t]*:)(?P<choices>[^\r\n]*)(?=\r?$)", re.M)
+_PY_LINE = re.compile(r"^(?P<head>)(?P<name>[A-Za-z_]\w*)(?P<gap>[ \t]*=[ \t]*)"
+                      r"(?P<value>[^\s#][^\r\n#]*?)(?P<mid>[ \t]*#[ \t]*tune[ \t]*:)(?P<choices>[^\r\n]*)(?=\r?$)",
+                      re.M)
+_LINES = (_LINE, _PY_LINE)
 _ENUMERATE_LIMIT = 20000  # beyond this many single+pair changes, sample instead of listing them
 
 
@@ -32,14 +43,14 @@ class Tunable:
 
 
 def _choices(text: str) -> tuple[str, ...]:
-    text = text.split("//", 1)[0]
+    text = re.split(r"//|#", text, maxsplit=1)[0]
     return tuple(dict.fromkeys(c for c in re.split(r"[\s,]+", text) if c))
 
 
 def tunables(source: str) -> list[Tunable]:
-    """Every tune-marked #define, in source order (a name may appear on several lines)."""
+    """Every tune-marked #define or Python constant, in source order (a name may appear on several lines)."""
     out = []
-    for m in _LINE.finditer(source or ""):
+    for m in sorted((m for line in _LINES for m in line.finditer(source or "")), key=lambda m: m.start()):
         choices = _choices(m.group("choices"))
         if choices:
             line = source.count("\n", 0, m.start()) + 1
@@ -53,13 +64,15 @@ def has_tunables(source: str) -> bool:
 
 
 def apply(source: str, changes: dict[str, str]) -> str:
-    """`source` with the tune-marked #define of each name in `changes` set to its new value."""
+    """`source` with the tune-marked #define (or constant) of each name in `changes` set to its new value."""
     def swap(m: re.Match) -> str:
         if m.group("name") not in changes:
             return m.group(0)
         return m.group(0)[:m.start("value") - m.start()] + str(changes[m.group("name")]) + \
             m.group(0)[m.end("value") - m.start():]
-    return _LINE.sub(swap, source)
+    for line in _LINES:
+        source = line.sub(swap, source)
+    return source
 
 
 def untuned(source: str) -> str:

@@ -136,9 +136,10 @@ class Judge:
                 node = result.get("node_id")  # follow-up jobs run where the candidate was timed
                 ran_on = {"device_name": result.get("device_name"), "torch": result.get("torch_version"),
                           "node_id": node}
-                baseline = self.baseline(task, device, ran_on) if result.get("verdict") == "ok" else None
+                timed = result.get("verdict") == "ok" and not result.get("untimed")  # the interpreter: no speedup
+                baseline = self.baseline(task, device, ran_on) if timed else None
                 result = self._second_opinion(task, job, device, result, baseline)
-                if final and not device.startswith("cuda") and result.get("verdict") == "ok" and baseline \
+                if final and not device.startswith("cuda") and timed and baseline \
                         and "compiled" in baseline.get("timing", {}):
                     result = {**result, "compile_beside": self.executor.submit(
                         {**job, "kind": "compile_beside"}, device, node=node).result()}

@@ -79,6 +79,8 @@ def classify_run(exc: BaseException, construct: bool = False) -> Failure:
 
     text = f"{type(exc).__name__}: {exc}"
     excerpt = "".join(traceback.format_exception(exc)[-8:]).strip()
+    if type(exc).__name__ == "CompilationError" and type(exc).__module__.startswith("triton"):
+        return Failure("compile_error", "triton", f"triton: {_first_line(exc)}", tail(str(exc)))
     if type(exc).__name__ == "OutOfMemoryError":
         return Failure("runtime_error", "out_of_memory", _first_line(exc), excerpt)
     for needle, reason in _CUDA_REASONS:

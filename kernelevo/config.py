@@ -8,6 +8,7 @@
     max_retries = 2                          # the SDK's own retries of a failed call
 
     ensemble = ["fast", "smart"]             # a run's models when --model is not given (several: an ensemble)
+    format = "auto"                          # --format when not given: nvrtc, inline, triton, c or auto
     [model_for]
     reflect = "smart"                        # an operator pinned to one model (--model-for reflect=smart)
 
@@ -80,6 +81,11 @@ class Config:
         """`[model_for]`: operator -> the model every call of that operator goes to."""
         return dict(self.raw.get("model_for") or {})
 
+    def format(self) -> str | None:
+        """`format = "auto"`: the candidate format asked for when --format is not given (None: the device's)."""
+        value = self.raw.get("format")
+        return str(value) if value else None
+
     def model(self, name: str) -> ModelChoice:
         """An alias from [models.ALIAS], or a plain provider:model string."""
         return self.models.get(name) or ModelChoice(spec=name)
@@ -107,6 +113,8 @@ def load_config(path: str | Path | None = None) -> Config:
                           "ensemble = [\"fast\", \"smart\"]")
     models = {alias: _choice(alias, table, found) for alias, table in (data.get("models") or {}).items()}
     _check_ensemble(data, found)
+    if data.get("format") not in (None, "nvrtc", "inline", "triton", "c", "auto"):
+        raise ConfigError(f"{found}: format = {data['format']!r}: use nvrtc, inline, triton, c or auto")
     return Config(str(found), models, data)
 
 

@@ -29,6 +29,7 @@ class LLMCall:
     stop_reason: str = ""
     error: str = ""  # one line, for failed calls
     label: str = ""  # the name the run knows the model by: its [models.ALIAS], else provider:model
+    format: str = ""  # the candidate format the call asked for (nvrtc, inline, c, triton); "" when none
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

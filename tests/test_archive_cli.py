@@ -223,6 +223,9 @@ def test_import_kernelbench_folder_then_cuda_l1_lines(tmp_path):
     assert first.returncode == 0, first.stderr
     report = json.loads(first.stdout)
     assert len(report["imported"]) == len(list(folder.glob("*.py"))) and report["skipped"] == []
+    kernels = json.loads(run_cli("archive", "ls", "kernels", "--archive", db, "--json").stdout)
+    triton = [k for k in kernels if k["format"] == "triton"]  # Triton candidates keep their format
+    assert len(triton) == len(list(folder.glob("*__triton.py"))) > 0
     again = json.loads(run_cli("archive", "import", str(folder), "--archive", db, "--json").stdout)
     assert again["imported"] == [] and again["already_there"] == len(report["imported"])  # one row per kernel
 
@@ -246,7 +249,8 @@ def test_import_kernelbench_folder_then_cuda_l1_lines(tmp_path):
                                "level_id": 1, "task_id": 23}
     tasks = json.loads(run_cli("archive", "ls", "tasks", "--archive", db, "--json").stdout)
     softmax = [t for t in tasks if t["source_hash"] == source_hash(softmax_task)[:12] or t["name"] == "row_softmax"]
-    assert len(softmax) == 1 and softmax[0]["kernels"] == 4  # matched by source hash: the folder's 3, and this one
+    # matched by source hash: the folder's 4 (nvrtc, inline, c and triton), and this one
+    assert len(softmax) == 1 and softmax[0]["kernels"] == 5
     assert len(tasks) == len(list(folder.parent.glob("*.py"))) + 1  # plus the CUDA-L1 row's own task
 
 

@@ -1,5 +1,6 @@
 """The example kernel in each candidate-format prompt must itself be a correct candidate: models
-copy its shape. Judged on the CPU (C) in CI; on a GPU the CUDA examples are judged too."""
+copy its shape. Judged on the CPU in CI (C, and Triton in its interpreter); on a GPU the CUDA and
+Triton examples are judged too."""
 import re
 
 import pytest
@@ -21,7 +22,7 @@ def example(fmt: str) -> str:
     return code
 
 
-def judge_example(fmt: str, device: str, tmp_path):
+def judge_example(fmt: str, device: str, tmp_path, task=TASK):
     path = tmp_path / f"example_{fmt}.py"
     path.write_text(example(fmt))
     # two random draws besides the judge's derived shapes, redrawn weights and large values: the
@@ -29,12 +30,20 @@ def judge_example(fmt: str, device: str, tmp_path):
     options = JudgeOptions(devices=(device,), compile_baseline=False, timing=FAST, trials=2,
                            limits=Limits(build=600, run=60))
     with Judge(tmp_path / "cache", options) as judge:
-        return judge.evaluate(load_task(TASK), path)
+        return judge.evaluate(load_task(task), path)
 
 
 def test_c_example_is_an_ok_candidate(tmp_path):
     e = judge_example("c", "cpu", tmp_path)
     assert e.ok, (e.verdict, e.reason, e.message)
+
+
+def test_triton_example_is_an_ok_candidate_in_the_interpreter(tmp_path):
+    small = tmp_path / "task_relu.py"  # the interpreter runs each program of the grid in turn: a smaller tensor
+    small.write_text(TASK.read_text().replace("torch.randn(2048, 4096)", "torch.randn(256, 1000)"))
+    e = judge_example("triton", "cpu", tmp_path, small)
+    assert e.ok and e.format == "triton", (e.verdict, e.reason, e.message)
+    assert e.speedup_eager is None and any(n.startswith("not timed: Triton") for n in e.notes), e.notes
 
 
 def test_nvrtc_example_compiles_without_a_gpu():
@@ -44,7 +53,7 @@ def test_nvrtc_example_compiles_without_a_gpu():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fmt", ["nvrtc", "inline"])
+@pytest.mark.parametrize("fmt", ["nvrtc", "inline", "triton"])
 def test_cuda_examples_are_ok_candidates(fmt, tmp_path):
     e = judge_example(fmt, "cuda:0", tmp_path)
     assert e.ok, (e.verdict, e.reason, e.message)

@@ -85,6 +85,10 @@ def test_nvrtc_finds_cuda_headers():
     ("import torch.utils.cpp_extension as ce\nm = ce.load(name='x', sources=[])", "inline"),
     ("import torch\nclass ModelNew(torch.nn.Module): pass", "torch"),
     ("# load_inline( only in a comment\nx = 1", "torch"),
+    ("import triton\n@triton.jit\ndef k(x): pass", "triton"),
+    ("from triton import jit as J\n@J\ndef k(x): pass", "triton"),
+    ("import triton\n@triton.autotune(configs=[], key=[])\n@triton.jit\ndef k(x): pass", "triton"),
+    ("import triton  # imported, no kernel of its own\nclass ModelNew: pass", "torch"),
 ])
 def test_detect_format(source, fmt):
     assert detect_format(source) == fmt

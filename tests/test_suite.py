@@ -1,4 +1,5 @@
-"""The starter suite: every task loads, every CUDA source compiles, every C candidate is correct.
+"""The starter suite: every task loads, every CUDA source compiles, every C candidate is correct, and
+so is every Triton candidate, run in Triton's interpreter.
 
 No GPU here: CUDA is compiled, not run (NVRTC for the nvrtc format; for the inline format, its
 device code, since CI has no cuSPARSE/cuBLAS headers for ATen's CUDA host headers). The GPU
@@ -52,7 +53,7 @@ def device_code(source: str) -> str:
 def test_suite_is_complete():
     assert len(TASKS) >= 8
     for task in TASKS:
-        for fmt in ("nvrtc", "inline", "c"):
+        for fmt in ("nvrtc", "inline", "c", "triton"):
             assert (SUITE / "candidates" / f"{task.stem}__{fmt}.py").exists(), (task.stem, fmt)
 
 
@@ -106,16 +107,25 @@ def test_every_task_has_smaller_sizes():
     assert set(SMALLER) == {p.stem for p in TASKS}
 
 
-@pytest.fixture(scope="module")
-def c_verdicts(cache_dir, tmp_path_factory):
-    """Every starter C candidate, submitted at once so builds and worker start-up overlap the judging."""
-    folder = tmp_path_factory.mktemp("smaller")
+def judged_smaller(cache_dir, folder: Path, fmt: str) -> dict:
+    """Every starter candidate of `fmt` on the smaller tasks, submitted at once so builds and worker
+    start-up overlap the judging."""
     options = JudgeOptions(devices=("cpu",), compile_baseline=False, trials=1, input_sets=1,
                            timing=TimingConfig(min_reps=5, max_seconds=0.2, target_rel_ci=0.05), concurrency=2)
     with Judge(cache_dir, options) as judge:
         futures = {p.stem: judge.submit(load_task(smaller_task(p.stem.split("__")[0], folder)), p)
-                   for p in of_format("c")}
+                   for p in of_format(fmt)}
         return {name: f.result(timeout=900) for name, f in futures.items()}
+
+
+@pytest.fixture(scope="module")
+def c_verdicts(cache_dir, tmp_path_factory):
+    return judged_smaller(cache_dir, tmp_path_factory.mktemp("smaller"), "c")
+
+
+@pytest.fixture(scope="module")
+def triton_verdicts(cache_dir, tmp_path_factory):
+    return judged_smaller(cache_dir, tmp_path_factory.mktemp("smaller_triton"), "triton")
 
 
 @pytest.mark.parametrize("path", of_format("c"), ids=lambda p: p.stem)
@@ -124,6 +134,14 @@ def test_c_candidates_are_correct(c_verdicts, path):
     assert e.verdict == "ok", (e.reason, e.message, e.excerpt)
     # drop-in for other sizes: the judge derived at least one other shape and nothing was refused
     assert len(e.shapes.supported) > 1 and not e.specialized, e.shapes
+
+
+@pytest.mark.parametrize("path", of_format("triton"), ids=lambda p: p.stem)
+def test_triton_candidates_are_correct_in_the_interpreter(triton_verdicts, path):
+    e = triton_verdicts[path.stem]
+    assert (e.verdict, e.format) == ("ok", "triton"), (e.reason, e.message, e.excerpt)
+    assert len(e.shapes.supported) > 1 and not e.specialized, e.shapes  # derived shapes, odd primes among them
+    assert e.evidence["policy"]["own_kernels"] and e.speedup_eager is None  # its kernels ran; the interpreter is not timed
 
 
 def test_honest_large_speedup_survives_its_re_measurement(c_verdicts):

@@ -483,6 +483,12 @@
   }
   const operators = (box, d) => groupTable(box, d.operators || [], "operator", "operator");
   const models = (box, d) => groupTable(box, d.models || [], "model", "model");
+  // with --format auto, what each format's calls earned (a run in one format has nothing to compare)
+  const formats = (box, d) => {
+    const rows = (d.formats || []).filter((r) => r.format !== "(none)");
+    if (rows.length < 2) { box.append(empty(`One format in this run${rows.length ? ": " + rows[0].format : ""}.`)); return false; }
+    return groupTable(box, rows, "format", "format");
+  };
 
   /* ---------- reflections ---------- */
   function reflections(box, d) {
@@ -497,7 +503,7 @@
   }
 
   /* ---------- main ---------- */
-  const SECTIONS = { summary, progress, lineage, top, verdicts, operators, models, reflections };
+  const SECTIONS = { summary, progress, lineage, top, verdicts, operators, models, formats, reflections };
 
   function main() {
     let data = null;

@@ -31,6 +31,8 @@ def report_data(store: Archive, run_id: str, top: int = TOP_KERNELS) -> dict[str
     by_id = {k["id"]: k for k in kernels}
     calls = store.call_models(run_id)
     models = {k["id"]: calls.get(k["llm_call_id"]) for k in kernels}
+    asked = store.call_formats(run_id)  # a kernel's format: the one its call asked for, else its own (tune)
+    formats = {k["id"]: asked.get(k["llm_call_id"]) or k["format"] or "(none)" for k in kernels}
     timeline = _progress(store.timeline(run_id), store.remeasurements(run_id))
     finals = store.final_evaluations(run_id)
     best = _announced(finals, by_id) or store.best_kernel(run_id)
@@ -50,6 +52,7 @@ def report_data(store: Archive, run_id: str, top: int = TOP_KERNELS) -> dict[str
                               repeats, "operator"),
         "models": _repeats(_yield_by(kernels, timeline, usage, "model", lambda k: models.get(k["id"]) or "(none)"),
                            repeats, "model"),
+        "formats": _yield_by(kernels, timeline, usage, "format", lambda k: formats[k["id"]]),
         "reflections": [{"kernel": r["kernel_id"], "analysis": r["analysis"], "variants": r.get("variant_ids")}
                         for r in store.reflections(run_id=run_id)],
         "generated_at": time.strftime("%Y-%m-%d %H:%M", time.localtime()),
@@ -169,7 +172,7 @@ def _diff(old: str, new: str, old_id: int, new_id: int) -> str:
 
 
 def _yield_by(kernels: list[dict], progress: list[dict], usage: list[dict], key: str, of) -> list[dict]:
-    """Per operator (or model): kernels written, judged, ok, replies that copied a kernel of the run,
+    """Per operator (or model, or format asked for): kernels written, judged, ok, replies that copied a kernel of the run,
     replies received and judged (yield: the
     share of replies the judge got), new bests of the run set, improvements (new island bests and
     niches: what the search's bandits count), best speedup, spend, improvements per dollar."""
@@ -189,7 +192,7 @@ def _yield_by(kernels: list[dict], progress: list[dict], usage: list[dict], key:
         if k["verdict"] == "ok" and k["speedup_eager"] is not None:
             g["best_speedup"] = max(g["best_speedup"] or 0.0, k["speedup_eager"])
     for u in usage:
-        name = call_operator(u["operator"]) if key == "operator" else u["model"]
+        name = call_operator(u["operator"]) if key == "operator" else u[key] or "(none)"
         g = groups.setdefault(name, _empty(key, name))
         g["calls"] += u["calls"]
         g["failed_calls"] += u["failed_calls"]

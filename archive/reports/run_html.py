@@ -17,7 +17,8 @@ from typing import Any
 # (section id, heading); the script draws into each section's `.content` box
 SECTIONS: list[tuple[str, str]] = [
     ("summary", "Summary"), ("progress", "Progress"), ("lineage", "Lineage"), ("top", "Top kernels"),
-    ("verdicts", "Verdicts"), ("operators", "Operators"), ("models", "Models"), ("reflections", "Reflections"),
+    ("verdicts", "Verdicts"), ("operators", "Operators"), ("models", "Models"), ("formats", "Formats"),
+    ("reflections", "Reflections"),
 ]
 
 # Inline style and script only: no fonts, images, frames or connections, whatever the page contains.
@@ -32,7 +33,9 @@ def render(data: dict[str, Any]) -> str:
     """The whole HTML document of the report whose data is `data` (see run_data.report_data)."""
     run = data.get("run") or {}
     title = f"kernelevo report: {run.get('id', '')} ({run.get('task', '')})"
-    sections = [s for s in SECTIONS if s[0] != "reflections" or data.get("reflections")]
+    several = len([f for f in data.get("formats") or () if f["format"] != "(none)"]) > 1  # --format auto
+    sections = [s for s in SECTIONS if (s[0] != "reflections" or data.get("reflections"))
+                and (s[0] != "formats" or several)]
     return "\n".join([
         "<!DOCTYPE html>",
         '<html lang="en">',

@@ -19,9 +19,13 @@ def _label(table: str = "") -> str:
 
 _LABEL = _label()
 
-# Per operator and model, what the kernel rows its calls wrote became (see Archive.model_yield).
-_MODEL_KERNELS = f"""
-SELECT k.operator, {_label("c")} AS model, COUNT(*) AS attempts,
+
+
+def _kernel_yield(group: str) -> str:
+    """Per `group` (a column) and model, what the kernel rows of the calls became (see
+    Archive.model_yield and Archive.format_yield)."""
+    return f"""
+SELECT {group}, {_label("c")} AS model, COUNT(*) AS attempts,
        COALESCE(SUM(k.problem NOT LIKE 'failed_call%'), 0) AS replies,
        COALESCE(SUM(k.source != '' AND k.problem = ''), 0) AS judged,
        COALESCE(SUM(e.verdict IS 'ok'), 0) AS correct,
@@ -31,6 +35,18 @@ JOIN llm_calls c ON c.id = k.llm_call_id
 LEFT JOIN evaluations e ON e.id = (SELECT MAX(id) FROM evaluations WHERE kernel_id = k.id AND purpose = 'search')
 WHERE k.run_id = ?
 GROUP BY 1, 2
+"""
+
+
+_MODEL_KERNELS = _kernel_yield("k.operator")  # per operator and model
+_FORMAT_KERNELS = _kernel_yield("c.format")  # per format asked for and model
+
+# Per kernel format, the run's fastest kernel judged ok (any purpose: a re-measurement replaces nothing here).
+_FORMAT_BEST = """
+SELECT k.format, k.id AS kernel_id, e.speedup_eager, e.speedup_eager_lo, e.speedup_eager_hi
+FROM kernels k JOIN evaluations e ON e.kernel_id = k.id
+WHERE k.run_id = ? AND e.verdict = 'ok' AND k.format != ''
+ORDER BY k.format, e.speedup_eager IS NULL, e.speedup_eager DESC, e.id
 """
 
 _TOKEN_SUMS = ", ".join(f"COALESCE(SUM({c}), 0) AS {c}" for c in
@@ -105,6 +121,10 @@ class CallsMixin(Store):
         return {r["id"]: r["model"] for r in self._read(f"SELECT id, {_LABEL} AS model FROM llm_calls WHERE run_id = ?",
                                                         (run_id,))}
 
+    def call_formats(self, run_id: str) -> dict[int, str]:
+        """LLM call id -> the candidate format it asked for ('' for none), for a run's calls."""
+        return {r["id"]: r["format"] for r in self._read("SELECT id, format FROM llm_calls WHERE run_id = ?", (run_id,))}
+
     def model_yield(self, run_id: str) -> list[dict]:
         """Per (operator, model) of a run: `calls`, `cost_usd` (known), `unknown_cost_calls`, and of the
         kernel rows the model's calls wrote: `attempts`, `replies` (the call did not fail), `judged`
@@ -129,6 +149,34 @@ class CallsMixin(Store):
                 g[k] += r[k]
         return sorted(out.values(), key=lambda g: (g["model"], g["operator"]))
 
+    def format_yield(self, run_id: str) -> list[dict]:
+        """Per (asked format, model) of a run: `calls` (follow-ups included), `cost_usd` (known),
+        and of the kernel rows its calls wrote: `attempts`, `judged`, `correct`, `improvements` (as
+        in model_yield). What each format's calls earn, for the format bandit and the displays."""
+        out: dict[tuple[str, str], dict] = {}
+
+        def row(fmt: str, model: str) -> dict:
+            return out.setdefault((fmt, model), {"format": fmt, "model": model, "calls": 0, "cost_usd": 0.0,
+                                                 "attempts": 0, "judged": 0, "correct": 0, "improvements": 0})
+        for r in self._read(f"SELECT format, {_LABEL} AS model, COUNT(*) AS calls, TOTAL(cost_usd) AS cost_usd "
+                            "FROM llm_calls WHERE run_id = ? GROUP BY 1, 2", (run_id,)):
+            g = row(r["format"], r["model"])
+            g["calls"], g["cost_usd"] = r["calls"], r["cost_usd"]
+        for r in self._read(_FORMAT_KERNELS, (PARENT_STONE + "%", run_id)):
+            g = row(r["format"], r["model"])
+            for k in ("attempts", "judged", "correct", "improvements"):
+                g[k] += r[k]
+        return sorted(out.values(), key=lambda g: (g["format"], g["model"]))
+
+    def format_best(self, run_id: str) -> dict[str, dict]:
+        """Per kernel format of a run, its fastest kernel judged ok: kernel_id, speedup_eager and
+        speedup_eager_ci (None for a kernel judged without timing: Triton's interpreter)."""
+        best: dict[str, dict] = {}
+        for r in self._read(_FORMAT_BEST, (run_id,)):
+            if r["format"] not in best:
+                best[r["format"]] = intervals(dict(r))
+        return best
+
     def timeline(self, run_id: str) -> list[dict]:
         """The run's search evaluations in the order they were judged: kernel_id, verdict, reason,
         speedup_eager, speedup_eager_ci, created_at, and spent_usd, the known LLM spend of the run up to that moment."""
@@ -139,13 +187,13 @@ class CallsMixin(Store):
             "AS spent_usd FROM evaluations e WHERE e.run_id = ? AND e.purpose = 'search' ORDER BY e.id", (run_id,))]
 
     def llm_usage(self, run_id: str) -> list[dict]:
-        """LLM calls of a run per (operator, model: its label): calls, failed_calls, cost_usd (known costs),
-        unknown_cost_calls, latency_s (sum) and the token sums, as in spend()."""
+        """LLM calls of a run per (operator, model: its label, format asked for): calls, failed_calls,
+        cost_usd (known costs), unknown_cost_calls, latency_s (sum) and the token sums, as in spend()."""
         return self._read(
             f"SELECT operator, {_LABEL} AS model, COUNT(*) AS calls, COALESCE(SUM(outcome != 'ok'), 0) AS failed_calls, "
             "TOTAL(cost_usd) AS cost_usd, COUNT(*) - COUNT(cost_usd) AS unknown_cost_calls, "
-            f"TOTAL(latency_s) AS latency_s, {_TOKEN_SUMS} FROM llm_calls WHERE run_id = ? "
-            "GROUP BY 1, 2 ORDER BY 1, 2", (run_id,))
+            f"TOTAL(latency_s) AS latency_s, {_TOKEN_SUMS}, format FROM llm_calls WHERE run_id = ? "
+            "GROUP BY 1, 2, format ORDER BY 1, 2, format", (run_id,))
 
     def counts(self, run_id: str) -> dict:
         """{'verdicts': {verdict: n} of search evaluations, 'operators': {operator: n} of kernels,

@@ -53,18 +53,22 @@ class Planning:
             return self._start_tune(correct)
         if not correct and self.judge_futures:
             return False  # no correct kernel yet: the next translation waits for the last one's verdict
+        model = self._choose_format(op) if len(self.state.formats) > 1 else None
+        if model == "":  # every model dropped out: the run is ending
+            return False
         job = self._job(op, correct, repairable, seed_island)
         if job is None:
             return False
         fn, args, parents, island = job
+        fmt = self._write_format(op, parents, island)
         key = (op, tuple(sorted(parents)))  # same operator, same parents: the same prompt
         if key in self._in_flight() or (op == "translate" and any(m["op"] == "translate"
                                                                   for m in self.llm_futures.values())):
             return False  # a second translation waits to be told what the first one did
-        model = self.ensemble.choose(op, self.rng)
+        model = model or self.ensemble.choose(op, self.rng)
         if model is None:  # every model dropped out: the run is ending
             return False
-        ctx = self.state.context(island, op)
+        ctx = self.state.context(island, op, fmt)
         chosen = self.ensemble.llm(model)
         digest = prompt_hash(operators.first_prompt(op, ctx, args, chosen.edit_format))
         if digest in self.asked or digest in {m["digest"] for m in self.llm_futures.values()}:
@@ -75,11 +79,32 @@ class Planning:
         if reservation is None:
             return False
         # the first call is reserved here; a follow-up reserves its own slot from the pool thread
-        llm = Metered(chosen, lambda: self.budget.extend(reservation, estimate))
+        llm = Metered(chosen, lambda: self.budget.extend(reservation, estimate), fmt)
         future = self.pool.submit(fn, llm, ctx, *args)
         self.llm_futures[future] = {"op": op, "parents": parents, "island": island, "reservation": reservation,
-                                    "key": key, "model": model, "llm": llm, "digest": digest}
+                                    "key": key, "model": model, "llm": llm, "digest": digest, "format": fmt}
         return True
+
+    def _choose_format(self, op: str) -> str:
+        """With several formats (--format auto): the model of the next call first, then the format it
+        is asked in, drawn by what each format's calls earned for that model and for all
+        (scheduling.format_weights); the format's islands take the call. Returns the model ("" when
+        every model dropped out)."""
+        model = self.ensemble.choose(op, self.rng)
+        if model is None:
+            return ""
+        rows = self.archive.format_yield(self.state.run_id)
+        self._format_turn = scheduling.choose_format(scheduling.format_stats(rows, model),
+                                                     scheduling.format_stats(rows), self.state.formats, self.rng)
+        return model
+
+    def _write_format(self, op: str, parents: tuple[int, ...], island: int) -> str:
+        """The format a call asks for: a mutation or repair keeps its parent's, any other call writes
+        its island's (a crossover may combine kernels of several formats; it writes one)."""
+        parent = self.population.get(parents[0]) if parents and op in ("mutate", "repair") else None
+        if parent is not None and parent.format in self.state.formats:
+            return parent.format
+        return self.state.island_format(island)
 
     def _repeat(self, op: str, parents: tuple[int, ...], model: str, digest: str) -> bool:
         """A prompt answered before (or in flight) is not sent again: counted once per prompt (the
@@ -119,7 +144,8 @@ class Planning:
             variants = [self._variant(p, "ABC"[i], notes=self._notes(p, rows),
                                       tried=attempts.on_kernel(p.kernel_id, rows, limit=3))
                         for i, p in enumerate(parents)]
-            return operators.crossover, (variants,), tuple(p.kernel_id for p in parents), parents[0].island
+            home = island if len(self.state.formats) > 1 else parents[0].island  # auto: the drawn format's island
+            return operators.crossover, (variants,), tuple(p.kernel_id for p in parents), home
         if op == "reflect":
             chosen = selection.pick_reflect_variants(correct, self.rng, self.settings.reflect_k)
             if len(chosen) < 2:
@@ -127,7 +153,8 @@ class Planning:
             variants = [self._variant(m, "ABCDEFGH"[i], notes=self._notes(m, rows),
                                       tried=attempts.on_kernel(m.kernel_id, rows, limit=3) if i == 0 else ())
                         for i, m in enumerate(chosen)]
-            return operators.reflect, (variants,), tuple(m.kernel_id for m in chosen), chosen[0].island
+            home = island if len(self.state.formats) > 1 else chosen[0].island
+            return operators.reflect, (variants,), tuple(m.kernel_id for m in chosen), home
         if op == "repair":  # among recent children: the selection checks a failure's parent and repairs
             self.repair_tried.add(repairable.kernel_id)
             evaluation = Evaluation.from_dict(self.archive.kernel(repairable.kernel_id)["evaluations"][-1]["data"])
@@ -164,6 +191,13 @@ class Planning:
                                       approach(niches.describe(m.source, m.format), m.format)) if t)
 
     def _next_island(self) -> int:
+        """Islands in turn; with several formats, the next island of the format drawn for this call."""
+        formats = self.state.formats
+        if len(formats) > 1 and self._format_turn in formats:
+            own = [i for i in range(self.settings.islands) if self.state.island_format(i) == self._format_turn]
+            self._island_turn = own[(own.index(self._island_turn) + 1) % len(own)] \
+                if self._island_turn in own else own[0]
+            return self._island_turn
         self._island_turn = (self._island_turn + 1) % self.settings.islands
         return self._island_turn
 

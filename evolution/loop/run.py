@@ -10,14 +10,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kernelevo.agent.prompting import Context, Variant
-from kernelevo.archive.rows import by_model
+from kernelevo.archive.rows import by_format, by_model
 from kernelevo.terminal.tables import speedup_text
 
 from .. import budget as budgets
 from .. import ensemble as ensembles
 from .. import placement
 from ..novelty import NoveltyGate
-from ..options import BUDGET_REASONS, OptimizeOptions, judge_options
+from ..options import BUDGET_REASONS, OptimizeOptions, formats_of, judge_options
 from ..outcome import (
     EXIT_BUDGET,
     EXIT_OK,
@@ -84,8 +84,16 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
         embedder = default_embedder(config.embed_model())
         on_status(f"embedder: {embedder.why}")
         stones, seeded = _stepping_stones(archive, task, task_id, embedder, options, on_status)
-        ctx = Context(task_view(task), placement.target(options, fmt), inspirations=stones)
-        state = RunState(archive, run_id, task, task_id, ctx, Path(options.archive_path).parent / "runs" / run_id, fmt)
+        formats = formats_of(fmt, options.devices[0])
+        ctx = Context(task_view(task), placement.target(options, formats[0]), inspirations=stones)
+        state = RunState(archive, run_id, task, task_id, ctx, Path(options.archive_path).parent / "runs" / run_id,
+                         formats)
+        search_settings = options.settings
+        if len(formats) > search_settings.islands:  # each format needs an island of its own
+            search_settings = dataclasses.replace(search_settings, islands=len(formats))
+        if len(formats) > 1:
+            on_status(f"formats: {', '.join(formats)}, on alternate islands of {search_settings.islands}; "
+                      "each call's format is drawn by what the formats' calls earned")
         ensemble.set_on_call(state.record_call)
         on_status(f"run {run_id}" + (" (resumed)" if options.resume else "") + f"; kernels in {state.run_dir}")
         archive.add_event(run_id, "session_start", {"resume": bool(options.resume), "seeded": list(seeded),
@@ -106,7 +114,7 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
         settings = dataclasses.replace(judge_options(options, options.devices), seed=seed, spares=1)
         with Judge(options.cache_dir, settings) as judge:
             rng = random.Random(f"{seed}:{state.judged()}")  # a resumed run does not replay its draws
-            search = Search(state, ensemble, judge, options.settings, budget, gate, rng, on_progress, on_status)
+            search = Search(state, ensemble, judge, search_settings, budget, gate, rng, on_progress, on_status)
             for row in state.unjudged():  # stored before a kill, never judged
                 search.resubmit(row)
             if state.unconfirmed is not None:  # a new best whose re-measurement a kill cut off
@@ -129,6 +137,8 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
                        {"spend": archive.spend(run_id), "counts": archive.counts(run_id),
                         "calls": archive.call_yield(run_id),
                         "models": by_model(archive.model_yield(run_id), ensemble.labels),
+                        "formats": by_format(archive.format_yield(run_id), archive.format_best(run_id), formats)
+                        if len(formats) > 1 else [],
                         "dropped": dict(ensemble.dropped),
                         "search_speedups": (member.speedup_eager, member.speedup_compile) if member else None,
                         "search_intervals": (member.speedup_eager_ci, member.speedup_compile_ci) if member else None})

@@ -13,7 +13,7 @@ from collections import Counter
 from typing import Callable
 
 from kernelevo.agent.pool import CallPool
-from kernelevo.archive.rows import by_model
+from kernelevo.archive.rows import by_format, by_model
 
 from .. import budget as budgets
 from .. import ensemble as ensembles
@@ -50,6 +50,7 @@ class Search(Planning, Children):
         self.device_load: Counter = Counter({d: 0 for d in judge.options.devices})
         self.improved_at = self.progress.generation  # generation of the last new best (plateau rule)
         self._island_turn = -1
+        self._format_turn: str | None = None  # with several formats: the one drawn for the call being planned
         self.repair_tried: set[int] = state.repair_targets()  # one repair per failure, whatever came of it
         self.unreachable = ""  # why the model server is given up on (stops the run)
         self.crossed = state.crossed()  # parent sets already sent to crossover: the same prompt again
@@ -84,6 +85,9 @@ class Search(Planning, Children):
         models = self.archive.model_yield(self.state.run_id)
         self.ensemble.update(models)  # what the next calls' models are chosen by
         p.models, p.dropped = by_model(models, self.ensemble.labels), dict(self.ensemble.dropped)
+        if len(self.state.formats) > 1:
+            p.formats = by_format(self.archive.format_yield(self.state.run_id),
+                                  self.archive.format_best(self.state.run_id), self.state.formats)
         self.on_progress(p)
 
     def _stop_reason(self) -> str | None:

@@ -5,6 +5,7 @@ import ast
 
 # The call that builds a candidate's kernels decides its format, first match wins.
 _BUILDERS = (("load_cuda", "nvrtc"), ("load_inline", "inline"), ("load", "inline"), ("load_c", "c"))
+FORMATS = ("nvrtc", "inline", "c", "triton")  # what a candidate may be written in (torch: no kernel of its own)
 
 
 def called_names(source: str) -> set[str]:
@@ -20,10 +21,41 @@ def called_names(source: str) -> set[str]:
     return names
 
 
+def dotted(node: ast.AST) -> str:
+    """`a.b.c` of a name or attribute chain ("" for anything else)."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return ""
+
+
+def _decorator_name(node: ast.expr) -> str:
+    """`triton.jit`, `jit`, `triton.autotune` ... of a decorator, called or not ("" for others)."""
+    return dotted(node.func if isinstance(node, ast.Call) else node)
+
+
+def triton_kernels(source: str | ast.Module) -> list[str]:
+    """Names of the functions decorated `@triton.jit` (or `@jit` imported from triton), in source
+    order: a candidate's own Triton kernels. Raises SyntaxError."""
+    tree = ast.parse(source) if isinstance(source, str) else source
+    jit_names = {"triton.jit"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "triton":
+            jit_names |= {a.asname or a.name for a in node.names if a.name == "jit"}
+    return [node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)
+            and any(_decorator_name(d) in jit_names for d in node.decorator_list)]
+
+
 def detect_format(source: str) -> str:
-    """'nvrtc', 'inline', 'c', or 'torch' (no kernel of its own). Raises SyntaxError."""
+    """'nvrtc', 'inline', 'c', 'triton', or 'torch' (no kernel of its own). Raises SyntaxError."""
     called = called_names(source)
     for builder, fmt in _BUILDERS:
         if builder in called and (builder != "load" or "cpp_extension" in source):
             return fmt
+    if triton_kernels(source):
+        return "triton"
     return "torch"

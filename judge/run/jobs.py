@@ -14,6 +14,7 @@ from typing import Any
 from kernelevo.judge import static, verdicts
 from kernelevo.judge.measure import crosscheck, resources, timing
 from kernelevo.judge.trials import correctness, guards, inputs, policy
+from kernelevo.judge.run import triton_jobs
 from kernelevo.tasks import TaskError, load_module
 
 forward = correctness.forward
@@ -99,10 +100,30 @@ def run_candidate(job: dict, device: str, channel) -> dict:
     channel.acquire_device()  # from here on this worker has the device to itself
     acquired = time.perf_counter()
     try:
+        if job.get("format") == "triton":
+            failed = _first_call(task, candidate, job, device, result)
+            if failed:
+                return failed
         return _check_and_time(task, reference, candidate, job, device, result, integrity, threads, channel, acquired,
                                planned)
     finally:
         result.setdefault("device_s", time.perf_counter() - acquired)  # set at release when it got that far
+
+
+def _first_call(task, candidate, job: dict, device: str, result: dict) -> dict | None:
+    """A Triton candidate's kernels compile (and autotune) at their first launch: that call is made
+    here, on the task's inputs, and counted as build time; a failure is the candidate's verdict."""
+    args = _input_sets(task, job, device, 1)[0]
+    try:
+        seconds = triton_jobs.first_call(lambda a: forward(candidate, a), args, device)
+    except Exception as exc:  # noqa: BLE001 - a kernel that does not compile or launch is a verdict
+        failure = verdicts.classify_run(exc)
+        return {**result, **_failure(failure), "build_s": result["build_s"]}
+    result["notes"] = [*result.get("notes", []), f"build: import and construction {result['build_s']:.2f} s, "
+                       f"first call (Triton's compile{', autotuning' if triton_jobs.autotuned(type(candidate)) else ''}) "
+                       f"{seconds:.2f} s"]
+    result["build_s"] += seconds
+    return None
 
 
 def _plan_shapes(task, job: dict, device: str):
@@ -142,6 +163,9 @@ def _check_and_time(task, reference, candidate, job: dict, device: str, result: 
         evidence["policy"] = policy.check(result["policy"], lambda a: forward(candidate, a), sets[0], device,
                                           job["candidate_source"])
         phase("policy")
+        result["notes"] = [*result.get("notes", []), *triton_jobs.autotuned(type(candidate))]
+        if triton_jobs.interpreted(job, device):
+            return _untimed(result, integrity, threads, channel, acquired, phase)
         with channel.quiet():
             measured = _time_and_crosscheck(reference, candidate, sets, task, job, device, evidence, phase,
                                             checked.get("stateful", False))
@@ -166,6 +190,19 @@ def _check_and_time(task, reference, candidate, job: dict, device: str, result: 
         if note := timing.load_note(measured.load):
             result["notes"] = [*result.get("notes", []), note]
     result["samples_ms"] = {name: sum(xs) for name, xs in measured.samples.items()}
+    return result
+
+
+def _untimed(result: dict, integrity: guards.Integrity, threads: guards.ThreadWatch, channel, acquired: float,
+             phase) -> dict:
+    """A verdict without a speedup (Triton's interpreter): the checks after timing still run."""
+    result["device_s"] = time.perf_counter() - acquired
+    channel.release_device()
+    result["evidence"]["threads"] = threads.verify_idle()
+    integrity.verify("the policy check")
+    phase("idle_threads")
+    result["untimed"] = triton_jobs.UNTIMED
+    result["notes"] = [*result.get("notes", []), triton_jobs.UNTIMED]
     return result
 
 

@@ -122,7 +122,10 @@ def _warm_profiler(device: str) -> None:
 
 def _job_environment(job: dict) -> None:
     """Per-candidate build and cache directories, set before the candidate's code runs."""
+    from kernelevo.judge.run import triton_jobs
+
     cache = Path(job["cache_dir"])
+    triton_jobs.environment(cache, job.get("format") == "triton" and os.environ.get("TRITON_INTERPRET") == "1")
     os.environ["KERNELEVO_CACHE_DIR"] = str(cache)
     os.environ["TORCH_EXTENSIONS_DIR"] = str(cache / "inline" / job.get("candidate_hash", "none")[:24])
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "inductor")
@@ -155,6 +158,8 @@ def main() -> None:
     _die_with_parent()
     _pin("KERNELEVO_BUILD_CPUS")  # compilers this worker starts inherit these cores
     device, event_fd = sys.argv[1], int(sys.argv[2])
+    if not device.startswith("cuda"):  # Triton kernels on the CPU run in its interpreter, which must be on before
+        os.environ["TRITON_INTERPRET"] = "1"  # triton is imported (the profiler's warm-up imports it, if installed)
     channel = Channel(event_fd, device)
     info = _prepare_device(device)
     channel.send("ready", **info)

@@ -6,10 +6,10 @@ kernel. `strict` allows no torch compute at all besides the candidate's kernels;
 and views are glue either way.
 
 On a GPU the evidence is the profiler's list of device kernels, matched by name against the
-`__global__` functions in the candidate's source. On the CPU it is which functions forward calls:
-kernelevo.runtime's C functions and functions of an extension module built for this candidate
-count as the candidate's own; aten operators other than glue count as torch compute, whoever
-calls them.
+`__global__` and `@triton.jit` functions in the candidate's source. On the CPU it is which functions
+forward calls: kernelevo.runtime's C functions, functions of an extension module built for this
+candidate and Triton kernels launched in Triton's interpreter count as the candidate's own; aten
+operators other than glue count as torch compute, whoever calls them.
 
 An extension's C++ that calls ATen (`torch::relu(...)` inside a load_inline function) is both:
 its function ran, so it is own code, and the ATen operators it dispatched are in the profile
@@ -49,8 +49,15 @@ _GLUE_OPS = {
 
 
 def own_kernel_names(source: str) -> set[str]:
-    """Names of the `__global__` functions written in the candidate's source strings."""
-    return set(_GLOBAL.findall(source))
+    """Names of the `__global__` functions written in the candidate's source strings, and of its
+    `@triton.jit` functions (the profiler names a Triton kernel by its function)."""
+    from kernelevo.judge.run.formats import triton_kernels
+
+    try:
+        jitted = set(triton_kernels(source))
+    except SyntaxError:
+        jitted = set()
+    return set(_GLOBAL.findall(source)) | jitted
 
 
 def check(policy: str, forward, args: list, device: str, source: str) -> dict:
@@ -109,11 +116,14 @@ def _cpu_calls(forward, args: list) -> tuple[list[str], list[str]]:
 
     own: list[str] = []
     c_call = CFunction.__call__.__code__
+    grid_call = _interpreter_launch()
     functions = _extension_functions()
 
     def watch(frame, event, arg):
         if event == "call" and frame.f_code is c_call:
             own.append(frame.f_locals["self"].name)
+        elif event == "call" and frame.f_code is grid_call:  # a Triton kernel's grid, run by the interpreter
+            own.append(getattr(frame.f_locals["self"].fn, "__name__", "triton kernel"))
         elif event == "c_call" and id(arg) in functions:  # by identity: a module name can be borrowed
             own.append(f"{getattr(arg, '__module__', '?')}.{getattr(arg, '__name__', '?')}")
 
@@ -126,6 +136,15 @@ def _cpu_calls(forward, args: list) -> tuple[list[str], list[str]]:
             sys.setprofile(previous)
     ops = [e.name.removeprefix("aten::") for e in prof.events() if e.name.startswith("aten::")]
     return own, [f"aten::{op}" for op in ops if op not in _GLUE_OPS]
+
+
+def _interpreter_launch():
+    """The code object that runs one launch of a Triton kernel in Triton's interpreter (every
+    program of its grid), when the candidate loaded triton; None otherwise (triton is not imported
+    here for a candidate that did not)."""
+    interpreter = sys.modules.get("triton.runtime.interpreter")
+    executor = getattr(interpreter, "GridExecutor", None)
+    return executor.__call__.__code__ if executor is not None else None
 
 
 def _extension_functions() -> set[int]:

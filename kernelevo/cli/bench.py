@@ -16,7 +16,8 @@ from typer.core import TyperGroup
 from kernelevo.cli.common import (ArchiveOpt, CacheDirOpt, ChildrenOpt, CompileBaselineOpt, ConcurrencyOpt,
                                   ConfigOpt, DeviceOpt, ExecutorOpt, FormatOpt, GenerationsOpt, GpusOpt, IslandsOpt,
                                   JsonOpt, ModelForOpt, ModelOpt, NcuOpt, PlateauOpt, PolicyOpt, ProfileTopOpt, RayAddressOpt,
-                                  EXIT_INTERRUPTED, SeedOpt, ShapesOpt, TimingSecondsOpt, TrialsOpt, check_choice, duration, emit,
+                                  EXIT_INTERRUPTED, FORMAT_CHOICES, SeedOpt, ShapesOpt, TimingSecondsOpt, TrialsOpt, check_choice,
+                                  duration, emit,
                                   fail, models_text, opened, say, search_options)
 
 
@@ -82,7 +83,7 @@ def _options(args: dict[str, Any]) -> Any:
     check_choice("--policy", args["policy"], ("mixed", "strict"))
     check_choice("--shapes", args["shapes"], ("general", "exact"))
     if args["fmt"] is not None:
-        check_choice("--format", args["fmt"], ("nvrtc", "inline", "c"))
+        check_choice("--format", args["fmt"], FORMAT_CHOICES)
     if args["candidates"] is not None and not args["candidates"].is_dir():
         fail(f"--candidates {args['candidates']}: no such folder of <task>__<label>.py files")
     limits = budget.Limits(max_cost_usd=args["max_cost_usd_per_task"], max_llm_calls=args["max_llm_calls_per_task"],

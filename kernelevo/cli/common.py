@@ -49,7 +49,10 @@ ExecutorOpt = Annotated[Optional[str], typer.Option(
 RayAddressOpt = Annotated[Optional[str], typer.Option(
     help="with --executor ray: the cluster's address [default: $RAY_ADDRESS, else a cluster started here]")]
 FormatOpt = Annotated[Optional[str], typer.Option("--format", help="candidate format asked for: nvrtc (default on a "
-                                                  "GPU), inline, or c (the CPU)")]
+                                                  "GPU), inline, triton, c (the CPU), or auto (CUDA and Triton "
+                                                  "side by side, the search learns which pays) "
+                                                  "[default: kernelevo.toml's format]")]
+FORMAT_CHOICES = ("nvrtc", "inline", "triton", "c", "auto")
 GenerationsOpt = Annotated[Optional[int], typer.Option(help="stop after this many generations")]
 PlateauOpt = Annotated[Optional[int], typer.Option(help="stop after this many generations without a new best")]
 ChildrenOpt = Annotated[int, typer.Option(min=1, help="judged children per generation")]
@@ -282,8 +285,10 @@ def search_options(args: dict[str, Any], task: Path, limits: Any, **extra: Any) 
     config = config_or_fail(args["config"])
     executor = executor_choice(args["executor"], config)
     on = judge_devices(executor, args["device"], args["gpus"], args["ray_address"])
-    if on == ("cpu",) and args["fmt"] not in (None, "c"):
-        fail(f"--format {args['fmt']} needs a GPU; on the CPU kernels are written in C (--format c)")
+    fmt = args["fmt"] or config.format()
+    if on == ("cpu",) and fmt in ("nvrtc", "inline"):
+        fail(f"--format {fmt} needs a GPU; on the CPU kernels are written in C (--format c), or in Triton "
+             "(--format triton or auto: checked in Triton's interpreter, not timed)")
     settings = SearchSettings(children_per_generation=args["children"], islands=args["islands"],
                               llm_concurrency=args["concurrency"], profile_per_generation=args["profile_top"],
                               ncu=args["ncu"])
@@ -292,7 +297,7 @@ def search_options(args: dict[str, Any], task: Path, limits: Any, **extra: Any) 
     pins = model_pins(args["model_for"], config, resuming)
     return OptimizeOptions(task_path=task, models=models, model_for=pins, devices=on,
                            archive_path=config.archive_path(args["archive"]), out_dir=args["out"],
-                           cache_dir=args["cache_dir"] or runtime.cache_dir(), fmt=args["fmt"], limits=limits,
+                           cache_dir=args["cache_dir"] or runtime.cache_dir(), fmt=fmt, limits=limits,
                            settings=settings, seed=args["seed"], policy=args["policy"], trials=args["trials"],
                            compile_baseline=args["compile_baseline"], shapes=args["shapes"],
                            config_path=args["config"], timing=TimingConfig(max_seconds=args["timing_seconds"]),

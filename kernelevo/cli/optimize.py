@@ -13,7 +13,7 @@ import typer
 from kernelevo.cli.common import (CacheDirOpt, ChildrenOpt, CompileBaselineOpt, ConcurrencyOpt, DeviceOpt, ExecutorOpt,
                                   FormatOpt, GenerationsOpt, GpusOpt, IslandsOpt, ModelForOpt, ModelOpt, NcuOpt, PlateauOpt,
                                   PolicyOpt, ProfileTopOpt, RayAddressOpt, SeedOpt, ShapesOpt, TimingSecondsOpt,
-                                  TrialsOpt, EXIT_INTERRUPTED, check_choice, duration, fail, models_text, say,
+                                  TrialsOpt, EXIT_INTERRUPTED, FORMAT_CHOICES, check_choice, duration, fail, models_text, say,
                                   search_options)
 
 
@@ -67,7 +67,7 @@ def _check(args: dict[str, Any]) -> None:
     check_choice("--policy", args["policy"], ("mixed", "strict"))
     check_choice("--shapes", args["shapes"], ("general", "exact"))
     if args["fmt"] is not None:  # None: the format the device defaults to
-        check_choice("--format", args["fmt"], ("nvrtc", "inline", "c"))
+        check_choice("--format", args["fmt"], FORMAT_CHOICES)
     for path in args["seed_from"]:
         if not path.is_file():
             fail(f"--seed-from {path}: no such archive file")

@@ -2,7 +2,8 @@
 
 The live panel fits a 100-column terminal: one line of search state, one of spend, one of
 verdicts, one of what the model's replies became (yield, calls per operator), one per model when
-the run has several (what each model's calls cost and earned), one of activity.
+the run has several (what each model's calls cost and earned), one per format when calls ask for
+several (--format auto: what each format's calls earned, and its best kernel), one of activity.
 It redraws at most four times a second.
 """
 from __future__ import annotations
@@ -32,6 +33,7 @@ def lines(p: Any, limits: dict) -> list[str]:
         f"yield {p.replies_judged}/{p.replies} replies judged  calls: {call_shares(p.calls_by_operator)}",
         *(f"{row['model']}: {model_text(row, p.dropped.get(row['model']))}"
           for row in (p.models if len(p.models) > 1 else ())),
+        *(f"{row['format']}: {format_text(row)}" for row in getattr(p, "formats", ())),
         f"in flight: {p.llm_in_flight} LLM calls, {p.judging} being judged{_remeasuring(p)}  {p.status}",
     ]
     return [line if len(line) <= WIDTH - 4 else line[:WIDTH - 7] + "..." for line in text]
@@ -50,6 +52,19 @@ def model_text(row: dict, dropped: str | None = None) -> str:
     text = (f"{row['calls']} calls {cost}, {row['judged']}/{row['replies']} replies judged, {row['correct']} correct, "
             f"{row['improvements']} improvements" + (f" ({per:.3g}/$)" if per is not None else ""))
     return text + (f"; dropped out: {dropped}" if dropped else "")
+
+
+def format_text(row: dict) -> str:
+    """'7 calls, 5/6 judged correct, 2 improvements, best 1.42x (1.38-1.45), kernel 12': one format's share."""
+    best = row.get("best_speedup")
+    if row.get("best") is None:
+        top = "no correct kernel yet"
+    elif best is None:
+        top = f"best: kernel {row['best']}, correct, not timed"
+    else:
+        top = f"best {_x(best, row.get('best_speedup_ci'))}, kernel {row['best']}"
+    return (f"{row['calls']} calls, {row['correct']}/{row['judged']} judged correct, "
+            f"{row['improvements']} improvements, {top}")
 
 
 def call_shares(calls: dict) -> str:
@@ -152,6 +167,7 @@ def summary_rows(outcome: Any) -> list[tuple[str, str]]:
              ("asked once", repeats_text(calls)),
              *((f"model {row['model']}", model_text(row, (outcome.summary.get("dropped") or {}).get(row["model"])))
                for row in outcome.summary.get("models") or ()),
+             *((f"format {row['format']}", format_text(row)) for row in outcome.summary.get("formats") or ()),
              ("candidates judged", str(counts.get("evaluations", 0))),
              ("verdicts", ", ".join(f"{k} {v}" for k, v in sorted((counts.get("verdicts") or {}).items())) or "-")]
     return rows

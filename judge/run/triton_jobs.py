@@ -1,0 +1,73 @@
+"""What a Triton candidate needs of the worker: its cache, the interpreter on the CPU, the first call
+that compiles (and autotunes) its kernels before anything is checked or timed, and the configs its
+autotuners chose. Runs in the child only; nothing here imports triton unless the candidate did."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+# Why a Triton candidate on the CPU gets a verdict but no speedup: the interpreter runs each program
+# of the grid in NumPy, one after another, which says nothing of the kernel's speed on a GPU.
+UNTIMED = ("not timed: Triton kernels on the CPU run in Triton's interpreter (TRITON_INTERPRET=1), "
+           "whose speed says nothing of a GPU's; correctness, shapes and the policy were judged")
+
+
+def interpreted(job: dict, device: str) -> bool:
+    """A Triton candidate judged on the CPU: its kernels run in the interpreter."""
+    return job.get("format") == "triton" and not device.startswith("cuda")
+
+
+def environment(cache: Path, interpreting: bool = False) -> None:
+    """Before the candidate is imported: Triton's cache inside kernelevo's (its keys hash each
+    kernel's source, so a changed kernel recompiles). On the CPU the worker turned Triton's
+    interpreter on when it started (worker.main): triton's own library kernels are decorated when
+    triton is imported, which happens before any job."""
+    os.environ["TRITON_CACHE_DIR"] = str(cache / "triton")
+    if interpreting:
+        _autotune_in_interpreter()
+
+
+def _autotune_in_interpreter() -> None:
+    """`@triton.autotune` times its configs with the GPU driver's benchmarker, which the interpreter
+    has none of ("0 active drivers"): on the CPU each config is run once instead (so every config is
+    checked to run) and none is faster, so an autotuner keeps its first. Nothing is timed there anyway."""
+    from triton.runtime import autotuner
+
+    def run_once(kernel_call, quantiles):
+        kernel_call()
+        return [0.0 for _ in quantiles]
+
+    autotuner.Autotuner.do_bench = property(lambda self: self._do_bench or run_once)
+
+
+def first_call(forward, args: list, device: str) -> float:
+    """Seconds of the candidate's first forward: Triton compiles each kernel at its first launch and
+    an autotuner times its configs there. Part of the build, never of a timed region (the caller
+    holds the device: autotuning times kernels). Exceptions propagate (a compile error among them)."""
+    import torch
+
+    started = time.perf_counter()
+    with torch.no_grad():
+        forward(args)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+    return time.perf_counter() - started
+
+
+def autotuned(cls) -> list[str]:
+    """What each `@triton.autotune` of the candidate's module chose, one line per kernel and key:
+    the configs listed are in its source; these are the ones its benchmarking picked here."""
+    module = sys.modules.get(getattr(cls, "__module__", ""))
+    try:
+        from triton.runtime.autotuner import Autotuner
+    except ImportError:
+        return []
+    lines = []
+    for name, value in sorted(vars(module).items() if module else ()):
+        if isinstance(value, Autotuner):
+            for key, config in getattr(value, "cache", {}).items():
+                lines.append(f"autotune {name} {key}: {config}")
+    return lines
+

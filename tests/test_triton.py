@@ -1,0 +1,115 @@
+"""Triton candidates on the CPU: judged through Triton's interpreter (correctness, derived shapes,
+the policy; no timing), cheats refused, and `optimize --format auto` asking for C and Triton side
+by side, with the format bandit's figures in the summary and the archive."""
+import itertools
+import re
+
+import pytest
+from kernelevo.archive.reports.run_data import report_data
+from kernelevo.archive.store import Archive
+from kernelevo.judge.api import Judge, JudgeOptions
+from kernelevo.judge.measure.timing import TimingConfig
+from kernelevo.judge.run.executor import Limits
+from kernelevo.tasks import load_task
+from llm_server import ScriptedServer, Step, request_text
+from test_optimize import GOOD, KERNELS, USAGE, cli, environment, optimize_args
+
+from conftest import FIXTURES
+
+CHEATS = FIXTURES / "cheats" / "triton"
+OK = FIXTURES / "triton" / "ok_triton.py"
+TASK = FIXTURES / "cpu" / "task_scale.py"
+
+
+def expected(path) -> tuple[str, str]:
+    return tuple(re.search(r"^# expect: (\w+) (\w+)$", path.read_text(), re.M).groups())
+
+
+@pytest.fixture(scope="module")
+def verdicts(cache_dir):
+    options = JudgeOptions(devices=("cpu",), compile_baseline=False, timing=TimingConfig(min_reps=5, max_seconds=0.2),
+                           limits=Limits(build=120, run=60), concurrency=2)
+    with Judge(cache_dir, options) as judge:
+        futures = {p.name: judge.submit(load_task(TASK), p) for p in [OK, *sorted(CHEATS.glob("*.py"))]}
+        return {name: f.result(timeout=600) for name, f in futures.items()}
+
+
+def test_a_triton_candidate_is_judged_in_the_interpreter_without_a_speedup(verdicts):
+    e = verdicts[OK.name]
+    assert (e.verdict, e.format) == ("ok", "triton"), (e.reason, e.message, e.excerpt)
+    assert e.evidence["policy"]["own_kernels"] == ["scale_relu"] and not e.evidence["policy"]["torch_compute"]
+    assert len(e.shapes.supported) > 3 and not e.specialized  # derived shapes: odd primes among them
+    assert e.speedup_eager is None and e.candidate is None and e.speedup_compile is None
+    assert any(n.startswith("not timed: Triton kernels on the CPU run in Triton's interpreter") for n in e.notes)
+    assert any(n.startswith("build: import and construction") and "first call (Triton's compile)" in n
+               for n in e.notes), e.notes  # the first call is part of the build
+    assert e.build_s and e.build_s > 0
+
+
+def test_an_autotuned_candidate_runs_every_config_in_the_interpreter(cache_dir, tmp_path):
+    small = tmp_path / "task_relu.py"  # the interpreter runs each program of the grid in turn: a smaller tensor
+    small.write_text((FIXTURES / "cuda" / "task_relu.py").read_text().replace("torch.randn(2048, 4096)",
+                                                                             "torch.randn(64, 1000)"))
+    options = JudgeOptions(devices=("cpu",), compile_baseline=False, trials=2, limits=Limits(build=120, run=60))
+    with Judge(cache_dir, options) as judge:
+        e = judge.evaluate(load_task(small), FIXTURES / "triton" / "autotuned_triton.py")
+    assert e.ok and e.speedup_eager is None, (e.verdict, e.reason, e.message, e.excerpt)
+    assert any(n.startswith("autotune scaled_relu") and "BLOCK: 1024" in n for n in e.notes), e.notes  # the first
+    assert any("first call (Triton's compile, autotuning)" in n for n in e.notes), e.notes
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in CHEATS.glob("*.py")))
+def test_triton_cheat_refused_with_its_reason(verdicts, name):
+    e = verdicts[name]
+    assert (e.verdict, e.reason) == expected(CHEATS / name), (e.message, e.evidence)
+    assert e.message and e.speedup_eager is None and e.format == "triton"
+
+
+TRITON = OK.read_text()
+TRITON_WIDE = TRITON.replace("BLOCK_C = 128  # tune: 64 128 256", "BLOCK_C = 256  # tune: 64 128 256")
+
+
+def both_languages():
+    """Replies in the language each prompt asks for: C (good, then the faster chunked one, cycling
+    with a slow one) or Triton (the fixture, then a wider variant)."""
+    c = itertools.chain([GOOD], itertools.cycle([KERNELS["chunked"], KERNELS["slow"]]))
+    triton = itertools.chain([TRITON], itertools.cycle([TRITON_WIDE, TRITON.replace("BLOCK_R = 16", "BLOCK_R = 8")]))
+
+    def respond(body: dict) -> Step:
+        text = request_text(body)
+        kernel = next(triton if "# Candidate format: triton (write this one)" in text else c)
+        analysis = "## Analysis\nThe fastest streams rows.\n\n## Kernel\n" if "measured kernels" in text else ""
+        return Step(text=f"{analysis}Here it is.\n\n```python\n{kernel}```\n", usage=USAGE)
+    return respond
+
+
+def test_optimize_format_auto_asks_for_both_languages_and_shows_each(tmp_path):
+    server = ScriptedServer(responder=both_languages())
+    try:
+        env = environment(server, tmp_path)
+        done = cli(optimize_args(tmp_path, "--format", "auto", "--generations", "2", "--max-llm-calls", "8",
+                                 "--islands", "2", "--plateau", "9"), env)
+    finally:
+        server.close()
+    assert done.returncode in (0, 3), done.stderr[-3000:]
+    prompts = [request_text(r["body"]) for r in server.requests]
+    asked = {fmt for text in prompts for fmt in ("c", "triton") if f"# Candidate format: {fmt} (write this one)" in text}
+    assert asked == {"c", "triton"}  # islands 0 and 1: one language each
+    with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
+        (run,) = archive.runs()
+        rows = archive.format_yield(run["id"])
+        kernels = archive.kernels(run_id=run["id"])
+        best = archive.format_best(run["id"])
+    assert run["config"]["format"] == "auto"
+    assert {r["format"] for r in rows} == {"c", "triton"} and all(r["calls"] for r in rows)
+    assert {k["format"] for k in kernels if k["verdict"] == "ok"} == {"c", "triton"}
+    assert {k["island"] % 2 for k in kernels if k["format"] == "triton" and k["operator"] == "translate"} == {1}
+    assert best["c"]["speedup_eager"] > 0 and best["triton"]["speedup_eager"] is None  # the interpreter: untimed
+    summary = " ".join(done.stdout.split())
+    assert re.search(r"format c \d+ calls, \d+/\d+ judged correct, \d+ improvements, best [\d.]+x", summary), summary
+    assert re.search(r"format triton \d+ calls, \d+/\d+ judged correct, \d+ improvements, best: kernel \d+, correct, "
+                     r"not timed", summary), summary
+    assert "formats: c, triton, on alternate islands of 2" in " ".join(done.stderr.split())
+    with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:  # the run's report: a row per format
+        shown = {r["format"]: r for r in report_data(archive, run["id"])["formats"]}
+    assert shown["c"]["calls"] and shown["triton"]["calls"] and shown["triton"]["ok"]
