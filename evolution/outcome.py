@@ -85,7 +85,10 @@ def write_drop_in(member: Member, evaluation: Evaluation, task_name: str, run_id
               f"on {evaluation.device_name or evaluation.device} (torch {evaluation.torch_version}), "
               f"re-judged in a fresh process (the search measured "
               f"{speedup_text(member.fitness, member.speedup_eager_ci)} eager).\n"
-              f"# Drop-in: `from {task_name}_kernelevo import ModelNew` replaces the task's Model.\n")
+              f"# Drop-in: `from {task_name}_kernelevo import ModelNew` replaces the task's Model.\n"
+              f"# Format: {evaluation.format or member.format}"
+              + (" (needs the triton package where it runs; CUDA builds of torch bring it)"
+                 if (evaluation.format or member.format) == "triton" else "") + "\n")
     header += _shapes_comment(evaluation)
     path.write_text(header + member.source)
     return path

@@ -92,10 +92,18 @@ SMALLER = {"conv2d_relu": {"HEIGHT": 32, "WIDTH": 32}, "device_copy": {"ELEMENTS
            "sum_reduction": {"BATCH": 16}}
 
 
-def smaller_task(name: str, folder: Path) -> Path:
-    """The starter task `name` with its module-level sizes replaced by SMALLER's."""
+# Smaller still for Triton's interpreter, which runs every program of a grid in turn in NumPy.
+INTERPRETER = {"conv2d_relu": {"BATCH": 2, "HEIGHT": 16, "WIDTH": 16}, "device_copy": {"ELEMENTS": 1 << 16},
+               "diag_matmul": {"N": 64, "M": 512}, "elementwise_chain": {"ROWS": 64, "FEATURES": 512},
+               "gemm_bias_gelu": {"BATCH": 64, "IN_FEATURES": 128, "OUT_FEATURES": 128}, "layernorm": {"ROWS": 64},
+               "row_softmax": {"ROWS": 64, "COLS": 1024}, "small_attention": {"BATCH": 2, "HEADS": 2, "SEQ": 32},
+               "sum_reduction": {"BATCH": 4, "N": 512}}
+
+
+def smaller_task(name: str, folder: Path, sizes: dict = SMALLER) -> Path:
+    """The starter task `name` with its module-level sizes replaced by those `sizes` gives (SMALLER's)."""
     source = (SUITE / f"{name}.py").read_text()
-    for constant, value in SMALLER[name].items():
+    for constant, value in sizes[name].items():
         source, count = re.subn(rf"^{constant} = .+$", f"{constant} = {value}", source, flags=re.M)
         assert count == 1, f"{name}.py has no module-level {constant}"
     path = folder / f"{name}.py"
@@ -104,16 +112,16 @@ def smaller_task(name: str, folder: Path) -> Path:
 
 
 def test_every_task_has_smaller_sizes():
-    assert set(SMALLER) == {p.stem for p in TASKS}
+    assert set(SMALLER) == set(INTERPRETER) == {p.stem for p in TASKS}
 
 
-def judged_smaller(cache_dir, folder: Path, fmt: str) -> dict:
+def judged_smaller(cache_dir, folder: Path, fmt: str, sizes: dict = SMALLER) -> dict:
     """Every starter candidate of `fmt` on the smaller tasks, submitted at once so builds and worker
     start-up overlap the judging."""
     options = JudgeOptions(devices=("cpu",), compile_baseline=False, trials=1, input_sets=1,
                            timing=TimingConfig(min_reps=5, max_seconds=0.2, target_rel_ci=0.05), concurrency=2)
     with Judge(cache_dir, options) as judge:
-        futures = {p.stem: judge.submit(load_task(smaller_task(p.stem.split("__")[0], folder)), p)
+        futures = {p.stem: judge.submit(load_task(smaller_task(p.stem.split("__")[0], folder, sizes)), p)
                    for p in of_format(fmt)}
         return {name: f.result(timeout=900) for name, f in futures.items()}
 
@@ -125,7 +133,7 @@ def c_verdicts(cache_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def triton_verdicts(cache_dir, tmp_path_factory):
-    return judged_smaller(cache_dir, tmp_path_factory.mktemp("smaller_triton"), "triton")
+    return judged_smaller(cache_dir, tmp_path_factory.mktemp("smaller_triton"), "triton", INTERPRETER)
 
 
 @pytest.mark.parametrize("path", of_format("c"), ids=lambda p: p.stem)

@@ -18,6 +18,7 @@ from conftest import FIXTURES
 
 CHEATS = FIXTURES / "cheats" / "triton"
 OK = FIXTURES / "triton" / "ok_triton.py"
+SPECIALIZED = FIXTURES / "triton" / "specialized_triton.py"
 TASK = FIXTURES / "cpu" / "task_scale.py"
 
 
@@ -26,11 +27,14 @@ def expected(path) -> tuple[str, str]:
 
 
 @pytest.fixture(scope="module")
-def verdicts(cache_dir):
+def verdicts(cache_dir, tmp_path_factory):
+    small = tmp_path_factory.mktemp("triton") / "task_scale.py"  # fewer rows: the interpreter runs programs in turn
+    small.write_text(TASK.read_text().replace("N, M = 256, 512", "N, M = 64, 512").replace("torch.randn(1000, M)",
+                                                                                           "torch.randn(200, M)"))
     options = JudgeOptions(devices=("cpu",), compile_baseline=False, timing=TimingConfig(min_reps=5, max_seconds=0.2),
                            limits=Limits(build=120, run=60), concurrency=2)
     with Judge(cache_dir, options) as judge:
-        futures = {p.name: judge.submit(load_task(TASK), p) for p in [OK, *sorted(CHEATS.glob("*.py"))]}
+        futures = {p.name: judge.submit(load_task(small), p) for p in [OK, SPECIALIZED, *sorted(CHEATS.glob("*.py"))]}
         return {name: f.result(timeout=600) for name, f in futures.items()}
 
 
@@ -56,6 +60,13 @@ def test_an_autotuned_candidate_runs_every_config_in_the_interpreter(cache_dir, 
     assert e.ok and e.speedup_eager is None, (e.verdict, e.reason, e.message, e.excerpt)
     assert any(n.startswith("autotune scaled_relu") and "BLOCK: 1024" in n for n in e.notes), e.notes  # the first
     assert any("first call (Triton's compile, autotuning)" in n for n in e.notes), e.notes
+
+
+def test_a_triton_candidate_that_refuses_some_shapes_is_specialized(verdicts):
+    e = verdicts[SPECIALIZED.name]
+    assert e.ok and e.specialized, (e.verdict, e.reason, e.message, e.shapes)
+    assert any("509" in r and "multiples of 128 only" in r for r in e.shapes.refused), e.shapes.refused
+    assert "float32[64, 512]" in e.shapes.supported
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in CHEATS.glob("*.py")))
@@ -110,6 +121,7 @@ def test_optimize_format_auto_asks_for_both_languages_and_shows_each(tmp_path):
     assert re.search(r"format triton \d+ calls, \d+/\d+ judged correct, \d+ improvements, best: kernel \d+, correct, "
                      r"not timed", summary), summary
     assert "formats: c, triton, on alternate islands of 2" in " ".join(done.stderr.split())
+    assert "# Format: c\n" in (tmp_path / "out" / "task_scale_kernelevo.py").read_text()  # the drop-in says its format
     with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:  # the run's report: a row per format
         shown = {r["format"]: r for r in report_data(archive, run["id"])["formats"]}
     assert shown["c"]["calls"] and shown["triton"]["calls"] and shown["triton"]["ok"]

@@ -88,12 +88,7 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
         ctx = Context(task_view(task), placement.target(options, formats[0]), inspirations=stones)
         state = RunState(archive, run_id, task, task_id, ctx, Path(options.archive_path).parent / "runs" / run_id,
                          formats)
-        search_settings = options.settings
-        if len(formats) > search_settings.islands:  # each format needs an island of its own
-            search_settings = dataclasses.replace(search_settings, islands=len(formats))
-        if len(formats) > 1:
-            on_status(f"formats: {', '.join(formats)}, on alternate islands of {search_settings.islands}; "
-                      "each call's format is drawn by what the formats' calls earned")
+        search_settings = _islands_for(options.settings, formats, on_status)
         ensemble.set_on_call(state.record_call)
         on_status(f"run {run_id}" + (" (resumed)" if options.resume else "") + f"; kernels in {state.run_dir}")
         archive.add_event(run_id, "session_start", {"resume": bool(options.resume), "seeded": list(seeded),
@@ -144,6 +139,16 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
                         "search_intervals": (member.speedup_eager_ci, member.speedup_compile_ci) if member else None})
     finally:
         archive.close()
+
+
+def _islands_for(settings, formats: tuple[str, ...], on_status: Callable[[str], None]):
+    """The search settings with an island for each format at least (--format auto), said once."""
+    if len(formats) > settings.islands:
+        settings = dataclasses.replace(settings, islands=len(formats))
+    if len(formats) > 1:
+        on_status(f"formats: {', '.join(formats)}, on alternate islands of {settings.islands}; "
+                  "each call's format is drawn by what the formats' calls earned")
+    return settings
 
 
 def _model_names(options: OptimizeOptions, on_status: Callable[[str], None] = lambda text: None

@@ -4,6 +4,7 @@ autotuners chose. Runs in the child only; nothing here imports triton unless the
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -68,6 +69,7 @@ def autotuned(cls) -> list[str]:
     for name, value in sorted(vars(module).items() if module else ()):
         if isinstance(value, Autotuner):
             for key, config in getattr(value, "cache", {}).items():
-                lines.append(f"autotune {name} {key}: {config}")
+                chosen = re.sub(r", \w+: None", "", str(config))  # fields left unset
+                lines.append(f"autotune {name} {key}: {chosen}")
     return lines
 

@@ -51,11 +51,22 @@ def chosen_parts(split_dir: Path, rows: list[dict], kernel_source: Callable[[int
         task = load_task(split_dir / entry["task"])
         kinds = tuple(_kind(x) for x in task.get_inputs())
         ci = tuple(row["speedup_eager_ci"]) if row.get("speedup_eager_ci") else None
-        label = f"kernel {row['kernel_id']} ({row['speedup_eager']:.2f}x against eager alone)"
-        placed = Placed(Path(entry["task"]).stem, kernel_source(row["kernel_id"]), task.init_args, kinds,
+        source = kernel_source(row["kernel_id"])
+        label = f"kernel {row['kernel_id']}, {_format_of(source)} ({row['speedup_eager']:.2f}x against eager alone)"
+        placed = Placed(Path(entry["task"]).stem, source, task.init_args, kinds,
                         tuple(s["path"] for s in entry["call_sites"]), label)
         chosen.append(Candidate(placed, entry["share"] or 0.0, row["speedup_eager"], ci, row["kernel_id"]))
     return chosen, left
+
+
+def _format_of(source: str) -> str:
+    """The kernel's format, for the drop-in's comments (a Triton one needs triton where it runs)."""
+    from kernelevo.judge.run.formats import detect_format
+
+    try:
+        return detect_format(source)
+    except SyntaxError:
+        return "unknown format"
 
 
 def _why_not(row: dict | None, min_speedup: float) -> str:
