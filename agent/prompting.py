@@ -126,7 +126,20 @@ def _formats(target: Target) -> str:
                         fill(f"format_{other}.md", requested=template_text("alternative.md"))])
 
 
+_TIMING = {"gpu": "timing_gpu.md", "cpu": "timing_cpu.md", "interpreter": "timing_interpreter.md"}
+
+
+def _where(target: Target) -> str:
+    """Where the kernels run: gpu, cpu, or interpreter (Triton kernels on a machine without a GPU:
+    checked in Triton's interpreter, not timed)."""
+    if target.capability is not None:
+        return "gpu"
+    return "interpreter" if target.format == "triton" else "cpu"
+
+
 def _device_notes(target: Target) -> str:
+    if target.capability is None and target.format == "triton":
+        return fill("device_interpreter.md", name=target.name)
     if target.capability is None:
         compiler = fill("compiler_cpu.md", command=target.compiler) if target.compiler else ""
         return fill("device_cpu.md", name=target.name, cores=target.cores, compiler=compiler)
@@ -141,8 +154,9 @@ def prefix(ctx: Context) -> list[Message]:
     """The stable part: system rules, formats and device notes; then the task, where the cache ends."""
     if ctx.target.format not in FORMATS:
         raise ValueError(f"format {ctx.target.format!r}: use one of {', '.join(FORMATS)}")
-    timing = template_text("timing_cpu.md" if ctx.target.capability is None else "timing_gpu.md").rstrip("\n")
-    role = phrases()["labels"]["role_cpu" if ctx.target.capability is None else "role_gpu"]
+    where = _where(ctx.target)
+    timing = template_text(_TIMING[where]).rstrip("\n")
+    role = phrases()["labels"]["role_cpu" if where == "cpu" else "role_gpu"]
     system = fill("system.md", role=role, formats=_formats(ctx.target), device_notes=_device_notes(ctx.target),
                   timing=timing)
     task = ctx.task

@@ -99,6 +99,15 @@ def test_prompts_teach_both_cuda_formats_and_ask_for_nvrtc():
     assert "Candidate format: inline (write this one)" in asked_inline
 
 
+def test_a_triton_prompt_teaches_triton_alone_and_on_the_cpu_says_nothing_is_timed():
+    task = TaskView("t", "class Model: pass", "float32[2]", "[]")
+    on_gpu = prompting.prefix(Context(task, Target("triton", "NVIDIA H100", (9, 0), 132)))[0].content
+    assert "# Candidate format: triton (write this one)" in on_gpu and "format: nvrtc" not in on_gpu
+    on_cpu = prompting.prefix(Context(task, Target("triton", "AMD EPYC", cores=2, compiler="cc -O3")))[0].content
+    assert "GPU performance engineer" in on_cpu and "Triton's interpreter" in on_cpu and "cc -O3" not in on_cpu
+    assert "- Time: none on this machine" in on_cpu
+
+
 def test_no_prompt_text_in_python():
     """Long string literals in agent/ would be prompt text that belongs in prompts/."""
     for path in (Path(__file__).parents[1] / "agent").glob("*.py"):

@@ -226,6 +226,8 @@ class Children:
         pending = any(meta["kernel_id"] == member.kernel_id for meta in self.profile_futures.values())
         if not self.settings.profile_per_generation or pending or member.kernel_id in self.state.profiles:
             return
+        if member.speedup_eager is None:  # not timed (Triton's interpreter): its profile would be the interpreter's
+            return
         judged = [e for e in self.archive.kernel(member.kernel_id)["evaluations"] if e["verdict"] == "ok"]
         if judged:
             self._start_profile(member.kernel_id, Evaluation.from_dict(judged[-1]["data"]), judged[-1]["id"], False)

@@ -42,7 +42,7 @@ class Planning:
         correct = self.population.correct()
         recent = [m for m in self.population.members[-40:] if m.kernel_id not in self.repair_tried]
         repairable = selection.pick_repair_target(recent, self.rng)
-        tunable = any(tune.has_tunables(m.source) for m in correct)
+        tunable = any(_tunable(m) for m in correct)
         seeding = {m["island"] for m in [*self.llm_futures.values(), *self.judge_futures.values()]
                    if m["op"] == "translate"}
         seed_island = islands.needing_seed(self.population, self.settings.islands, seeding) \
@@ -204,7 +204,7 @@ class Planning:
     def _start_tune(self, correct: list[Member]) -> bool:
         """A variant of one of the best tunable kernels of an island, within the ranges its own
         `// tune:` marks list; the next of them when one has no untried variant left."""
-        tunable = [m for m in correct if tune.has_tunables(m.source)]
+        tunable = [m for m in correct if _tunable(m)]
         known = [m.source for m in self.population.members]
         for parent in selection.tune_parents(tunable, self.rng):
             # the gate knows every kernel submitted, judged or not: no variant is judged twice
@@ -218,3 +218,9 @@ class Planning:
         self._submit_child("tune", source, (parent.kernel_id,), parent.island, None,
                            note=", ".join(f"{k}={v}" for k, v in change.items()))
         return True
+
+
+def _tunable(m: Member) -> bool:
+    """A kernel tune can work on: tune-marked constants, and a measured speed to beat (a Triton kernel
+    judged in the interpreter has none: its variants could only be correct, never faster)."""
+    return m.speedup_eager is not None and tune.has_tunables(m.source)
