@@ -189,7 +189,7 @@ class Metered:
             if why:
                 raise NotSent(why)
         try:
-            answer = self.llm.ask(operator, messages, **({"fmt": self.fmt} if self.fmt else {}))
+            answer = self.llm.ask(operator, messages, self.fmt)
         except Stop as exc:
             if exc.call is not None:  # sent and failed: it counts
                 self.calls.append(exc.call)

@@ -98,20 +98,28 @@ def own_improvement(kernel: dict) -> bool:
     return bool(kernel.get("stepping_stone")) and not (kernel.get("stone_reason") or "").startswith(PARENT_STONE)
 
 
+def _summed(rows: Iterable[dict], key: str, sums: tuple[str, ...], names: Iterable[str]) -> dict[str, dict]:
+    """`rows` summed over `sums` per row[key]: `names` first (zeros for one without a row), then
+    others as first seen; a row with an empty key is left out. cost_usd rounded."""
+    out: dict[str, dict] = {n: {key: n, **{k: 0 for k in sums}} for n in names}
+    for r in rows:
+        if r[key]:
+            g = out.setdefault(r[key], {key: r[key], **{k: 0 for k in sums}})
+            for k in sums:
+                g[k] += r[k]
+    for g in out.values():
+        g["cost_usd"] = round(g["cost_usd"], 6)
+    return out
+
+
 def by_format(rows: Iterable[dict], best: dict[str, dict], names: Iterable[str] = ()) -> list[dict]:
     """Archive.format_yield rows summed per asked format, `names` first (zeros for one not asked
     yet), with the format's fastest correct kernel from Archive.format_best: calls, cost_usd,
     attempts, judged, correct, improvements, best (kernel id or None), best_speedup, best_speedup_ci."""
-    sums = ("calls", "cost_usd", "attempts", "judged", "correct", "improvements")
-    out: dict[str, dict] = {f: {"format": f, **{k: 0 for k in sums}} for f in names}
-    for r in rows:
-        if r["format"]:
-            g = out.setdefault(r["format"], {"format": r["format"], **{k: 0 for k in sums}})
-            for k in sums:
-                g[k] += r[k]
+    out = _summed(rows, "format", ("calls", "cost_usd", "attempts", "judged", "correct", "improvements"), names)
     for fmt, g in out.items():
         top = best.get(fmt) or {}
-        g.update(cost_usd=round(g["cost_usd"], 6), best=top.get("kernel_id"), best_speedup=top.get("speedup_eager"),
+        g.update(best=top.get("kernel_id"), best_speedup=top.get("speedup_eager"),
                  best_speedup_ci=top.get("speedup_eager_ci"))
     return list(out.values())
 
@@ -120,13 +128,8 @@ def by_model(rows: Iterable[dict], names: Iterable[str] = ()) -> list[dict]:
     """Archive.model_yield rows summed per model: `names` first (zeros for one without a call yet),
     then others as first seen. Each: calls, cost_usd, unknown_cost_calls, attempts, replies, judged,
     correct, improvements, and improvements_per_usd (None while nothing known was spent)."""
-    out: dict[str, dict] = {m: {"model": m, **{k: 0 for k in _MODEL_SUMS}} for m in names}
-    for r in rows:
-        g = out.setdefault(r["model"], {"model": r["model"], **{k: 0 for k in _MODEL_SUMS}})
-        for k in _MODEL_SUMS:
-            g[k] += r[k]
+    out = _summed(rows, "model", _MODEL_SUMS, names)
     for g in out.values():
-        g["cost_usd"] = round(g["cost_usd"], 6)
         g["improvements_per_usd"] = g["improvements"] / g["cost_usd"] if g["cost_usd"] > 0 else None
     return list(out.values())
 

@@ -139,6 +139,17 @@ def _spent(s: OperatorStats, price: float) -> float:
     return s.cost_usd + s.unknown_costs * price
 
 
+def _split_rate(here: OperatorStats, everywhere: OperatorStats) -> float:
+    """s * g of the module docstring: the share of attempts judged correct times the share of
+    correct kernels that improved, each smoothed towards `everywhere` (and that towards the priors)."""
+    p = PRIOR_ATTEMPTS
+    correct_all = (everywhere.successes + p * PRIOR_CORRECT) / (everywhere.attempts + p)
+    correct = (here.successes + p * correct_all) / (here.attempts + p)
+    gain_all = (everywhere.improvements + p * PRIOR_RATE / PRIOR_CORRECT) / (everywhere.successes + p)
+    gain = (here.improvements + p * gain_all) / (here.successes + p)
+    return correct * gain
+
+
 def model_weights(per_operator: Mapping[str, OperatorStats], overall: Mapping[str, OperatorStats],
                   prices: Mapping[str, float]) -> dict[str, float]:
     """p_m of the module docstring for the models in `prices` (they sum to 1): `per_operator` holds
@@ -149,13 +160,9 @@ def model_weights(per_operator: Mapping[str, OperatorStats], overall: Mapping[st
     for name, price in prices.items():
         here = per_operator.get(name) or OperatorStats()
         everywhere = _minus(overall.get(name) or OperatorStats(), here)  # the other operators: no evidence twice
-        correct_all = (everywhere.successes + p * PRIOR_CORRECT) / (everywhere.attempts + p)
-        correct = (here.successes + p * correct_all) / (here.attempts + p)
-        gain_all = (everywhere.improvements + p * PRIOR_RATE / PRIOR_CORRECT) / (everywhere.successes + p)
-        gain = (here.improvements + p * gain_all) / (here.successes + p)
         cost_all = (_spent(everywhere, price) + p * price) / (everywhere.attempts + p)
         cost = (_spent(here, price) + p * cost_all) / (here.attempts + p)
-        raw[name] = correct * gain / max(cost, MIN_CALL_USD)
+        raw[name] = _split_rate(here, everywhere) / max(cost, MIN_CALL_USD)
     total, n = sum(raw.values()), len(raw)
     return {name: (1 - MODEL_EXPLORE) * w / total + MODEL_EXPLORE / n for name, w in raw.items()}
 
@@ -188,18 +195,9 @@ def format_weights(per_model: Mapping[str, OperatorStats], overall: Mapping[str,
     So a format whose calls come back correct and faster gets more of them, for this model first
     (a model may write good Triton and poor CUDA), from what all models showed before it has
     evidence of its own; and no format starves."""
-    p = PRIOR_ATTEMPTS
-    raw = {}
-    for fmt in formats:
-        here, everywhere = per_model.get(fmt) or OperatorStats(), overall.get(fmt) or OperatorStats()
-        correct_all = (everywhere.successes + p * PRIOR_CORRECT) / (everywhere.attempts + p)
-        correct = (here.successes + p * correct_all) / (here.attempts + p)
-        gain_all = (everywhere.improvements + p * PRIOR_RATE / PRIOR_CORRECT) / (everywhere.successes + p)
-        gain = (here.improvements + p * gain_all) / (here.successes + p)
-        raw[fmt] = correct * gain
-    total, n = sum(raw.values()), len(raw)
-    if total <= 0:
-        return {fmt: 1.0 / n for fmt in raw}
+    raw = {fmt: _split_rate(per_model.get(fmt) or OperatorStats(), overall.get(fmt) or OperatorStats())
+           for fmt in formats}
+    total, n = sum(raw.values()), len(raw)  # every rate is above 0: the priors are
     return {fmt: (1 - FORMAT_EXPLORE) * w / total + FORMAT_EXPLORE / n for fmt, w in raw.items()}
 
 

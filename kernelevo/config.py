@@ -29,6 +29,8 @@ from typing import Any
 DEFAULT_MODELS = (("ANTHROPIC_API_KEY", "anthropic:claude-sonnet-5-5"), ("OPENAI_API_KEY", "openai:gpt-6.2-sol"))
 # How to call, not fields of the model table.
 CALL_FIELDS = ("max_tokens", "key_env", "sampling_temperature", "timeout_s", "max_retries")
+# What --format and `format =` take: a candidate format, or auto (CUDA and Triton side by side).
+FORMAT_CHOICES = ("nvrtc", "inline", "triton", "c", "auto")
 _SECRETS = re.compile(r"^(key|token|secret|password)$|(api_?key|_secret|_token|_password)$", re.I)
 
 
@@ -113,8 +115,8 @@ def load_config(path: str | Path | None = None) -> Config:
                           "ensemble = [\"fast\", \"smart\"]")
     models = {alias: _choice(alias, table, found) for alias, table in (data.get("models") or {}).items()}
     _check_ensemble(data, found)
-    if data.get("format") not in (None, "nvrtc", "inline", "triton", "c", "auto"):
-        raise ConfigError(f"{found}: format = {data['format']!r}: use nvrtc, inline, triton, c or auto")
+    if data.get("format") is not None and data["format"] not in FORMAT_CHOICES:
+        raise ConfigError(f"{found}: format = {data['format']!r}: use {', '.join(FORMAT_CHOICES)}")
     return Config(str(found), models, data)
 
 

@@ -20,7 +20,6 @@ def _label(table: str = "") -> str:
 _LABEL = _label()
 
 
-
 def _kernel_yield(group: str) -> str:
     """Per `group` (a column) and model, what the kernel rows of the calls became (see
     Archive.model_yield and Archive.format_yield)."""

@@ -28,9 +28,9 @@ class Planning:
     """The planning methods of loop.search.Search (a mixin: it has no state of its own).
 
     Reads the search's population, settings, rng, stats, state, archive, ensemble, budget, pool,
-    gate, judge_futures and profile_futures, and barren_translations. Writes llm_futures (a started
-    call and its bookkeeping), repair_tried, crossed, repeated, progress.repeats_avoided and
-    _island_turn. Calls Children._submit_child (a tune variant) and Children._profile_on_demand
+    gate, judge_futures and profile_futures, barren_translations and format_rows. Writes llm_futures
+    (a started call and its bookkeeping), repair_tried, crossed, repeated, progress.repeats_avoided,
+    _island_turn and _format_turn. Calls Children._submit_child (a tune variant) and Children._profile_on_demand
     (mutate's parent)."""
 
     def _plan(self) -> bool:
@@ -93,7 +93,7 @@ class Planning:
         model = self.ensemble.choose(op, self.rng)
         if model is None:
             return ""
-        rows = self.archive.format_yield(self.state.run_id)
+        rows = self.format_rows  # refreshed whenever a call or a verdict came in (Search._refresh)
         self._format_turn = scheduling.choose_format(scheduling.format_stats(rows, model),
                                                      scheduling.format_stats(rows), self.state.formats, self.rng)
         return model

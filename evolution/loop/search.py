@@ -51,6 +51,7 @@ class Search(Planning, Children):
         self.improved_at = self.progress.generation  # generation of the last new best (plateau rule)
         self._island_turn = -1
         self._format_turn: str | None = None  # with several formats: the one drawn for the call being planned
+        self.format_rows: list[dict] = []  # with several formats: Archive.format_yield, as of the last refresh
         self.repair_tried: set[int] = state.repair_targets()  # one repair per failure, whatever came of it
         self.unreachable = ""  # why the model server is given up on (stops the run)
         self.crossed = state.crossed()  # parent sets already sent to crossover: the same prompt again
@@ -85,9 +86,9 @@ class Search(Planning, Children):
         models = self.archive.model_yield(self.state.run_id)
         self.ensemble.update(models)  # what the next calls' models are chosen by
         p.models, p.dropped = by_model(models, self.ensemble.labels), dict(self.ensemble.dropped)
-        if len(self.state.formats) > 1:
-            p.formats = by_format(self.archive.format_yield(self.state.run_id),
-                                  self.archive.format_best(self.state.run_id), self.state.formats)
+        if len(self.state.formats) > 1:  # what the format bandit draws by, read when a call or verdict came in
+            self.format_rows = self.archive.format_yield(self.state.run_id)
+            p.formats = by_format(self.format_rows, self.archive.format_best(self.state.run_id), self.state.formats)
         self.on_progress(p)
 
     def _stop_reason(self) -> str | None:

@@ -5,7 +5,6 @@ import ast
 
 # The call that builds a candidate's kernels decides its format, first match wins.
 _BUILDERS = (("load_cuda", "nvrtc"), ("load_inline", "inline"), ("load", "inline"), ("load_c", "c"))
-FORMATS = ("nvrtc", "inline", "c", "triton")  # what a candidate may be written in (torch: no kernel of its own)
 
 
 def called_names(source: str) -> set[str]:

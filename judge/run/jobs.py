@@ -163,7 +163,8 @@ def _check_and_time(task, reference, candidate, job: dict, device: str, result: 
         evidence["policy"] = policy.check(result["policy"], lambda a: forward(candidate, a), sets[0], device,
                                           job["candidate_source"])
         phase("policy")
-        result["notes"] = [*result.get("notes", []), *triton_jobs.autotuned(type(candidate))]
+        if job.get("format") == "triton":  # the configs its autotuners chose, derived shapes' included
+            result["notes"] = [*result.get("notes", []), *triton_jobs.autotuned(type(candidate))]
         if triton_jobs.interpreted(job, device):
             return _untimed(result, integrity, threads, channel, acquired, phase)
         with channel.quiet():

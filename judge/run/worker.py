@@ -120,12 +120,12 @@ def _warm_profiler(device: str) -> None:
             torch.cuda.synchronize()
 
 
-def _job_environment(job: dict) -> None:
+def _job_environment(job: dict, device: str) -> None:
     """Per-candidate build and cache directories, set before the candidate's code runs."""
     from kernelevo.judge.run import triton_jobs
 
     cache = Path(job["cache_dir"])
-    triton_jobs.environment(cache, job.get("format") == "triton" and os.environ.get("TRITON_INTERPRET") == "1")
+    triton_jobs.environment(cache, triton_jobs.interpreted(job, device))
     os.environ["KERNELEVO_CACHE_DIR"] = str(cache)
     os.environ["TORCH_EXTENSIONS_DIR"] = str(cache / "inline" / job.get("candidate_hash", "none")[:24])
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "inductor")
@@ -164,7 +164,7 @@ def main() -> None:
     info = _prepare_device(device)
     channel.send("ready", **info)
     job = channel.receive()
-    _job_environment(job)
+    _job_environment(job, device)
     from kernelevo.judge.run import jobs, profiling
 
     started = time.perf_counter()

@@ -16,9 +16,10 @@ from typer.core import TyperGroup
 from kernelevo.cli.common import (ArchiveOpt, CacheDirOpt, ChildrenOpt, CompileBaselineOpt, ConcurrencyOpt,
                                   ConfigOpt, DeviceOpt, ExecutorOpt, FormatOpt, GenerationsOpt, GpusOpt, IslandsOpt,
                                   JsonOpt, ModelForOpt, ModelOpt, NcuOpt, PlateauOpt, PolicyOpt, ProfileTopOpt, RayAddressOpt,
-                                  EXIT_INTERRUPTED, FORMAT_CHOICES, SeedOpt, ShapesOpt, TimingSecondsOpt, TrialsOpt, check_choice,
+                                  EXIT_INTERRUPTED, SeedOpt, ShapesOpt, TimingSecondsOpt, TrialsOpt, check_choice,
                                   duration, emit,
                                   fail, models_text, opened, say, search_options)
+from kernelevo.config import FORMAT_CHOICES
 
 
 class _RunByDefault(TyperGroup):

@@ -52,7 +52,6 @@ FormatOpt = Annotated[Optional[str], typer.Option("--format", help="candidate fo
                                                   "GPU), inline, triton, c (the CPU), or auto (CUDA and Triton "
                                                   "side by side, the search learns which pays) "
                                                   "[default: kernelevo.toml's format]")]
-FORMAT_CHOICES = ("nvrtc", "inline", "triton", "c", "auto")
 GenerationsOpt = Annotated[Optional[int], typer.Option(help="stop after this many generations")]
 PlateauOpt = Annotated[Optional[int], typer.Option(help="stop after this many generations without a new best")]
 ChildrenOpt = Annotated[int, typer.Option(min=1, help="judged children per generation")]

@@ -13,8 +13,9 @@ import typer
 from kernelevo.cli.common import (CacheDirOpt, ChildrenOpt, CompileBaselineOpt, ConcurrencyOpt, DeviceOpt, ExecutorOpt,
                                   FormatOpt, GenerationsOpt, GpusOpt, IslandsOpt, ModelForOpt, ModelOpt, NcuOpt, PlateauOpt,
                                   PolicyOpt, ProfileTopOpt, RayAddressOpt, SeedOpt, ShapesOpt, TimingSecondsOpt,
-                                  TrialsOpt, EXIT_INTERRUPTED, FORMAT_CHOICES, check_choice, duration, fail, models_text, say,
+                                  TrialsOpt, EXIT_INTERRUPTED, check_choice, duration, fail, models_text, say,
                                   search_options)
+from kernelevo.config import FORMAT_CHOICES
 
 
 def optimize(
