@@ -2,7 +2,9 @@
 the policy; no timing), cheats refused, and `optimize --format auto` asking for C and Triton side
 by side, with the format bandit's figures in the summary and the archive."""
 import itertools
+import os
 import re
+import sys
 
 import pytest
 from kernelevo.archive.reports.run_data import report_data
@@ -125,3 +127,12 @@ def test_optimize_format_auto_asks_for_both_languages_and_shows_each(tmp_path):
     with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:  # the run's report: a row per format
         shown = {r["format"]: r for r in report_data(archive, run["id"])["formats"]}
     assert shown["c"]["calls"] and shown["triton"]["calls"] and shown["triton"]["ok"]
+
+
+def test_without_triton_the_worker_leaves_the_verdict_to_the_candidates_import(monkeypatch, tmp_path):
+    from kernelevo.judge.run import triton_jobs
+
+    monkeypatch.setitem(sys.modules, "triton.runtime", None)  # `import triton.runtime...` now fails
+    monkeypatch.setenv("TRITON_CACHE_DIR", "unset")
+    triton_jobs.environment(tmp_path, interpreting=True)  # no ImportError out of the worker's set-up
+    assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "triton")
