@@ -24,7 +24,7 @@ from kernelevo.judge.trials.probe import IMPLAUSIBLE_SPEEDUP
 from kernelevo.judge.measure.timing import TimingConfig
 from kernelevo.judge.measure.timing import combined as timing_combined
 from kernelevo.judge.measure.timing import load_note
-from kernelevo.evaluation import Correctness, Evaluation, KernelResources, Profile, ShapeReport, TimingStats
+from kernelevo.evaluation import Confinement, Correctness, Evaluation, KernelResources, Profile, ShapeReport, TimingStats
 from kernelevo.runtime._common import slug
 from kernelevo.tasks import Task, source_hash
 
@@ -47,6 +47,13 @@ class JudgeOptions:
     shapes: str = "general"  # or "exact": check only the task's own shapes, derive no others (trials/shapes.py)
     executor: str = "local"  # or "ray": jobs run on a Ray cluster's nodes (run/ray_executor.py)
     ray_address: str | None = None  # None: $RAY_ADDRESS, else a cluster started on this machine
+
+
+def sandbox_probe(folder: Path) -> dict:
+    """What confines a candidate's process on this machine, tried for real (run/sandbox.py: probe)."""
+    from kernelevo.judge.run import sandbox
+
+    return sandbox.probe(folder)
 
 
 def make_executor(options: JudgeOptions, cache_dir: Path):
@@ -376,4 +383,5 @@ def to_evaluation(task: Task, digest: str, fmt: str, device: str, result: dict,
         speedup_compile=speedup_compile, speedup_compile_ci=_pair(compile_ci), notes=tuple(notes),
         policy=result.get("policy", ""), evidence=result.get("evidence") or {}, warnings=warnings,
         resources=tuple(KernelResources(**r) for r in result.get("resources") or ()),
-        shapes=ShapeReport.from_dict(result["shapes"]) if passed and result.get("shapes") else None)
+        shapes=ShapeReport.from_dict(result["shapes"]) if passed and result.get("shapes") else None,
+        confinement=Confinement(**result["confinement"]) if result.get("confinement") else None)

@@ -1,9 +1,11 @@
 """`kernelevo doctor`: what this machine offers, each finding with what to do if it is missing."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 from kernelevo.host import install_extra
 
@@ -95,6 +97,26 @@ def _ray(address: str | None) -> dict:
             "nodes": nodes}
 
 
+def _sandbox() -> dict:
+    """What confines a candidate's process here, tried for real: a write outside its folders and a
+    connect to 127.0.0.1 from a process confined as a judge worker is."""
+    import tempfile
+
+    from kernelevo.judge.api import sandbox_probe
+
+    with tempfile.TemporaryDirectory(prefix="kernelevo-doctor-") as folder:
+        found = sandbox_probe(Path(folder))
+    confinement = found["confinement"]
+    escaped = [what for what, did in (("a write outside its folders", found["wrote_outside"]),
+                                      ("a connect to 127.0.0.1", found["connected"])) if did]
+    tried = f"; got through: {', '.join(escaped)}" if escaped else \
+        "; a write outside its folders and a connect to 127.0.0.1 were refused"
+    return {"ok": not confinement.unconfined and not escaped, "detail": confinement.summary() + tried,
+            "parts": dataclasses.asdict(confinement),
+            "fix": "a Linux kernel with Landlock (5.13 or later; 6.7 for its TCP rules) and seccomp: elsewhere "
+                   "candidates run unconfined, and every verdict says so"}
+
+
 def collect(embed_model: str | None = None, ray_address: str | None = None) -> dict:
     keys = {k: (mask(os.environ[k]) if os.environ.get(k) else None) for k in API_KEYS}
     return {
@@ -107,6 +129,7 @@ def collect(embed_model: str | None = None, ray_address: str | None = None) -> d
         "ninja": _tool("ninja", ["--version"], "pip install ninja (needed for the inline format)"),
         "embedder": _embedder(embed_model),
         "ray": _ray(ray_address),
+        "sandbox": _sandbox(),
         "api_keys": {"ok": any(v for k, v in keys.items() if k.endswith("KEY")), "detail": keys,
                      "fix": "export OPENAI_API_KEY or ANTHROPIC_API_KEY (kernelevo optimize needs one)"},
     }

@@ -165,6 +165,34 @@ class Profile:
 
 
 @dataclass(frozen=True)
+class Confinement:
+    """What held the candidate's process (judge/run/sandbox.py), part by part, each naming its
+    mechanism; a part nothing held reads "unconfined: why"."""
+
+    environment: str = ""  # what the worker was given of the judging process's environment
+    files: str = ""  # what it may read and write
+    network: str = ""
+    processes: str = ""  # other processes: ptrace, their memory, signals
+
+    @property
+    def unconfined(self) -> tuple[str, ...]:
+        """The parts that nothing held."""
+        return tuple(name for name in ("files", "network", "processes") if getattr(self, name).startswith("unconfined"))
+
+    def summary(self) -> str:
+        """One line: "sandboxed" and its mechanisms, or which parts ran unconfined."""
+        if self.unconfined:
+            return "unconfined " + ", ".join(self.unconfined) + ": " + "; ".join(
+                getattr(self, name).removeprefix("unconfined: ") for name in self.unconfined)
+        mechanisms = sorted({m for part in (self.files, self.network, self.processes) for m in _mechanisms(part)})
+        return "sandboxed (" + ", ".join(mechanisms) + ")"
+
+
+def _mechanisms(text: str) -> list[str]:
+    return [m for m in ("Landlock", "seccomp") if m in text]
+
+
+@dataclass(frozen=True)
 class Evaluation:
     """The judge's verdict on one candidate for one task on one device."""
 
@@ -199,6 +227,7 @@ class Evaluation:
     resources: tuple[KernelResources, ...] = field(default_factory=tuple)  # of every kernel it built
     profile: Profile | None = None  # when asked for, and only of a passing candidate
     shapes: ShapeReport | None = None  # of a passing candidate: which input shapes it handles
+    confinement: Confinement | None = None  # what held its process (None: judged before the sandbox existed)
 
     @property
     def ok(self) -> bool:
@@ -230,6 +259,7 @@ class Evaluation:
         data["resources"] = tuple(KernelResources(**r) for r in data.get("resources") or ())
         data["profile"] = Profile.from_dict(data["profile"]) if data.get("profile") else None
         data["shapes"] = ShapeReport.from_dict(data["shapes"]) if data.get("shapes") else None
+        data["confinement"] = Confinement(**data["confinement"]) if data.get("confinement") else None
         return cls(**data)
 
 

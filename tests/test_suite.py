@@ -118,7 +118,9 @@ def test_every_task_has_smaller_sizes():
 def judged_smaller(cache_dir, folder: Path, fmt: str, sizes: dict = SMALLER) -> dict:
     """Every starter candidate of `fmt` on the smaller tasks, submitted at once so builds and worker
     start-up overlap the judging."""
-    options = JudgeOptions(devices=("cpu",), compile_baseline=False, trials=1, input_sets=1,
+    # The bar for a GEMM's speedup is lowered: diag_matmul's honest C kernel measured 3.6x to 4.4x on 2-core
+    # machines, around the default 4x, and must be re-measured for its test whatever the machine's speed.
+    options = JudgeOptions(devices=("cpu",), compile_baseline=False, trials=1, input_sets=1, implausible={"gemm": 2.0},
                            timing=TimingConfig(min_reps=5, max_seconds=0.2, target_rel_ci=0.05), concurrency=2)
     with Judge(cache_dir, options) as judge:
         futures = {p.stem: judge.submit(load_task(smaller_task(p.stem.split("__")[0], folder, sizes)), p)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from kernelevo.judge import verdicts
 from kernelevo.judge.measure import hold
+from kernelevo.judge.run import sandbox
 
 
 @dataclass(frozen=True)
@@ -44,19 +45,27 @@ class WorkerDied(Exception):
 
 
 class Worker:
-    """One child process and its two pipes: jobs and 'go' in on stdin, events out on a fd."""
+    """One child process and its two pipes: jobs and 'go' in on stdin, events out on a fd; it runs
+    in a sandbox (sandbox.py) whose supervisor lives here."""
 
-    def __init__(self, device: str, log_dir: Path, pinning: dict[str, str]):
+    def __init__(self, device: str, cache_dir: Path, pinning: dict[str, str]):
+        _prepare_once()
         read_fd, write_fd = os.pipe()
+        log_dir = Path(cache_dir) / "logs"
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log = tempfile.NamedTemporaryFile(dir=log_dir, prefix="worker-", suffix=".log", delete=False)
         self.device = device
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kernelevo.judge.run.worker", _child_device(device), str(write_fd)],
-            stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT, pass_fds=(write_fd,),
-            start_new_session=True, env=_child_env(device, pinning))
+        self.sandbox = sandbox.prepare(Path(cache_dir), Path(self.log.name), _child_env(device, pinning))
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "kernelevo.judge.run.worker", _child_device(device), str(write_fd)],
+                stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT,
+                pass_fds=(write_fd, self.sandbox.child_end.fileno()), start_new_session=True,
+                env=self.sandbox.env, cwd=self.sandbox.plan.scratch)
+        finally:
+            os.close(write_fd)
+        self.sandbox.spawned()
         hold.register(self.proc.pid)  # its own session: the process group is its pid
-        os.close(write_fd)
         self._fd, self._buffer = read_fd, b""
         self.info: dict | None = None
 
@@ -110,6 +119,7 @@ class Worker:
         with contextlib.suppress(OSError):
             self.log.close()
             os.unlink(self.log.name)
+        self.sandbox.remove()
 
 
 def audit(result: dict, token: str | None, expected: str, granted: float | None,
@@ -165,17 +175,29 @@ def cpu_plan(devices: list[str]) -> dict[str, dict[str, str]]:
 
 
 def _child_env(device: str, pinning: dict[str, str]) -> dict:
+    """What a worker is given on top of the sandbox's allowlisted environment (sandbox.prepare)."""
     # CUDA_CACHE_DISABLE: NVRTC serves a source compiled before (by any process) from the driver's
     # compute cache without running ptxas, and then its log lacks ptxas's resource report (-v):
     # seen on an H100 with CUDA 13. kernelevo.runtime keeps its own cache of cubins and their logs.
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "CUDA_CACHE_DISABLE": "1", **pinning}
+    env = {"PYTHONUNBUFFERED": "1", "CUDA_CACHE_DISABLE": "1", **pinning}
     if device.startswith("cuda"):
         index = int(device.split(":")[1]) if ":" in device else 0
-        visible = env.get("CUDA_VISIBLE_DEVICES")
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         env["CUDA_VISIBLE_DEVICES"] = visible.split(",")[index] if visible else str(index)
     else:
         env.update(CPU_MALLOC)
     return env
+
+
+_prepared = threading.Lock()
+
+
+def _prepare_once() -> None:
+    """Before this process spawns its first worker: its secrets out of /proc/PID/environ, and the
+    judge's bytecode written (sandbox.precompile)."""
+    if _prepared.acquire(blocking=False):
+        sandbox.scrub_environment_block()
+        sandbox.precompile()
 
 
 # On the CPU every tensor is host memory from glibc's malloc, which maps large blocks afresh and
@@ -191,8 +213,8 @@ CPU_MALLOC = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 40)}
 class WorkerPool:
     """Warm workers for one device: started ahead so interpreter and CUDA start-up overlap."""
 
-    def __init__(self, device: str, log_dir: Path, spares: int, limits: Limits, pinning: dict[str, str]):
-        self.device, self.log_dir, self.spares, self.limits = device, log_dir, spares, limits
+    def __init__(self, device: str, cache_dir: Path, spares: int, limits: Limits, pinning: dict[str, str]):
+        self.device, self.cache_dir, self.spares, self.limits = device, cache_dir, spares, limits
         self.pinning = pinning
         self._idle: deque[Worker] = deque()
         self._lock = threading.Lock()
@@ -202,7 +224,7 @@ class WorkerPool:
     def _fill(self) -> None:
         with self._lock:
             while len(self._idle) < self.spares:
-                self._idle.append(Worker(self.device, self.log_dir, self.pinning))
+                self._idle.append(Worker(self.device, self.cache_dir, self.pinning))
 
     def describe(self) -> dict:
         """What a worker reported of this device; starts one (kept for the next job) if needed."""
@@ -216,7 +238,7 @@ class WorkerPool:
         with self._lock:
             worker = self._idle.popleft() if self._idle else None
         if worker is None:
-            worker = Worker(self.device, self.log_dir, self.pinning)
+            worker = Worker(self.device, self.cache_dir, self.pinning)
         self._fill()
         try:
             self.info = worker.wait_ready(self.limits.startup)
@@ -252,9 +274,17 @@ def device_lock(cache_dir: Path, device: str):
 
 
 def drive(worker: Worker, job: dict, limits: Limits, hold_device, hold_machine=None) -> dict:
-    """Send the job, follow its events, enforce the limits; always return a result dict.
+    """Send the job, follow its events, enforce the limits; always return a result dict, with what
+    held the worker (`confinement`) and what its sandbox refused (a candidate's `io_access`).
     `hold_device()` is the context that gives this worker the device for its run phase;
     `hold_machine()`, where given, the one that pauses every other worker while it times on the CPU."""
+    result = _follow(worker, job, limits, hold_device, hold_machine)
+    if worker.info and worker.info.get("confinement"):
+        result["confinement"] = worker.info["confinement"]  # said before any candidate code ran
+    return sandbox.judged(result, worker.sandbox.refusals(), candidate=job.get("kind") != "baseline")
+
+
+def _follow(worker: Worker, job: dict, limits: Limits, hold_device, hold_machine) -> dict:
     phase, deadline = "build", worker.clock() + limits.build
     token, granted, released = secrets.token_hex(16), None, None
     trial = ""  # the correctness trial under way: a crash or hang there names its shape
@@ -325,7 +355,7 @@ class LocalExecutor(Spread):
                  concurrency: int | None = None, spares: int = 0):
         self.devices, self.cache_dir, self.limits = devices, Path(cache_dir), limits
         pinning = cpu_plan(devices)
-        self.pools = {d: WorkerPool(d, self.cache_dir / "logs", spares, limits, pinning.get(d, {}))
+        self.pools = {d: WorkerPool(d, self.cache_dir, spares, limits, pinning.get(d, {}))
                       for d in devices}
         workers = concurrency or max(1, min(8, (os.cpu_count() or 2) - 1)) * len(devices)
         self._threads = concurrent.futures.ThreadPoolExecutor(max_workers=workers)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from kernelevo.judge.measure import crosscheck, ncu, resources, sol, timing
-from kernelevo.judge.run import jobs
+from kernelevo.judge.run import jobs, sandbox
 from kernelevo.judge.trials import guards, policy
 from kernelevo.evaluation import KernelTime, Profile
 
@@ -47,7 +47,8 @@ def run_profile(job: dict, device: str, channel) -> dict:
         found = resources.collect()
         kernels, note = [], "Nsight Compute profiles CUDA kernels: skipped on the CPU"
         if device.startswith("cuda"):
-            kernels, note = ncu.run(job, device) if job.get("ncu", True) else ([], "Nsight Compute not asked for")
+            kernels, note = ([], "Nsight Compute not asked for") if not job.get("ncu", True) else \
+                ([], sandbox.NCU_NOTE) if sandbox.applied and not sandbox.applied.unconfined else ncu.run(job, device)
     except Exception as exc:  # noqa: BLE001 - candidate code runs here too
         return {"verdict": "runtime_error", "reason": "profile_failed",
                 "message": f"profiling failed: {type(exc).__name__}: {exc}"[:300]}

@@ -92,7 +92,7 @@ def _on_node(backend: str, limits: Limits, job: dict | None) -> dict:
     cache = _node_cache()
     # Ray set CUDA_VISIBLE_DEVICES to the GPU it gave: the child sees it as cuda:0.
     device = f"cuda:{ray.get_gpu_ids()[0]}" if backend == "cuda" else "cpu"
-    worker = Worker("cuda:0" if backend == "cuda" else "cpu", cache / "logs", {})
+    worker = Worker("cuda:0" if backend == "cuda" else "cpu", cache, {})
     try:
         info = worker.wait_ready(limits.startup)
         result = dict(info) if job is None else \

@@ -12,6 +12,7 @@ whole process group; nothing here needs to defend itself against a hang.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -155,6 +156,10 @@ def _die_with_parent() -> None:
 
 
 def main() -> None:
+    from kernelevo.judge.run import sandbox
+
+    # First of all, while this process has one thread: Landlock holds only threads created after it.
+    confinement = sandbox.confine()
     _die_with_parent()
     _pin("KERNELEVO_BUILD_CPUS")  # compilers this worker starts inherit these cores
     device, event_fd = sys.argv[1], int(sys.argv[2])
@@ -162,8 +167,8 @@ def main() -> None:
         os.environ["TRITON_INTERPRET"] = "1"  # triton is imported (the profiler's warm-up imports it, if installed)
     channel = Channel(event_fd, device)
     info = _prepare_device(device)
-    channel.send("ready", **info)
-    job = channel.receive()
+    channel.send("ready", **info, confinement=dataclasses.asdict(confinement))
+    job = sandbox.localize(channel.receive())
     _job_environment(job, device)
     from kernelevo.judge.run import jobs, profiling
 

@@ -1,0 +1,309 @@
+"""The candidate's sandbox: what a judge worker, and any code a candidate runs in it, may reach.
+
+Candidate code is hostile: whatever it can read, write or send, assume it will. So a worker starts with
+nothing worth stealing and is confined before any candidate code exists:
+- environment: an allowlist (what CUDA, the compilers, torch, Triton and the judge need); a variable
+  whose name says key, token, secret, password or credential is never passed, whatever its prefix. Its
+  home and temporary folders are its own scratch folder. The judging process keeps the keys, and scrubs
+  them from the block the kernel shows as /proc/PID/environ (scrub_environment_block);
+- files (Landlock): read and execute only the system's folders, Python's and kernelevo's, CUDA's and
+  the judge's cache; write only its scratch folder, the cache's build folders, its log and device files;
+- network (seccomp, and Landlock's TCP rules): no socket of any family, no TCP bind or connect;
+- processes (Landlock, seccomp): no ptrace, no memory of another process, no signal out of the sandbox.
+What held is recorded per part (evaluation.Confinement), and "unconfined: why" where nothing did.
+A refused call that the supervisor saw (seccomp.py) makes the verdict `rejected io_access`, with the
+calls as evidence.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import glob
+import json
+import os
+import re
+import secrets
+import shutil
+import socket
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping
+
+from kernelevo.evaluation import Confinement
+from kernelevo.judge.run import landlock, seccomp
+
+ENV_NAMES = frozenset({
+    "PATH", "LANG", "LANGUAGE", "TZ", "TERM", "USER", "LOGNAME", "PYTHONPATH", "PYTHONHOME", "PYTHONHASHSEED",
+    "VIRTUAL_ENV", "CONDA_PREFIX", "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "C_INCLUDE_PATH",
+    "CPLUS_INCLUDE_PATH", "CC", "CXX", "CFLAGS", "CXXFLAGS", "LDFLAGS", "MAX_JOBS", "KERNELEVO_CACHE_DIR",
+    "KERNELEVO_BUILD_CPUS", "KERNELEVO_TIMING_CPU", "KERNELEVO_SANDBOX_READ"})
+ENV_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "NV_", "NVCC_", "NCCL_", "NVSHMEM_", "CUBLAS", "CUDNN_", "TORCH_",
+                "TORCHINDUCTOR_", "PYTORCH_", "TRITON_", "OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "MALLOC_")
+SECRET_WORDS = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE", re.I)
+# What of the judge's cache a worker writes: the builds of each format, Triton's and inductor's caches, the
+# device's measured peaks. Not baselines (the judging process writes those), locks or logs.
+CACHE_WRITES = ("nvrtc", "c", "inline", "inline-lean", "triton", "inductor", "calibration", "torch-kernels")
+SYSTEM_READS = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc", "/opt", "/proc", "/sys",
+                "/dev", "/run", "/var/run", "/nix/store")
+DEVICE_FILES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/nvidia*",
+                "/dev/nvidia-caps/*", "/dev/dri/*")
+PLAN = "KERNELEVO_SANDBOX"
+# Seen on an H100 (driver 580, Nsight Compute of CUDA 13): ncu launched inside a confined worker never
+# reported, and was killed at its limit. Its host and the profiled process talk over sockets.
+NCU_NOTE = ("Nsight Compute skipped: ncu cannot profile inside the candidate's sandbox (it talks to the "
+            "profiled process over a socket); the profiler's, the compiler's and speed-of-light figures stand")
+applied: Confinement | None = None  # in a worker: what confine() put in place
+
+
+def passes(name: str) -> bool:
+    """Whether an environment variable reaches a worker."""
+    return (name in ENV_NAMES or name.startswith(ENV_PREFIXES)) and not SECRET_WORDS.search(name)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the judging process decided for one worker: its own scratch folder, the judge's cache,
+    its log file, the folders it may read besides the system's and Python's, and the fd of the socket
+    its seccomp listener goes back on."""
+
+    scratch: str
+    cache: str
+    log: str
+    read: tuple[str, ...] = ()
+    channel: int = -1
+
+    def write_roots(self) -> list[Path]:
+        return [Path(self.scratch), *(Path(self.cache) / name for name in CACHE_WRITES), Path("/dev/shm")]
+
+    def write_files(self) -> list[Path]:
+        return [Path(self.log), *(Path(p) for pattern in DEVICE_FILES for p in glob.glob(pattern))]
+
+
+@dataclass
+class Parent:
+    """The judging process's end of one worker's sandbox: its plan, its environment, the socket its
+    seccomp listener comes back on (and the worker's end of it, until spawned), the supervisor."""
+
+    plan: Plan
+    env: dict[str, str]
+    channel: socket.socket
+    child_end: socket.socket
+    supervisor: seccomp.Supervisor | None = None
+
+    def spawned(self) -> None:
+        """Once the worker holds its end: serve its notified calls."""
+        self.child_end.close()
+        writable = seccomp.writable_under(self.plan.write_roots(), self.plan.write_files())
+        self.supervisor = seccomp.Supervisor(self.channel, writable)
+
+    def refusals(self) -> list[seccomp.Refusal]:
+        return list(self.supervisor.refusals) if self.supervisor else []
+
+    def remove(self) -> None:
+        self.child_end.close()
+        shutil.rmtree(self.plan.scratch, ignore_errors=True)
+
+
+def prepare(cache: Path, log: Path, extra: Mapping[str, str]) -> Parent:
+    """A new worker's sandbox, before it is spawned (pass `child_end` to it). `extra` holds the variables
+    set for the worker on top of the allowlisted ones (its device, its cores, its allocator)."""
+    cache = Path(cache).resolve()
+    scratch = cache / "scratch" / secrets.token_hex(6)
+    for folder in (scratch / "home", scratch / "tmp", *(cache / name for name in CACHE_WRITES)):
+        folder.mkdir(parents=True, exist_ok=True)
+    ours, theirs = socket.socketpair()
+    plan = Plan(str(scratch), str(cache), str(Path(log).resolve()), tuple(_import_roots()), theirs.fileno())
+    env = {k: v for k, v in os.environ.items() if passes(k)}
+    env.update(extra)
+    env.update(HOME=str(scratch / "home"), TMPDIR=str(scratch / "tmp"), XDG_CACHE_HOME=str(scratch / "home"),
+               PYTHONDONTWRITEBYTECODE="1", PYTORCH_KERNEL_CACHE_PATH=str(cache / "torch-kernels"),
+               TRITON_HOME=str(scratch / "home"), KERNELEVO_CACHE_DIR=str(cache))
+    env[PLAN] = json.dumps(dataclasses.asdict(plan))
+    return Parent(plan, env, ours, theirs)
+
+
+def _import_roots() -> list[str]:
+    """Where this process imports from (and so the worker, whose tasks import what this process
+    imported them with): sys.path, resolved. The current folder only where sys.path names it."""
+    roots = []
+    for entry in sys.path:
+        path = os.path.realpath(entry or os.getcwd())
+        if os.path.isdir(path) and path != "/":
+            roots.append(path)
+    return roots
+
+
+def confine() -> Confinement:
+    """In the worker, before any thread or candidate code exists: apply the plan the parent passed."""
+    raw = os.environ.get(PLAN)
+    if not raw:
+        why = "unconfined: started without a sandbox plan"
+        return Confinement(environment="as inherited", files=why, network=why, processes=why)
+    data = json.loads(raw)
+    plan = Plan(**{**data, "read": tuple(data["read"])})
+    os.chdir(plan.scratch)
+    channel = socket.socket(fileno=plan.channel)
+    try:
+        filtered = seccomp.install(channel)
+    finally:
+        channel.close()
+    version = landlock.abi()
+    held = landlock.restrict(read_roots(plan), plan.write_roots(), plan.write_files(), version) if version else set()
+    global applied
+    applied = describe(filtered, version, held, len(os.environ))
+    return applied
+
+
+def describe(filtered: str, version: int, held: set[str], variables: int) -> Confinement:
+    """What held, part by part, in words; "unconfined: why" where nothing did."""
+    seccomp_note = {"notify": "seccomp, refusals reported", "errno": "seccomp"}.get(filtered)
+    lock = f"Landlock ABI {version}"
+    network = [f"no network socket ({seccomp_note})"] if seccomp_note else []
+    network += [f"no TCP bind or connect ({lock})"] if "tcp" in held else []
+    processes = [f"no ptrace or process memory outside the sandbox ({lock})"] if held else []
+    processes += [f"no ptrace, process memory or io_uring ({seccomp_note})"] if seccomp_note else []
+    processes += [f"no signal out of the sandbox ({lock})"] if "scopes" in held else []
+    return Confinement(
+        environment=f"allowlist: {variables} variables, none named like a key, token, secret or password",
+        files=f"reads system, Python and cache folders; writes only its own ({lock})" if "files" in held
+        else "unconfined: this kernel offers no Landlock (Linux 5.13 or later, enabled)",
+        network="; ".join(network) or "unconfined: neither seccomp nor Landlock's TCP rules (Linux 6.7) here",
+        processes="; ".join(processes) or "unconfined: neither seccomp nor Landlock here")
+
+
+def localize(job: dict) -> dict:
+    """The job with its task's and candidate's sources written into the worker's scratch folder, under
+    their own file names, and their paths pointing there: tools that read a module's file (torch.compile's
+    tracer, inspect) find the source that was executed, and the user's folders need not be readable."""
+    scratch = Path(json.loads(os.environ[PLAN])["scratch"]) if os.environ.get(PLAN) else None
+    if scratch is None:
+        return job
+    job = dict(job)
+    for kind in ("task", "candidate"):
+        if job.get(f"{kind}_source") is not None and job.get(f"{kind}_path"):
+            path = scratch / kind / Path(job[f"{kind}_path"]).name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(job[f"{kind}_source"])
+            job[f"{kind}_path"] = str(path)
+    return job
+
+
+def read_roots(plan: Plan) -> list[Path]:
+    """What a worker may read: the system's folders, Python's, kernelevo's, the paths its tools and
+    libraries come from, CUDA's, the judge's cache, and what the parent imports from."""
+    roots = [*SYSTEM_READS, sys.prefix, sys.base_prefix, sys.exec_prefix,
+             os.path.dirname(os.path.realpath(sys.executable)), *sys.path, *plan.read, plan.cache]
+    roots += [p for name in ("PATH", "LD_LIBRARY_PATH", "KERNELEVO_SANDBOX_READ")
+              for p in os.environ.get(name, "").split(os.pathsep)]
+    roots += [os.environ.get(name, "") for name in ("CUDA_HOME", "CUDA_PATH")]
+    roots += [p for name, module in list(sys.modules.items()) if name.split(".")[0] == "kernelevo"
+              for p in getattr(module, "__path__", [])]
+    import importlib.util
+
+    spec = importlib.util.find_spec("kernelevo.runtime")  # what candidates import
+    roots += list(spec.submodule_search_locations or []) if spec else []
+    resolved = {os.path.realpath(r) for r in roots if r and os.path.isabs(r) and os.path.exists(r)}
+    return [Path(r) for r in sorted(resolved) if r != "/"]
+
+
+def scrub_environment_block(keep: Callable[[str], bool] = passes) -> None:
+    """Overwrite, in this process's memory, the values the kernel shows in /proc/PID/environ of every
+    variable a worker is not given: a candidate may read that file of the process that spawned it
+    where Landlock does not stop it (as root it does not). This process keeps its values: os.environ
+    has them, and each is set again for the C library and the processes it starts."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        start, end = int(fields[47]), int(fields[48])  # env_start and env_end (stat fields 50 and 51)
+        block = ctypes.string_at(start, end - start)
+    except (OSError, IndexError, ValueError):
+        return
+    offset = 0
+    for entry in block.split(b"\0"):
+        name, equals, value = entry.partition(b"=")
+        text = name.decode(errors="replace")
+        if equals and value.strip(b"*") and not keep(text) and text in os.environ:
+            ctypes.memset(start + offset + len(name) + 1, ord("*"), len(value))
+            os.putenv(text, os.environ[text])
+        offset += len(entry) + 1
+
+
+def precompile() -> None:
+    """Write the bytecode of the judge's own modules where Python keeps it, from this (unconfined)
+    process: a worker may not write there, and would otherwise compile every module it imports from
+    source, each time (an editable install has no bytecode until something writes it)."""
+    import compileall
+    import importlib.util
+
+    for name in ("kernelevo", "kernelevo.judge"):
+        spec = importlib.util.find_spec(name)
+        for folder in (spec.submodule_search_locations or []) if spec else []:
+            with contextlib.suppress(OSError):
+                compileall.compile_dir(folder, quiet=2, workers=1)
+
+
+def judged(result: dict, refusals: list[seccomp.Refusal], candidate: bool) -> dict:
+    """A worker's result with what its sandbox refused: a candidate that tried to reach beyond its
+    folders, the network or another process is `rejected io_access`, whatever it computed."""
+    if not refusals:
+        return result
+    seen = [dataclasses.asdict(r) for r in refusals]
+    evidence = {**(result.get("evidence") or {}), "refused": seen}
+    if not candidate:
+        return {**result, "evidence": evidence}
+    calls = "; ".join(dict.fromkeys(f"{r.call}({r.detail})" for r in refusals))
+    return {**result, "verdict": "rejected", "reason": "io_access",
+            "message": f"reached beyond its sandbox, refused: {calls[:300]}",
+            "evidence": {**evidence, "verdict_before": result.get("verdict"), "reason_before": result.get("reason")}}
+
+
+def probe(folder: Path) -> dict:
+    """Confine a short-lived process as a worker is confined, and have it try what a hostile candidate
+    would: write a file outside its folders and connect to a listener on 127.0.0.1. For `doctor`:
+    {"confinement", "wrote_outside", "connected", "refusals"}."""
+    import subprocess
+
+    folder = Path(folder)
+    outside = folder / "outside"
+    outside.mkdir(parents=True, exist_ok=True)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    listener.settimeout(0.5)
+    parent = prepare(folder / "cache", folder / "probe.log", {})
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "kernelevo.judge.run.sandbox", str(outside),
+                                 str(listener.getsockname()[1])], stdout=subprocess.PIPE, text=True,
+                                pass_fds=(parent.child_end.fileno(),), env=parent.env, cwd=parent.plan.scratch)
+        parent.spawned()
+        out, _ = proc.communicate(timeout=60)
+        try:
+            listener.accept()[0].close()
+            connected = True
+        except OSError:
+            connected = False
+        data = json.loads(out)
+        return {"confinement": Confinement(**data["confinement"]), "connected": connected or data["connected"],
+                "wrote_outside": (outside / "probe.txt").exists(), "refusals": parent.refusals()}
+    finally:
+        listener.close()
+        parent.remove()
+
+
+def _probe_child(outside: str, port: int) -> None:
+    confinement = confine()
+    try:
+        Path(outside, "probe.txt").write_text("written from inside the sandbox")
+    except OSError:
+        pass
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        connected = True
+    except OSError:
+        connected = False
+    print(json.dumps({"confinement": dataclasses.asdict(confinement), "connected": connected}))
+
+
+if __name__ == "__main__":
+    _probe_child(sys.argv[1], int(sys.argv[2]))

@@ -1,0 +1,167 @@
+"""The candidate's sandbox (judge/run/sandbox.py): candidates that hide their environment, file and
+socket calls are judged through the CLI with fake keys in its environment, a listener on 127.0.0.1
+and a folder outside the judge's; nothing may reach either, and the verdict names what was refused.
+The GPU versions (an inline candidate's host C++, a Triton candidate on the device) are in
+test_gpu_sandbox.py."""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from kernelevo.judge.run import landlock, sandbox, seccomp
+
+from conftest import FIXTURES, run_cli
+
+KEYS = {"OPENAI_API_KEY": "sk-canary-openai-7f3a", "ANTHROPIC_API_KEY": "sk-ant-canary-91c2",
+        "WORK_LLM_SECRET": "canary-secret-55d0", "KERNELEVO_MODEL_TOKEN": "canary-token-0b8e"}
+
+
+class Listener:
+    """A TCP listener on 127.0.0.1 that records every connection made to it."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.received: list[bytes] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            conn.settimeout(5)
+            try:
+                self.received.append(conn.recv(1 << 16) or b"(connected, sent nothing)")
+            except OSError:
+                self.received.append(b"(connected)")
+            conn.close()
+
+    def close(self):
+        self.sock.close()
+
+
+def reach(fixture: Path, tmp_path: Path, device: str) -> tuple[dict, Listener, list[Path]]:
+    """Judge `fixture` through `kernelevo evaluate --json` with fake keys in the environment; returns
+    the verdict, the listener, and every file outside the judge's cache that holds a key."""
+    listener = Listener()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    source = fixture.read_text().replace("@PORT@", str(listener.port)).replace("@OUTSIDE@", str(outside))
+    candidate = tmp_path / fixture.name
+    candidate.write_text(source)
+    task = FIXTURES / source.split("# task: ", 1)[1].split()[0]
+    env = {**os.environ, **KEYS}
+    exe = shutil.which("kernelevo", path=str(Path(sys.executable).parent)) or shutil.which("kernelevo")
+    done = subprocess.run([exe, "evaluate", str(task), str(candidate), "--device", device, "--json",
+                           "--cache-dir", str(tmp_path / "cache")], env=env, capture_output=True, text=True,
+                          timeout=900)
+    listener.close()
+    assert done.returncode == 0, done.stderr[-3000:]
+    places = [p for p in tmp_path.rglob("*") if p.is_file() and (tmp_path / "cache") not in p.parents]
+    places += [p for p in Path("/tmp").glob("kernelevo-loot*") if p.is_file()]
+    leaked = [p for p in places if any(v.encode() in p.read_bytes() for v in KEYS.values())]
+    return json.loads(done.stdout), listener, leaked
+
+
+def _confined(verdict: dict) -> tuple[str, ...]:
+    return tuple(part for part in ("files", "network") if verdict["confinement"][part].startswith("unconfined"))
+
+
+@pytest.mark.parametrize("fixture", ["reach_c.py", "reach_triton.py"])
+def test_a_candidate_that_hides_its_reach_takes_nothing(tmp_path, fixture):
+    verdict, listener, leaked = reach(FIXTURES / "sandbox" / fixture, tmp_path, "cpu")
+    if _confined(verdict):
+        pytest.skip(f"this machine leaves {', '.join(_confined(verdict))} unconfined: {verdict['confinement']}")
+    assert not leaked, f"a key reached {leaked}"
+    assert not listener.received, listener.received
+    assert (verdict["verdict"], verdict["reason"]) == ("rejected", "io_access"), verdict["message"]
+    refused = {r["call"] for r in verdict["evidence"]["refused"]}
+    assert {"socket", "open"} <= refused, verdict["evidence"]
+    assert "socket(AF_INET, SOCK_STREAM)" in verdict["message"] and "/outside/loot" in verdict["message"]
+    assert verdict["evidence"]["verdict_before"] == "ok"  # right on every input: only the sandbox stopped it
+
+
+def test_the_worker_environment_is_an_allowlist(monkeypatch, tmp_path):
+    for name, value in {**KEYS, "AWS_SECRET_ACCESS_KEY": "x", "HF_TOKEN": "x", "GITHUB_TOKEN": "x",
+                        "CUDA_VISIBLE_DEVICES": "0", "TORCH_LOGS": "+dynamo", "HOME": "/home/someone",
+                        "SSH_AUTH_SOCK": "/tmp/ssh-agent", "NCCL_NVLS_ENABLE": "0"}.items():
+        monkeypatch.setenv(name, value)
+    parent = sandbox.prepare(tmp_path / "cache", tmp_path / "cache" / "w.log", {"CUDA_CACHE_DISABLE": "1"})
+    try:
+        env = parent.env
+        assert not set(KEYS) & set(env) and not {"AWS_SECRET_ACCESS_KEY", "HF_TOKEN", "GITHUB_TOKEN"} & set(env)
+        assert "SSH_AUTH_SOCK" not in env
+        assert env["CUDA_VISIBLE_DEVICES"] == "0" and env["TORCH_LOGS"] == "+dynamo" and env["NCCL_NVLS_ENABLE"] == "0"
+        assert env["CUDA_CACHE_DISABLE"] == "1"
+        scratch = Path(parent.plan.scratch)
+        assert env["HOME"] == str(scratch / "home") and env["TMPDIR"] == str(scratch / "tmp")
+        assert scratch.parent.parent == (tmp_path / "cache").resolve()
+    finally:
+        parent.remove()
+    assert not scratch.exists()
+
+
+def test_the_parents_secrets_leave_its_environ_file():
+    """/proc/PID/environ of the judging process shows no secret value; the process and its children
+    still have them."""
+    code = ("import os, subprocess\n"
+            "from kernelevo.judge.run import sandbox\n"
+            "sandbox.scrub_environment_block()\n"
+            "shown = open('/proc/self/environ', 'rb').read()\n"
+            "print(b'sk-canary-openai-7f3a' in shown, b'CUDA_VISIBLE_DEVICES=3' in shown)\n"
+            "print(os.environ['OPENAI_API_KEY'])\n"
+            "print(subprocess.run(['sh', '-c', 'echo $OPENAI_API_KEY'], capture_output=True, text=True).stdout.strip())\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **KEYS, "CUDA_VISIBLE_DEVICES": "3"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:3] == ["False True", KEYS["OPENAI_API_KEY"], KEYS["OPENAI_API_KEY"]]
+
+
+def test_the_filter_jumps_only_forward():
+    """Every jump of the assembled BPF program lands inside it, after itself (the kernel refuses others)."""
+    if seccomp.arch() is None:
+        pytest.skip("seccomp's filter is written for x86_64 and aarch64 only")
+    for notify in (True, False):
+        code = seccomp.program(notify)
+        count = len(code) // 8
+        for i in range(count):
+            op, jt, jf, _ = __import__("struct").unpack_from("HBBI", code, 8 * i)
+            if op & 0x07 == 0x05:  # BPF_JMP
+                assert i + 1 + jt < count and i + 1 + jf < count
+
+
+def test_the_doctors_probe_tries_a_write_and_a_connect(tmp_path):
+    found = sandbox.probe(tmp_path)
+    confinement = found["confinement"]
+    if "files" in confinement.unconfined or "network" in confinement.unconfined:
+        pytest.skip(f"unconfined here: {confinement.summary()}")
+    assert not found["wrote_outside"] and not found["connected"], found
+    assert {r.call for r in found["refusals"]} >= {"open", "socket"}
+
+
+def test_doctor_reports_the_sandbox():
+    out = run_cli("doctor", "--json")
+    assert out.returncode == 0, out.stderr
+    finding = json.loads(out.stdout)["sandbox"]
+    assert finding["detail"].startswith(("sandboxed", "unconfined"))
+    assert finding["ok"] == (landlock.abi() > 0 and "unconfined" not in finding["detail"])
+
+
+def test_describe_names_what_held():
+    full = sandbox.describe("notify", 7, {"files", "tcp", "scopes"}, 20)
+    assert not full.unconfined and full.summary() == "sandboxed (Landlock, seccomp)"
+    bare = sandbox.describe("", 0, set(), 20)
+    assert bare.unconfined == ("files", "network", "processes")
+    assert bare.summary().startswith("unconfined files, network, processes: this kernel offers no Landlock")
+    old = sandbox.describe("errno", 3, {"files"}, 20)
+    assert not old.unconfined and "TCP" not in old.network and "refusals reported" not in old.network
