@@ -132,7 +132,7 @@ def _open_bench(store, options: BenchOptions) -> str:
               "tasks_glob": options.tasks_glob, "max_cost_usd": options.max_cost_usd,
               "per_task": dataclasses.asdict(s.limits), "search": dataclasses.asdict(s.settings),
               "format": s.fmt, "policy": s.policy, "trials": s.trials, "shapes": s.shapes, "seed": s.seed,
-              "weights": dict(options.weights)}
+              "weights": dict(options.weights), "baseline": s.baseline if s.compile_baseline else "eager"}
     return store.start_bench(str(options.suite), "candidates" if options.candidates else "search", config, gpu,
                              torch_version, [(str(p), p.stem) for p in paths])
 

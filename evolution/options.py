@@ -42,7 +42,8 @@ class OptimizeOptions:
     resume: str | None = None
     config_path: Path | None = None
     timing: Any = None  # a judge TimingConfig; None: the judge's default
-    compile_baseline: bool = True
+    compile_baseline: bool = True  # torch.compile measured beside eager
+    baseline: str = "compile"  # what fitness is a speedup over: "compile" (where measured) or "eager"
     shapes: str = "general"  # or "exact": the judge derives no other input shapes (judge/trials/shapes.py)
     executor: str = "local"  # or "ray": judge jobs run on a Ray cluster (judge/run/ray_executor.py)
     ray_address: str | None = None  # None: $RAY_ADDRESS, else a cluster started on this machine

@@ -11,7 +11,7 @@ from pathlib import Path
 from kernelevo.evaluation import Evaluation
 from kernelevo.terminal.tables import speedup_text
 
-from .population import Member
+from .population import BASELINES, Member
 
 EXIT_OK, EXIT_BUDGET, EXIT_UNREACHABLE = 0, 3, 4  # 4: the model server stopped answering
 
@@ -83,8 +83,8 @@ def write_drop_in(member: Member, evaluation: Evaluation, task_name: str, run_id
               f"{speedup_text(evaluation.speedup_eager, evaluation.speedup_eager_ci)} eager, "
               f"{speedup_text(evaluation.speedup_compile, evaluation.speedup_compile_ci)} torch.compile "
               f"on {evaluation.device_name or evaluation.device} (torch {evaluation.torch_version}), "
-              f"re-judged in a fresh process (the search measured "
-              f"{speedup_text(member.fitness, member.speedup_eager_ci)} eager).\n"
+              f"re-judged in a fresh process (the search, which ranked kernels against {BASELINES[member.against]}, "
+              f"measured {speedup_text(member.fitness, member.fitness_ci)} {BASELINES[member.against]}).\n"
               f"# Drop-in: `from {task_name}_kernelevo import ModelNew` replaces the task's Model.\n"
               f"# Format: {evaluation.format or member.format}"
               + (" (needs the triton package where it runs; CUDA builds of torch bring it)"

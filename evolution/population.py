@@ -9,6 +9,10 @@ with a kernel id already present on another island records that copy; population
 (`members`, `correct`, `best`, `elites`, `get`) count each kernel once, in its home record (the
 first one added), while `by_island` lists every kernel present on that island, migrants included.
 
+Fitness: the speedup over the run's baseline (`baseline`): torch.compile by default, the one line a user
+can write instead of kernelevo; eager PyTorch where asked for or where torch.compile gives no figure
+(disabled, or failed on the reference), so that every kernel of a run is ranked by one measure.
+
 Ties: two speedups whose 95 % intervals overlap are equal as far as the judge can tell. The best
 (of the run, an island or a niche) is an incumbent that a newcomer replaces only by beating it
 beyond the noise (`beats`), so "the one to beat" does not flip between equally fast kernels.
@@ -19,6 +23,9 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from kernelevo.evaluation import faster_beyond_noise
+
+
+BASELINES = {"compile": "torch.compile", "eager": "eager"}  # a run's baseline, and how it is named
 
 
 @dataclass(frozen=True)
@@ -44,15 +51,28 @@ class Member:
     descriptors: dict = field(default_factory=dict, hash=False)
     stepping_stone: bool = False  # seeded from the archive (past runs or similar tasks)
     cost_usd: float | None = None  # LLM cost of producing it; None: unknown price or no LLM
+    baseline: str = "eager"  # what the run's fitness is a speedup over: "compile" or "eager"
 
     @property
     def ok(self) -> bool:
         return self.verdict == "ok"
 
     @property
+    def against(self) -> str:
+        """The baseline its fitness measures against: torch.compile where asked for and measured."""
+        return "compile" if self.baseline == "compile" and self.speedup_compile is not None else "eager"
+
+    @property
     def fitness(self) -> float:
-        """Speedup over eager PyTorch; 0.0 for a failed or unmeasured kernel (never chosen as best)."""
-        return float(self.speedup_eager or 0.0) if self.ok else 0.0
+        """Speedup over the run's baseline (`against`); 0.0 for a failed or unmeasured kernel (never best)."""
+        if not self.ok:
+            return 0.0
+        return float((self.speedup_compile if self.against == "compile" else self.speedup_eager) or 0.0)
+
+    @property
+    def fitness_ci(self) -> tuple[float, float] | None:
+        """The 95 % interval of `fitness`."""
+        return self.speedup_compile_ci if self.against == "compile" else self.speedup_eager_ci
 
 
 def rank_key(member: Member) -> tuple[float, int]:
@@ -69,7 +89,7 @@ def beats(new: Member, incumbent: Member | None) -> bool:
         return False
     if incumbent is None:
         return True
-    return faster_beyond_noise(new.fitness, new.speedup_eager_ci, incumbent.fitness, incumbent.speedup_eager_ci)
+    return faster_beyond_noise(new.fitness, new.fitness_ci, incumbent.fitness, incumbent.fitness_ci)
 
 
 def best_of(members: Iterable[Member]) -> Member | None:

@@ -22,8 +22,8 @@ from .population import Member, Population, best_of
 INSIGHTS = 2  # analyses shown in a prompt: the latest of each island, newest first
 
 
-def member_from_row(row: dict) -> Member:
-    """A Member from an archive kernel row (with its latest search evaluation)."""
+def member_from_row(row: dict, baseline: str = "eager") -> Member:
+    """A Member from an archive kernel row (with its latest search evaluation), ranked against `baseline`."""
     ci, compile_ci = row.get("speedup_eager_ci"), row.get("speedup_compile_ci")
     return Member(kernel_id=row["id"], source=row["source"], format=row["format"] or "", operator=row["operator"],
                   parents=tuple(row.get("parents") or ()), island=row.get("island") or 0,
@@ -32,7 +32,7 @@ def member_from_row(row: dict) -> Member:
                   speedup_compile=row.get("speedup_compile"), speedup_eager_ci=tuple(ci) if ci else None,
                   speedup_compile_ci=tuple(compile_ci) if compile_ci else None,
                   ms=row.get("candidate_ms"), eager_ms=row.get("eager_ms"),
-                  niche=row.get("niche") or "", stepping_stone=bool(row.get("stepping_stone")))
+                  niche=row.get("niche") or "", stepping_stone=bool(row.get("stepping_stone")), baseline=baseline)
 
 
 def remeasured(member: Member, evaluation: Evaluation) -> Member:
@@ -45,7 +45,8 @@ def remeasured(member: Member, evaluation: Evaluation) -> Member:
         eager_ms=evaluation.eager.median_ms if evaluation.eager else None)
 
 
-def resumed_members(rows: list[dict], remeasures: dict[int, dict]) -> tuple[list[Member], Member | None]:
+def resumed_members(rows: list[dict], remeasures: dict[int, dict],
+                    baseline: str = "eager") -> tuple[list[Member], Member | None]:
     """The judged members of a run's rows, each passing one with its latest re-measurement's figures
     where it has one (the loop re-measures only kernels that passed), in the order their figures
     were stored (the order the live run admitted them, which decides who is the incumbent best);
@@ -54,7 +55,7 @@ def resumed_members(rows: list[dict], remeasures: dict[int, dict]) -> tuple[list
     judged = [{**row, **(remeasures.get(row["id"], {}) if row["verdict"] == "ok" else {})}
               for row in rows if row.get("verdict")]
     judged.sort(key=lambda row: row.get("evaluation_id") or 0)
-    members = [member_from_row(row) for row in judged]
+    members = [member_from_row(row, baseline) for row in judged]
     best = best_of(members)
     if best is None or best.kernel_id in remeasures:
         return members, None
@@ -63,8 +64,9 @@ def resumed_members(rows: list[dict], remeasures: dict[int, dict]) -> tuple[list
 
 class RunState:
     def __init__(self, archive, run_id: str, task: Task, task_id: int, context: Context, run_dir: Path,
-                 formats: tuple[str, ...]):
+                 formats: tuple[str, ...], baseline: str = "eager"):
         self.archive, self.run_id, self.task, self.task_id = archive, run_id, task, task_id
+        self.baseline = baseline  # what fitness is a speedup over: "compile" or "eager" (population.Member)
         self.base_context, self.run_dir = context, Path(run_dir)
         self.formats = formats  # the formats calls ask for; island i's is formats[i % len(formats)]
         (self.run_dir / "kernels").mkdir(parents=True, exist_ok=True)
@@ -73,7 +75,7 @@ class RunState:
         self._rows_at_start = archive.kernels(run_id=run_id)  # read once: population, stats, leftovers
         self.profiles = {k: Profile.from_dict(p) for k, p in archive.profiles(run_id).items()}
         # judged children only; unjudged ones are re-judged by the caller, and so is an unconfirmed best
-        members, self.unconfirmed = resumed_members(self._rows_at_start, archive.remeasurements(run_id))
+        members, self.unconfirmed = resumed_members(self._rows_at_start, archive.remeasurements(run_id), baseline)
         self.population = Population(members)
 
     # -- records ------------------------------------------------------------------------------------

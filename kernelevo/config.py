@@ -9,6 +9,7 @@
 
     ensemble = ["fast", "smart"]             # a run's models when --model is not given (several: an ensemble)
     format = "auto"                          # --format when not given: nvrtc, inline, triton, c or auto
+    baseline = "compile"                     # --baseline when not given: what kernels must beat (compile or eager)
     [model_for]
     reflect = "smart"                        # an operator pinned to one model (--model-for reflect=smart)
 
@@ -31,6 +32,8 @@ DEFAULT_MODELS = (("ANTHROPIC_API_KEY", "anthropic:claude-sonnet-5-5"), ("OPENAI
 CALL_FIELDS = ("max_tokens", "key_env", "sampling_temperature", "timeout_s", "max_retries")
 # What --format and `format =` take: a candidate format, or auto (CUDA and Triton side by side).
 FORMAT_CHOICES = ("nvrtc", "inline", "triton", "c", "auto")
+# What --baseline and `baseline =` take: the speedup a search ranks kernels by, over torch.compile or eager.
+BASELINE_CHOICES = ("compile", "eager")
 _SECRETS = re.compile(r"^(key|token|secret|password)$|(api_?key|_secret|_token|_password)$", re.I)
 
 
@@ -88,6 +91,11 @@ class Config:
         value = self.raw.get("format")
         return str(value) if value else None
 
+    def baseline(self) -> str | None:
+        """`baseline = "eager"`: what kernels must beat when --baseline is not given (None: torch.compile)."""
+        value = self.raw.get("baseline")
+        return str(value) if value else None
+
     def model(self, name: str) -> ModelChoice:
         """An alias from [models.ALIAS], or a plain provider:model string."""
         return self.models.get(name) or ModelChoice(spec=name)
@@ -117,6 +125,8 @@ def load_config(path: str | Path | None = None) -> Config:
     _check_ensemble(data, found)
     if data.get("format") is not None and data["format"] not in FORMAT_CHOICES:
         raise ConfigError(f"{found}: format = {data['format']!r}: use {', '.join(FORMAT_CHOICES)}")
+    if data.get("baseline") is not None and data["baseline"] not in BASELINE_CHOICES:
+        raise ConfigError(f"{found}: baseline = {data['baseline']!r}: use {' or '.join(BASELINE_CHOICES)}")
     return Config(str(found), models, data)
 
 

@@ -80,6 +80,24 @@ def test_best_does_not_flip_inside_the_noise():
     assert best_of([member(8, verdict="incorrect"), replace(member(9), speedup_eager=None)]).kernel_id == 9
 
 
+def test_a_kernel_that_beats_eager_but_not_the_compiler_loses_to_one_that_beats_the_compiler():
+    """Fitness is the speedup over the run's baseline: against torch.compile (the default), the kernel
+    at 2.0x eager but 0.9x torch.compile loses to the one at 1.5x eager and 1.1x torch.compile; against
+    eager it is the other way round. Eager ranks where torch.compile gave no figure."""
+    fast_eager = replace(member(1), speedup_eager=2.0, speedup_eager_ci=(1.9, 2.1), speedup_compile=0.9,
+                         speedup_compile_ci=(0.85, 0.95), baseline="compile")
+    beats_compile = replace(member(2), speedup_eager=1.5, speedup_eager_ci=(1.45, 1.55), speedup_compile=1.1,
+                            speedup_compile_ci=(1.05, 1.15), baseline="compile")
+    assert (fast_eager.against, fast_eager.fitness, fast_eager.fitness_ci) == ("compile", 0.9, (0.85, 0.95))
+    assert best_of([fast_eager, beats_compile]) is beats_compile and beats(beats_compile, fast_eager)
+    assert Population([fast_eager, beats_compile]).best().kernel_id == 2
+    eager = [replace(m, baseline="eager") for m in (fast_eager, beats_compile)]
+    assert best_of(eager) is eager[0] and eager[0].fitness == 2.0 and eager[0].fitness_ci == (1.9, 2.1)
+    unmeasured = replace(beats_compile, speedup_compile=None, speedup_compile_ci=None)
+    assert unmeasured.against == "eager" and unmeasured.fitness == 1.5
+    assert replace(fast_eager, verdict="incorrect").fitness == 0.0
+
+
 # --- niches -------------------------------------------------------------------------------
 
 def test_describe_real_candidates():

@@ -130,6 +130,10 @@ def test_optimize_end_to_end_on_the_cpu(tmp_path):
     assert "best kernel" in done.stdout and "best kernel written to" in done.stderr
     assert str(written) in "".join(done.stdout.split())  # the path, folded over lines
     assert "kernelevo optimize" in done.stderr and "generation" in done.stderr  # config echo and progress
+    # asked to beat torch.compile (the default), but told not to measure it: ranked by eager, and said so
+    assert run["config"]["baseline"] == "compile" and run["config"]["compile_baseline"] is False
+    assert "baseline: eager, since torch.compile is not measured (--no-compile-baseline)" in " ".join(done.stderr.split())
+    assert "ranked against" in done.stdout and "ranked kernels against eager" in " ".join(written.read_text().split())
     assert max(len(line) for line in done.stdout.splitlines()) <= 100
     # the run's report, written beside the kernel, renders with every section in a real browser
     (report,) = (tmp_path / "out").glob(f"task_scale_{run['id']}.html")

@@ -82,12 +82,15 @@ def curve(rows: list[dict], baseline: str, top: float | None = None, steps: int 
 
 
 def bench_table(store, bench_id: str) -> dict[str, Any]:
-    """{'bench': its row, 'tasks': table rows, 'suite': summary}; KeyError for an unknown bench."""
+    """{'bench': its row, 'tasks': table rows, 'suite': summary, 'baseline': what the searches ranked
+    kernels against ("compile" or "eager"; benches stored before the choice existed ranked by eager)};
+    KeyError for an unknown bench."""
     bench = store.bench(bench_id)
     if bench is None:
         raise KeyError(f"no bench {bench_id} in {store.path}; `kernelevo bench ls` lists them")
     rows = task_rows(store.bench_tasks(bench_id))
-    return {"bench": bench, "tasks": rows, "suite": summary(rows)}
+    return {"bench": bench, "tasks": rows, "suite": summary(rows),
+            "baseline": (bench.get("config") or {}).get("baseline", "eager")}
 
 
 def compare(a: dict, b: dict) -> dict[str, Any]:

@@ -86,7 +86,7 @@
     const facts = [
       ["Task", r.task + (r.task_hash ? `  [${String(r.task_hash).slice(0, 12)}]` : "")], ["Run", r.id],
       ["Status", status], ["GPU", r.gpu], ["torch", r.torch], ["Model", r.model], ["Format", r.format],
-      ["Policy", r.policy], ["Started", r.started], ["Finished", r.finished],
+      ["Policy", r.policy], ["Ranked against", r.baseline], ["Started", r.started], ["Finished", r.finished],
       ["LLM calls", `${fint(r.calls)} (${fint(r.failed_calls)} failed)`], ["Spend", fusd(r.cost_usd) + unknown],
       ["Best speedup", `${fxci(r.best_speedup, r.best_speedup_ci)} vs eager, ${fxci(r.best_speedup_compile, r.best_speedup_compile_ci)} vs torch.compile` +
         (r.best_figures === "final" ? ` (final re-judgement; in the search ${fxci(r.best_search_speedup, r.best_search_speedup_ci)}, ${fx(r.best_search_speedup_compile)})`

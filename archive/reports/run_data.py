@@ -74,6 +74,9 @@ def _run_facts(run: dict, task: dict, spend: dict, best: dict | None, finals: di
         "model": config.get("model") or "",
         "model_for": ", ".join(f"{op}={m}" for op, m in (config.get("model_for") or {}).items()),
         "format": config.get("format") or "", "policy": config.get("policy") or "",
+        # what the search ranked kernels against (runs stored before the choice ranked by eager)
+        "baseline": "torch.compile" if config.get("baseline") == "compile" and config.get("compile_baseline", True)
+        else "eager",
         "calls": spend["calls"], "failed_calls": spend["failed_calls"], "cost_usd": spend["cost_usd"],
         "unknown_cost_calls": spend["unknown_cost_calls"],
         "best_kernel": best["id"] if best else None,

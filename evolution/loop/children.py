@@ -16,7 +16,7 @@ from kernelevo.evaluation import Evaluation, Profile
 from kernelevo.terminal.tables import speedup_text
 
 from .. import islands, scheduling
-from ..population import Member, beats
+from ..population import BASELINES, Member, beats
 from ..state import member_from_row, remeasured
 
 
@@ -120,7 +120,8 @@ class Children:
         evaluation = future.result()
         evaluation_id = self.archive.add_evaluation(meta["kernel_id"], evaluation, purpose="search",
                                                     run_id=self.state.run_id)
-        member = member_from_row(self.archive.kernel(meta["kernel_id"]))
+        member = member_from_row(self.archive.kernel(meta["kernel_id"]), self.state.baseline)
+        self._say_baseline(member, evaluation)
         if meta["op"] == "translate":
             self.barren_translations = 0 if member.ok else self.barren_translations + 1
         improved = ""
@@ -139,6 +140,16 @@ class Children:
         self.progress.judged += 1
         self.progress.judged_this_session += 1
         self._generation_tick()
+
+    def _say_baseline(self, member: Member, evaluation: Evaluation) -> None:
+        """Once: a run asked to beat torch.compile ranks by eager when torch.compile gave no figure."""
+        untimed = member.speedup_eager is None  # Triton's interpreter: no figure of either kind
+        if self.baseline_said or member.baseline != "compile" or untimed or member.against == "compile":
+            return
+        self.baseline_said = True
+        why = next((n for n in evaluation.notes if "torch.compile" in n), "torch.compile was not measured")
+        self.on_status(f"baseline: eager for this run, since torch.compile gave no figure ({why})")
+        self.archive.add_event(self.state.run_id, "baseline", {"against": "eager", "why": why})
 
     def remeasure(self, member: Member, op: str) -> None:
         """Judge a would-be new best of the run again in a fresh process; it stays out of the
@@ -165,13 +176,14 @@ class Children:
         self.archive.add_event(self.state.run_id, "remeasure", {
             "kernel": member.kernel_id, "search": first.speedup_eager, "search_ci": first.speedup_eager_ci,
             "verdict": member.verdict, "speedup_eager": member.speedup_eager, "ci": member.speedup_eager_ci,
+            "against": member.against, "fitness": member.fitness, "fitness_ci": member.fitness_ci,
             "best": best, "incumbent": incumbent.kernel_id if incumbent else None})
         if evaluation is not None and improved.startswith("new best"):
             self._profile(member, evaluation, evaluation_id)
         if not best:  # said once: the search's figure was noise (or luck)
-            self.on_status(f"kernel {member.kernel_id}: {speedup_text(first.fitness, first.speedup_eager_ci)} in the "
-                           f"search, {speedup_text(member.fitness, member.speedup_eager_ci)} re-measured "
-                           f"({member.verdict}): not the run's new best")
+            self.on_status(f"kernel {member.kernel_id}: {speedup_text(first.fitness, first.fitness_ci)} in the "
+                           f"search, {speedup_text(member.fitness, member.fitness_ci)} re-measured "
+                           f"({member.verdict}, over {BASELINES[member.against]}): not the run's new best")
         stats = self.stats.get(meta["op"], scheduling.OperatorStats())
         self.stats[meta["op"]] = dataclasses.replace(stats, improvements=stats.improvements + bool(improved))
 
@@ -185,7 +197,7 @@ class Children:
             self.gate.add_source(member.kernel_id, member.source)
         reason = ""
         if member.fitness > 0 and beats(member, island_best):  # inside the incumbent's noise: a tie
-            reason = f"new best of island {member.island}: {member.fitness:.2f}x eager"
+            reason = f"new best of island {member.island}: {member.fitness:.2f}x {BASELINES[member.against]}"
         elif niche_new:
             reason = f"opened niche {member.niche}"
         if reason:

@@ -17,6 +17,7 @@ from .. import budget as budgets
 from .. import ensemble as ensembles
 from .. import placement
 from ..novelty import NoveltyGate
+from ..population import BASELINES
 from ..options import BUDGET_REASONS, OptimizeOptions, formats_of, judge_options
 from ..outcome import (
     EXIT_BUDGET,
@@ -47,8 +48,8 @@ def final_judgement(search: Search, options: OptimizeOptions, on_status: Callabl
     others = sorted((m for m in search.population.correct() if best is None or m.kernel_id != best.kernel_id),
                     key=lambda m: -m.fitness)
     for member in ([best] if best else []) + others[:3 - bool(best)]:
-        on_status(f"re-judging kernel {member.kernel_id} ({speedup_text(member.fitness, member.speedup_eager_ci)}) "
-                  "in a fresh process")
+        on_status(f"re-judging kernel {member.kernel_id} ({speedup_text(member.fitness, member.fitness_ci)} "
+                  f"{BASELINES[member.against]}) in a fresh process")
         evaluation = search.judge.evaluate(search.state.task, search.state.kernel_path(member.kernel_id),
                                            options.devices[0], final=True)
         search.archive.add_evaluation(member.kernel_id, evaluation, purpose="final", run_id=search.state.run_id)
@@ -80,14 +81,15 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
     ensemble = ensembles.build(config, names, pins, tokens, on_status)  # its calls are recorded once the run exists
     archive = Archive.open(options.archive_path)
     try:
-        task_id, run_id, seed, fmt = _open_run(archive, task, options, ensemble, (names, pins))
+        task_id, run_id, seed, fmt, asked = _open_run(archive, task, options, ensemble, (names, pins))
+        baseline = _baseline(asked, options, on_status)
         embedder = default_embedder(config.embed_model())
         on_status(f"embedder: {embedder.why}")
         stones, seeded = _stepping_stones(archive, task, task_id, embedder, options, on_status)
         formats = formats_of(fmt, options.devices[0])
         ctx = Context(task_view(task), placement.target(options, formats[0]), inspirations=stones)
         state = RunState(archive, run_id, task, task_id, ctx, Path(options.archive_path).parent / "runs" / run_id,
-                         formats)
+                         formats, baseline)
         search_settings = _islands_for(options.settings, formats, on_status)
         ensemble.set_on_call(state.record_call)
         on_status(f"run {run_id}" + (" (resumed)" if options.resume else "") + f"; kernels in {state.run_dir}")
@@ -135,6 +137,7 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
                         "formats": by_format(archive.format_yield(run_id), archive.format_best(run_id), formats)
                         if len(formats) > 1 else [],
                         "dropped": dict(ensemble.dropped),
+                        "baseline": member.against if member else baseline,
                         "search_speedups": (member.speedup_eager, member.speedup_compile) if member else None,
                         "search_intervals": (member.speedup_eager_ci, member.speedup_compile_ci) if member else None})
     finally:
@@ -170,9 +173,10 @@ def _model_names(options: OptimizeOptions, on_status: Callable[[str], None] = la
 
 
 def _open_run(archive, task, options: OptimizeOptions, ensemble: ensembles.Ensemble,
-              given: tuple[list[str], dict[str, str]]) -> tuple[int, str, int, str]:
-    """(task id, run id, seed, format) of a new run, or of the run being resumed (same task required).
-    The run stores its models as `given` (names a resume can find again) and by label for display."""
+              given: tuple[list[str], dict[str, str]]) -> tuple[int, str, int, str, str]:
+    """(task id, run id, seed, format, baseline) of a new run, or of the run being resumed (same task
+    required; a run stored before baselines were chosen ranked by eager). The run stores its models as
+    `given` (names a resume can find again) and by label for display."""
     task_id = archive.add_task(task.name, task.source, task.source_hash)
     fmt = options.fmt or ("c" if options.devices[0] == "cpu" else "nvrtc")
     if options.resume:
@@ -183,16 +187,30 @@ def _open_run(archive, task, options: OptimizeOptions, ensemble: ensembles.Ensem
         if run["task_id"] != task_id:
             raise ValueError(f"--resume {options.resume}: that run is for another task (or this task file changed)")
         archive.set_run_status(options.resume, "running")
-        return task_id, options.resume, run["seed"], run["config"].get("format", fmt)
+        stored = run["config"]
+        return task_id, options.resume, run["seed"], stored.get("format", fmt), stored.get("baseline", "eager")
     gpu, torch_version, cuda_version = placement.label(options)
     config = run_config(task=options.task_path, model=", ".join(ensemble.labels), models=given[0],
                         model_for=given[1], devices=options.devices, format=fmt,
                         policy=options.policy, trials=options.trials, shapes=options.shapes, seed=options.seed,
                         limits=dataclasses.asdict(options.limits), search=dataclasses.asdict(options.settings),
-                        seed_from=options.seed_from, executor=options.executor)
+                        seed_from=options.seed_from, executor=options.executor, baseline=options.baseline,
+                        compile_baseline=options.compile_baseline)
     run_id = archive.start_run(task_id, config, options.seed, ",".join(options.devices), gpu,
                                torch_version, cuda_version)
-    return task_id, run_id, options.seed, fmt
+    return task_id, run_id, options.seed, fmt, options.baseline
+
+
+def _baseline(asked: str, options: OptimizeOptions, on_status: Callable[[str], None]) -> str:
+    """The baseline a run's fitness is a speedup over, said once: torch.compile unless eager is asked
+    for or torch.compile is not measured (a kernel whose torch.compile figure is missing is ranked by
+    eager all the same: population.Member.against)."""
+    if asked == "compile" and not options.compile_baseline:
+        on_status("baseline: eager, since torch.compile is not measured (--no-compile-baseline)")
+        return "eager"
+    other = "eager" if asked == "compile" else "torch.compile"
+    on_status(f"baseline: {BASELINES[asked]}: kernels are ranked by their speedup over it; {other} is shown beside")
+    return asked
 
 
 def _stepping_stones(archive, task, task_id: int, embedder, options: OptimizeOptions,

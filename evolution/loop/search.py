@@ -58,6 +58,7 @@ class Search(Planning, Children):
         self.asked = state.archive.answered_prompts(state.run_id)  # hashes of the prompts answered
         self.barren_translations = 0  # translations since the last one judged correct
         self.repeated: set[str] = set()  # prompts not sent because they were answered: counted once each
+        self.baseline_said = False  # the fall back to eager, where torch.compile gives no figure, said once
         self._refresh()
 
     def _generation(self) -> int:

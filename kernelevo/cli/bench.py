@@ -13,7 +13,8 @@ from typing import Any, Optional
 import typer
 from typer.core import TyperGroup
 
-from kernelevo.cli.common import (ArchiveOpt, CacheDirOpt, ChildrenOpt, CompileBaselineOpt, ConcurrencyOpt,
+from kernelevo.cli.common import (ArchiveOpt, BaselineOpt, CacheDirOpt, ChildrenOpt, CompileBaselineOpt,
+                                  ConcurrencyOpt,
                                   ConfigOpt, DeviceOpt, ExecutorOpt, FormatOpt, GenerationsOpt, GpusOpt, IslandsOpt,
                                   JsonOpt, ModelForOpt, ModelOpt, NcuOpt, PlateauOpt, PolicyOpt, ProfileTopOpt, RayAddressOpt,
                                   EXIT_INTERRUPTED, SeedOpt, ShapesOpt, TimingSecondsOpt, TrialsOpt, check_choice,
@@ -65,6 +66,7 @@ def run(
     trials: TrialsOpt = 5,
     shapes: ShapesOpt = "general",
     compile_baseline: CompileBaselineOpt = True,
+    baseline: BaselineOpt = None,
     timing_seconds: TimingSecondsOpt = 1.5,
     resume: Optional[str] = typer.Option(None, help="continue this bench (its id is printed at start and end)"),
     archive: ArchiveOpt = None,

@@ -28,6 +28,9 @@ CsvOpt = Annotated[bool, typer.Option("--csv", help="print CSV on stdout")]
 CacheDirOpt = Annotated[Optional[Path], typer.Option(
     help="build and baseline cache [default: ~/.cache/kernelevo]")]
 CompileBaselineOpt = Annotated[bool, typer.Option(help="also compare with torch.compile (cached per task and GPU)")]
+BaselineOpt = Annotated[Optional[str], typer.Option(
+    help="what kernels must beat, the speedup the search ranks them by: compile (torch.compile, where it runs) or "
+         "eager [default: baseline = in kernelevo.toml, else compile]")]
 ShapesOpt = Annotated[str, typer.Option(
     help="general: also check shapes the judge derives (other batch and inner sizes); a kernel that refuses them "
          "cleanly is marked specialized; exact: the task's shapes only")]
@@ -274,6 +277,15 @@ def model_pins(given: Optional[list[str]], config: Any, resuming: bool) -> Optio
     return tuple(pins)
 
 
+def baseline_choice(given: Optional[str], config: Any) -> str:
+    """--baseline, else `baseline =` in kernelevo.toml, else torch.compile (the user's alternative)."""
+    from kernelevo.config import BASELINE_CHOICES
+
+    chosen = given or config.baseline() or "compile"
+    check_choice("--baseline", chosen, BASELINE_CHOICES)
+    return chosen
+
+
 def search_options(args: dict[str, Any], task: Path, limits: Any, **extra: Any) -> Any:
     """OptimizeOptions of one task's search from a command's arguments (optimize's, or bench's for
     each task): config, devices, format, search settings, judge settings, archive and output."""
@@ -292,12 +304,13 @@ def search_options(args: dict[str, Any], task: Path, limits: Any, **extra: Any) 
                               llm_concurrency=args["concurrency"], profile_per_generation=args["profile_top"],
                               ncu=args["ncu"])
     resuming = bool(args.get("resume"))
+    baseline = baseline_choice(args.get("baseline"), config)
     models = extra.pop("models", None) or model_names(args["model"], config, resuming)
     pins = model_pins(args["model_for"], config, resuming)
     return OptimizeOptions(task_path=task, models=models, model_for=pins, devices=on,
                            archive_path=config.archive_path(args["archive"]), out_dir=args["out"],
                            cache_dir=args["cache_dir"] or runtime.cache_dir(), fmt=fmt, limits=limits,
                            settings=settings, seed=args["seed"], policy=args["policy"], trials=args["trials"],
-                           compile_baseline=args["compile_baseline"], shapes=args["shapes"],
+                           compile_baseline=args["compile_baseline"], baseline=baseline, shapes=args["shapes"],
                            config_path=args["config"], timing=TimingConfig(max_seconds=args["timing_seconds"]),
                            executor=executor, ray_address=args["ray_address"], **extra)

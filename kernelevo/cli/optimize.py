@@ -10,7 +10,8 @@ from typing import Any, Optional
 
 import typer
 
-from kernelevo.cli.common import (CacheDirOpt, ChildrenOpt, CompileBaselineOpt, ConcurrencyOpt, DeviceOpt, ExecutorOpt,
+from kernelevo.cli.common import (BaselineOpt, CacheDirOpt, ChildrenOpt, CompileBaselineOpt, ConcurrencyOpt, DeviceOpt,
+                                  ExecutorOpt,
                                   FormatOpt, GenerationsOpt, GpusOpt, IslandsOpt, ModelForOpt, ModelOpt, NcuOpt, PlateauOpt,
                                   PolicyOpt, ProfileTopOpt, RayAddressOpt, SeedOpt, ShapesOpt, TimingSecondsOpt,
                                   TrialsOpt, EXIT_INTERRUPTED, check_choice, duration, fail, models_text, say,
@@ -25,7 +26,7 @@ def optimize(
     parts_dir: Optional[Path] = typer.Option(None, help="with --parts: the folder of the part task files "
                                              "[default: OUT/<task>_parts]"),
     min_speedup: float = typer.Option(1.0, help="with --parts: place a part whose kernel is faster than this "
-                                      "against eager, beyond noise"),
+                                      "against the baseline, beyond noise"),
     model: ModelOpt = None,
     model_for: ModelForOpt = None,
     device: DeviceOpt = None,
@@ -48,6 +49,7 @@ def optimize(
     trials: TrialsOpt = 5,
     shapes: ShapesOpt = "general",
     compile_baseline: CompileBaselineOpt = True,
+    baseline: BaselineOpt = None,
     timing_seconds: TimingSecondsOpt = 1.5,
     seed_from: list[Path] = typer.Option([], help="another archive file to take stepping stones from (repeatable)"),
     resume: Optional[str] = typer.Option(None, help="continue this run (its id is printed at start and end); "

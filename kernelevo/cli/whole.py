@@ -10,9 +10,9 @@ from typing import Any, Optional
 
 import typer
 
-from kernelevo.cli.common import (EXIT_INTERRUPTED, ArchiveOpt, CacheDirOpt, CompileBaselineOpt, ConfigOpt, JsonOpt, SeedOpt,
-                                  ShapesOpt, TimingSecondsOpt, TrialsOpt, check_choice, config_or_fail, fail,
-                                  resolve_device, say)
+from kernelevo.cli.common import (EXIT_INTERRUPTED, ArchiveOpt, BaselineOpt, CacheDirOpt, CompileBaselineOpt, ConfigOpt,
+                                  JsonOpt, SeedOpt, ShapesOpt, TimingSecondsOpt, TrialsOpt, baseline_choice,
+                                  check_choice, config_or_fail, fail, resolve_device, say)
 
 
 def assemble(
@@ -20,12 +20,13 @@ def assemble(
     bench: str = typer.Option(..., help="the bench of its parts (`kernelevo bench ls` lists them)"),
     out: Path = typer.Option(..., "-o", "--out", help="the drop-in file to write (its result beside it as .json)"),
     device: Optional[str] = typer.Option(None, help="cuda, cuda:N or cpu [default: cuda if present]"),
-    min_speedup: float = typer.Option(1.0, help="place a part whose kernel is faster than this, against eager, "
-                                      "beyond noise (its interval wholly above)"),
+    min_speedup: float = typer.Option(1.0, help="place a part whose kernel is faster than this, against the "
+                                      "baseline, beyond noise (its interval wholly above)"),
     seed: SeedOpt = 0,
     trials: TrialsOpt = 5,
     shapes: ShapesOpt = "general",
     compile_baseline: CompileBaselineOpt = True,
+    baseline: BaselineOpt = None,
     timing_seconds: TimingSecondsOpt = 1.5,
     archive: ArchiveOpt = None,
     config: ConfigOpt = None,
@@ -59,6 +60,7 @@ def judge_settings(args: dict[str, Any], device: str) -> Any:
                            cache_dir=args["cache_dir"] or runtime.cache_dir(), seed=args["seed"],
                            trials=args["trials"], shapes=args["shapes"],
                            compile_baseline=args["compile_baseline"],
+                           baseline=baseline_choice(args["baseline"], config),
                            timing=TimingConfig(max_seconds=args["timing_seconds"]))
 
 

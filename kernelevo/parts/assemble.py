@@ -1,7 +1,9 @@
 """Hand the model back with verified kernels in place, judged end to end.
 
 Which parts go in: those whose bench task found a kernel the judge verified and measured faster
-than eager beyond noise (the interval of its speedup wholly above `min_speedup`). The assembled file
+than the baseline beyond noise (the interval of its speedup wholly above `min_speedup`): torch.compile
+of the part alone by default, where it was measured (a kernel that beats eager but not what the
+compiler makes of the same code is worth nothing in a model the user compiles), else eager. The assembled file
 (drop_in.py) is then judged as a candidate against the original model by the same judge: every
 trial, generality included, timed against eager and torch.compile of the whole model. A part that
 is right alone can be wrong in place (a stride or aliasing assumption): when the whole is rejected,
@@ -34,9 +36,10 @@ class Candidate:
 
 
 def chosen_parts(split_dir: Path, rows: list[dict], kernel_source: Callable[[int], str],
-                 min_speedup: float) -> tuple[list[Candidate], list[dict]]:
-    """The split's tasks whose bench row holds a verified kernel faster than `min_speedup` (beyond
-    noise), as candidates to place; and a line of data for every task left as it was, with why."""
+                 min_speedup: float, baseline: str = "compile") -> tuple[list[Candidate], list[dict]]:
+    """The split's tasks whose bench row holds a verified kernel faster than `min_speedup` over
+    `baseline` (beyond noise), as candidates to place; and a line of data for every task left as it
+    was, with why."""
     from kernelevo.tasks import load_task
 
     data = json.loads((split_dir / SPLIT_JSON).read_text())
@@ -44,7 +47,7 @@ def chosen_parts(split_dir: Path, rows: list[dict], kernel_source: Callable[[int
     chosen, left = [], []
     for entry in data["tasks"]:
         row = by_file.get(entry["task"])
-        why = _why_not(row, min_speedup)
+        why = _why_not(row, min_speedup, baseline)
         if why:
             left.append({"task": entry["task"], "share": entry["share"], "why": why})
             continue
@@ -52,7 +55,7 @@ def chosen_parts(split_dir: Path, rows: list[dict], kernel_source: Callable[[int
         kinds = tuple(_kind(x) for x in task.get_inputs())
         ci = tuple(row["speedup_eager_ci"]) if row.get("speedup_eager_ci") else None
         source = kernel_source(row["kernel_id"])
-        label = f"kernel {row['kernel_id']}, {_format_of(source)} ({row['speedup_eager']:.2f}x against eager alone)"
+        label = f"kernel {row['kernel_id']}, {_format_of(source)} ({_alone(row)})"
         placed = Placed(Path(entry["task"]).stem, source, task.init_args, kinds,
                         tuple(s["path"] for s in entry["call_sites"]), label)
         chosen.append(Candidate(placed, entry["share"] or 0.0, row["speedup_eager"], ci, row["kernel_id"]))
@@ -69,15 +72,25 @@ def _format_of(source: str) -> str:
         return "unknown format"
 
 
-def _why_not(row: dict | None, min_speedup: float) -> str:
+def _why_not(row: dict | None, min_speedup: float, baseline: str = "compile") -> str:
     if row is None:
         return "not in the bench"
     if not row.get("correct"):
         return f"no verified kernel ({row.get('verdict') or row.get('status')})"
-    low = (row.get("speedup_eager_ci") or [row["speedup_eager"]])[0]
+    key = "speedup_compile" if baseline == "compile" and row.get("speedup_compile") is not None else "speedup_eager"
+    low = (row.get(f"{key}_ci") or [row[key]])[0]
     if low is None or low <= min_speedup:
-        return f"its kernel is not faster than {min_speedup:g}x eager beyond noise ({row['speedup_eager']:.2f}x)"
+        against = "torch.compile of the part" if key == "speedup_compile" else "eager"
+        return f"its kernel is not faster than {min_speedup:g}x {against} beyond noise ({row[key]:.2f}x)"
     return ""
+
+
+def _alone(row: dict) -> str:
+    """'1.12x against torch.compile alone, 2.31x against eager': a placed part's own figures."""
+    eager = f"{row['speedup_eager']:.2f}x against eager"
+    if row.get("speedup_compile") is None:
+        return eager + " alone"
+    return f"{row['speedup_compile']:.2f}x against torch.compile alone, {eager}"
 
 
 def _kind(x: Any) -> str:

@@ -52,6 +52,9 @@ def print_table(table: dict) -> None:
     console.print(tasks)
     console.print(suite_table(suite))
     console.print(suite_facts(suite), markup=False, highlight=False)
+    if bench.get("mode") != "candidates":
+        drove = "torch.compile" if table.get("baseline") == "compile" else "eager"
+        console.print(f"the searches ranked kernels by their speedup over {drove}", markup=False, highlight=False)
 
 
 def suite_table(suite: dict, other: dict | None = None):

@@ -145,6 +145,8 @@ def summary_rows(outcome: Any) -> list[tuple[str, str]]:
     spend, counts = outcome.summary.get("spend", {}), outcome.summary.get("counts", {})
     best = outcome.best
     rows = [("run", outcome.run_id), ("stopped because", outcome.reason)]
+    if outcome.summary.get("baseline"):
+        rows.append(("ranked against", "torch.compile" if outcome.summary["baseline"] == "compile" else "eager"))
     if best is not None:
         searched = outcome.summary.get("search_speedups") or (None, None)
         spread = outcome.summary.get("search_intervals") or (None, None)
