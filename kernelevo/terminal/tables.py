@@ -52,6 +52,7 @@ def _value(v) -> str:
 
 def print_evaluation(e: Evaluation, console=None) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = console or Console()
@@ -76,6 +77,9 @@ def print_evaluation(e: Evaluation, console=None) -> None:
         table.add_row("shapes", shapes_text(e))
     if e.policy:
         table.add_row("policy", e.policy)
+    if e.confinement:  # what held the candidate's process; loud where a part of it ran unconfined
+        text = escape(e.confinement.summary())
+        table.add_row("sandbox", f"[yellow]{text}[/yellow]" if e.confinement.unconfined else f"[dim]{text}[/dim]")
     if e.verdict == "rejected" and e.evidence:
         table.add_row("evidence", _evidence(e.evidence))
     if e.candidate:
