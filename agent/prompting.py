@@ -85,6 +85,8 @@ class Variant:
     eager_ms: float | None = None  # eager PyTorch timed alongside it, in the same measurement as `ms`
     kernel_id: int | None = None  # its id in the archive: attempt lines and copies name kernels by id
     attempts: tuple[str, ...] = ()  # what came of earlier attempts to change it (attempt_line), newest first
+    loop_ms: float | None = None  # per call back to back, host work included (Evaluation.loop)
+    host_share: float | None = None  # of that, what is not its device time (GPU only)
 
 
 @dataclass(frozen=True)
@@ -103,11 +105,25 @@ class Feedback:
 
 
 @dataclass(frozen=True)
+class Opponent:
+    """What a kernel must beat, as measured before the first call: the baseline the search ranks by
+    ("compile" or "eager"), the reference's device time per call each way, and each way's largest
+    kernels under the profiler (on a GPU): (name, launches per call, ms per call)."""
+
+    baseline: str
+    eager_ms: float
+    compiled_ms: float | None = None
+    eager_kernels: tuple[tuple[str, float, float], ...] = ()
+    compiled_kernels: tuple[tuple[str, float, float], ...] = ()
+
+
+@dataclass(frozen=True)
 class Context:
     """Everything the stable prefix depends on, plus what later prompts may add."""
 
     task: TaskView
     target: Target
+    opponent: Opponent | None = None  # what the kernel must beat, measured before the first call
     insights: tuple[str, ...] = field(default_factory=tuple)  # earlier reflections' analyses
     inspirations: tuple[Variant, ...] = field(default_factory=tuple)  # stepping stones of earlier runs
 
@@ -163,9 +179,32 @@ def prefix(ctx: Context) -> list[Message]:
     functional = _then(fill("task_functional.md", code=task.functional.rstrip("\n")) if task.functional else "")
     user = fill("task.md", name=task.name, source=task.source.rstrip("\n"), inputs=task.inputs,
                 init_args=task.init_args, functional=functional)
+    if ctx.opponent:  # measured once before the first call: part of the cached prefix
+        user += _then(opponent(ctx.opponent))
     if ctx.inspirations:  # fixed for the whole run, so they belong to the cached prefix
         user += _then(fill("inspirations.md", kernels="\n\n".join(variant(v) for v in ctx.inspirations)))
     return [Message("system", system), Message("user", user, cache=True)]
+
+
+def _kernel_list(who: str, kernels: tuple[tuple[str, float, float], ...]) -> str:
+    if not kernels:
+        return ""
+    items = [phrase("opponent", "kernel", name=name, ms=_number(ms, 4),
+                    launches=phrase("opponent", "launch_one") if n == 1 else phrase("opponent", "launch_many", n=f"{n:g}"))
+             for name, n, ms in kernels]
+    return phrase("opponent", "kernels", who=phrases()["opponent"][who], list="; ".join(items))
+
+
+def opponent(o: Opponent) -> str:
+    """The block saying which baseline ranks kernels, its time per call, and its kernels."""
+    compiled = _kernel_list("compiled_who", o.compiled_kernels)
+    eager = _kernel_list("eager_who", o.eager_kernels)
+    kernels = "".join(f"\n\n{k}" for k in ((compiled, eager) if o.baseline == "compile" else (eager, compiled)) if k)
+    if o.baseline == "compile" and o.compiled_ms is not None:
+        return fill("opponent_compile.md", compiled_ms=_number(o.compiled_ms, 4), eager_ms=_number(o.eager_ms, 4),
+                    kernels=kernels)
+    compiled_ms = phrase("opponent", "compiled", compiled_ms=_number(o.compiled_ms, 4)) if o.compiled_ms is not None else ""
+    return fill("opponent_eager.md", eager_ms=_number(o.eager_ms, 4), compiled=compiled_ms, kernels=kernels)
 
 
 def _answer(edit_format: str, parent_label: str) -> str:
@@ -184,13 +223,24 @@ def _number(value: float | None, digits: int = 2) -> str:
     return f"{value:.{digits}f}" if value is not None else phrases()["labels"]["unknown"]
 
 
+HOST_BOUND = 0.2  # a host share of a call above which the prompt says launches and allocations dominate
+
+
+def _loop(v: Variant) -> str:
+    if v.loop_ms is None:
+        return ""
+    host = "" if v.host_share is None else phrase(
+        "labels", "host_bound" if v.host_share > HOST_BOUND else "host_share", pct=f"{100 * v.host_share:.0f}")
+    return fill("loop_beside.md", loop_ms=_number(v.loop_ms, 4), host=host)
+
+
 def variant(v: Variant) -> str:
     if v.verdict == "ok":
         compiled = f"{_number(v.speedup_compile)}x torch.compile" if v.speedup_compile is not None \
             else f"torch.compile {phrases()['labels']['unknown']}"  # not "not measuredx torch.compile"
         beside = fill("eager_beside.md", eager_ms=_number(v.eager_ms, 4)) if v.eager_ms is not None else ""
         measured = fill("measured_ok.md", eager=_number(v.speedup_eager), compiled=compiled, ms=_number(v.ms, 4),
-                        beside=beside)
+                        beside=beside, loop=_loop(v))
     else:
         measured = fill("measured_failed.md", verdict=v.verdict, reason=v.reason, message=v.message)
     attempts = _then(fill("attempts.md", label=v.label, lines="".join(v.attempts).rstrip("\n"))) if v.attempts else ""
@@ -352,5 +402,7 @@ def variant_from(source: str, fmt: str, evaluation, label: str = "A", profile: s
     """A judged kernel as the prompts show it."""
     ms = evaluation.candidate.median_ms if evaluation.candidate else None
     eager_ms = evaluation.eager.median_ms if evaluation.eager else None
+    loop = evaluation.loop
     return Variant(source, fmt, label, evaluation.verdict, evaluation.reason, evaluation.message,
-                   evaluation.speedup_eager, evaluation.speedup_compile, ms, profile, notes, eager_ms)
+                   evaluation.speedup_eager, evaluation.speedup_compile, ms, profile, notes, eager_ms,
+                   loop_ms=loop.candidate_ms if loop else None, host_share=loop.host_share if loop else None)

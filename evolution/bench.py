@@ -48,9 +48,10 @@ class BenchView:
     tasks: int = 0
     done: int = 0
     correct: int = 0
-    fast_1: int = 0
+    fast_1: int = 0  # correct and above 1.0x against `baseline`
     spent_usd: float = 0.0
     running: dict[str, str] = field(default_factory=dict)  # task name -> its one-line state
+    baseline: str = "eager"  # what fast_1 counts against: "compile" or "eager"
 
 
 @dataclass(frozen=True)
@@ -164,7 +165,8 @@ class _Runner:
         self.queue = [r for r in self.rows if r["status"] not in ("done", "failed")]
         self.lock = threading.Lock()
         self.stop = threading.Event()
-        self.view = BenchView(bench_id, len(self.rows))
+        s = options.search
+        self.view = BenchView(bench_id, len(self.rows), baseline=s.baseline if s.compile_baseline else "eager")
         self.committed = sum(r["cost_usd"] for r in self.rows if r["status"] in ("done", "failed"))
         self.reserved: dict[int, float] = {}  # position -> the most a running task may still spend
         self.live: dict[int, Progress] = {}
@@ -286,7 +288,8 @@ class _Runner:
             self.committed = sum(r["cost_usd"] for r in finished)
             self.view.done = len(finished)
             self.view.correct = sum(r["correct"] for r in rows)
-            self.view.fast_1 = sum(r["correct"] and (r["speedup_eager"] or 0) > 1.0 for r in rows)
+            key = "speedup_compile" if self.view.baseline == "compile" else "speedup_eager"
+            self.view.fast_1 = sum(r["correct"] and (r[key] or 0) > 1.0 for r in rows)
             self.view.spent_usd = self.committed + sum(p.spend_usd for p in self.live.values())
         self.on_progress(self.view)
 
@@ -346,9 +349,20 @@ def _score_task(runner: _Runner, row: dict, device: str, cap: float | None) -> d
         runner._show(row["name"], f"{len(judged)}/{len(files)} candidates judged")
     degenerate = _baseline_warnings(judge, task, device)
     ok = [j for j in judged if j[1].ok]
-    kid, evaluation, evaluation_id = max(ok, key=lambda j: j[1].speedup_eager or 0.0) if ok else judged[0]
+    against = _speedup_against(runner.view.baseline)  # the candidate that beats the bench's baseline most
+    kid, evaluation, evaluation_id = max(ok, key=lambda j: against(j[1])) if ok else judged[0]
     return {"status": "done", "task_id": store.kernel(kid)["task_id"], "kernel_id": kid,
             "evaluation_id": evaluation_id, "degenerate": degenerate, "error": ""}
+
+
+def _speedup_against(baseline: str):
+    """The figure a candidates bench chooses a task's kernel by: its speedup over torch.compile where
+    that is the baseline and was measured, else over eager (as population.Member.fitness)."""
+    def speedup(e) -> float:
+        if baseline == "compile" and e.speedup_compile is not None:
+            return e.speedup_compile
+        return e.speedup_eager or 0.0
+    return speedup
 
 
 def _scoring_judge(runner: _Runner, devices: tuple[str, ...]):

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelevo.evaluation import Evaluation
-from kernelevo.terminal.tables import speedup_text
+from kernelevo.terminal.tables import loop_text, speedup_text
 
 from .population import BASELINES, Member
 
@@ -89,6 +89,8 @@ def write_drop_in(member: Member, evaluation: Evaluation, task_name: str, run_id
               f"# Format: {evaluation.format or member.format}"
               + (" (needs the triton package where it runs; CUDA builds of torch bring it)"
                  if (evaluation.format or member.format) == "triton" else "") + "\n")
+    if evaluation.loop:  # the figures above are device time; a loop of calls pays the host's work too
+        header += f"# In a loop, host work included: {loop_text(evaluation.loop)}.\n"
     header += _shapes_comment(evaluation)
     path.write_text(header + member.source)
     return path

@@ -52,6 +52,8 @@ class Member:
     stepping_stone: bool = False  # seeded from the archive (past runs or similar tasks)
     cost_usd: float | None = None  # LLM cost of producing it; None: unknown price or no LLM
     baseline: str = "eager"  # what the run's fitness is a speedup over: "compile" or "eager"
+    loop_ms: float | None = None  # per call back to back, host work included (Evaluation.loop)
+    host_share: float | None = None  # of that, what is not its device time (GPU only)
 
     @property
     def ok(self) -> bool:

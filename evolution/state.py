@@ -32,7 +32,13 @@ def member_from_row(row: dict, baseline: str = "eager") -> Member:
                   speedup_compile=row.get("speedup_compile"), speedup_eager_ci=tuple(ci) if ci else None,
                   speedup_compile_ci=tuple(compile_ci) if compile_ci else None,
                   ms=row.get("candidate_ms"), eager_ms=row.get("eager_ms"),
-                  niche=row.get("niche") or "", stepping_stone=bool(row.get("stepping_stone")), baseline=baseline)
+                  niche=row.get("niche") or "", stepping_stone=bool(row.get("stepping_stone")), baseline=baseline,
+                  loop_ms=row.get("loop_ms"), host_share=_host_share(row.get("loop_device_ms"), row.get("loop_ms")))
+
+
+def _host_share(device_ms: float | None, loop_ms: float | None) -> float | None:
+    """Of a call back to back, the share that is not device time (evaluation.LoopTiming.host_share)."""
+    return max(0.0, 1 - device_ms / loop_ms) if device_ms and loop_ms else None
 
 
 def remeasured(member: Member, evaluation: Evaluation) -> Member:
@@ -42,7 +48,9 @@ def remeasured(member: Member, evaluation: Evaluation) -> Member:
         speedup_compile=evaluation.speedup_compile, speedup_eager_ci=evaluation.speedup_eager_ci,
         speedup_compile_ci=evaluation.speedup_compile_ci,
         ms=evaluation.candidate.median_ms if evaluation.candidate else None,
-        eager_ms=evaluation.eager.median_ms if evaluation.eager else None)
+        eager_ms=evaluation.eager.median_ms if evaluation.eager else None,
+        loop_ms=evaluation.loop.candidate_ms if evaluation.loop else None,
+        host_share=evaluation.loop.host_share if evaluation.loop else None)
 
 
 def resumed_members(rows: list[dict], remeasures: dict[int, dict],

@@ -193,6 +193,38 @@ def _mechanisms(text: str) -> list[str]:
 
 
 @dataclass(frozen=True)
+class LoopTiming:
+    """The host-inclusive twin of the timed figures: calls back to back, as a user's loop makes them
+    (judge/measure/loop.py). Device time ranks single operators; this is what a loop pays with the
+    host's work (Python, allocation, launches) in it."""
+
+    calls: int  # back to back per timed block
+    candidate_ms: float  # per call
+    eager_ms: float
+    speedup_eager: float
+    speedup_eager_ci: tuple[float, float]
+    compiled_ms: float | None = None  # torch.compile's, where measured (rescaled like the device figure)
+    speedup_compile: float | None = None
+    speedup_compile_ci: tuple[float, float] | None = None
+    device_ms: float | None = None  # the candidate's device time per call, for the host's share
+
+    @property
+    def host_share(self) -> float | None:
+        """Of a call back to back, the share that is not the candidate's device time (0 where the
+        device time is the larger: the host keeps ahead)."""
+        if not self.device_ms or not self.candidate_ms:
+            return None
+        return max(0.0, 1 - self.device_ms / self.candidate_ms)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "LoopTiming":
+        data = dict(data)
+        for key in ("speedup_eager_ci", "speedup_compile_ci"):
+            data[key] = tuple(data[key]) if data.get(key) else None
+        return cls(**data)
+
+
+@dataclass(frozen=True)
 class Evaluation:
     """The judge's verdict on one candidate for one task on one device."""
 
@@ -228,6 +260,7 @@ class Evaluation:
     profile: Profile | None = None  # when asked for, and only of a passing candidate
     shapes: ShapeReport | None = None  # of a passing candidate: which input shapes it handles
     confinement: Confinement | None = None  # what held its process (None: judged before the sandbox existed)
+    loop: LoopTiming | None = None  # of a timed pass: the same calls back to back, host work included
 
     @property
     def ok(self) -> bool:
@@ -260,6 +293,7 @@ class Evaluation:
         data["profile"] = Profile.from_dict(data["profile"]) if data.get("profile") else None
         data["shapes"] = ShapeReport.from_dict(data["shapes"]) if data.get("shapes") else None
         data["confinement"] = Confinement(**data["confinement"]) if data.get("confinement") else None
+        data["loop"] = LoopTiming.from_dict(data["loop"]) if data.get("loop") else None
         return cls(**data)
 
 

@@ -4,7 +4,7 @@ run and in the drop-in; `--baseline eager` asks for the old ranking; a bad choic
 import re
 
 from kernelevo.archive.store import Archive
-from llm_server import ScriptedServer
+from llm_server import ScriptedServer, request_text
 
 from conftest import run_cli
 from test_optimize import TASK, cli, environment, scripted_model
@@ -37,6 +37,11 @@ def test_a_run_ranks_its_kernels_against_torch_compile(tmp_path):
     assert "which ranked kernels against torch.compile, measured" in " ".join(written.split())
     bests = [r for r in reasons if r.startswith("new best of island")]
     assert bests and all(r.endswith("x torch.compile") for r in bests), reasons
+    # every prompt names the opponent, measured before the first call, with its time and eager's
+    prompts = [" ".join(request_text(r["body"]).split()) for r in server.requests]
+    assert prompts and all(re.search(r"What the kernel must beat: torch\.compile .* takes [0-9.]+ ms compiled and "
+                                     r"[0-9.]+ ms in eager PyTorch", p) for p in prompts), prompts[0][:3000]
+    assert "In a loop, host work included:" in written  # the device-time figures' host-inclusive twin
 
 
 def test_the_baseline_is_a_choice_of_two():

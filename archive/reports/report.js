@@ -71,6 +71,15 @@
     return out;
   }
 
+  // the host-inclusive twin of the device-time figures: calls back to back, as a user's loop makes them
+  function loopText(l) {
+    if (!l) return DASH;
+    const compiled = isNum(l.compiled_ms) ? `, torch.compile ${fms(l.compiled_ms)}` : "";
+    const against = isNum(l.speedup_compile) ? `, ${fxci(l.speedup_compile, l.speedup_compile_ci)} vs torch.compile` : "";
+    return `${fms(l.candidate_ms)} per call back to back, host work included (eager ${fms(l.eager_ms)}${compiled}): ` +
+      `${fxci(l.speedup_eager, l.speedup_eager_ci)} vs eager${against}`;
+  }
+
   /* ---------- summary ---------- */
   function summary(box, d) {
     const r = d.run || {}, tops = new Set((d.top || []).map((k) => k.id));
@@ -91,6 +100,7 @@
       ["Best speedup", `${fxci(r.best_speedup, r.best_speedup_ci)} vs eager, ${fxci(r.best_speedup_compile, r.best_speedup_compile_ci)} vs torch.compile` +
         (r.best_figures === "final" ? ` (final re-judgement; in the search ${fxci(r.best_search_speedup, r.best_search_speedup_ci)}, ${fx(r.best_search_speedup_compile)})`
           : r.best_figures === "search" ? " (search, not re-judged)" : "")],
+      ["In a loop", loopText(r.best_loop)],
       ["Best kernel", r.best_kernel == null ? DASH : kernelLink(r.best_kernel, tops)],
     ];
     if (r.model_for) facts.splice(6, 0, ["Pinned", r.model_for]);

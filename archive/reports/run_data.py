@@ -95,6 +95,7 @@ def _figures(kernel: dict | None, finals: dict[int, dict], prefix: str = "") -> 
             f"{prefix}speedup_compile": shown.get("speedup_compile"),
             f"{prefix}speedup_compile_ci": shown.get("speedup_compile_ci"),
             f"{prefix}figures": "final" if final else "search" if kernel else None,
+            f"{prefix}loop": (final or {}).get("loop"),  # calls back to back, host work included
             f"{prefix}search_speedup": kernel["speedup_eager"] if kernel else None,
             f"{prefix}search_speedup_ci": kernel.get("speedup_eager_ci") if kernel else None,
             f"{prefix}search_speedup_compile": kernel["speedup_compile"] if kernel else None}

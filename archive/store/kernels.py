@@ -3,6 +3,7 @@ reflections: what a run's search produces, written as it goes; and reading kerne
 figures of their evaluations, their lineage, and one row per kernel for export."""
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 
@@ -16,7 +17,8 @@ from .connection import Store
 # The fields of one evaluation that every kernel row carries (None when there is none).
 _EVAL_FIELDS = ("e.id AS evaluation_id, e.verdict, e.reason, e.speedup_eager, e.speedup_compile, e.candidate_ms, "
                 "e.eager_ms, e.specialized, e.speedup_eager_lo, e.speedup_eager_hi, e.speedup_compile_lo, "
-                "e.speedup_compile_hi, e.message")
+                "e.speedup_compile_hi, e.message, json_extract(e.data, '$.loop.candidate_ms') AS loop_ms, "
+                "json_extract(e.data, '$.loop.device_ms') AS loop_device_ms")
 
 # A kernel with the fields of its latest 'search' evaluation: what the loop rebuilds its population from.
 _KERNEL_SELECT = f"""
@@ -209,9 +211,9 @@ class KernelsMixin(Store):
         at the end of a run): verdict, speedup_eager, speedup_compile, candidate_ms, and the
         speedups' intervals speedup_eager_ci, speedup_compile_ci ([low, high] or None)."""
         rows = self._read("SELECT kernel_id, verdict, speedup_eager, speedup_compile, candidate_ms, speedup_eager_lo, "
-                          "speedup_eager_hi, speedup_compile_lo, speedup_compile_hi FROM evaluations "
-                          "WHERE run_id = ? AND purpose = 'final' ORDER BY id", (run_id,))
-        return {r["kernel_id"]: intervals(r) for r in rows}
+                          "speedup_eager_hi, speedup_compile_lo, speedup_compile_hi, json_extract(data, '$.loop') AS loop "
+                          "FROM evaluations WHERE run_id = ? AND purpose = 'final' ORDER BY id", (run_id,))
+        return {r["kernel_id"]: {**intervals(r), "loop": json.loads(r["loop"]) if r["loop"] else None} for r in rows}
 
     def final_evaluation_id(self, run_id: str, kernel_id: int) -> int | None:
         """The id of a kernel's latest 'final' evaluation in a run (what the run announced)."""

@@ -181,7 +181,7 @@ class Planning:
     def _variant(self, m: Member, label: str, notes: str = "", tried: tuple[str, ...] = ()) -> Variant:
         profile = self.state.profile_text(m.kernel_id)
         return Variant(m.source, m.format, label, m.verdict, m.reason, "", m.speedup_eager, m.speedup_compile,
-                       m.ms, profile, notes, m.eager_ms, m.kernel_id, tried)
+                       m.ms, profile, notes, m.eager_ms, m.kernel_id, tried, m.loop_ms, m.host_share)
 
     @staticmethod
     def _notes(m: Member, rows: list[dict]) -> str:

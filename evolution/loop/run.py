@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from kernelevo.agent.prompting import Context, Variant
+from kernelevo.agent.prompting import Context, Opponent, Variant
 from kernelevo.archive.rows import by_format, by_model
 from kernelevo.terminal.tables import speedup_text
 
@@ -111,6 +111,9 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
         settings = dataclasses.replace(judge_options(options, options.devices), seed=seed, spares=1)
         with Judge(options.cache_dir, settings) as judge:
             rng = random.Random(f"{seed}:{state.judged()}")  # a resumed run does not replay its draws
+            if ctx.target.capability is not None or ctx.target.format != "triton":  # the interpreter times nothing
+                state.base_context = dataclasses.replace(
+                    ctx, opponent=_opponent(judge, task, options.devices[0], baseline, on_status))
             search = Search(state, ensemble, judge, search_settings, budget, gate, rng, on_progress, on_status)
             for row in state.unjudged():  # stored before a kill, never judged
                 search.resubmit(row)
@@ -211,6 +214,24 @@ def _baseline(asked: str, options: OptimizeOptions, on_status: Callable[[str], N
     other = "eager" if asked == "compile" else "torch.compile"
     on_status(f"baseline: {BASELINES[asked]}: kernels are ranked by their speedup over it; {other} is shown beside")
     return asked
+
+
+def _opponent(judge, task, device: str, baseline: str, on_status: Callable[[str], None]) -> Opponent | None:
+    """What the kernels must beat, measured before the first call so that every prompt names it (the
+    judge caches it: the first candidate's figures are scaled by the same measurement)."""
+    on_status("baseline: timing the reference before the first call")
+    measured = judge.baseline(task, device) or {}
+    timed = measured.get("timing") or {}
+    if "eager" not in timed:
+        return None
+    kernels = measured.get("kernels") or {}
+
+    def rows(side: str) -> tuple[tuple[str, float, float], ...]:
+        return tuple((k["name"], k["launches"], k["ms"]) for k in kernels.get(side) or ())
+
+    compiled = timed.get("compiled")
+    return Opponent(baseline, timed["eager"]["median_ms"], compiled["median_ms"] if compiled else None,
+                    rows("eager"), rows("compiled"))
 
 
 def _stepping_stones(archive, task, task_id: int, embedder, options: OptimizeOptions,

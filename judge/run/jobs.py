@@ -12,7 +12,8 @@ import time
 from typing import Any
 
 from kernelevo.judge import static, verdicts
-from kernelevo.judge.measure import crosscheck, resources, timing
+from kernelevo.judge.measure import crosscheck, loop, resources, timing
+from kernelevo.judge.measure.kernels import breakdown
 from kernelevo.judge.trials import correctness, guards, inputs, policy
 from kernelevo.judge.run import triton_jobs
 from kernelevo.tasks import TaskError, load_module
@@ -170,6 +171,9 @@ def _check_and_time(task, reference, candidate, job: dict, device: str, result: 
         with channel.quiet():
             measured = _time_and_crosscheck(reference, candidate, sets, task, job, device, evidence, phase,
                                             checked.get("stateful", False))
+            result["loop"] = _loop({"candidate": lambda a: forward(candidate, a),
+                                    "eager": lambda a: forward(reference, a)}, sets, device, ("eager", "candidate"))
+            phase("loop")
         threads.verify("timing")
         result["device_s"] = time.perf_counter() - acquired
         channel.release_device()  # the idle check needs no GPU: let the next candidate start
@@ -232,6 +236,29 @@ def _time_and_crosscheck(reference, candidate, sets: list, task, job: dict, devi
             lockstep=not stateful)
     phase("crosschecks")
     return measured
+
+
+BASELINE_KERNELS = 8  # largest first, per side: what a prompt can use of the opponent's profile
+
+
+def _kernels(fns: dict, args: list, device: str) -> dict:
+    """Each baseline's device kernels under the torch profiler ([KernelTime as a dict], largest first)."""
+    out = {}
+    for name, fn in fns.items():
+        kernels, _ = breakdown(lambda: fn(args), device, set())
+        out[name] = [dataclasses.asdict(k) for k in kernels[:BASELINE_KERNELS]]
+    return out
+
+
+def _loop(fns: dict, sets: list, device: str, *over: tuple[str, str]) -> dict:
+    """The host-inclusive twin of the timed figures: the functions called back to back (loop.py),
+    each ratio of `over` with its interval as reported (on the CPU, at least the spread of a repeat)."""
+    measured, calls = loop.back_to_back(fns, sets, device, ratios=over)
+    out = loop.figures(measured, calls, over)
+    for a, b in over:
+        point, low, high = out[f"{a}/{b}"]
+        out[f"{a}/{b}"] = [point, *timing.reported(point, [low, high], None, not device.startswith("cuda"))]
+    return out
 
 
 def _input_sets(task, job: dict, device: str, count: int, first: int = 1000) -> list[list]:
@@ -315,6 +342,7 @@ def run_compile_beside(job: dict, device: str, channel) -> dict:
             ratios += (("compiled", "candidate_compiled"),)
         with channel.quiet():
             measured = timing.measure(fns, sets, device, _timing_config(job), ratios=ratios)
+            looped = _loop(fns, sets, device, *ratios)
     except Exception as exc:  # noqa: BLE001 - a failed compile or run is reported, the search figure stays
         return _failure(verdicts.classify_run(exc))
     noisy = not device.startswith("cuda")
@@ -323,7 +351,7 @@ def run_compile_beside(job: dict, device: str, channel) -> dict:
         point, ci = measured.speedup(over, of)
         return point, timing.reported(point, ci, measured.load, noisy)
 
-    done = {"verdict": "ok", "reason": "", "message": "", "compile_s": compile_s,
+    done = {"verdict": "ok", "reason": "", "message": "", "compile_s": compile_s, "loop": looped,
             "timing": {name: dataclasses.asdict(s) for name, s in measured.stats.items()}}
     if pair:  # both under torch.compile: the candidate's compiled time against the reference's
         point, ci = speedup("compiled", "candidate_compiled")
@@ -357,9 +385,12 @@ def run_baseline(job: dict, device: str, channel) -> dict:
         result["kind"], result["ops"] = probe.task_kind(model, sets[0], device)
         result["warnings"] = [dataclasses.asdict(w) for w in probe.degenerate(task, model, device, job["seed"])]
     result["measured_at"] = time.strftime("%Y-%m-%d %H:%M")
+    over = (("compiled", "eager"),) if "compiled" in fns else ()
     with channel.quiet():
-        measured = timing.measure(fns, sets, device, _timing_config(job),
-                                  ratios=(("compiled", "eager"),) if "compiled" in fns else ())
+        measured = timing.measure(fns, sets, device, _timing_config(job), ratios=over)
+        result["loop"] = _loop(fns, sets, device, *over)  # the same ratio with host work, back to back
+        if device.startswith("cuda"):  # what the prompts show of the opponent: its kernels, by time
+            result["kernels"] = _kernels(fns, sets[0], device)
     result["timing"] = {name: dataclasses.asdict(s) for name, s in measured.stats.items()}
     if "compiled" in fns:  # compiled/eager per round, with its interval: what a candidate's figure is scaled by
         median, (lo, hi) = measured.speedup("compiled", "eager")

@@ -11,7 +11,8 @@ from kernelevo.terminal.tables import speedup_text as _x
 def live_lines(view: Any) -> list[str]:
     """Plain text lines for a BenchView: the suite line, then one per running task."""
     fast = f"{view.fast_1}/{view.tasks}" if view.tasks else "-"
-    suite = (f"tasks {view.done}/{view.tasks} done  correct {view.correct}  fast_1 (vs eager) {fast}  "
+    against = "torch.compile" if view.baseline == "compile" else "eager"
+    suite = (f"tasks {view.done}/{view.tasks} done  correct {view.correct}  fast_1 (vs {against}) {fast}  "
              f"spend ${view.spent_usd:.2f}")
     tasks = [f"{name}: {text}" for name, text in sorted(view.running.items())]
     return [line if len(line) <= WIDTH - 4 else line[:WIDTH - 7] + "..." for line in [suite, *tasks]]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from kernelevo.terminal.tables import loop_text
 from kernelevo.terminal.tables import speedup_text as _x
 
 
@@ -155,6 +156,7 @@ def summary_rows(outcome: Any) -> list[tuple[str, str]]:
                                  "(re-judged in a fresh process)"),
                  ("in the search", f"{_x(searched[0], spread[0])} vs eager, {_x(searched[1], spread[1])} "
                                    "vs torch.compile"),
+                 *((("in a loop", loop_text(best.loop)),) if best.loop else ()),
                  ("written to", str(outcome.written))]
     else:
         rows.append(("best kernel", "none passed the judge"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kernelevo.evaluation import Evaluation, TimingStats
+from kernelevo.evaluation import Evaluation, LoopTiming, TimingStats
 
 _COLOURS = {"ok": "green", "incorrect": "yellow", "rejected": "red", "timeout": "magenta"}
 
@@ -19,6 +19,16 @@ def _time(stats: TimingStats | None) -> str:
 
 def _ms(value: float) -> str:
     return f"{value * 1000:.1f} µs" if value < 1 else f"{value:.3f} ms"
+
+
+def loop_text(loop: LoopTiming) -> str:
+    """The host-inclusive twin in one line: per call back to back, its speedups, the host's share."""
+    compiled = f", torch.compile {_ms(loop.compiled_ms)}" if loop.compiled_ms is not None else ""
+    against = f", {speedup_text(loop.speedup_compile, loop.speedup_compile_ci)} vs torch.compile" \
+        if loop.speedup_compile is not None else ""
+    host = f"; host work {100 * loop.host_share:.0f} % of a call" if loop.host_share is not None else ""
+    return (f"{_ms(loop.candidate_ms)} per call back to back (eager {_ms(loop.eager_ms)}{compiled}): "
+            f"{speedup_text(loop.speedup_eager, loop.speedup_eager_ci)} vs eager{against}{host}")
 
 
 WIDE = 0.02  # an interval narrower than 2 % of its speedup adds digits, not information
@@ -88,6 +98,8 @@ def print_evaluation(e: Evaluation, console=None) -> None:
         table.add_row("compile time", _time(e.compiled))
         table.add_row("speedup", f"[bold]{speedup_text(e.speedup_eager, e.speedup_eager_ci)}[/bold] vs eager, "
                       f"[bold]{speedup_text(e.speedup_compile, e.speedup_compile_ci)}[/bold] vs torch.compile")
+    if e.loop:  # what a loop of calls gets, host work included
+        table.add_row("in a loop", loop_text(e.loop))
     if e.resources:
         table.add_row("compiler", "; ".join(resource_text(r) for r in e.resources[:4]))
     for warning in e.warnings:

@@ -1,0 +1,79 @@
+"""The host-inclusive twin of every timed figure: calls back to back as a user's loop makes them
+(judge/measure/loop.py), carried into the Evaluation, its JSON, the prompts and the drop-in."""
+import json
+
+import pytest
+
+from kernelevo.agent.prompting import HOST_BOUND, Opponent, Variant, opponent, variant
+from kernelevo.evaluation import Evaluation, LoopTiming
+from kernelevo.evolution.bench import _speedup_against
+from kernelevo.judge.api import _loop_figures
+from kernelevo.judge.measure import loop
+
+torch = pytest.importorskip("torch")
+
+
+def test_calls_back_to_back_interleave_and_give_a_ratio_with_its_interval():
+    x = torch.randn(64, 64)
+    fns = {"small": lambda a: a[0] + 1, "large": lambda a: (a[0] @ a[0]).relu()}
+    measured, calls = loop.back_to_back(fns, [[x], [x.clone()]], "cpu", seconds=0.2, ratios=(("large", "small"),))
+    assert loop.MIN_CALLS <= calls <= loop.MAX_CALLS
+    assert len(measured.samples["small"]) == len(measured.samples["large"]) >= loop.MIN_ROUNDS
+    out = loop.figures(measured, calls, (("large", "small"),))
+    point, low, high = out["large/small"]
+    assert low <= point <= high and set(out["ms"]) == {"small", "large"} and out["calls"] == calls
+
+
+def _result(beside=None):
+    result = {"loop": {"calls": 20, "rounds": 30, "ms": {"candidate": 0.02, "eager": 0.06},
+                       "eager/candidate": [3.0, 2.9, 3.1]}}
+    if beside:
+        result["compile_beside"] = {"verdict": "ok", "loop": {"ms": {}, "compiled/candidate": beside}}
+    return result
+
+
+def test_the_compiled_figure_in_a_loop_is_eager_s_scaled_by_the_baseline_s_own_loop_ratio():
+    baseline = {"loop": {"compiled/eager": [0.5, 0.48, 0.52]}}
+    figures = _loop_figures(_result(), baseline, device_ms=0.015)
+    assert figures.speedup_eager == 3.0 and figures.speedup_compile == pytest.approx(1.5)
+    low, high = figures.speedup_compile_ci
+    assert low < 1.5 < high and high / low > 0.52 / 0.48  # both intervals combined, wider than either
+    assert figures.compiled_ms == pytest.approx(0.03) and figures.host_share == pytest.approx(0.25)
+    beside = _loop_figures(_result([2.2, 2.1, 2.3]), baseline, None)  # timed beside: taken as it is
+    assert beside.speedup_compile == 2.2 and beside.speedup_compile_ci == (2.1, 2.3) and beside.host_share is None
+    assert _loop_figures({}, baseline, None) is None  # judged before loops were timed
+
+
+def test_the_loop_travels_through_json():
+    looped = _loop_figures(_result(), {"loop": {"compiled/eager": [0.5, 0.48, 0.52]}}, 0.015)
+    e = Evaluation(verdict="ok", reason="", message="", loop=looped)
+    again = Evaluation.from_dict(json.loads(json.dumps(e.to_dict())))
+    assert again.loop == looped and isinstance(again.loop, LoopTiming)
+
+
+def test_prompts_name_the_opponent_with_its_kernels():
+    o = Opponent("compile", 0.088, 0.0556, (("cunn_SoftMaxForward", 1, 0.05),), (("triton_red_fused_0", 2, 0.04),))
+    text = opponent(o)
+    assert "must beat: torch.compile" in text and "0.0556 ms compiled" in text and "0.0880 ms in eager" in text
+    assert "`triton_red_fused_0` (2 launches, 0.0400 ms)" in text and "`cunn_SoftMaxForward` (1 launch" in text
+    assert text.index("triton_red_fused_0") < text.index("cunn_SoftMaxForward")  # the opponent's first
+    assert "must beat: PyTorch eager" in opponent(Opponent("eager", 0.3, 0.2))
+    assert "must beat: PyTorch eager" in opponent(Opponent("compile", 0.3))  # torch.compile gave no figure
+
+
+def test_a_kernel_whose_calls_are_mostly_host_work_is_told_so():
+    shown = Variant("src", "nvrtc", speedup_eager=2.0, speedup_compile=1.1, ms=0.01, loop_ms=0.02,
+                    host_share=HOST_BOUND + 0.3)
+    assert "0.0200 ms per call" in variant(shown) and "launches dominate" in variant(shown)
+    quiet = Variant("src", "nvrtc", speedup_eager=2.0, ms=0.01, loop_ms=0.011, host_share=0.09)
+    assert "9 % of it host overhead" in variant(quiet) and "dominate" not in variant(quiet)
+    assert "back to back" not in variant(Variant("src", "c", speedup_eager=2.0, ms=0.01))
+
+
+def test_a_candidates_bench_chooses_by_its_baseline():
+    fast_eager = Evaluation(verdict="ok", reason="", message="", speedup_eager=6.9, speedup_compile=0.96)
+    fast_compiled = Evaluation(verdict="ok", reason="", message="", speedup_eager=5.3, speedup_compile=1.2)
+    assert max([fast_eager, fast_compiled], key=_speedup_against("compile")) is fast_compiled
+    assert max([fast_eager, fast_compiled], key=_speedup_against("eager")) is fast_eager
+    unmeasured = Evaluation(verdict="ok", reason="", message="", speedup_eager=2.0)
+    assert _speedup_against("compile")(unmeasured) == 2.0
