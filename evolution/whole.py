@@ -57,23 +57,39 @@ def assemble_model(model_path: Path, bench_id: str, out_file: Path, search: Opti
     return data
 
 
+SEARCHED = "searched.txt"  # the parts a model's search takes, listed in the parts folder (a suite file)
+SPLIT_TOP = 8  # parts written to choose the searched ones among, by headroom
+
+
 def optimize_model(search: OptimizeOptions, parts: int, parts_dir: Path, out_file: Path,
                    max_cost_usd: float | None, resume: str | None = None, min_speedup: float = 1.0,
                    on_progress: Callable[[BenchView], None] = lambda v: None,
                    on_status: Callable[[str], None] = lambda text: None) -> dict:
-    """Split `search.task_path` (unless resuming a bench of its parts), search the `parts` hottest
-    parts as a bench with the budget shared by time share, then assemble and verify."""
+    """Split `search.task_path` (unless resuming a bench of its parts), search the `parts` parts with the
+    most headroom over torch.compile (the hottest in eager without --no-compile-baseline) as a bench
+    with the budget shared by time share, then assemble and verify."""
+    from kernelevo.parts.headroom import searched
     from kernelevo.parts.split import SPLIT_JSON, split_model
 
     model_path = Path(search.task_path)
+    suite = parts_dir / SEARCHED
     if resume is None:
         on_status(f"splitting {model_path.name} on {search.devices[0]}")
-        data = split_model(model_path, parts_dir, search.devices[0], parts, seed=search.seed)
+        ranked = search.compile_baseline  # rank by headroom: a few more parts written to choose among
+        data = split_model(model_path, parts_dir, search.devices[0], max(parts, SPLIT_TOP) if ranked else parts,
+                           seed=search.seed, headroom=ranked, cache_dir=search.cache_dir, on_status=on_status)
+        chosen = searched(data, parts)
+        left = [t["task"] for t in data["tasks"] if t.get("left_to_compiler")]
+        if left:
+            on_status(f"left to the compiler (within 1.2x of the speed of light): {', '.join(left)}")
+        suite.write_text("".join(f"{t['task']}\n" for t in chosen))
     else:
         data = json.loads((parts_dir / SPLIT_JSON).read_text())
-    weights = tuple((Path(t["task"]).stem, t["share"] or 0.0) for t in data["tasks"])
-    bench = run_bench(BenchOptions(suite=parts_dir, search=search, max_cost_usd=max_cost_usd, resume=resume,
-                                   weights=weights), on_progress, on_status)
+        chosen = searched(data, parts) if not suite.exists() else \
+            [t for t in data["tasks"] if t["task"] in suite.read_text().split()]
+    weights = tuple((Path(t["task"]).stem, t["share"] or 0.0) for t in chosen)
+    bench = run_bench(BenchOptions(suite=suite if suite.exists() else parts_dir, search=search,
+                                   max_cost_usd=max_cost_usd, resume=resume, weights=weights), on_progress, on_status)
     on_status(f"assembling {model_path.name} from bench {bench.bench_id}")
     done = assemble_model(model_path, bench.bench_id, out_file, search, min_speedup)
     return {**done, "split": data}

@@ -36,6 +36,7 @@ class JudgeOptions:
     trials: int = 5
     seed: int = 42
     compile_baseline: bool = True
+    sol: bool = False  # baselines also give the reference's speed of light (calibrating the device once)
     input_sets: int = 3
     timing: TimingConfig = field(default_factory=TimingConfig)
     limits: Limits = field(default_factory=Limits)
@@ -88,7 +89,7 @@ class Judge:
         return {"kind": kind, "task_source": task.source, "task_path": task.path, "seed": self.options.seed,
                 "trials": self.options.trials, "input_sets": self.options.input_sets,
                 "timing": dataclasses.asdict(self.options.timing), "policy": self.options.policy,
-                "shapes": self.options.shapes, "compile": self.options.compile_baseline, **extra}
+                "shapes": self.options.shapes, "compile": self.options.compile_baseline, "sol": self.options.sol, **extra}
 
     def baseline(self, task: Task, device: str, ran_on: dict | None = None) -> dict | None:
         """Cached (or freshly measured) eager (+ torch.compile) timings, the task's kind and its
@@ -103,7 +104,7 @@ class Judge:
         once, so that their torch.compile builds (minutes of CPU) overlap instead of queueing."""
         info = ran_on if ran_on and ran_on.get("device_name") else self.executor.device_info(device)
         key = _baseline_key(task.source_hash, info.get("device_name", device), info.get("torch", ""),
-                            self.options.compile_baseline)
+                            self.options.compile_baseline, self.options.sol)
         path = self.cache_dir / "baselines" / f"{key}.json"
         with self._lock:
             future = self._baselines.get(key)
@@ -306,9 +307,9 @@ def _pair(value) -> tuple[float, float] | None:
     return (float(value[0]), float(value[1])) if value else None
 
 
-def _baseline_key(task_hash: str, device_name: str, torch_version: str, compiled: bool) -> str:
+def _baseline_key(task_hash: str, device_name: str, torch_version: str, compiled: bool, sol: bool = False) -> str:
     # "b2": baselines measured since calls back to back are timed beside (their "loop")
-    return f"{task_hash[:16]}-{slug(device_name, torch_version)}-b2{'' if compiled else '-eager'}"
+    return f"{task_hash[:16]}-{slug(device_name, torch_version)}-b2{'' if compiled else '-eager'}{'-sol' if sol else ''}"
 
 
 def _stats(data: dict | None, scale: float = 1.0) -> TimingStats | None:

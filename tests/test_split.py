@@ -138,13 +138,26 @@ def test_what_cannot_be_rebuilt_is_said(tmp_path):
 
 
 def test_the_command_writes_the_suite_and_says_so(tmp_path):
+    """By default each part is also timed under torch.compile (inductor's C++ on the CPU) against its
+    speed of light, and the parts are ranked by what the compiler leaves."""
     done = run_cli("split", str(MODELS / "mlp_stack.py"), "-o", str(tmp_path / "parts"), "--device", "cpu",
-                   "--top", "2")
+                   "--top", "2", "--cache-dir", str(tmp_path / "cache"))
     assert done.returncode == 0, done.stderr
     assert "mlp_block.py" in done.stdout and "gated_head.py" in done.stdout
-    assert f"kernelevo bench {tmp_path / 'parts'}" in " ".join(done.stdout.split())
-    shown = run_cli("split", str(MODELS / "mlp_stack.py"), "-o", str(tmp_path / "again"), "--device", "cpu", "--json")
+    said = " ".join(done.stdout.split())
+    assert f"kernelevo bench {tmp_path / 'parts'}" in said and "ranked by headroom" in said
+    data = json.loads((tmp_path / "parts" / "split.json").read_text())
+    assert data["ranked_by"] == "headroom_ms" and len(data["tasks"]) == 2
+    for t in data["tasks"]:
+        assert t["ms_compiled"] > 0 and t["sol_ms"] > 0, t
+        assert t["headroom_ms"] == pytest.approx(t["ms_compiled"] - t["sol_ms"], abs=1e-4)
+        assert t["left_to_compiler"] == (t["ms_compiled"] <= 1.2 * t["sol_ms"])
+    measured = [t["headroom_ms"] for t in data["tasks"]]
+    assert measured == sorted(measured, reverse=True)
+    shown = run_cli("split", str(MODELS / "mlp_stack.py"), "-o", str(tmp_path / "again"), "--device", "cpu", "--json",
+                    "--no-compile-baseline")
     assert shown.returncode == 0 and json.loads(shown.stdout)["tasks"][0]["task"] == "mlp_block.py"
+    assert "ms_compiled" not in json.loads(shown.stdout)["tasks"][0]
     broken = tmp_path / "broken.py"
     broken.write_text("import torch\nclass Model(torch.nn.Module):\n    pass\n")
     bad = run_cli("split", str(broken), "-o", str(tmp_path / "x"), "--device", "cpu")
@@ -176,3 +189,19 @@ def test_a_factory_model_is_split_with_its_parts_imported(tmp_path, monkeypatch)
         split_model("zoo:make_model", tmp_path, "cpu", top=8)
     with pytest.raises(Exception, match="cannot be imported"):
         split_model("zoo:no_such", tmp_path, "cpu", top=8, inputs="zoo:make_inputs")
+
+
+def test_a_model_search_takes_the_parts_with_most_headroom_and_leaves_the_rest_to_the_compiler():
+    from kernelevo.parts.headroom import _figures, searched
+
+    near = _figures({"verdict": "ok", "timing": {"eager": {"median_ms": 2.0}, "compiled": {"median_ms": 1.1}},
+                     "sol": {"bound_ms": 1.0}})
+    assert near == {"ms_compiled": 1.1, "sol_ms": 1.0, "headroom_ms": 0.1, "left_to_compiler": True}
+    four = _figures({"verdict": "ok", "timing": {"compiled": {"median_ms": 1.1}}, "sol": {"bound_ms": 1.0}}, calls=4)
+    assert (four["ms_compiled"], four["sol_ms"]) == (4.4, 4.0)  # per forward of the model, as eager's ms
+    failed = _figures({"verdict": "ok", "timing": {"eager": {"median_ms": 2.0}}, "sol": {"bound_ms": 1.0},
+                       "compile_error": "BackendCompilerFailed: x"})
+    assert failed["headroom_ms"] is None and "BackendCompilerFailed" in failed["not_measured"]
+    tasks = [{"task": "a.py", "left_to_compiler": False}, {"task": "b.py", "left_to_compiler": True},
+             {"task": "c.py", "left_to_compiler": False}]
+    assert [t["task"] for t in searched({"tasks": tasks}, 2)] == ["a.py", "c.py"]

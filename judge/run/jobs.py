@@ -13,7 +13,6 @@ from typing import Any
 
 from kernelevo.judge import static, verdicts
 from kernelevo.judge.measure import crosscheck, loop, resources, timing
-from kernelevo.judge.measure.kernels import breakdown
 from kernelevo.judge.trials import correctness, guards, inputs, policy
 from kernelevo.judge.run import triton_jobs
 from kernelevo.tasks import TaskError, load_module
@@ -238,16 +237,15 @@ def _time_and_crosscheck(reference, candidate, sets: list, task, job: dict, devi
     return measured
 
 
-BASELINE_KERNELS = 8  # largest first, per side: what a prompt can use of the opponent's profile
+def torch_device_name(device: str) -> str:
+    import platform
 
+    import torch
 
-def _kernels(fns: dict, args: list, device: str) -> dict:
-    """Each baseline's device kernels under the torch profiler ([KernelTime as a dict], largest first)."""
-    out = {}
-    for name, fn in fns.items():
-        kernels, _ = breakdown(lambda: fn(args), device, set())
-        out[name] = [dataclasses.asdict(k) for k in kernels[:BASELINE_KERNELS]]
-    return out
+    from kernelevo.host import cpu_name
+
+    return torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") \
+        else cpu_name() or platform.processor() or "cpu"
 
 
 def _loop(fns: dict, sets: list, device: str, *over: tuple[str, str]) -> dict:
@@ -359,40 +357,3 @@ def run_compile_beside(job: dict, device: str, channel) -> dict:
     point, ci = speedup("compiled", "candidate")
     return {**done, "load": measured.load, "speedup_compile": point, "speedup_compile_ci": ci,
             "speedup_eager": measured.speedup("eager", "candidate")[0]}
-
-
-def run_baseline(job: dict, device: str, channel) -> dict:
-    """Eager and torch.compile timings of the reference, interleaved, and what kind of task it is."""
-    import torch
-    from kernelevo.judge.trials import probe
-
-    task = _load_task(job)
-    inputs.seed_all(job["seed"])
-    model = task.Model(*task.get_init_inputs()).to(device)
-    sets = _input_sets(task, job, device, job.get("input_sets", 3))
-    fns: dict = {"eager": lambda a: forward(model, a)}
-    result: dict[str, Any] = {"verdict": "ok", "reason": "", "message": ""}
-    started = time.perf_counter()
-    if job.get("compile", True):  # before the device is held: a bench's baselines compile side by side
-        try:
-            compiled = _compiled(model, sets, device)
-            fns["compiled"] = lambda a: forward(compiled, a)
-        except Exception as exc:  # noqa: BLE001 - torch.compile failing is a fact to record
-            result["compile_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-    result["compile_s"] = time.perf_counter() - started
-    channel.acquire_device()
-    with torch.no_grad():
-        result["kind"], result["ops"] = probe.task_kind(model, sets[0], device)
-        result["warnings"] = [dataclasses.asdict(w) for w in probe.degenerate(task, model, device, job["seed"])]
-    result["measured_at"] = time.strftime("%Y-%m-%d %H:%M")
-    over = (("compiled", "eager"),) if "compiled" in fns else ()
-    with channel.quiet():
-        measured = timing.measure(fns, sets, device, _timing_config(job), ratios=over)
-        result["loop"] = _loop(fns, sets, device, *over)  # the same ratio with host work, back to back
-        if device.startswith("cuda"):  # what the prompts show of the opponent: its kernels, by time
-            result["kernels"] = _kernels(fns, sets[0], device)
-    result["timing"] = {name: dataclasses.asdict(s) for name, s in measured.stats.items()}
-    if "compiled" in fns:  # compiled/eager per round, with its interval: what a candidate's figure is scaled by
-        median, (lo, hi) = measured.speedup("compiled", "eager")
-        result["compiled_over_eager"] = [median, lo, hi]
-    return result

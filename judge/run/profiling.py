@@ -31,7 +31,7 @@ def run_profile(job: dict, device: str, channel) -> dict:
     held = time.perf_counter()
     notes: list[str] = []
     try:
-        name = _device_name(device)
+        name = jobs.torch_device_name(device)
         args = jobs._input_sets(task, job, device, 1)[0]
         work = sol.count_work(reference, args)
         own = policy.own_kernel_names(job["candidate_source"])
@@ -56,14 +56,3 @@ def run_profile(job: dict, device: str, channel) -> dict:
                       notes=tuple(notes), cost_s=round(time.perf_counter() - held, 3))
     return {"verdict": "ok", "reason": "", "message": "", "profile": profile.to_dict(),
             "profile_s": time.perf_counter() - started}
-
-
-def _device_name(device: str) -> str:
-    import torch
-
-    import platform
-
-    from kernelevo.host import cpu_name
-
-    return torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") \
-        else cpu_name() or platform.processor() or "cpu"

@@ -170,10 +170,10 @@ def main() -> None:
     channel.send("ready", **info, confinement=dataclasses.asdict(confinement))
     job = sandbox.localize(channel.receive())
     _job_environment(job, device)
-    from kernelevo.judge.run import jobs, profiling
+    from kernelevo.judge.run import baseline, jobs, profiling
 
     started = time.perf_counter()
-    run = {"baseline": jobs.run_baseline, "remeasure": jobs.run_remeasure,
+    run = {"baseline": baseline.run, "remeasure": jobs.run_remeasure,
            "compile_beside": jobs.run_compile_beside, "profile": profiling.run_profile}.get(job["kind"], jobs.run_candidate)
     result = run(job, device, channel)
     result["worker_s"] = time.perf_counter() - started

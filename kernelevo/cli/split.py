@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from kernelevo.cli.common import fail, resolve_device
+from kernelevo.cli.common import CacheDirOpt, CompileBaselineOpt, fail, resolve_device
 
 
 def split(
@@ -19,6 +19,8 @@ def split(
     device: Optional[str] = typer.Option(None, help="cuda, cuda:N or cpu [default: cuda if present]"),
     top: int = typer.Option(8, min=1, help="write the N hottest parts (identical parts count once)"),
     as_json: bool = typer.Option(False, "--json", help="print split.json's data"),
+    compile_baseline: CompileBaselineOpt = True,
+    cache_dir: CacheDirOpt = None,
 ) -> None:
     """Run a model once, find where its time goes, and write its hot submodules as task files."""
     from kernelevo.parts.split import split_model
@@ -26,7 +28,8 @@ def split(
 
     dev = resolve_device(device)
     try:
-        data = split_model(model, out, dev, top, inputs=inputs)
+        data = split_model(model, out, dev, top, inputs=inputs, headroom=compile_baseline, cache_dir=cache_dir,
+                           on_status=lambda text: typer.echo(text, err=True))
     except TaskError as exc:
         fail(str(exc))
     if as_json:

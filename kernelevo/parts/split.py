@@ -45,10 +45,13 @@ class Part:
 
 
 def split_model(model: Path | str, out_dir: Path, device: str, top: int, seed: int = 0,
-                inputs: str | None = None) -> dict:
+                inputs: str | None = None, headroom: bool = False, cache_dir: Path | None = None,
+                on_status=lambda text: None) -> dict:
     """Build the model (a KernelBench-format file, or `pkg.module:make_model` with `inputs` naming
     `pkg.module:make_inputs`), record it on `device`, and write its `top` hottest parts into
-    `out_dir`; TaskError (one line) for a model that cannot be used."""
+    `out_dir`; with `headroom`, each part also timed under torch.compile against its speed of light,
+    and the parts ranked by what the compiler leaves (headroom.py). TaskError (one line) for a model
+    that cannot be used."""
     import torch
 
     from .record import build, record
@@ -57,7 +60,13 @@ def split_model(model: Path | str, out_dir: Path, device: str, top: int, seed: i
     torch.manual_seed(seed)
     built, inits = build(make, *args)
     recording = record(built, list(get_inputs()), device, inits)
-    return split(recording, source, str(model), out_dir, top)
+    data = split(recording, source, str(model), out_dir, top)
+    if headroom and data["tasks"]:
+        from .headroom import measure
+
+        data = measure(data, out_dir, device, cache_dir, seed, on_status)
+        (out_dir / SPLIT_JSON).write_text(json.dumps(data, indent=1) + "\n")
+    return data
 
 
 def _model_of(spec: str, inputs: str | None) -> tuple[Any, tuple, Any, str]:

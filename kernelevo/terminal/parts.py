@@ -13,20 +13,33 @@ def print_split(data: dict, out: Path) -> None:
     console = Console()
     table = Table(title=f"{Path(data['model']).name} on {data['device']} ({data['device_name']}): "
                         f"{data['model_ms']:.3f} ms a forward")
-    for name, justify in (("task", "left"), ("class", "left"), ("inputs", "left"), ("share", "right"),
-                          ("ms", "right"), ("call sites", "left")):
-        table.add_column(name, justify=justify)
+    ranked = data.get("ranked_by") == "headroom_ms"  # each part also timed compiled, against its bound
+    described = [] if ranked else [("class", "left"), ("inputs", "left")]  # ranked: the figures need the width
+    columns = [("task", "left"), *described, ("share", "right"), ("ms", "right")]
+    columns += [("compiled", "right"), ("bound", "right"), ("headroom", "right")] if ranked else []
+    for name, justify in [*columns, ("call sites", "left")]:
+        table.add_column(name, justify=justify, no_wrap=name in ("task", "share"))
     for t in data["tasks"]:
         sites = [s["path"] for s in t["call_sites"]]
         shown = ", ".join(sites[:3]) + (f" … ({len(sites)})" if len(sites) > 3 else "")
         share = "-" if t["share"] is None else f"{100 * t['share']:.1f} %"
-        table.add_row(t["task"], t["class"], escape(", ".join(t["inputs"])), share, f"{t['ms']:.3f}", shown)
+        extra = [_ms(t.get("ms_compiled")), _ms(t.get("sol_ms")),
+                 "left to the compiler" if t.get("left_to_compiler") else _ms(t.get("headroom_ms"))] if ranked else []
+        about = [] if ranked else [t["class"], escape(", ".join(t["inputs"]))]
+        table.add_row(t["task"], *about, share, f"{t['ms']:.3f}", *extra, shown)
     console.print(table)
+    if ranked:
+        console.print("ranked by headroom (ms): the part's time under torch.compile (compiled) less its speed of light "
+                      "(bound), what a kernel can still win; within 1.2x of the bound, a part is left to the compiler")
     covered = sum(t["share"] or 0.0 for t in data["tasks"])
     console.print(f"{len(data['tasks'])} parts, {100 * covered:.1f} % of the model's time (times with a wait "
                   f"around every module: they rank parts); a suite in {out}: kernelevo bench {out}")
     for note in data["notes"]:
         console.print(f"[dim]{escape(note)}[/dim]")
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
 
 
 def print_assembly(data: dict) -> None:

@@ -1,0 +1,59 @@
+"""What the compiler leaves on the table, part by part.
+
+Each written part is measured as the judge measures a task's baseline (judge.api.Judge.baseline,
+cached, so a later search of the part reuses it): eager, the part compiled alone under torch.compile,
+and the speed of light of its work on this device (the reference's FLOPs at the calibrated compute
+peak, or its bytes at the calibrated bandwidth). headroom_ms = compiled time - speed of light: what a
+kernel could still win over the compiler. Parts are listed most headroom first; a part whose compiled
+time is within LEFT_TO_COMPILER of its bound is "left to the compiler".
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+LEFT_TO_COMPILER = 1.2  # compiled time within this factor of the speed of light: no room for a kernel
+
+
+def measure(data: dict, out_dir: Path, device: str, cache_dir: Path | None, seed: int = 0,
+            on_status: Callable[[str], None] = lambda text: None) -> dict:
+    """split.json's data with ms_compiled, sol_ms, headroom_ms and left_to_compiler per task, the tasks
+    ordered by headroom (those without a figure last, in their order)."""
+    from kernelevo.judge.api import Judge, JudgeOptions
+    from kernelevo.runtime import cache_dir as default_cache
+    from kernelevo.tasks import load_task
+
+    on_status(f"timing {len(data['tasks'])} parts under torch.compile, and their speed of light, on {device}")
+    options = JudgeOptions(devices=(device,), seed=seed, sol=True)
+    with Judge(Path(cache_dir) if cache_dir else default_cache(), options) as judge:
+        tasks = [load_task(out_dir / t["task"]) for t in data["tasks"]]
+        futures = [judge.prefetch_baseline(task, device) for task in tasks]  # their compiles overlap
+        measured = [f.result() for f in futures]
+    rows = [{**t, **_figures(m, sum(s["calls"] for s in t["call_sites"]))} for t, m in zip(data["tasks"], measured)]
+    ranked = sorted(rows, key=lambda t: -t["headroom_ms"] if t["headroom_ms"] is not None else float("inf"))
+    return {**data, "tasks": ranked, "ranked_by": "headroom_ms"}
+
+
+def _figures(baseline: dict, calls: int = 1) -> dict:
+    """The part's compiled time, bound and headroom per forward of the model (a call's, times the
+    part's `calls` in a forward: as its eager `ms` counts), from its baseline (None where not measured)."""
+    timed = (baseline.get("timing") or {}) if baseline.get("verdict") == "ok" else {}
+    compiled = (timed.get("compiled") or {}).get("median_ms")
+    sol_ms = (baseline.get("sol") or {}).get("bound_ms") if timed else None
+    compiled = compiled * calls if compiled is not None else None
+    sol_ms = sol_ms * calls if sol_ms is not None else None
+    headroom = compiled - sol_ms if compiled is not None and sol_ms is not None else None
+    why = baseline.get("compile_error") or ("" if timed else baseline.get("message", "not measured"))
+    return {"ms_compiled": _round(compiled), "sol_ms": _round(sol_ms), "headroom_ms": _round(headroom),
+            "left_to_compiler": bool(compiled is not None and sol_ms and compiled <= LEFT_TO_COMPILER * sol_ms),
+            **({"not_measured": why} if compiled is None else {})}
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 5)
+
+
+def searched(data: dict, parts: int) -> list[dict]:
+    """The `parts` tasks a model's search takes: most headroom first, none left to the compiler; by
+    eager time where headroom was not measured (split.json's order then)."""
+    return [t for t in data["tasks"] if not t.get("left_to_compiler")][:parts]
