@@ -115,6 +115,7 @@ class Opponent:
     compiled_ms: float | None = None
     eager_kernels: tuple[tuple[str, float, float], ...] = ()
     compiled_kernels: tuple[tuple[str, float, float], ...] = ()
+    bound_ms: float | None = None  # the reference's speed of light on this device, where measured
 
 
 @dataclass(frozen=True)
@@ -200,11 +201,17 @@ def opponent(o: Opponent) -> str:
     compiled = _kernel_list("compiled_who", o.compiled_kernels)
     eager = _kernel_list("eager_who", o.eager_kernels)
     kernels = "".join(f"\n\n{k}" for k in ((compiled, eager) if o.baseline == "compile" else (eager, compiled)) if k)
+    bound = phrase("opponent", "bound", bound_ms=_number(o.bound_ms, 4), eager_pct=_pct(o.bound_ms, o.eager_ms),
+                   compiled_pct=_pct(o.bound_ms, o.compiled_ms)) if o.bound_ms and o.compiled_ms else ""
     if o.baseline == "compile" and o.compiled_ms is not None:
         return fill("opponent_compile.md", compiled_ms=_number(o.compiled_ms, 4), eager_ms=_number(o.eager_ms, 4),
-                    kernels=kernels)
+                    kernels=kernels, bound=bound)
     compiled_ms = phrase("opponent", "compiled", compiled_ms=_number(o.compiled_ms, 4)) if o.compiled_ms is not None else ""
-    return fill("opponent_eager.md", eager_ms=_number(o.eager_ms, 4), compiled=compiled_ms, kernels=kernels)
+    return fill("opponent_eager.md", eager_ms=_number(o.eager_ms, 4), compiled=compiled_ms, kernels=kernels, bound=bound)
+
+
+def _pct(bound_ms: float | None, ms: float | None) -> str:
+    return f"{100 * bound_ms / ms:.0f}" if bound_ms and ms else phrases()["labels"]["unknown"]
 
 
 def _answer(edit_format: str, parent_label: str) -> str:

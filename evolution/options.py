@@ -48,6 +48,7 @@ class OptimizeOptions:
     executor: str = "local"  # or "ray": judge jobs run on a Ray cluster (judge/run/ray_executor.py)
     ray_address: str | None = None  # None: $RAY_ADDRESS, else a cluster started on this machine
     model_for: tuple[tuple[str, str], ...] | None = None  # (operator, model) pins; None: a resumed run's own
+    force: bool = True  # search even where torch.compile is near the speed of light (`optimize` asks for it)
 
 
 def formats_of(fmt: str | None, device: str) -> tuple[str, ...]:
@@ -66,5 +67,5 @@ def judge_options(search: OptimizeOptions, devices: tuple[str, ...]):
 
     s = search
     return JudgeOptions(devices=devices, policy=s.policy, trials=s.trials, seed=s.seed,
-                        compile_baseline=s.compile_baseline, shapes=s.shapes, executor=s.executor,
+                        compile_baseline=s.compile_baseline, shapes=s.shapes, executor=s.executor, sol=True,
                         ray_address=s.ray_address, **({"timing": s.timing} if s.timing else {}))

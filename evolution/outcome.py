@@ -14,6 +14,7 @@ from kernelevo.terminal.tables import loop_text, speedup_text
 from .population import BASELINES, Member
 
 EXIT_OK, EXIT_BUDGET, EXIT_UNREACHABLE = 0, 3, 4  # 4: the model server stopped answering
+EXIT_LEFT = 5  # torch.compile already near the speed of light: nothing spent (--force searches anyway)
 
 
 @dataclass

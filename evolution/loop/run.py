@@ -16,11 +16,13 @@ from kernelevo.terminal.tables import speedup_text
 from .. import budget as budgets
 from .. import ensemble as ensembles
 from .. import placement
+from ..bound import left_to_compiler
 from ..novelty import NoveltyGate
 from ..population import BASELINES
 from ..options import BUDGET_REASONS, OptimizeOptions, formats_of, judge_options
 from ..outcome import (
     EXIT_BUDGET,
+    EXIT_LEFT,
     EXIT_OK,
     EXIT_UNREACHABLE,
     Interrupted,
@@ -114,6 +116,13 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
             if ctx.target.capability is not None or ctx.target.format != "triton":  # the interpreter times nothing
                 state.base_context = dataclasses.replace(
                     ctx, opponent=_opponent(judge, task, options.devices[0], baseline, on_status))
+            left = "" if options.force else left_to_compiler(state.base_context.opponent)
+            if left:  # before any call: the compiler leaves nothing to win
+                on_status(left)
+                archive.add_event(run_id, "finished", {"reason": left, "written": None})
+                archive.finish_run(run_id, "stopped", left)
+                return Outcome(run_id, left, EXIT_LEFT, seeded=seeded,
+                               summary={"spend": archive.spend(run_id), "baseline": baseline})
             search = Search(state, ensemble, judge, search_settings, budget, gate, rng, on_progress, on_status)
             for row in state.unjudged():  # stored before a kill, never judged
                 search.resubmit(row)
@@ -231,7 +240,7 @@ def _opponent(judge, task, device: str, baseline: str, on_status: Callable[[str]
 
     compiled = timed.get("compiled")
     return Opponent(baseline, timed["eager"]["median_ms"], compiled["median_ms"] if compiled else None,
-                    rows("eager"), rows("compiled"))
+                    rows("eager"), rows("compiled"), (measured.get("sol") or {}).get("bound_ms"))
 
 
 def _stepping_stones(archive, task, task_id: int, embedder, options: OptimizeOptions,

@@ -18,6 +18,7 @@ from kernelevo.archive.rows import by_format, by_model
 from .. import budget as budgets
 from .. import ensemble as ensembles
 from .. import scheduling
+from ..bound import at_bound
 from ..novelty import NoveltyGate
 from ..options import SearchSettings
 from ..outcome import Progress
@@ -96,7 +97,9 @@ class Search(Planning, Children):
         if self.unreachable:
             return f"model unreachable: {self.unreachable}"
         since = self.progress.generation - self.improved_at
-        return self.budget.exhausted(self.progress.generation, since)
+        opponent = self.state.base_context.opponent
+        done = at_bound(self.population.best(), opponent.bound_ms if opponent else None)
+        return done or self.budget.exhausted(self.progress.generation, since)
 
     def run(self) -> str:
         """Search until a limit is reached; returns the reason. Ctrl-C propagates (the caller stops)."""

@@ -58,6 +58,8 @@ def optimize(
     out: Path = typer.Option(Path("."), help="folder for the drop-in <task>_kernelevo.py"),
     config: Optional[Path] = typer.Option(None, help="kernelevo.toml [default: ./kernelevo.toml]"),
     cache_dir: CacheDirOpt = None,
+    force: bool = typer.Option(False, "--force", help="search even where torch.compile already runs within 1.2x "
+                               "of the task's speed of light (otherwise the run stops before its first call)"),
 ) -> None:
     """Search for a faster, verified kernel for TASK; writes <task>_kernelevo.py and archives every try."""
     run_optimize(locals())  # one dict of the arguments by name: easier to check and pass on than 27 parameters
@@ -84,7 +86,8 @@ def _options(args: dict[str, Any]) -> Any:
     limits = budget.Limits(max_cost_usd=args["max_cost_usd"], max_llm_calls=args["max_llm_calls"],
                            max_wall_s=duration(args["max_wall_time"]), generations=args["generations"],
                            plateau_generations=args["plateau"])
-    return search_options(args, args["task"], limits, seed_from=tuple(args["seed_from"]), resume=args["resume"])
+    return search_options(args, args["task"], limits, seed_from=tuple(args["seed_from"]), resume=args["resume"],
+                          force=args["force"])
 
 
 def _echo(options: Any) -> None:
