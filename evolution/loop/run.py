@@ -3,8 +3,10 @@ re-judge the best in a fresh process, write it out. `optimize` is what the CLI a
 """
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import random
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -114,8 +116,13 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
         with Judge(options.cache_dir, settings) as judge:
             rng = random.Random(f"{seed}:{state.judged()}")  # a resumed run does not replay its draws
             if ctx.target.capability is not None or ctx.target.format != "triton":  # the interpreter times nothing
-                state.base_context = dataclasses.replace(
-                    ctx, opponent=_opponent(judge, task, options.devices[0], baseline, on_status))
+                try:
+                    state.base_context = dataclasses.replace(
+                        ctx, opponent=_opponent(judge, task, options.devices[0], baseline, on_status))
+                except KeyboardInterrupt:
+                    archive.add_event(run_id, "stopped", {"by": "ctrl-c"})
+                    archive.finish_run(run_id, "stopped", "interrupted (Ctrl-C)")
+                    raise Interrupted(run_id) from None
             left = "" if options.force else left_to_compiler(state.base_context.opponent)
             if left:  # before any call: the compiler leaves nothing to win
                 on_status(left)
@@ -229,7 +236,7 @@ def _opponent(judge, task, device: str, baseline: str, on_status: Callable[[str]
     """What the kernels must beat, measured before the first call so that every prompt names it (the
     judge caches it: the first candidate's figures are scaled by the same measurement)."""
     on_status("baseline: timing the reference before the first call")
-    measured = judge.baseline(task, device) or {}
+    measured = _waited(judge.baseline, task, device) or {}
     timed = measured.get("timing") or {}
     if "eager" not in timed:
         return None
@@ -241,6 +248,21 @@ def _opponent(judge, task, device: str, baseline: str, on_status: Callable[[str]
     compiled = timed.get("compiled")
     return Opponent(baseline, timed["eager"]["median_ms"], compiled["median_ms"] if compiled else None,
                     rows("eager"), rows("compiled"), (measured.get("sol") or {}).get("bound_ms"))
+
+
+def _waited(fn: Callable[..., Any], *args: Any) -> Any:
+    """fn(*args) on a daemon thread, waited for here: a Ctrl-C then stops the run at once (a Ray
+    executor's ray.get in the main thread took the interrupt as its own and the run went on)."""
+    future: concurrent.futures.Future = concurrent.futures.Future()
+
+    def run() -> None:
+        try:
+            future.set_result(fn(*args))
+        except BaseException as exc:  # noqa: BLE001 - raised again in the waiting thread
+            future.set_exception(exc)
+
+    threading.Thread(target=run, daemon=True, name="kernelevo-baseline").start()
+    return future.result()
 
 
 def _stepping_stones(archive, task, task_id: int, embedder, options: OptimizeOptions,
