@@ -12,7 +12,7 @@ from pathlib import Path
 from kernelevo.agent.profile_block import profile_block
 from kernelevo.agent.prompting import Context, Variant, insight
 from kernelevo.archive.rows import own_improvement
-from kernelevo.evaluation import Evaluation, Profile
+from kernelevo.evaluation import Evaluation, Profile, host_share
 from kernelevo.llm_call import LLMCall
 from kernelevo.tasks import Task
 
@@ -33,12 +33,7 @@ def member_from_row(row: dict, baseline: str = "eager") -> Member:
                   speedup_compile_ci=tuple(compile_ci) if compile_ci else None,
                   ms=row.get("candidate_ms"), eager_ms=row.get("eager_ms"),
                   niche=row.get("niche") or "", stepping_stone=bool(row.get("stepping_stone")), baseline=baseline,
-                  loop_ms=row.get("loop_ms"), host_share=_host_share(row.get("loop_device_ms"), row.get("loop_ms")))
-
-
-def _host_share(device_ms: float | None, loop_ms: float | None) -> float | None:
-    """Of a call back to back, the share that is not device time (evaluation.LoopTiming.host_share)."""
-    return max(0.0, 1 - device_ms / loop_ms) if device_ms and loop_ms else None
+                  loop_ms=row.get("loop_ms"), host_share=host_share(row.get("loop_device_ms"), row.get("loop_ms")))
 
 
 def remeasured(member: Member, evaluation: Evaluation) -> Member:

@@ -192,6 +192,12 @@ def _mechanisms(text: str) -> list[str]:
     return [m for m in ("Landlock", "seccomp") if m in text]
 
 
+def host_share(device_ms: float | None, loop_ms: float | None) -> float | None:
+    """Of a call back to back (`loop_ms`), the share that is not device time; 0 where the device time is
+    the larger (the host keeps ahead); None where either is unknown."""
+    return max(0.0, 1 - device_ms / loop_ms) if device_ms and loop_ms else None
+
+
 @dataclass(frozen=True)
 class LoopTiming:
     """The host-inclusive twin of the timed figures: calls back to back, as a user's loop makes them
@@ -212,9 +218,7 @@ class LoopTiming:
     def host_share(self) -> float | None:
         """Of a call back to back, the share that is not the candidate's device time (0 where the
         device time is the larger: the host keeps ahead)."""
-        if not self.device_ms or not self.candidate_ms:
-            return None
-        return max(0.0, 1 - self.device_ms / self.candidate_ms)
+        return host_share(self.device_ms, self.candidate_ms)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "LoopTiming":
