@@ -78,7 +78,8 @@ def optimize_model(search: OptimizeOptions, parts: int, parts_dir: Path, out_fil
         on_status(f"splitting {model_path.name} on {search.devices[0]}")
         ranked = search.compile_baseline  # rank by headroom: a few more parts written to choose among
         data = split_model(model_path, parts_dir, search.devices[0], max(parts, SPLIT_TOP) if ranked else parts,
-                           seed=search.seed, headroom=ranked, cache_dir=search.cache_dir, on_status=on_status)
+                           seed=search.seed, headroom=ranked, cache_dir=search.cache_dir, on_status=on_status,
+                           cover=1.0)  # the parts to choose among are the hottest, whatever share they hold
         chosen = searched(data, parts)
         left = [t["task"] for t in data["tasks"] if t.get("left_to_compiler")]
         if left:

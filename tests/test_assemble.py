@@ -25,7 +25,7 @@ KERNELS = MODELS / "kernels"
 
 def placed_parts(model: Path, out: Path) -> list[Placed]:
     """The model's parts (split into `out`), each with the fixture kernel of its task."""
-    data = split_model(model, out, "cpu", top=8)
+    data = split_model(model, out, "cpu", top=8, cover=1.0)
     placed = []
     for entry in data["tasks"]:
         task = load_task(out / entry["task"])
@@ -217,3 +217,82 @@ def test_the_gpt_stack_part_kernels_compile_and_read_clean(name):
     cuda = [n.value for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Constant) and "__global__" in str(n.value)]
     assert cuda and all(runtime.compile_cubin(text, "sm_90")[0] for text in cuda)
     assert static.check(source) == []
+
+
+def test_an_lstm_of_torch_returning_a_tuple_is_assembled_and_verified_end_to_end(tmp_path):
+    """recurrent.py: nn.LSTM built with keywords, given (h0, c0) as a tuple, returning (output, (h_n, c_n))
+    of which the model uses the output. The task takes x, h0 and c0 and returns the output; in place, its
+    op returns that and the call site gets (output, (None, None)); the whole is judged as a candidate."""
+    from kernelevo.parts.call import parse
+
+    data = split_model(MODELS / "recurrent.py", tmp_path / "parts", "cpu", top=16)
+    entry = next(t for t in data["tasks"] if t["task"] == "lstm.py")
+    task = load_task(tmp_path / "parts" / "lstm.py")
+    placed = Placed("lstm", (KERNELS / "lstm__c.py").read_text(), task.init_args, ("tensor",) * 3, ("lstm",),
+                    "the fixture kernel of lstm", parse(entry["call"], 3))
+    model = load_task(MODELS / "recurrent.py")
+    with _judge(tmp_path / "cache") as judge:
+        candidate = Candidate(placed, entry["share"], 1.0, None, 1)
+        evaluation = verified(model.source, "recurrent.py", tmp_path / "recurrent_kernelevo.py", [candidate],
+                              lambda path: judge.evaluate(model, path, final=True))
+    assert evaluation.verdict == "ok" and candidate.reverted == "", evaluation.message
+    module = load_module((tmp_path / "recurrent_kernelevo.py").read_text(), "assembled.py", "candidate")
+    torch.manual_seed(5)
+    reference = model.make_model()
+    new = module.ModelNew(*model.init_args)
+    new.load_state_dict(reference.state_dict())
+    inputs = model.get_inputs()
+    with torch.no_grad():
+        want = reference(*inputs)
+        assert torch.allclose(new(*inputs), want, atol=1e-5)
+        out, state = new.lstm(new.embed(inputs[0]), (inputs[1], inputs[2]))
+        assert state == (None, None) and out.shape == (4, 48, 32)
+        compiled = torch.compile(new, fullgraph=True)  # the op returns one tensor, the tuple is put together around it
+        assert torch.allclose(compiled(*inputs), want, atol=1e-5)
+
+
+_TWO = '''import torch
+import torch.nn as nn
+
+from kernelevo import runtime
+
+_lib = runtime.load_c(r"""
+#include <stdint.h>
+void scale_shift(const float* x, const float* s, float* a, float* b, int64_t rows, int64_t cols) {
+    for (int64_t i = 0; i < rows * cols; ++i) { a[i] = x[i] * s[i % cols]; b[i] = x[i] + 1.0f; }
+}
+""")
+
+
+class ModelNew(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.scale = nn.Parameter(torch.randn(dim))
+
+    def forward(self, x):
+        x = x.contiguous()
+        a, b = torch.empty_like(x), torch.empty_like(x)
+        _lib.scale_shift(x, self.scale.contiguous(), a, b, x.numel() // x.shape[-1], x.shape[-1])
+        return a, b
+'''
+
+
+def test_a_part_returning_several_tensors_is_placed_with_the_ones_the_model_uses(tmp_path):
+    from kernelevo.parts.call import parse
+
+    data = split_model(MODELS / "two_outputs.py", tmp_path, "cpu", top=4)
+    (entry,) = data["tasks"]
+    assert entry["left_out"] == ["output[2]: float32[64]"]
+    assert "        return out[0], out[1]\n" in (tmp_path / entry["task"]).read_text()
+    task = load_task(tmp_path / entry["task"])
+    placed = Placed("scale_shift", _TWO, task.init_args, ("tensor",), ("pair",), "a C kernel", parse(entry["call"], 1))
+    model = load_task(MODELS / "two_outputs.py")
+    module = load_module(drop_in_text(model.source, "two_outputs.py", [placed]), str(tmp_path / "a.py"), "candidate")
+    torch.manual_seed(0)
+    reference = model.make_model()
+    new = module.ModelNew(*model.init_args)
+    new.load_state_dict(reference.state_dict())
+    x = model.get_inputs()[0]
+    with torch.no_grad():
+        assert torch.allclose(new(x), reference(x)) and new.pair(x)[2] is None
+        assert torch.allclose(torch.compile(new, fullgraph=True)(x), reference(x))  # the op returns a list of two

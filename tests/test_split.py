@@ -21,7 +21,7 @@ MODELS = FIXTURES / "models"
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     out = tmp_path_factory.mktemp("stack")
-    return out, split_model(MODELS / "mlp_stack.py", out, "cpu", top=8)
+    return out, split_model(MODELS / "mlp_stack.py", out, "cpu", top=8, cover=1.0)
 
 
 def test_identical_blocks_fold_into_one_task_and_the_head_is_its_own(stack):
@@ -54,31 +54,19 @@ def test_a_task_file_holds_what_its_part_needs_and_the_recorded_arguments(stack)
 def test_every_task_rebuilds_every_call_site(stack):
     """Not only the site split checked: each site's own weights and captured inputs, through the file."""
     out, data = stack
-    module = load_task(MODELS / "mlp_stack.py")
-    torch.manual_seed(3)
-    model, inits = build(module.model_cls, *module.init_args)
-    recording = record(model, module.get_inputs(), "cpu", inits)
-    for entry in data["tasks"]:
-        task = load_task(out / entry["task"])
-        for call in entry["call_sites"]:
-            site = recording.sites[call["path"]]
-            rebuilt = task.make_model()
-            rebuilt.load_state_dict(site.module.state_dict())
-            with torch.no_grad():
-                got = rebuilt(*site.args)
-            assert torch.equal(got, site.output), (entry["task"], call["path"])
+    _rebuilds_every_site(out, data, MODELS / "mlp_stack.py")
 
 
-def test_a_part_built_from_modules_opens_into_its_children(tmp_path):
+def test_a_part_built_from_modules_writes_them_as_its_arguments(tmp_path):
     data = split_model(MODELS / "built_from_modules.py", tmp_path, "cpu", top=8)
-    assert data["notes"] == [
-        "first (Residual): constructor argument inner is a Sequential, not a plain value; split into its children",
-        "second (Residual): constructor argument inner is a Linear, not a plain value; split into its children"]
+    assert data["notes"] == []
     tasks = {t["task"]: t for t in data["tasks"]}
-    assert set(tasks) == {"linear.py", "re_lu.py"}
-    assert [s["path"] for s in tasks["linear.py"]["call_sites"]] == ["first.inner.0", "second.inner"]
-    assert "class Model(nn.Linear):" in (tmp_path / "linear.py").read_text()
-    assert load_task(tmp_path / "linear.py").init_args == (48, 48)  # trailing defaults are not written
+    assert set(tasks) == {"residual.py", "residual_2.py"} and [t["init"] for t in tasks.values()] == [[], []]
+    assert {tuple(s["path"] for s in t["call_sites"]) for t in tasks.values()} == {("first",), ("second",)}
+    texts = {(tmp_path / name).read_text() for name in tasks}
+    assert "        super().__init__(nn.Sequential(nn.Linear(48, 48), nn.ReLU()))\n" in "".join(texts)
+    assert "        super().__init__(nn.Linear(48, 48))\n" in "".join(texts)
+    assert data["covered"] == pytest.approx(sum(t["share"] for t in tasks.values()), abs=1e-3)
 
 
 def test_top_writes_the_hottest_only(tmp_path):
@@ -128,20 +116,22 @@ def test_what_cannot_be_rebuilt_is_said(tmp_path):
     model, inits = build(local_model)
     recording = record(model, [torch.randn(2, 6)], "cpu", inits)
     data = split(recording, "", "local.py", tmp_path, top=8)
-    assert data["notes"] == [
-        "inner (Inner): its class is defined inside a function; left out",
-        "keyed (_Scaled): constructor takes scale by keyword only; split into its children",
-        "optional (_Scaled): forward takes a NoneType (a task's inputs are tensors and numbers); split into its children"]
-    (task,) = data["tasks"]  # what could be rebuilt: the wrapped layers, one task (keyed.lin is called twice)
-    assert task["class"] == "Linear" and [s["path"] for s in task["call_sites"]] == ["keyed.lin", "optional.lin"]
-    assert "class Model(nn.Linear):" in (tmp_path / task["task"]).read_text()
+    assert data["notes"] == ["inner (Inner): its class is defined inside a function; left out"]
+    keyed, optional = data["tasks"]  # keyword arguments, as the constructor was called; None in the call
+    assert keyed["init"] == ["6", "3.0", "'y'"] and keyed["call_sites"][0]["path"] == "keyed"
+    assert "    def __init__(self, dim, scale, mode):\n        super().__init__(dim, scale=scale, mode=mode)\n" \
+        in (tmp_path / keyed["task"]).read_text()
+    assert "        return super().forward(x, shift=None)\n" in (tmp_path / optional["task"]).read_text()
+    task = load_task(tmp_path / optional["task"])
+    with torch.no_grad():
+        assert torch.equal(task.make_model()(torch.ones(2, 6)).isnan(), torch.zeros(2, 6, dtype=torch.bool))
 
 
 def test_the_command_writes_the_suite_and_says_so(tmp_path):
     """By default each part is also timed under torch.compile (inductor's C++ on the CPU) against its
     speed of light, and the parts are ranked by what the compiler leaves."""
     done = run_cli("split", str(MODELS / "mlp_stack.py"), "-o", str(tmp_path / "parts"), "--device", "cpu",
-                   "--top", "2", "--cache-dir", str(tmp_path / "cache"))
+                   "--top", "2", "--cover", "1", "--cache-dir", str(tmp_path / "cache"))
     assert done.returncode == 0, done.stderr
     assert "mlp_block.py" in done.stdout and "gated_head.py" in done.stdout
     said = " ".join(done.stdout.split())
@@ -171,7 +161,7 @@ def test_the_same_part_of_another_model_writes_the_same_task(stack, tmp_path):
     other = (MODELS / "mlp_stack.py").read_text().replace('"""A small', '"""Another, deeper').replace(
         "DIM, HIDDEN, DEPTH, OUT = 64, 256, 4, 32", "DIM, HIDDEN, DEPTH, OUT = 64, 256, 6, 10")
     (tmp_path / "deeper.py").write_text(other)
-    data = split_model(tmp_path / "deeper.py", tmp_path / "parts", "cpu", top=8)
+    data = split_model(tmp_path / "deeper.py", tmp_path / "parts", "cpu", top=8, cover=1.0)
     assert len(data["tasks"][0]["call_sites"]) == 6
     assert (tmp_path / "parts" / "mlp_block.py").read_text() == (out / "mlp_block.py").read_text()
     assert (tmp_path / "parts" / "gated_head.py").read_text() != (out / "gated_head.py").read_text()  # 10 outputs
@@ -181,6 +171,7 @@ def test_a_factory_model_is_split_with_its_parts_imported(tmp_path, monkeypatch)
     monkeypatch.syspath_prepend(str(MODELS))
     data = split_model("zoo:make_model", tmp_path, "cpu", top=8, inputs="zoo:make_inputs")
     (task,) = data["tasks"]
+    # a Sequential of blocks of one class is a stack: its blocks fold into one task
     assert task["task"] == "expand.py" and [s["path"] for s in task["call_sites"]] == ["layers.0", "layers.1", "layers.2"]
     text = (tmp_path / "expand.py").read_text()
     assert "from zoo import Expand" in text and "class Model(Expand):" in text and "class Net" not in text
@@ -205,3 +196,63 @@ def test_a_model_search_takes_the_parts_with_most_headroom_and_leaves_the_rest_t
     tasks = [{"task": "a.py", "left_to_compiler": False}, {"task": "b.py", "left_to_compiler": True},
              {"task": "c.py", "left_to_compiler": False}]
     assert [t["task"] for t in searched({"tasks": tasks}, 2)] == ["a.py", "c.py"]
+
+
+def _rebuilds_every_site(folder, data, model_file):
+    """Each task, built with each of its call sites' weights and given that site's inputs as the task
+    takes them, returns the tensors of the site's output the model uses."""
+    from kernelevo.parts.call import of, used
+
+    module = load_task(model_file)
+    torch.manual_seed(3)
+    model, seen = build(module.model_cls, *module.init_args)
+    recording = record(model, module.get_inputs(), "cpu", seen)
+    for entry in data["tasks"]:
+        task = load_task(folder / entry["task"])
+        for call in entry["call_sites"]:
+            site = recording.sites[call["path"]]
+            spec, inputs = of(site.module.forward, site.args, site.kwargs, site.output, recording.unused_outputs(site))
+            rebuilt = task.make_model()
+            rebuilt.load_state_dict(site.module.state_dict())
+            with torch.no_grad():
+                got = rebuilt(*inputs)
+            got = list(got) if isinstance(got, tuple) else [got]
+            want = used(spec, site.output)
+            assert len(got) == len(want) and all(torch.allclose(g, w, atol=1e-5) for g, w in zip(got, want)), call
+
+
+def test_torch_layers_copied_by_the_encoder_and_an_attention_call_become_tasks(tmp_path):
+    data = split_model(MODELS / "encoder.py", tmp_path, "cpu", top=16)
+    tasks = {t["task"]: t for t in data["tasks"]}
+    layer = tasks["transformer_encoder_layer.py"]  # deep copies: no constructor ran for them
+    assert layer["built_from"] == "a copy of an instance built in the constructor"
+    assert [s["path"] for s in layer["call_sites"]] == ["encoder.layers.0", "encoder.layers.1", "encoder.layers.2"]
+    assert "super().__init__(d_model, nhead, dim_feedforward, dropout, batch_first=batch_first)" in \
+        (tmp_path / "transformer_encoder_layer.py").read_text()
+    pool = tasks["multihead_attention.py"]  # query, then the tokens once as key and value; weights not asked
+    assert pool["inputs"] == ["float32[8, 1, 64]", "float32[8, 64, 64]"] and "left_out" not in pool
+    assert "        out = super().forward(query, key, key, need_weights=False)\n        return out[0]\n" in \
+        (tmp_path / "multihead_attention.py").read_text()
+    assert "drop (Dropout): does no work (returns its input unchanged, or a view of it); left out" in data["notes"]
+    assert data["covered"] >= 0.8 and data["covered"] == pytest.approx(sum(t["share"] for t in tasks.values()), abs=1e-3)
+    _rebuilds_every_site(tmp_path, data, MODELS / "encoder.py")
+
+
+def test_an_lstm_built_with_keywords_is_a_task_returning_what_the_model_uses(tmp_path):
+    data = split_model(MODELS / "recurrent.py", tmp_path, "cpu", top=16)
+    lstm = data["tasks"][0]
+    assert lstm["task"] == "lstm.py" and lstm["init"] == ["32", "32", "2", "True", "0.0"]
+    assert lstm["inputs"] == ["float32[4, 48, 32]", "float32[2, 4, 32]", "float32[2, 4, 32]"]
+    assert lstm["left_out"] == ["output[1][0]: float32[2, 4, 32]", "output[1][1]: float32[2, 4, 32]"]
+    text = (tmp_path / "lstm.py").read_text()
+    assert "super().__init__(args_0, args_1, args_2, batch_first=batch_first, dropout=dropout)" in text
+    assert "        out = super().forward(input, (hx_0, hx_1))\n" in text and "        return out[0]\n" in text
+    assert data["covered"] >= 0.8
+    _rebuilds_every_site(tmp_path, data, MODELS / "recurrent.py")
+
+
+def test_parts_stop_at_the_share_of_time_asked(tmp_path):
+    data = split_model(MODELS / "encoder.py", tmp_path, "cpu", top=2, cover=0.5)
+    shares = [t["share"] for t in data["tasks"]]
+    assert data["tasks"][0]["task"] == "transformer_encoder_layer.py" and data["covered"] == pytest.approx(sum(shares))
+    assert sum(shares[:-1]) < 0.5 and (sum(shares) >= 0.5 or len(shares) == 2)  # the last one crossed it, or --top

@@ -17,7 +17,8 @@ def split(
                                          "a function returning the forward's inputs"),
     out: Path = typer.Option(..., "-o", "--out", help="folder for the part task files and split.json (a suite)"),
     device: Optional[str] = typer.Option(None, help="cuda, cuda:N or cpu [default: cuda if present]"),
-    top: int = typer.Option(8, min=1, help="write the N hottest parts (identical parts count once)"),
+    top: int = typer.Option(16, min=1, help="write at most the N hottest parts (identical parts count once)"),
+    cover: float = typer.Option(0.9, min=0.0, max=1.0, help="stop once the parts hold this share of the model's time"),
     as_json: bool = typer.Option(False, "--json", help="print split.json's data"),
     compile_baseline: CompileBaselineOpt = True,
     cache_dir: CacheDirOpt = None,
@@ -29,7 +30,7 @@ def split(
     dev = resolve_device(device)
     try:
         data = split_model(model, out, dev, top, inputs=inputs, headroom=compile_baseline, cache_dir=cache_dir,
-                           on_status=lambda text: typer.echo(text, err=True))
+                           on_status=lambda text: typer.echo(text, err=True), cover=cover)
     except TaskError as exc:
         fail(str(exc))
     if as_json:

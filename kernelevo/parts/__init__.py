@@ -3,9 +3,12 @@ standalone KernelBench task files that the search and the bench already take, an
 back with verified kernels in place.
 
 record.py builds and runs the model with its constructor arguments, call-site inputs, outputs and
-inclusive times recorded per submodule; split.py chooses the parts (containers opened, parts that
-cannot be rebuilt standalone opened into their children, identical parts folded into one task) and
-keeps the map from tasks to call sites in split.json; task_file.py writes a part as a task file and
+inclusive times recorded per submodule; construct.py finds how each part is built again (its own
+constructor's arguments, those of the instance it is a copy of, or its attributes); call.py states a
+call site's call and output as a task takes them (tensors as inputs, the outputs the model uses);
+split.py chooses the parts (containers opened, parts that cannot be rebuilt standalone opened into
+their children, identical parts folded into one task) and keeps the map from tasks to call sites in
+split.json; task_file.py writes a part as a task file and
 checks that the file rebuilds its call site's output from the captured inputs and weights;
 drop_in.py writes the model with kernels in place as one file (custom ops, `apply(model)`);
 assemble.py chooses the kernels to place and reverts, one by one, those the judge rejects in place.

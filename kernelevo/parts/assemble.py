@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from .call import parse
 from .drop_in import Placed, drop_in_text
 from .split import SPLIT_JSON
 
@@ -57,7 +58,7 @@ def chosen_parts(split_dir: Path, rows: list[dict], kernel_source: Callable[[int
         source = kernel_source(row["kernel_id"])
         label = f"kernel {row['kernel_id']}, {_format_of(source)} ({_alone(row)})"
         placed = Placed(Path(entry["task"]).stem, source, task.init_args, kinds,
-                        tuple(s["path"] for s in entry["call_sites"]), label)
+                        tuple(s["path"] for s in entry["call_sites"]), label, parse(entry.get("call"), len(kinds)))
         chosen.append(Candidate(placed, entry["share"] or 0.0, row["speedup_eager"], ci, row["kernel_id"]))
     return chosen, left
 

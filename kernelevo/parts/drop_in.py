@@ -17,7 +17,8 @@ import io
 import tokenize
 from dataclasses import dataclass
 
-from .task_file import cut, literal
+from .construct import literal
+from .task_file import cut
 
 _INPUT_FUNCTIONS = ("get_inputs", "get_init_inputs", "get_test_inputs")  # the task's, not the model's
 _TYPES = {"tensor": "torch.Tensor", "int": "int", "float": "float", "bool": "bool"}
@@ -32,13 +33,22 @@ class Placed:
     inputs: tuple[str, ...]  # each forward input's kind: tensor, int, float or bool
     sites: tuple[str, ...]
     label: str  # one line: which kernel, how fast alone
+    call: tuple = ()  # the call sites' call (call.py's spec); () for tensors in order returning one tensor
+
+    @property
+    def spec(self) -> tuple:
+        return self.call or (tuple(("in", k) for k in range(len(self.inputs))), (), ("out", 0))
+
+    @property
+    def plain(self) -> bool:
+        spec = self.spec
+        return not spec[1] and spec[2] == ("out", 0) and spec[0] == tuple(("in", k) for k in range(len(spec[0])))
 
 
 def drop_in_text(model_source: str, model_name: str, placed: list[Placed]) -> str:
     """The assembled file of `model_source` (the model's file text) with `placed` in place."""
     names = "\n".join(f"#   {p.name}: {p.label}, at {', '.join(p.sites)}" for p in placed) or "#   (none)"
-    space = "kevo_" + hashlib.sha256("\n".join([model_source, *(p.kernel_source for p in placed)])
-                                     .encode()).hexdigest()[:12]
+    space = "@SPACE@"  # the ops' namespace: a hash of the whole file, so a compiler's cache never mixes two
     text = [f"# {model_name} with verified kernels in place of its hot parts, written by `kernelevo assemble`.\n"
             "# Drop-in: ModelNew takes Model's constructor arguments; apply(model) swaps the parts of a live\n"
             "# instance in place (weights carried over) and returns the paths it swapped. Parts in place:\n"
@@ -50,10 +60,12 @@ def drop_in_text(model_source: str, model_name: str, placed: list[Placed]) -> st
         text.append(f"\n\n# ---- {p.name}: {p.label} ----\n")
         text.append(_prefixed(_without_future(p.kernel_source), f"_k{i}_") + "\n")
         text.append(_op(p, f"_k{i}_", space))
-    parts = "".join(f"    (_InPlace_{p.name}, {literal(tuple(p.init))}, {tuple(p.sites)!r}),\n" for p in placed)
+    parts = "".join(f"    (_InPlace_{p.name}, {literal(tuple(p.init))}, {tuple(p.sites)!r}, {literal(p.spec)}),\n"
+                    for p in placed)
     text.append(_WIRING.replace("@PARTS@", parts))
     text.append(_model_new(model_source))
-    return "".join(text)
+    whole = "".join(text)
+    return whole.replace(space, "kevo_" + hashlib.sha256(whole.encode()).hexdigest()[:12])
 
 
 def _without_future(source: str) -> str:
@@ -112,45 +124,120 @@ def _prefixed(source: str, prefix: str) -> str:
     return ast.unparse(Rename().visit(tree))
 
 
+def _returned_count(spec: tuple) -> int:
+    if spec[0] == "out":
+        return 1
+    if spec[0] in ("tuple", "list"):
+        return sum(_returned_count(s) for s in spec[1])
+    return sum(_returned_count(s) for _, s in spec[1]) if spec[0] == "dict" else 0
+
+
 def _op(p: Placed, prefix: str, space: str) -> str:
     args = ", ".join(f"x{j}" for j in range(len(p.inputs)))
     typed = ", ".join(f"x{j}: {_TYPES[k]}" for j, k in enumerate(p.inputs))
+    several = _returned_count(p.spec[2]) > 1  # the task returns a tuple of tensors, else one tensor
+    # contiguous, as the fake's outputs are: the compiled graph assumes the strides the fake gave
+    returns, made = ("list[torch.Tensor]", f"[t.contiguous() for t in {prefix}ModelNew.forward(_SITES[site], {args})]") \
+        if several else ("torch.Tensor", f"{prefix}ModelNew.forward(_SITES[site], {args}).contiguous()")
+    if p.plain:
+        call = (f"    def forward(self, {args}):\n"
+                f"        tensors = dict(self.named_parameters()) | dict(self.named_buffers())\n"
+                f"        weights = [tensors[name] for name in self._kernelevo_tensors]\n"
+                f"        return torch.ops.{space}.{p.name}(self._kernelevo_site, weights, {args})\n")
+    else:  # the site's call taken apart into the task's inputs, and its output put together again
+        call = ("    def forward(self, *args, **kwargs):\n"
+                "        tensors = dict(self.named_parameters()) | dict(self.named_buffers())\n"
+                "        weights = [tensors[name] for name in self._kernelevo_tensors]\n"
+                "        spec = _SHADOWS[self._kernelevo_site][2]\n"
+                "        inputs = _inputs(spec, args, kwargs)\n"
+                f"        out = torch.ops.{space}.{p.name}(self._kernelevo_site, weights, *inputs)\n"
+                f"        return _output(spec[2], {'out' if several else '[out]'})\n")
     return (f"\n\n@torch.library.custom_op(\"{space}::{p.name}\", mutates_args=())\n"
-            f"def _op_{p.name}(site: int, weights: list[torch.Tensor], {typed}) -> torch.Tensor:\n"
-            f"    return {prefix}ModelNew.forward(_SITES[site], {args})\n\n\n"
+            f"def _op_{p.name}(site: int, weights: list[torch.Tensor], {typed}) -> {returns}:\n"
+            f"    return {made}\n\n\n"
             f"@_op_{p.name}.register_fake\n"
             f"def _op_{p.name}_shape(site, weights, {args}):\n"
             f"    return _shape_only(site, weights, {args})\n\n\n"
             f"class _InPlace_{p.name}({prefix}ModelNew):\n"
             f"    \"\"\"{p.name} as its verified kernel, called through its custom op (one node for torch.compile:\n"
             f"    its weights are the op's inputs, so the graph sees what it reads).\"\"\"\n\n"
-            f"    def forward(self, {args}):\n"
-            f"        tensors = dict(self.named_parameters()) | dict(self.named_buffers())\n"
-            f"        weights = [tensors[name] for name in self._kernelevo_tensors]\n"
-            f"        return torch.ops.{space}.{p.name}(self._kernelevo_site, weights, {args})\n")
+            f"{call}")
 
 
 _WIRING = '''
 
 # ---- the parts in place ----
 _SITES = []  # the kernels in place, by the site number their op is called with
-_SHADOWS = []  # each one's original part on the meta device, and the names of its tensors
+_SHADOWS = []  # each one's original part on the meta device, the names of its tensors, and its call
 _PARTS = (
 @PARTS@)
 
 
 def _shape_only(site, weights, *inputs):
     """What torch.compile traces with: the original part, its tensors swapped for the tracer's (the
-    weights the op is given), run on the tracer's inputs; a copy, as an op's output never aliases."""
-    shadow, names = _SHADOWS[site]
-    return torch.func.functional_call(shadow, dict(zip(names, weights)), tuple(inputs)).clone()
+    weights the op is given), called on the tracer's inputs as its site calls it; the tensors the op
+    returns, copied (an op's output never aliases) and contiguous (as the op's own are)."""
+    shadow, names, (args, kwargs, output) = _SHADOWS[site]
+    out = torch.func.functional_call(shadow, dict(zip(names, weights)), _value(("tuple", args), inputs),
+                                     _value(("dict", kwargs), inputs))
+    found = [t.clone(memory_format=torch.contiguous_format) for _, t in sorted(_taken(output, out, {}, "out").items())]
+    return found[0] if len(found) == 1 else found
+
+
+# A call site's call as a spec: ("in", k) the op's k-th input; ("const", value); ("tuple" | "list" |
+# "dict", items); in an output, ("out", j) the op's j-th tensor and ("unused",) one the model never uses.
+def _value(spec, inputs):
+    kind = spec[0]
+    if kind == "in":
+        return inputs[spec[1]]
+    if kind == "const":
+        return spec[1]
+    if kind == "dict":
+        return {key: _value(s, inputs) for key, s in spec[1]}
+    items = [_value(s, inputs) for s in spec[1]]
+    return tuple(items) if kind == "tuple" else items
+
+
+def _inputs(spec, args, kwargs):
+    """The op's inputs, where the site's call holds them."""
+    found = {}
+    _taken(("tuple", spec[0]), args, found)
+    _taken(("dict", spec[1]), kwargs, found)
+    return [found[k] for k in range(len(found))]
+
+
+def _taken(spec, value, found, kind="in"):
+    """Into `found`, by index, the values at the spec's leaves of `kind` ("in": the op's inputs in a
+    call; "out": the op's tensors in an output)."""
+    if spec[0] == kind:
+        found.setdefault(spec[1], value)
+    elif spec[0] in ("tuple", "list"):
+        for s, v in zip(spec[1], value):
+            _taken(s, v, found, kind)
+    elif spec[0] == "dict":
+        for key, s in spec[1]:
+            _taken(s, value[key], found, kind)
+    return found
+
+
+def _output(spec, outs):
+    """The site's output put together from the op's tensors; None where the model never uses one."""
+    kind = spec[0]
+    if kind == "out":
+        return outs[spec[1]]
+    if kind in ("unused", "const"):
+        return None if kind == "unused" else spec[1]
+    if kind == "dict":
+        return {key: _output(s, outs) for key, s in spec[1]}
+    items = [_output(s, outs) for s in spec[1]]
+    return tuple(items) if kind == "tuple" else items
 
 
 def apply(model):
     """Swap the parts of a live `model` (an instance of the original Model) for their kernels in
     place, weights, device, dtype and training mode carried over; returns the paths swapped."""
     swapped = []
-    for cls, init, sites in _PARTS:
+    for cls, init, sites, call in _PARTS:
         for path in sites:
             old = model.get_submodule(path)
             new = cls(*init)
@@ -164,7 +251,7 @@ def apply(model):
             mine = dict(new.named_parameters()) | dict(new.named_buffers())
             names = [n for n, _ in [*old.named_parameters(), *old.named_buffers()] if n in mine]
             new._kernelevo_tensors = tuple(names)
-            _SHADOWS.append((copy.deepcopy(old).to("meta"), names))
+            _SHADOWS.append((copy.deepcopy(old).to("meta"), names, call))
             parent, _, name = path.rpartition(".")
             setattr(model.get_submodule(parent) if parent else model, name, new)
             swapped.append(path)

@@ -1,36 +1,44 @@
 """Split a recorded model into parts and write each as a KernelBench task file.
 
-Which modules become parts: the model's children, with containers (ModuleList, ModuleDict,
-Sequential) opened into theirs. A module that cannot be rebuilt standalone (constructor arguments
-not seen or not plain values, a class defined inside a function, a call that passes something other
-than tensors and numbers, an output that is not a tensor, a written file that does not give back its
-call site's output) is opened into its children instead, and the reason is kept. Identical parts
-(the same class, constructor arguments and input shapes: 24 transformer layers) fold into one task
-whose time is the sum of its call sites. The N hottest tasks are written; split.json maps each task
-to its call sites and their shares of the model's time.
+Which modules become parts: the model's submodules, outermost first. Lists and stacks (a Sequential
+of blocks of one class) are opened into their children, and so is a module of more than MAX_LAYERS
+working layers (a part is one kernel's worth of work) and one that cannot be rebuilt standalone (a
+class defined inside a function, constructor arguments that cannot be found or written, a call or an
+output a task cannot state); one whose written file does not give back its call site's output is
+left out. The reason is kept. A module that does no work (Dropout in eval, Identity) is no part. How a part is
+built again is construct.py's; how it is called, call.py's. Identical parts (the same class,
+construction, call and input shapes: 24 transformer layers) fold into one task whose time is the sum
+of its call sites. Tasks are written hottest first until they hold `cover` of the model's time or
+`top` are written; split.json maps each task to its call sites and their shares of the model's time.
 """
 from __future__ import annotations
 
-import inspect
 import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .call import Call, describe
+from .call import of as call_of
+from .construct import HOW, Construction, Constructions, literal
 from .record import Recording, Site
-from .task_file import check, task_text
+from .task_file import check, construction_text, task_text
 
 SPLIT_JSON = "split.json"
+
+
+MAX_LAYERS = 8  # a part holds at most this many working layers: a larger module is opened into its children
+COVER = 0.9  # parts are written until they hold this share of the model's time (or `top` of them)
 
 
 @dataclass
 class Part:
     """One task: the call sites of identical parts, in model order."""
     sites: list[Site]
-    params: tuple[str, ...]  # the constructor's parameters given positionally
-    init: tuple  # their values
-    inputs: tuple  # the first call site's forward arguments, positionally
+    built: Construction
+    call: Call
+    inputs: tuple  # the first call site's input tensors, as the task takes them
     name: str = ""
     file: str = ""
     checked: str = ""  # how the written file matched its call site
@@ -40,16 +48,24 @@ class Part:
         return type(self.sites[0].module)
 
     @property
+    def params(self) -> tuple[str, ...]:
+        return self.built.params
+
+    @property
+    def init(self) -> tuple:
+        return self.built.values
+
+    @property
     def ms(self) -> float:
         return sum(s.ms for s in self.sites)
 
 
 def split_model(model: Path | str, out_dir: Path, device: str, top: int, seed: int = 0,
                 inputs: str | None = None, headroom: bool = False, cache_dir: Path | None = None,
-                on_status=lambda text: None) -> dict:
+                on_status=lambda text: None, cover: float = COVER) -> dict:
     """Build the model (a KernelBench-format file, or `pkg.module:make_model` with `inputs` naming
-    `pkg.module:make_inputs`), record it on `device`, and write its `top` hottest parts into
-    `out_dir`; with `headroom`, each part also timed under torch.compile against its speed of light,
+    `pkg.module:make_inputs`), record it on `device`, and write its hottest parts into `out_dir`,
+    until they hold `cover` of its time or `top` are written; with `headroom`, each part also timed under torch.compile against its speed of light,
     and the parts ranked by what the compiler leaves (headroom.py). TaskError (one line) for a model
     that cannot be used."""
     import torch
@@ -60,7 +76,7 @@ def split_model(model: Path | str, out_dir: Path, device: str, top: int, seed: i
     torch.manual_seed(seed)
     built, inits = build(make, *args)
     recording = record(built, list(get_inputs()), device, inits)
-    data = split(recording, source, str(model), out_dir, top)
+    data = split(recording, source, str(model), out_dir, top, cover)
     if headroom and data["tasks"]:
         from .headroom import measure
 
@@ -99,25 +115,32 @@ def _named(spec: str) -> Any:
     return found
 
 
-def split(recording: Recording, source: str, model_path: str, out_dir: Path, top: int) -> dict:
-    """Write the `top` hottest parts of `recording` into `out_dir` with split.json; returns its data."""
+def split(recording: Recording, source: str, model_path: str, out_dir: Path, top: int, cover: float = COVER) -> dict:
+    """Write the hottest parts of `recording` into `out_dir` with split.json, until they hold `cover`
+    of the model's time or `top` are written; returns split.json's data."""
     out_dir.mkdir(parents=True, exist_ok=True)
     frontier = list(recording.sites[""].children)
+    constructions = Constructions(recording.seen)
     written: list[Part] = []
     notes: list[str] = []
     candidates: list[Part] = []
     while frontier:
         site = recording.sites[frontier.pop(0)]
-        part, why = _as_part(site)
+        part, why = _as_part(site, recording, constructions)
         if part is None:
+            opened = site.children and not site.no_work
             if why:
                 notes.append(f"{site.path} ({type(site.module).__name__}): {why}" +
-                             ("; split into its children" if site.children else "; left out"))
-            frontier[:0] = site.children
+                             ("; split into its children" if opened else "; left out"))
+            if opened:
+                frontier[:0] = site.children
             continue
         candidates.append(part)
+    if not candidates:
+        notes.append("no submodule that does work could be a part: the model's time is in its own forward "
+                     "(or in what is left out above); optimize the model file itself as one task")
     for part in sorted(_fold(candidates), key=lambda p: -p.ms):
-        if len(written) >= top:
+        if len(written) >= top or sum(recording.share(p.ms) or 0.0 for p in written) >= cover:
             break
         reason = _write(part, recording, source, out_dir, {p.name for p in written})
         if reason:  # the file does not rebuild its call site: open the first site into its children
@@ -129,92 +152,52 @@ def split(recording: Recording, source: str, model_path: str, out_dir: Path, top
     return data
 
 
-def _as_part(site: Site) -> tuple[Part | None, str]:
+def _as_part(site: Site, recording: Recording, constructions: Constructions) -> tuple[Part | None, str]:
     """The site as a part, or (None, why not); why is "" for what is only opened (containers, unused)."""
     import torch
 
     module = site.module
-    if isinstance(module, (torch.nn.ModuleList, torch.nn.ModuleDict, torch.nn.Sequential)):
+    if isinstance(module, (torch.nn.ModuleList, torch.nn.ModuleDict)):
         return None, ""
     if site.calls == 0:
         return None, "" if site.children else "never called"
+    if site.no_work:
+        return None, "does no work (returns its input unchanged, or a view of it)"
+    if _stack(site, recording):
+        return None, ""
+    layers = recording.layers(site.path)
+    if layers > MAX_LAYERS:
+        return None, "" if isinstance(module, torch.nn.Sequential) else \
+            f"{layers} layers, more than a part holds ({MAX_LAYERS})"
     cls = type(module)
     if "<locals>" in cls.__qualname__:
         return None, "its class is defined inside a function"
     if cls.__name__ == "Model":
         return None, "its class is named Model, the name a task gives its reference"
-    if site.init is None:
-        return None, "its constructor was not seen (built outside the model's constructor)"
+    built, why = constructions.of(module)
+    if built is None:
+        return None, why
     try:
-        params, init = _positional(cls.__init__, site.init[0], site.init[1], constructor=True)
-    except ValueError as exc:
-        return None, f"constructor {exc}"
-    try:
-        _, inputs = _positional(module.forward, site.args, site.kwargs, constructor=False)
+        call, inputs = call_of(module.forward, site.args, site.kwargs, site.output, recording.unused_outputs(site))
     except ValueError as exc:
         return None, f"forward {exc}"
-    bad_in = [x for x in inputs if not isinstance(x, (torch.Tensor, int, float, bool))]
-    if bad_in:
-        return None, f"forward takes a {type(bad_in[0]).__name__} (a task's inputs are tensors and numbers)"
-    if not any(isinstance(x, torch.Tensor) for x in inputs):
-        return None, "forward takes no tensor"
-    if not isinstance(site.output, torch.Tensor):
-        return None, f"forward returns a {type(site.output).__name__}, not a tensor"
-    return Part([site], params, init, inputs), ""
+    return Part([site], built, call, tuple(inputs)), ""
 
 
-def _positional(fn, args: tuple, kwargs: dict, constructor: bool) -> tuple[tuple[str, ...], tuple]:
-    """(names, values) of the arguments bound to `fn`'s parameters, in order, all positional;
-    ValueError when they cannot be (keyword-only or **kwargs parameters; for a constructor, values
-    that are not plain: a task's get_init_inputs() writes them out)."""
-    signature = inspect.signature(fn)
-    self_name = next(iter(signature.parameters), None) if constructor else None
-    try:
-        bound = signature.bind(*((None,) if constructor else ()), *args, **kwargs)
-    except TypeError as exc:
-        raise ValueError(f"arguments do not bind to its signature: {exc}") from exc
-    names, values = [], []
-    for name, value in bound.arguments.items():
-        kind = signature.parameters[name].kind
-        if name == self_name:
-            continue
-        if kind == inspect.Parameter.VAR_KEYWORD and value:
-            raise ValueError(f"takes {', '.join(value)} through **{name}")
-        if kind == inspect.Parameter.KEYWORD_ONLY:
-            if _plain(value) and value == signature.parameters[name].default:
-                continue  # its default: nothing to pass
-            raise ValueError(f"takes {name} by keyword only")
-        if kind == inspect.Parameter.VAR_POSITIONAL:
-            names += [f"{name}_{i}" for i in range(len(value))]
-            values += list(value)
-        elif kind != inspect.Parameter.VAR_KEYWORD:
-            names.append(name)
-            values.append(value)
-    # the trailing arguments that are their parameters' defaults need not be given
-    while names and names[-1] in signature.parameters and _plain(values[-1]) and \
-            values[-1] == signature.parameters[names[-1]].default:
-        names.pop()
-        values.pop()
-    if constructor:
-        for name, value in zip(names, values):
-            if not _plain(value):
-                raise ValueError(f"argument {name} is a {type(value).__name__}, not a plain value")
-    return tuple(names), tuple(values)
-
-
-def _plain(value: Any) -> bool:
+def _stack(site: Site, recording: Recording) -> bool:
+    """A Sequential of blocks of one class (each with layers of its own): a stack, opened so that
+    its blocks fold into one task, as a model's layers do."""
     import torch
 
-    if value is None or isinstance(value, (bool, int, float, str, torch.dtype)):
-        return True
-    return isinstance(value, (tuple, list)) and all(_plain(v) for v in value)
+    kids = [recording.sites[c] for c in site.children if recording.sites[c].calls]
+    return isinstance(site.module, torch.nn.Sequential) and len(kids) > 1 and \
+        len({type(k.module) for k in kids}) == 1 and all(k.children for k in kids)
 
 
 def _signature(part: Part) -> tuple:
-    import torch
-
-    shapes = tuple((tuple(x.shape), str(x.dtype)) if isinstance(x, torch.Tensor) else repr(x) for x in part.inputs)
-    return (part.cls.__module__, part.cls.__qualname__, repr(part.init), shapes)
+    shapes = tuple((tuple(x.shape), str(x.dtype)) for x in part.inputs)
+    return (part.cls.__module__, part.cls.__qualname__, construction_text(part.built, "", set()),
+            repr(part.init), repr(part.call.spec()), shapes)
 
 
 def _fold(parts: list[Part]) -> list[Part]:
@@ -259,18 +242,14 @@ def _split_data(recording: Recording, model_path: str, parts: list[Part], notes:
     return {
         "model": model_path, "device": recording.device, "device_name": recording.device_name,
         "model_ms": round(recording.total_ms, 4), "model_ms_waiting": round(recording.sites[""].ms, 4),
+        "covered": _round(sum(recording.share(p.ms) or 0.0 for p in parts)),
         "tasks": [{"task": p.file, "class": p.cls.__qualname__, "init": list(map(repr, p.init)),
-                   "inputs": _describe(p.inputs), "ms": round(p.ms, 4), "share": _round(recording.share(p.ms)),
+                   "built_from": HOW[p.built.how], "inputs": [describe(x) for x in p.inputs],
+                   "call": literal(p.call.spec()), **({"left_out": list(p.call.left_out)} if p.call.left_out else {}),
+                   "ms": round(p.ms, 4), "share": _round(recording.share(p.ms)),
                    "checked": p.checked,
                    "call_sites": [{"path": s.path, "calls": s.calls, "ms": round(s.ms, 4),
                                    "share": _round(recording.share(s.ms))}
                                   for s in p.sites]} for p in parts],
         "notes": notes,
     }
-
-
-def _describe(values: tuple) -> list[str]:
-    import torch
-
-    return [f"{str(x.dtype).replace('torch.', '')}{list(x.shape)}" if isinstance(x, torch.Tensor) else repr(x)
-            for x in values]

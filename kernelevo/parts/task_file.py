@@ -9,10 +9,12 @@ the range seen there), get_init_inputs() gives the constructor arguments recorde
 from __future__ import annotations
 
 import ast
-import math
 import re
 from pathlib import Path
 from typing import Any
+
+from .call import forward_text, used
+from .construct import literal
 
 TOLERANCE = {"float64": 1e-9, "float32": 1e-5, "float16": 2e-3, "bfloat16": 2e-2}
 
@@ -24,21 +26,46 @@ def task_text(part, recording, source: str) -> str:
     # the same part of another model writes the same file, so its search is seeded from this one's kernels.
     header = (f"# {cls.__name__}, one part of a model, written by `kernelevo split`; its call sites and their\n"
               "# shares of the model's time are in split.json beside this file.\n")
-    if cls.__module__ == type(recording.model).__module__ and _defines(source, cls.__name__):
-        body, base = part_source(source, cls.__name__).rstrip() + "\n", cls.__qualname__
+    classes = part.built.classes()
+    mine = [c.__name__ for c in classes
+            if c.__module__ == type(recording.model).__module__ and _defines(source, c.__name__)]
+    nn_line = "import torch.nn as nn\n" if any(_in_nn(c) for c in classes) else ""
+    imports = "".join(_import_of(c) for c in classes if c.__name__ not in mine and not _in_nn(c))
+    if mine:
+        body = part_source(source, *mine).rstrip() + "\n"
         if not re.search(r"^import torch$", body, re.M):
             body += "\nimport torch  # noqa: E402 (for the inputs below; the part's source above is as written)\n"
+        if nn_line and not re.search(r"^import torch\.nn as nn$", body, re.M):
+            body += nn_line.rstrip() + "  # noqa: E402\n"
+        body += imports
     else:
-        body, base = _import_of(cls)
+        body = "import torch\n" + nn_line + imports
     params = ", ".join(part.params)
+    forward = "" if part.call.plain else "\n" + forward_text(part.call)
     return (header + body + "\n\n"
-            f"class Model({base}):\n"
+            f"class Model({_name_of(cls, set(mine))}):\n"
             f"    def __init__(self{', ' if params else ''}{params}):\n"
-            f"        super().__init__({params})\n\n\n"
+            f"        super().__init__({construction_text(part.built, 'top', set(mine))})\n"
+            f"{forward}\n\n"
             "def get_inputs():\n"
             f"    return [{', '.join(_input(x) for x in part.inputs)}]\n\n\n"
             "def get_init_inputs():\n"
             f"    return [{', '.join(literal(v) for v in part.init)}]\n")
+
+
+def construction_text(built, level: str, mine: set[str]) -> str:
+    """The arguments of a construction's call: at the top level its plain arguments by their
+    parameter names (the task's constructor arguments), inside it literals; modules as calls."""
+    from .construct import Construction
+
+    written = []
+    for a in built.args:
+        if isinstance(a.value, Construction):
+            value = f"{_name_of(a.value.cls, mine)}({construction_text(a.value, '', mine)})"
+        else:
+            value = a.name if level == "top" else literal(a.value)
+        written.append(f"{a.name}={value}" if a.keyword else value)
+    return ", ".join(written)
 
 
 def _defines(source: str, name: str) -> bool:
@@ -48,14 +75,22 @@ def _defines(source: str, name: str) -> bool:
         return False
 
 
-def _import_of(cls: type) -> tuple[str, str]:
-    """(import lines, the base class expression) for a class that is not the model file's own."""
+def _in_nn(cls: type) -> bool:
     import torch.nn as nn
 
-    if getattr(nn, cls.__name__, None) is cls:
-        return "import torch\nimport torch.nn as nn\n", f"nn.{cls.__name__}"
-    top = cls.__qualname__.split(".")[0]
-    return f"import torch\nfrom {cls.__module__} import {top}\n", cls.__qualname__
+    return getattr(nn, cls.__name__, None) is cls
+
+
+def _name_of(cls: type, mine: set[str]) -> str:
+    """How the task file names a class: nn.X for torch's, as written for the model file's or imported ones."""
+    if cls.__name__ in mine:
+        return cls.__qualname__
+    return f"nn.{cls.__name__}" if _in_nn(cls) else cls.__qualname__
+
+
+def _import_of(cls: type) -> str:
+    """The import line of a class that is neither torch.nn's nor written in the task file."""
+    return f"from {cls.__module__} import {cls.__qualname__.split('.')[0]}\n"
 
 
 def _input(x: Any) -> str:
@@ -72,24 +107,10 @@ def _input(x: Any) -> str:
     return f"torch.randint({low}, {high + 1}, {shape}, dtype={dtype})"
 
 
-def literal(value: Any) -> str:
-    """Python source for a plain value (numbers, strings, None, dtypes, tuples and lists of them)."""
-    import torch
-
-    if isinstance(value, float) and not math.isfinite(value):
-        return f"float({str(value)!r})"
-    if isinstance(value, torch.dtype):
-        return str(value)
-    if isinstance(value, tuple):
-        return f"({literal(value[0])},)" if len(value) == 1 else "(" + ", ".join(literal(v) for v in value) + ")"
-    if isinstance(value, list):
-        return "[" + ", ".join(literal(v) for v in value) + "]"
-    return repr(value)
-
-
 def check(path: Path, part) -> tuple[str, str]:
     """("", how it matched) when the task file loads, runs its own inputs, and, with the first call
-    site's weights, gives back that site's output from its captured inputs; else (why not, "")."""
+    site's weights, gives back that site's output from its captured inputs (the tensors the model
+    uses); else (why not, "")."""
     import torch
 
     from kernelevo.tasks import TaskError, load_task
@@ -99,29 +120,34 @@ def check(path: Path, part) -> tuple[str, str]:
         task = load_task(path)
         model = task.make_model()
         model.load_state_dict(site.module.state_dict())
-    except (TaskError, RuntimeError, TypeError) as exc:
+    except (TaskError, RuntimeError, TypeError, ValueError) as exc:
         return f"the written task does not rebuild: {str(exc).splitlines()[0][:200]}", ""
-    device = next(x.device for x in part.inputs if isinstance(x, torch.Tensor))
+    device = part.inputs[0].device
     model = model.to(device).train(site.module.training)
     try:
         with torch.no_grad():
             model(*[x.to(device) if isinstance(x, torch.Tensor) else x for x in task.get_inputs()])
-            out = model(*[x.clone() if isinstance(x, torch.Tensor) else x for x in part.inputs])
+            out = model(*[x.clone() for x in part.inputs])
     except Exception as exc:  # noqa: BLE001 - any failure of the part's own code is a reason
         return f"the written task fails to run: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}", ""
-    want = site.output
-    if not isinstance(out, torch.Tensor) or out.shape != want.shape or out.dtype != want.dtype:
-        return "the written task returns another shape or dtype than its call site", ""
-    diff = (out.double() - want.double()).abs().max().item() if out.numel() else 0.0
-    scale = want.double().abs().max().item() if want.numel() else 0.0
-    if not diff <= TOLERANCE.get(str(want.dtype).replace("torch.", ""), 0.0) * max(1.0, scale):
-        return f"the written task differs from its call site's output by {diff:.3g}", ""
-    return "", f"gives back {site.path}'s output from its captured inputs (max difference {diff:.3g})"
+    got = list(out) if isinstance(out, tuple) else [out]
+    worst = 0.0
+    for out, want in zip(got, used(part.call, site.output), strict=False):
+        if not isinstance(out, torch.Tensor) or out.shape != want.shape or out.dtype != want.dtype:
+            return "the written task returns another shape or dtype than its call site", ""
+        diff = (out.double() - want.double()).abs().max().item() if out.numel() else 0.0
+        scale = want.double().abs().max().item() if want.numel() else 0.0
+        if not diff <= TOLERANCE.get(str(want.dtype).replace("torch.", ""), 0.0) * max(1.0, scale):
+            return f"the written task differs from its call site's output by {diff:.3g}", ""
+        worst = max(worst, diff)
+    if len(got) != part.call.outputs:
+        return f"the written task returns {len(got)} tensors, its call site {part.call.outputs}", ""
+    return "", f"gives back {site.path}'s output from its captured inputs (max difference {worst:.3g})"
 
 
-def part_source(source: str, class_name: str) -> str:
-    """The model file's source cut to what the part's class needs: its imports, and the top-level
-    classes, functions and constants its class refers to by name, transitively (never the model's
+def part_source(source: str, *class_names: str) -> str:
+    """The model file's source cut to what the part's classes need: its imports, and the top-level
+    classes, functions and constants they refer to by name, transitively (never the model's
     own Model, input functions, docstring or `__main__` block). What is kept is verbatim, in order."""
     tree = ast.parse(source)
     defs: dict[str, ast.stmt] = {}
@@ -131,7 +157,7 @@ def part_source(source: str, class_name: str) -> str:
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
                 defs |= {n.id: node for n in ast.walk(target) if isinstance(n, ast.Name)}
-    need, todo = set(), [class_name]
+    need, todo = set(), list(class_names)
     while todo:
         name = todo.pop()
         if name in need or name not in defs or name in _TASK_NAMES:

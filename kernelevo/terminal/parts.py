@@ -34,6 +34,10 @@ def print_split(data: dict, out: Path) -> None:
     covered = sum(t["share"] or 0.0 for t in data["tasks"])
     console.print(f"{len(data['tasks'])} parts, {100 * covered:.1f} % of the model's time (times with a wait "
                   f"around every module: they rank parts); a suite in {out}: kernelevo bench {out}")
+    for t in data["tasks"]:
+        if t.get("left_out"):
+            console.print(f"{t['task']} returns what the model uses; left out of the comparison: "
+                          f"{escape(', '.join(t['left_out']))}")
     for note in data["notes"]:
         console.print(f"[dim]{escape(note)}[/dim]")
 
