@@ -237,7 +237,8 @@ def _loop(v: Variant) -> str:
     if v.loop_ms is None:
         return ""
     host = "" if v.host_share is None else phrase(
-        "labels", "host_bound" if v.host_share > HOST_BOUND else "host_share", pct=f"{100 * v.host_share:.0f}")
+        "labels", "host_bound" if v.host_share > HOST_BOUND else "host_share", pct=f"{100 * v.host_share:.0f}",
+        ms=_number(v.loop_ms * v.host_share, 4))
     return fill("loop_beside.md", loop_ms=_number(v.loop_ms, 4), host=host)
 
 

@@ -118,12 +118,20 @@ def account_of(text: str) -> str:
     return prose[:ACCOUNT_CHARS].rstrip() + (" [...]" if len(prose) > ACCOUNT_CHARS else "")
 
 
+def _plain_markdown(text: str) -> str:
+    """Markdown's code and emphasis marks taken off the words they wrap; every other `*` and `_` kept
+    (`x * rms * w`, `silu_gate`): the model's words come back as written."""
+    text = re.sub(r"`([^`\n]*)`", r"\1", text)
+    text = re.sub(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1", r"\2", text)
+    return re.sub(r"(?<![\w*])([*_])(?=[^\s*_])(.+?)(?<=[^\s*_])\1(?![\w*])", r"\2", text)
+
+
 def idea_of(account: str) -> str:
     """One sentence for prompts that list kernels: the account's `Idea:` line, else its first sentence."""
     found = _IDEA.search(account)
     text = found.group("idea") if found else account
     text = re.sub(r"^[ \t]*#{1,6}[^\n]*\n", "", text.strip()) if not found else text  # a leading heading
-    text = re.sub(r"[*_`]+", "", text).strip()
+    text = _plain_markdown(text).strip()
     sentence = re.split(r"(?<=[.!?])\s+(?=[A-Z(])|\n[ \t]*\n", text, maxsplit=1)[0]
     sentence = " ".join(sentence.split())
     return sentence if len(sentence) <= IDEA_CHARS else sentence[:IDEA_CHARS - 3].rstrip() + "..."

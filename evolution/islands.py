@@ -56,14 +56,14 @@ COLLAPSE_AFTER = 6  # judged children in a row that all failed: the island's lin
 def needing_seed(population: Population | Iterable[Member], n_islands: int,
                  pending: Collection[int] = ()) -> int | None:
     """The first island that a fresh translation should seed: one with no correct kernel, or one
-    whose last COLLAPSE_AFTER judged children all failed. None when every island is working, which
+    whose last COLLAPSE_AFTER judged children of the model (tune variants left out) all failed. None when every island is working, which
     is when translating again would only repeat the first kernels (a run spent 3 of 12 calls on
     translations no better than its first two). Islands in `pending` are being seeded already (a
     translation in flight or being judged)."""
     for i, members in sorted(_islands(population, n_islands).items()):
         if i >= max(1, n_islands) or i in pending:
             continue
-        judged = [m for m in members if m.verdict]
+        judged = [m for m in members if m.verdict and m.operator != "tune"]  # a tune variant's failure is its constant's
         if not any(m.ok for m in members):
             return i
         recent = sorted(judged, key=lambda m: m.kernel_id)[-COLLAPSE_AFTER:]

@@ -74,10 +74,12 @@ class OperatorStats:
 
 def eligible_operators(has_correct: bool, n_correct: int, has_failed_fixable: bool, has_tunable: bool,
                        translate_ok: bool = True) -> list[str]:
-    """Operators that can run now; only translate before any kernel is correct, and afterwards
-    translate only when `translate_ok` (an island is empty or has collapsed: islands.needing_seed)."""
+    """Operators that can run now; only translate before any kernel is correct (or repair, while a
+    translation that failed to build, crashed or was wrong has had none: a missing macro is no reason
+    to give up an approach and pay for another), and afterwards translate only when `translate_ok`
+    (an island is empty or has collapsed: islands.needing_seed)."""
     if not has_correct or n_correct < 1:
-        return ["translate"]
+        return ["repair"] if has_failed_fixable else ["translate"]
     out = ["translate", "mutate"] if translate_ok else ["mutate"]
     if has_failed_fixable:
         out.append("repair")

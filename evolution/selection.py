@@ -113,7 +113,8 @@ def pick_reflect_variants(members: Sequence[Member], rng: random.Random, k: int 
 
 def pick_repair_target(members: Sequence[Member], rng: random.Random) -> Member | None:
     """A recent failure worth one repair: verdict in FIXABLE, born of a correct parent or of
-    translate (so the idea was sound and the failure is likely a slip), and not yet repaired.
+    translate (so the idea was sound and the failure is likely a slip), not a tune variant (its
+    failure is the constant tune chose, no slip of the model's), and not yet repaired.
     A failed repair is never a target itself (its parent failed), which caps what the search
     spends on one broken idea at one repair. Drawn uniformly among the REPAIR_WINDOW most recent
     (newest generation, then newest kernel).
@@ -124,7 +125,7 @@ def pick_repair_target(members: Sequence[Member], rng: random.Random) -> Member 
     repaired = {p for m in members if m.operator == "repair" for p in m.parents}
     eligible = [
         m for m in members
-        if m.verdict in FIXABLE and m.kernel_id not in repaired
+        if m.verdict in FIXABLE and m.kernel_id not in repaired and m.operator != "tune"
         and (m.operator == "translate" or any(by_id[p].ok for p in m.parents if p in by_id))
     ]
     if not eligible:

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kernelevo.judge import verdicts
 from kernelevo.judge.run.executor import Limits, LocalExecutor
 from kernelevo.judge.run.formats import detect_format
 from kernelevo.judge.trials.probe import IMPLAUSIBLE_SPEEDUP
@@ -141,7 +142,7 @@ class Judge:
 
         def finish(f: concurrent.futures.Future) -> None:
             try:
-                result = audit_files(self.cache_dir, f.result(), self._known)
+                result = verdicts.interpreter_timeout(audit_files(self.cache_dir, f.result(), self._known), fmt, device)
                 node = result.get("node_id")  # follow-up jobs run where the candidate was timed
                 ran_on = {"device_name": result.get("device_name"), "torch": result.get("torch_version"),
                           "node_id": node}

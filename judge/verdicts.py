@@ -111,3 +111,13 @@ def classify_exit(returncode: int, log: str, phase: str) -> Failure:
             reason = cuda_reason
             break
     return Failure("runtime_error", reason, message, tail(log))
+
+
+def interpreter_timeout(result: dict, fmt: str, device: str) -> dict:
+    """A Triton candidate that ran out of time on the CPU: what happened and what to do."""
+    if fmt != "triton" or device.startswith("cuda") or result.get("verdict") != "timeout":
+        return result
+    return {**result, "message": result.get("message", "") + (
+        "; Triton's interpreter runs every program of the grid in Python on the CPU, so a task of real size "
+        "can take longer than that: judge Triton kernels on a GPU, or give the run more time "
+        "(kernelevo evaluate --run-timeout)")}

@@ -48,6 +48,8 @@ def test_the_account_is_the_prose_before_the_code_and_its_idea_one_sentence():
     assert account_of(text) == "The row is read twice.\n**Idea:** read each row once with an online max."
     assert idea_of(account_of(text)) == "read each row once with an online max."
     assert idea_of("Fuse the two passes. Then vectorise.") == "Fuse the two passes."
+    # the model's own words come back as written: only emphasis and code marks come off
+    assert idea_of("**Idea:** writes x * rms * w * silu(g) from `silu_gate`.") == "writes x * rms * w * silu(g) from silu_gate."
     assert account_of("Fix the tail.\n<<<<<<< SEARCH\na\n=======\nb\n>>>>>>> REPLACE\n") == "Fix the tail."
     assert len(idea_of("x" * 500)) <= 220
 

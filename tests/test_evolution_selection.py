@@ -236,6 +236,8 @@ def test_repair_target_rules():
     assert selection.pick_repair_target(pop[:1], rng) is None
     fresh = [member(1), member(7, verdict="compile_error", parents=[1], generation=9)]
     assert selection.pick_repair_target(fresh, rng).kernel_id == 7
+    tuned = [member(1), member(8, verdict="compile_error", operator="tune", parents=[1], generation=9)]
+    assert selection.pick_repair_target(tuned, rng) is None  # the constant tune chose failed, not the model
 
 
 # --- islands ------------------------------------------------------------------------------
@@ -265,11 +267,12 @@ def test_migrate_ring_every_n_generations():
 
 # --- scheduling ---------------------------------------------------------------------------
 
-def test_translate_until_correct():
+def test_translate_until_correct_and_a_failed_translation_is_repaired_before_another():
     rng = random.Random(0)
     stats = {"mutate": OperatorStats(10, 5, 5, 0.1)}
     for _ in range(50):
-        assert scheduling.choose_operator(stats, False, 0, True, True, rng) == "translate"
+        assert scheduling.choose_operator(stats, False, 0, False, True, rng) == "translate"
+        assert scheduling.choose_operator(stats, False, 0, True, True, rng) == "repair"
 
 
 def test_eligibility_rules():
@@ -367,6 +370,8 @@ def test_translate_again_only_to_seed_an_empty_or_collapsed_island():
     failing = [member(10 + i, verdict="incorrect", island=1) for i in range(islands.COLLAPSE_AFTER)]
     assert islands.needing_seed(working + failing, 2) == 1  # its last children all failed
     assert islands.needing_seed(working + failing[:-1], 2) is None
+    tuned = [member(20 + i, verdict="compile_error", operator="tune", island=1) for i in range(islands.COLLAPSE_AFTER)]
+    assert islands.needing_seed(working + tuned, 2) is None  # tune variants failing: no reason to translate again
     assert scheduling.eligible_operators(True, 2, False, False, translate_ok=False) == \
         ["mutate", "crossover", "reflect"]
     rng = random.Random(0)

@@ -65,8 +65,9 @@ def test_a_kernel_whose_calls_are_mostly_host_work_is_told_so():
     shown = Variant("src", "nvrtc", speedup_eager=2.0, speedup_compile=1.1, ms=0.01, loop_ms=0.02,
                     host_share=HOST_BOUND + 0.3)
     assert "0.0200 ms per call" in variant(shown) and "launches dominate" in variant(shown)
+    assert f"host overhead {0.02 * (HOST_BOUND + 0.3):.4f} ms per call" in variant(shown)
     quiet = Variant("src", "nvrtc", speedup_eager=2.0, ms=0.01, loop_ms=0.011, host_share=0.09)
-    assert "9 % of it host overhead" in variant(quiet) and "dominate" not in variant(quiet)
+    assert "host overhead 0.0010 ms per call (9 % of the call" in variant(quiet) and "dominate" not in variant(quiet)
     assert "back to back" not in variant(Variant("src", "c", speedup_eager=2.0, ms=0.01))
 
 

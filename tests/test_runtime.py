@@ -78,6 +78,37 @@ def test_nvrtc_finds_cuda_headers():
                           'extern "C" __global__ void k(__half* x) { x[0] = __float2half(1.f); }', "sm_90")
 
 
+CONSTANTS = r"""
+extern "C" __global__ void constants(float* out) {
+    out[0] = -INFINITY; out[1] = NAN; out[2] = FLT_MAX; out[3] = FLT_MIN; out[4] = FLT_EPSILON;
+    out[5] = (float)M_PI; out[6] = (float)M_SQRT1_2; out[7] = (float)M_LOG2E;
+}
+"""
+
+
+def test_nvrtc_sources_get_the_constants_models_reach_for():
+    """NVRTC has no <math.h> or <float.h>: INFINITY, NAN, FLT_MAX, M_PI... are defined before the source
+    (a real model's first kernel failed on -INFINITY), and a source that defines one itself still builds."""
+    runtime.compile_cubin(CONSTANTS, "sm_90")
+    runtime.compile_cubin("#define M_PI 3.14159265f\n" + CONSTANTS, "sm_90")
+
+
+@pytest.mark.gpu
+def test_the_constants_have_their_values_on_the_gpu():
+    import math
+
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    out = torch.zeros(8, device="cuda")
+    runtime.load_cuda(CONSTANTS).constants(1, 1, out)
+    got = out.tolist()
+    assert got[0] == -math.inf and math.isnan(got[1]) and got[2] == torch.finfo(torch.float32).max
+    assert got[3] == torch.finfo(torch.float32).tiny and got[4] == torch.finfo(torch.float32).eps
+    assert got[5:] == pytest.approx([math.pi, math.sqrt(0.5), math.log2(math.e)], rel=1e-7)
+
+
 @pytest.mark.parametrize("source, fmt", [
     ("from kernelevo import runtime\nm = runtime.load_cuda(SRC)", "nvrtc"),
     ("from kernelevo.runtime import load_c\nm = load_c(SRC)", "c"),

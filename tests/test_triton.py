@@ -52,6 +52,17 @@ def test_a_triton_candidate_is_judged_in_the_interpreter_without_a_speedup(verdi
     assert e.build_s and e.build_s > 0
 
 
+def test_a_triton_candidate_out_of_time_in_the_interpreter_is_told_why_and_what_to_do(cache_dir):
+    """The task at its own size (256 rows) under a run limit the interpreter cannot meet."""
+    options = JudgeOptions(devices=("cpu",), compile_baseline=False, timing=TimingConfig(max_seconds=0.2),
+                           limits=Limits(build=120, run=1))
+    with Judge(cache_dir, options) as judge:
+        e = judge.evaluate(load_task(TASK), OK)
+    assert (e.verdict, e.reason) == ("timeout", "run_timeout"), (e.message, e.excerpt)
+    assert "Triton's interpreter runs every program of the grid in Python" in e.message
+    assert "judge Triton kernels on a GPU" in e.message and "--run-timeout" in e.message
+
+
 def test_an_autotuned_candidate_runs_every_config_in_the_interpreter(cache_dir, tmp_path):
     small = tmp_path / "task_relu.py"  # the interpreter runs each program of the grid in turn: a smaller tensor
     small.write_text((FIXTURES / "cuda" / "task_relu.py").read_text().replace("torch.randn(2048, 4096)",
@@ -136,3 +147,40 @@ def test_without_triton_the_worker_leaves_the_verdict_to_the_candidates_import(m
     monkeypatch.setenv("TRITON_CACHE_DIR", "unset")
     triton_jobs.environment(tmp_path, interpreting=True)  # no ImportError out of the worker's set-up
     assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "triton")
+
+
+def _paragraphs(text: str) -> list[str]:
+    """A prompt's prose paragraphs (code blocks left out: a kernel may be shown twice on purpose)."""
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)
+    return [p.strip() for p in re.split(r"\n\s*\n", prose) if len(p.strip()) > 40]
+
+
+def test_format_auto_asks_both_formats_first_repairs_a_failed_translation_first_and_repeats_no_paragraph(tmp_path):
+    """The first C translation fails to build (a missing semicolon): the next C call repairs it
+    rather than a translation being asked to avoid an approach that only lacked a character."""
+    c = itertools.chain([KERNELS["broken"], GOOD], itertools.cycle([KERNELS["chunked"], KERNELS["slow"]]))
+    triton = itertools.cycle([TRITON, TRITON_WIDE])
+
+    def respond(body: dict) -> Step:
+        text = request_text(body)
+        kernel = next(triton if "# Candidate format: triton (write this one)" in text else c)
+        analysis = "## Analysis\nThe fastest streams rows.\n\n## Kernel\n" if "measured kernels" in text else ""
+        return Step(text=f"{analysis}Here it is.\n\n```python\n{kernel}```\n", usage=USAGE)
+
+    server = ScriptedServer(responder=respond)
+    try:
+        done = cli(optimize_args(tmp_path, "--format", "auto", "--generations", "2", "--max-llm-calls", "6",
+                                 "--islands", "2", "--plateau", "9"), environment(server, tmp_path))
+    finally:
+        server.close()
+    assert done.returncode in (0, 3), done.stderr[-3000:]
+    prompts = [request_text(r["body"]) for r in server.requests]
+    calls = [("translate" if "Write `ModelNew` for this task" in job else "repair" if "failed the judge" in job else "other",
+              "triton" if "# Candidate format: triton (write this one)" in text else "c")
+             for text in prompts for job in [text.rsplit("# Your job", 1)[-1]]]
+    translates = [fmt for op, fmt in calls if op == "translate"]
+    assert translates[:2] == ["c", "triton"], calls  # islands alternate from the first call
+    assert calls.index(("repair", "c")) < [i for i, (op, _) in enumerate(calls) if op == "translate"][1], calls
+    for text in prompts:
+        paragraphs = _paragraphs(text)
+        assert len(paragraphs) == len(set(paragraphs)), [p[:80] for p in paragraphs if paragraphs.count(p) > 1]

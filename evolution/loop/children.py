@@ -232,9 +232,9 @@ class Children:
                                         "device": evaluation.device}
 
     def _profile_on_demand(self, member: Member) -> None:
-        """Profile mutate's parent now if it never was: the prompt then shows where its time goes
-        (the call waits for it, _after_profile), and a kernel need not have been profiled by chance
-        to be chosen. Without Nsight Compute: a tenth of a second to a second of device time."""
+        """Profile a kernel a prompt shows now if it never was: the prompt then shows where its time
+        goes (the call waits for it, _after_profiles), and a kernel need not have been profiled by
+        chance to be chosen. Without Nsight Compute: a tenth of a second to a second of device time."""
         pending = any(meta["kernel_id"] == member.kernel_id for meta in self.profile_futures.values())
         if not self.settings.profile_per_generation or pending or member.kernel_id in self.state.profiles:
             return

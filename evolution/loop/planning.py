@@ -10,7 +10,7 @@ import dataclasses
 
 from kernelevo.agent import operators
 from kernelevo.agent.client import LLM, Metered, prompt_hash
-from kernelevo.agent.profile_block import profile_block
+from kernelevo.agent.profile_block import FAR, profile_block
 from kernelevo.agent.prompting import Context, Variant, approach, feedback_from
 from kernelevo.evaluation import Evaluation
 
@@ -42,13 +42,18 @@ class Planning:
         correct = self.population.correct()
         recent = [m for m in self.population.members[-40:] if m.kernel_id not in self.repair_tried]
         repairable = selection.pick_repair_target(recent, self.rng)
-        tunable = any(_tunable(m) for m in correct)
+        tunable = any(_tunable(m, self.state.profiles) for m in correct)
         seeding = {m["island"] for m in [*self.llm_futures.values(), *self.judge_futures.values()]
                    if m["op"] == "translate"}
         seed_island = islands.needing_seed(self.population, self.settings.islands, seeding) \
             if self.barren_translations < BARREN_TRANSLATIONS else None
         op = scheduling.choose_operator(self.stats, bool(correct), selection.approaches(correct), repairable is not None,
                                         tunable, self.rng, translate_ok=seed_island is not None)
+        untried = self._untried_formats()
+        if op != "repair" and untried:  # --format auto: each format's islands are seeded before the draws begin
+            homes = [h for h in (self._needing_seed(f, seeding) for f in untried) if h is not None]
+            if homes:  # whatever earlier translations in other formats did
+                op, seed_island = "translate", homes[0]
         if op == "tune":
             return self._start_tune(correct)
         if not correct and self.judge_futures:
@@ -83,6 +88,7 @@ class Planning:
         future = self.pool.submit(fn, llm, ctx, *args)
         self.llm_futures[future] = {"op": op, "parents": parents, "island": island, "reservation": reservation,
                                     "key": key, "model": model, "llm": llm, "digest": digest, "format": fmt}
+        self.formats_asked.add(fmt)
         return True
 
     def _choose_format(self, op: str) -> str:
@@ -94,9 +100,19 @@ class Planning:
         if model is None:
             return ""
         rows = self.format_rows  # refreshed whenever a call or a verdict came in (Search._refresh)
-        self._format_turn = scheduling.choose_format(scheduling.format_stats(rows, model),
-                                                     scheduling.format_stats(rows), self.state.formats, self.rng)
+        # a format no call has asked for yet (none made, none in flight) goes first: the islands
+        # alternate formats from the first call, and the bandit draws once each has been asked
+        untried = self._untried_formats()
+        self._format_turn = untried[0] if untried else scheduling.choose_format(
+            scheduling.format_stats(rows, model), scheduling.format_stats(rows), self.state.formats, self.rng)
         return model
+
+    def _untried_formats(self) -> list[str]:
+        """With several formats, those no call has asked for yet (none made, none in flight)."""
+        if len(self.state.formats) < 2:
+            return []
+        asked = {r["format"] for r in self.format_rows if r["calls"]} | self.formats_asked
+        return [f for f in self.state.formats if f not in asked]
 
     def _write_format(self, op: str, parents: tuple[int, ...], island: int) -> str:
         """The format a call asks for: a mutation or repair keeps its parent's, any other call writes
@@ -127,15 +143,13 @@ class Planning:
         pool = [m for m in correct if m.island == island] or correct
         rows = self.archive.kernels(run_id=self.state.run_id)
         if op == "translate":  # the first kernels, then only to seed an empty or collapsed island
-            return operators.translate, (attempts.translations(rows),), (), \
-                seed_island if seed_island is not None else island
+            return operators.translate, (attempts.translations(rows),), (), self._seed_home(seed_island, island)
         if op == "mutate":
             top = selection.fastest_approaches(pool)  # the model's attempts are counted for these only
             tries = {m.kernel_id: attempts.count_on(m.kernel_id, rows) for m in top}
             parent = selection.pick_mutate_parent(top, tries, self.rng)
-            self._profile_on_demand(parent)
             variant = self._variant(parent, "A", tried=attempts.on_kernel(parent.kernel_id, rows))
-            return self._after_profile(parent.kernel_id), (variant,), (parent.kernel_id,), parent.island
+            return self._after_profiles(operators.mutate, parent), (variant,), (parent.kernel_id,), parent.island
         if op == "crossover":
             parents = selection.pick_crossover_parents(correct, self.rng, avoid=self.crossed)
             if len(parents) < 2:
@@ -145,7 +159,8 @@ class Planning:
                                       tried=attempts.on_kernel(p.kernel_id, rows, limit=3))
                         for i, p in enumerate(parents)]
             home = island if len(self.state.formats) > 1 else parents[0].island  # auto: the drawn format's island
-            return operators.crossover, (variants,), tuple(p.kernel_id for p in parents), home
+            return self._after_profiles(operators.crossover, *parents), (variants,), \
+                tuple(p.kernel_id for p in parents), home
         if op == "reflect":
             chosen = selection.pick_reflect_variants(correct, self.rng, self.settings.reflect_k)
             if len(chosen) < 2:
@@ -154,7 +169,7 @@ class Planning:
                                       tried=attempts.on_kernel(m.kernel_id, rows, limit=3) if i == 0 else ())
                         for i, m in enumerate(chosen)]
             home = island if len(self.state.formats) > 1 else chosen[0].island
-            return operators.reflect, (variants,), tuple(m.kernel_id for m in chosen), home
+            return self._after_profiles(operators.reflect, *chosen), (variants,), tuple(m.kernel_id for m in chosen), home
         if op == "repair":  # among recent children: the selection checks a failure's parent and repairs
             self.repair_tried.add(repairable.kernel_id)
             evaluation = Evaluation.from_dict(self.archive.kernel(repairable.kernel_id)["evaluations"][-1]["data"])
@@ -162,21 +177,45 @@ class Planning:
                     (repairable.kernel_id,), repairable.island)
         return None
 
-    def _after_profile(self, kernel_id: int):
-        """operators.mutate, or, while the parent is being profiled, mutate after its profile is in:
-        the call waits in its pool thread (seconds), not the loop, and the prompt shows the profile."""
-        pending = [f for f, meta in self.profile_futures.items() if meta["kernel_id"] == kernel_id]
+    def _seed_home(self, seed_island: int | None, island: int) -> int:
+        """The island a translation seeds: with several formats, one of the drawn format's islands that
+        needs a seed where there is one (so the first translations alternate formats), else the first
+        island needing one, else `island`."""
+        if seed_island is None or len(self.state.formats) == 1:
+            return seed_island if seed_island is not None else island
+        seeding = {m["island"] for m in [*self.llm_futures.values(), *self.judge_futures.values()] if m["op"] == "translate"}
+        mine = self._needing_seed(self._format_turn, seeding)
+        return mine if mine is not None else seed_island
+
+    def _needing_seed(self, fmt: str, seeding: set[int]) -> int | None:
+        """The first island of format `fmt` that a translation should seed (islands.needing_seed)."""
+        n = self.settings.islands
+        others = {i for i in range(n) if self.state.island_format(i) != fmt}
+        return islands.needing_seed(self.population, n, seeding | others)
+
+    def _after_profiles(self, fn, *members: Member):
+        """The operator `fn`, or, while a kernel it shows is being profiled (each is started now if it
+        never was: a new best is shown with its profile), `fn` after those profiles are in: the call
+        waits in its pool thread (seconds), not the loop, and the prompt shows each kernel's profile."""
+        for m in members:
+            self._profile_on_demand(m)
+        ids = {m.kernel_id for m in members}
+        pending = {meta["kernel_id"]: f for f, meta in self.profile_futures.items() if meta["kernel_id"] in ids}
         if not pending:
-            return operators.mutate
+            return fn
 
-        def mutate(llm: LLM, ctx: Context, parent: Variant):
+        def fresh(v: Variant) -> Variant:
+            if v.kernel_id not in pending:
+                return v
             try:
-                parent = dataclasses.replace(parent, profile=profile_block(pending[0].result(timeout=PROFILE_WAIT_S)))
-            except Exception:  # noqa: BLE001 - too slow or failed: the parent goes without its profile
-                pass
-            return operators.mutate(llm, ctx, parent)
+                return dataclasses.replace(v, profile=profile_block(pending[v.kernel_id].result(timeout=PROFILE_WAIT_S)))
+            except Exception:  # noqa: BLE001 - too slow or failed: the kernel goes without its profile
+                return v
 
-        return mutate
+        def after(llm: LLM, ctx: Context, shown, *rest):
+            return fn(llm, ctx, [fresh(v) for v in shown] if isinstance(shown, list) else fresh(shown), *rest)
+
+        return after
 
     def _variant(self, m: Member, label: str, notes: str = "", tried: tuple[str, ...] = ()) -> Variant:
         profile = self.state.profile_text(m.kernel_id)
@@ -204,7 +243,7 @@ class Planning:
     def _start_tune(self, correct: list[Member]) -> bool:
         """A variant of one of the best tunable kernels of an island, within the ranges its own
         `// tune:` marks list; the next of them when one has no untried variant left."""
-        tunable = [m for m in correct if _tunable(m)]
+        tunable = [m for m in correct if _tunable(m, self.state.profiles)]
         known = [m.source for m in self.population.members]
         for parent in selection.tune_parents(tunable, self.rng):
             # the gate knows every kernel submitted, judged or not: no variant is judged twice
@@ -220,7 +259,11 @@ class Planning:
         return True
 
 
-def _tunable(m: Member) -> bool:
-    """A kernel tune can work on: tune-marked constants, and a measured speed to beat (a Triton kernel
-    judged in the interpreter has none: its variants could only be correct, never faster)."""
-    return m.speedup_eager is not None and tune.has_tunables(m.source)
+def _tunable(m: Member, profiles: dict) -> bool:
+    """A kernel tune can work on: tune-marked constants, a measured speed to beat (a Triton kernel
+    judged in the interpreter has none: its variants could only be correct, never faster), and not
+    far from its bound (below FAR % of the speed of light its profile says to change the approach,
+    not constants: the judge's time goes to new replies instead)."""
+    sol = getattr(profiles.get(m.kernel_id), "sol", None)
+    far = sol is not None and sol.candidate_pct is not None and sol.candidate_pct < FAR
+    return m.speedup_eager is not None and tune.has_tunables(m.source) and not far

@@ -53,6 +53,7 @@ class Search(Planning, Children):
         self._island_turn = -1
         self._format_turn: str | None = None  # with several formats: the one drawn for the call being planned
         self.format_rows: list[dict] = []  # with several formats: Archive.format_yield, as of the last refresh
+        self.formats_asked: set[str] = set()  # formats this search's calls asked for (format_rows may lag)
         self.repair_tried: set[int] = state.repair_targets()  # one repair per failure, whatever came of it
         self.unreachable = ""  # why the model server is given up on (stops the run)
         self.crossed = state.crossed()  # parent sets already sent to crossover: the same prompt again

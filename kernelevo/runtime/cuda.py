@@ -43,11 +43,19 @@ def nvrtc_version() -> str:
 
 # NVRTC has no <cstdint>; kernels written for nvcc use these names. C++ allows repeating a
 # typedef of the same type, so a source that declares them itself still compiles.
-_PRELUDE = """typedef signed char int8_t; typedef unsigned char uint8_t; typedef short int16_t;
-typedef unsigned short uint16_t; typedef int int32_t; typedef unsigned int uint32_t;
-typedef long long int64_t; typedef unsigned long long uint64_t;
-#line 1 "candidate.cu"
-"""
+# NVRTC has no C library headers: what kernels reach for from <stdint.h>, <math.h> and <float.h> is
+# given before the source (the prompts say so), each only where the source's own includes leave it out.
+_CONSTANTS = {"INFINITY": "__int_as_float(0x7f800000)", "NAN": "__int_as_float(0x7fffffff)",
+              "FLT_MAX": "3.402823466e+38F", "FLT_MIN": "1.175494351e-38F", "FLT_EPSILON": "1.192092896e-07F",
+              "DBL_MAX": "1.7976931348623158e+308", "DBL_MIN": "2.2250738585072014e-308",
+              "M_PI": "3.14159265358979323846", "M_PI_2": "1.57079632679489661923", "M_E": "2.7182818284590452354",
+              "M_LN2": "0.69314718055994530942", "M_LOG2E": "1.4426950408889634074", "M_SQRT2": "1.41421356237309504880",
+              "M_SQRT1_2": "0.70710678118654752440", "M_2_SQRTPI": "1.12837916709551257390"}
+_PRELUDE = ("typedef signed char int8_t; typedef unsigned char uint8_t; typedef short int16_t;\n"
+            "typedef unsigned short uint16_t; typedef int int32_t; typedef unsigned int uint32_t;\n"
+            "typedef long long int64_t; typedef unsigned long long uint64_t;\n"
+            + "".join(f"#ifndef {name}\n#define {name} {value}\n#endif\n" for name, value in _CONSTANTS.items())
+            + '#line 1 "candidate.cu"\n')
 
 
 def compile_cubin(source: str, arch: str, options: tuple[str, ...] = ()) -> tuple[bytes, str]:
