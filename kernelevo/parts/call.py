@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .construct import literal, plain
+from .construct import is_default, literal, plain
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ def of(fn, args: tuple, kwargs: dict, output: Any, unused: frozenset[int] = froz
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     specs = tuple(walk(v, positional[i].name if i < len(positional) else f"x{i}") for i, v in enumerate(args))
     defaults = {p.name: p.default for p in params}
-    keywords = tuple((k, walk(v, k)) for k, v in kwargs.items() if not _default(v, defaults.get(k, inspect.Parameter.empty)))
+    keywords = tuple((k, walk(v, k)) for k, v in kwargs.items() if not is_default(v, defaults.get(k, inspect.Parameter.empty)))
     if not tensors:
         raise ValueError("takes no tensor")
     out, left = _output(output, unused)
@@ -196,12 +196,6 @@ def _unique(name: str, taken: list[str]) -> str:
     while found in taken:
         found, n = f"{name}_{n}", n + 1
     return found
-
-
-def _default(value: Any, default: Any) -> bool:
-    if default is inspect.Parameter.empty:
-        return False
-    return value is default or (plain(value) and plain(default) and type(value) is type(default) and value == default)
 
 
 def _dtype_in(value: Any) -> bool:

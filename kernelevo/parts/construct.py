@@ -192,23 +192,24 @@ def bound_args(fn, args: tuple, kwargs: dict) -> list[Bound]:
         elif kind == inspect.Parameter.VAR_KEYWORD:
             keyword += [Bound(k, v, True) for k, v in value.items()]
         elif kind == inspect.Parameter.KEYWORD_ONLY:
-            if not _is_default(value, params[name].default):
+            if not is_default(value, params[name].default):
                 keyword.append(Bound(name, value, True))
         elif kind == inspect.Parameter.POSITIONAL_OR_KEYWORD and not plain(value) and \
-                _is_default(value, params[name].default):
+                is_default(value, params[name].default):
             skipped = True
         elif skipped and kind == inspect.Parameter.POSITIONAL_OR_KEYWORD:
-            if not _is_default(value, params[name].default):
+            if not is_default(value, params[name].default):
                 keyword.append(Bound(name, value, True))
         else:
             positional.append(Bound(name, value, False))
     while positional and positional[-1].name in params and \
-            _is_default(positional[-1].value, params[positional[-1].name].default):
+            is_default(positional[-1].value, params[positional[-1].name].default):
         positional.pop()
     return positional + keyword
 
 
-def _is_default(value: Any, default: Any) -> bool:
+def is_default(value: Any, default: Any) -> bool:
+    """`value` is the parameter's default (the same object, or an equal plain value of its type)."""
     if default is inspect.Parameter.empty:
         return False
     if value is default:
