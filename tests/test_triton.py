@@ -180,7 +180,10 @@ def test_format_auto_asks_both_formats_first_repairs_a_failed_translation_first_
              for text in prompts for job in [text.rsplit("# Your job", 1)[-1]]]
     translates = [fmt for op, fmt in calls if op == "translate"]
     assert translates[:2] == ["c", "triton"], calls  # islands alternate from the first call
-    assert calls.index(("repair", "c")) < [i for i, (op, _) in enumerate(calls) if op == "translate"][1], calls
+    # the Triton translation may be planned while the C one is still being judged (a race the test does not
+    # fix); what holds: the failed C translation is repaired before C is translated again
+    c_translations = [i for i, call in enumerate(calls) if call == ("translate", "c")]
+    assert calls.index(("repair", "c")) < (c_translations[1:] or [len(calls)])[0], calls
     for text in prompts:
         paragraphs = _paragraphs(text)
         assert len(paragraphs) == len(set(paragraphs)), [p[:80] for p in paragraphs if paragraphs.count(p) > 1]
