@@ -267,6 +267,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5, help="repeatability: runs per kernel")
     parser.add_argument("--input-sets", type=int, default=JudgeOptions.input_sets, help="input sets rotated in timing")
     parser.add_argument("--cache", type=Path, help="cache directory [default: a new temporary one]")
+    parser.add_argument("--bounds", default="final", help="the bounds trial (judge/run/bounds.py): final, all or off")
     parser.add_argument("--skip", nargs="*", default=[],
                         help="parts to skip: launch build inline triton throughput repeat agree profile")
     args = parser.parse_args()
@@ -293,7 +294,8 @@ def main() -> None:
     if "build" not in args.skip and "triton" not in args.skip:
         report["build_triton"] = build_latency("triton", args.builds, cache)
         save()
-    options = JudgeOptions(devices=(args.device,), spares=4, input_sets=args.input_sets)
+    options = JudgeOptions(devices=(args.device,), spares=4, input_sets=args.input_sets, bounds=args.bounds)
+    report["bounds"] = options.bounds
     with Judge(cache, options) as judge:
         for task in tasks.values():  # baselines once per task, outside every measurement below
             judge.baseline(task, args.device)

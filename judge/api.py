@@ -48,6 +48,10 @@ class JudgeOptions:
     remeasure_tolerance: float = 0.25  # how far the event speedup may exceed the re-measured one
     eager_tolerance: float = 1.5  # eager next to the candidate vs in its own process (GPU), as a factor
     shapes: str = "general"  # or "exact": check only the task's own shapes, derive no others (trials/shapes.py)
+    # The bounds trial under a memory checker (run/bounds.py), for candidates whose trials pass: "final" on
+    # the judgements a run announces, "all" on every candidate, "off". Under compute-sanitizer a trial
+    # costs 10-30 s of held GPU, several times a whole judgement, so a search checks what it reports.
+    bounds: str = "final"
     executor: str = "local"  # or "ray": jobs run on a Ray cluster's nodes (run/ray_executor.py)
     ray_address: str | None = None  # None: $RAY_ADDRESS, else a cluster started on this machine
 
@@ -57,6 +61,13 @@ def sandbox_probe(folder: Path) -> dict:
     from kernelevo.judge.run import sandbox
 
     return sandbox.probe(folder)
+
+
+def bounds_checkers() -> dict[str, str | None]:
+    """The memory checkers the bounds trial uses (run/bounds.py), by device kind: their paths, or None."""
+    from kernelevo.judge.run import bounds
+
+    return {"cuda": bounds.compute_sanitizer(), "cpu": bounds.asan_runtime()}
 
 
 def make_executor(options: JudgeOptions, cache_dir: Path):
@@ -135,7 +146,8 @@ class Judge:
         except SyntaxError:
             fmt = "unknown"
         job = self._job(task, "candidate", candidate_source=source, candidate_path=str(path),
-                        candidate_hash=digest, format=fmt)
+                        candidate_hash=digest, format=fmt,
+                        bounds=self.options.bounds == "all" or (final and self.options.bounds == "final"))
         started = time.monotonic()
         worker_future = self.executor.submit(job, device)
         done: concurrent.futures.Future = concurrent.futures.Future()

@@ -117,6 +117,18 @@ def _sandbox() -> dict:
                    "candidates run unconfined, and every verdict says so"}
 
 
+def _bounds() -> dict:
+    """The memory checkers of the judge's bounds trial (judge/run/bounds.py)."""
+    from kernelevo.judge.api import bounds_checkers
+
+    found = bounds_checkers()
+    detail = "; ".join(f"{kind}: {path or 'none'}" for kind, path in (("GPU compute-sanitizer", found["cuda"]),
+                                                                       ("CPU AddressSanitizer", found["cpu"])))
+    return {"ok": bool(found["cuda"] or found["cpu"]), "detail": detail,
+            "fix": "optional: the CUDA toolkit's compute-sanitizer, or gcc's libasan, for the bounds trial "
+                   "(without them final verdicts say indices were not checked)"}
+
+
 def collect(embed_model: str | None = None, ray_address: str | None = None) -> dict:
     keys = {k: (mask(os.environ[k]) if os.environ.get(k) else None) for k in API_KEYS}
     return {
@@ -126,6 +138,7 @@ def collect(embed_model: str | None = None, ray_address: str | None = None) -> d
         "ncu": _tool("ncu", ["--version"], "install Nsight Compute for hardware profiles (optional)", NCU_PLACES,
                      line=-1),
         "c_compiler": _tool("cc", ["--version"], "install gcc (needed for the CPU backend)"),
+        "bounds_checkers": _bounds(),
         "ninja": _tool("ninja", ["--version"], "pip install ninja (needed for the inline format)"),
         "embedder": _embedder(embed_model),
         "ray": _ray(ray_address),

@@ -31,11 +31,14 @@ def test_evaluate_json(cache_dir):
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert data["verdict"] == "ok" and data["format"] == "c"
-    # 2 trials, 2 test-input sets, redrawn weights, large values, and 2 derived shapes: a batch of 251
-    # and the 512 features changed with the constructor argument they are tied to
-    assert data["correctness"]["trials"] == 8
+    # 2 trials, 2 test-input sets, redrawn weights, large values, and 4 derived shapes: a batch of 251
+    # and 257, and the 512 features changed to 509 and 521 with the constructor argument they are tied to
+    assert data["correctness"]["trials"] == 10
     assert "float32[251, 512]" in data["shapes"]["supported"] and not data["shapes"]["refused"]
     assert "float32[256, 509] with Model(features=509)" in data["shapes"]["supported"]
+    # what the user quotes is bounds-checked: AddressSanitizer ran the C on every shape
+    assert any(n.startswith("bounds trial: AddressSanitizer saw every index in bounds on 7 shapes")
+               for n in data["notes"]), data["notes"]
     assert data["speedup_eager"] > 0 and data["candidate"]["median_ms"] > 0
     low, high = data["speedup_eager_ci"]  # its 95 % interval, [low, high]
     assert 0 < low <= data["speedup_eager"] <= high

@@ -31,7 +31,7 @@ def header(path, key: str) -> str:
 
 def options(**extra) -> JudgeOptions:
     return JudgeOptions(devices=("cpu",), compile_baseline=False, timing=FAST, concurrency=2,
-                        limits=Limits(build=120, run=60), implausible=NO_REMEASURE, **extra)
+                        limits=Limits(build=120, run=60), implausible=NO_REMEASURE, bounds="all", **extra)
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +87,8 @@ def test_failures_name_the_shape_or_range_that_broke_them(verdicts):
 
 def test_honest_kernels_report_what_was_checked(verdicts):
     softmax = verdicts["softmax_ok_c.py"]
-    assert softmax.shapes.supported == ("float32[64, 1024]", "float32[61, 1024]", "float32[64, 1021]")
+    assert softmax.shapes.supported == ("float32[64, 1024]", "float32[61, 1024]", "float32[67, 1024]",
+                                        "float32[64, 1021]", "float32[64, 1031]")
     assert not softmax.specialized and softmax.shapes.refused == ()
     norm = verdicts["layernorm_ok_c.py"]
     assert "float32[127, 512]" in norm.shapes.supported
@@ -96,6 +97,27 @@ def test_honest_kernels_report_what_was_checked(verdicts):
     assert any(n.startswith("redrew 2 floating parameters") for n in norm.notes)
     assert any(n.startswith("redrew 2") for n in verdicts["renamed_weights_ok_c.py"].notes)
     assert any("keeps state across calls" in n for n in verdicts["rnn_state_ok_c.py"].notes)
+    assert any(n.startswith("bounds trial: AddressSanitizer saw every index in bounds on ")
+               for n in norm.notes), norm.notes
+
+
+def test_a_class_count_varies_with_the_targets_that_index_it(verdicts):
+    """Cross-entropy targets index the class dimension: an honest kernel is checked on other class
+    counts (the targets rescaled into them), and one with the count baked in fails there."""
+    honest = verdicts["cross_entropy_ok_c.py"].shapes.supported
+    assert "float32[256, 97], int64[256]" in honest and "float32[256, 101], int64[256]" in honest
+    baked = verdicts["shape_specific__cross_entropy_classes_c.py"].message
+    assert baked.startswith("derived shape (inner dimension 100 -> 97 (index inputs follow)"), baked
+
+
+def test_out_of_bounds_names_the_function_the_access_and_the_shape(verdicts):
+    """A read one element past the input, right values on every shape: only the bounds trial sees it."""
+    e = verdicts["out_of_bounds__peeks_past_rows_c.py"]
+    found = e.evidence["bounds"]
+    assert (found["kernel"], found["kind"], found["size"], found["checker"]) == \
+        ("rmsnorm_gate_peek", "read", 4, "AddressSanitizer")
+    assert found["shape"].startswith("the task's own shape") and "heap-buffer-overflow" in found["report"]
+    assert "`rmsnorm_gate_peek` made an out-of-bounds read of 4 bytes" in e.message
 
 
 def test_sizes_equal_to_constructor_arguments_are_varied_by_role(verdicts):
@@ -106,22 +128,29 @@ def test_sizes_equal_to_constructor_arguments_are_varied_by_role(verdicts):
     linear = verdicts["square_linear_ok_c.py"].shapes
     assert linear.supported == ("float32[128, 128]",
                                 "float32[127, 127] with Model(in_features=127, out_features=128)",
-                                "float32[127, 128] with Model(in_features=128, out_features=127)")
+                                "float32[131, 131] with Model(in_features=131, out_features=128)",
+                                # the batch only shares the value: the features change alone too
+                                "float32[128, 127] with Model(in_features=127, out_features=128)",
+                                "float32[128, 131] with Model(in_features=131, out_features=128)",
+                                "float32[127, 128] with Model(in_features=128, out_features=127)",
+                                "float32[131, 128] with Model(in_features=128, out_features=131)")
     assert len(verdicts["rmsnorm_gate_ok_c.py"].shapes.supported) > 1
     assert "float32[61, 61, 32] with Model(num_features=61)" in verdicts["feature_rms_ok_c.py"].shapes.supported
     tiles = verdicts["shape_specific__square_linear_tiles_c.py"].message
     assert tiles.startswith("derived shape (in_features 128 -> 127: float32[127, 127] with Model(in_features=127")
     refused = verdicts["specialized__square_linear_refuses_c.py"].shapes.refused
-    assert refused == ("float32[127, 127] with Model(in_features=127, out_features=128): ValueError: linear_128 is "
-                       "built for 128 input features, got 127",)
+    assert refused == tuple(f"float32[{shape}] with Model(in_features={n}, out_features=128): ValueError: linear_128 "
+                            f"is built for 128 input features, got {n}"
+                            for shape, n in (("127, 127", 127), ("131, 131", 131), ("128, 127", 127), ("128, 131", 131)))
 
 
 def test_specialized_kernel_says_what_it_refused_and_round_trips(verdicts):
     e = verdicts["specialized__refuses_c.py"]
     assert e.ok and e.specialized
-    assert e.shapes.supported == ("float32[64, 1024]", "float32[61, 1024]")
+    assert e.shapes.supported == ("float32[64, 1024]", "float32[61, 1024]", "float32[67, 1024]")
     assert e.shapes.refused == ("float32[64, 1021]: ValueError: softmax_1024 handles rows of 1024 elements, "
-                                "got shape [64, 1021]",)
+                                "got shape [64, 1021]", "float32[64, 1031]: ValueError: softmax_1024 handles "
+                                "rows of 1024 elements, got shape [64, 1031]")
     again = Evaluation.from_dict(e.to_dict())
     assert again == e and again.specialized
 
@@ -136,6 +165,8 @@ def test_shapes_exact_opts_out(verdicts):
 def test_other_sizes_are_odd_primes():
     assert [shapes.other_size(n) for n in (1, 2, 3, 4, 16, 64, 1024, 4096, 16384)] == \
         [None, 3, 5, 3, 13, 61, 1021, 4093, 16381]
+    assert [shapes.size_above(n) for n in (1, 2, 3, 4, 16, 64, 1024, 4096, 16384)] == \
+        [None, 3, 5, 5, 17, 67, 1031, 4099, 16411]
 
 
 def _matmul_runs(args) -> bool:
@@ -156,16 +187,73 @@ def test_a_shared_dimension_changes_in_every_input():
     variants, notes = _derived([torch.randn(16, 256), torch.randn(256, 64)], _matmul_runs)
     assert [(v.label, v.shapes) for v in variants] == [
         ("leading dimension 16 -> 13", "float32[13, 256], float32[256, 64]"),
+        ("leading dimension 16 -> 17", "float32[17, 256], float32[256, 64]"),
         ("inner dimension 256 -> 251", "float32[16, 251], float32[251, 64]"),
-        ("inner dimension 64 -> 61", "float32[16, 256], float32[256, 61]")]
+        ("inner dimension 256 -> 257", "float32[16, 257], float32[257, 64]"),
+        ("inner dimension 64 -> 61", "float32[16, 256], float32[256, 61]"),
+        ("inner dimension 64 -> 67", "float32[16, 256], float32[256, 67]")]
     assert notes == []
 
 
-def test_integer_inputs_that_could_index_a_dimension_veto_shrinking_it():
-    index = torch.tensor([0, 50, 99, 3, 4, 5, 6, 7])  # indexes the 100 columns of x, up to the last
+def test_index_inputs_follow_the_dimension_they_index():
+    """Class targets index the 100 classes: when the classes vary (97 and 101), the targets are
+    rescaled into the new range, keeping the ignore value -100 and their order, so the reference
+    stays valid and the class count really varies."""
+    targets = torch.tensor([0, 50, 99, -100, 4, 5, 6, 7])
+    ran = []
+
+    def runs(args):  # cross-entropy's own check: every target below the class count, or ignored
+        ran.append(args)
+        t = args[1]
+        return bool(((t == -100) | ((t >= 0) & (t < args[0].shape[1]))).all())
+
+    variants, notes = _derived([torch.randn(8, 100), targets], runs)
+    by_label = {v.label: v for v in variants}
+    assert "inner dimension 100 -> 97 (index inputs follow)" in by_label, list(by_label)
+    for label, classes in (("inner dimension 100 -> 97 (index inputs follow)", 97),
+                           ("inner dimension 100 -> 101 (index inputs follow)", 101)):
+        x, t = by_label[label].args
+        assert x.shape == (8, classes) and runs([x, t])
+        assert t.tolist() == [0, 50 * classes // 100, 99 * classes // 100, -100, 4 * classes // 100,
+                              5 * classes // 100, 6 * classes // 100, 7 * classes // 100]
+    assert "leading dimension 8 -> 7" in by_label and notes == []
+
+
+def test_integer_inputs_below_half_a_size_are_left_as_they_are():
+    """Values that do not reach a size's upper half (a count, a small index into a large dimension)
+    are not taken as its index: they stay as drawn, still valid at the smaller size."""
+    index = torch.tensor([0, 40, 48, 3, 4, 5, 6, 7])
     variants, notes = _derived([torch.randn(8, 100), index], lambda args: True)
-    assert [v.label for v in variants] == ["leading dimension 8 -> 7"]
-    assert notes == ["not checked on inner dimension 100 -> 97: an integer input indexes the dimension it shrinks"]
+    by_label = {v.label: v for v in variants}
+    assert torch.equal(by_label["inner dimension 100 -> 97"].args[1], index) and notes == []
+    index = torch.tensor([0, 98, 40, 3])  # 98 reaches the upper half of 100: it follows
+    variants, _ = _derived([torch.randn(4, 100), index], lambda args: True)
+    assert "inner dimension 100 -> 97 (index inputs follow)" in [v.label for v in variants]
+
+
+class _Embed(torch.nn.Module):
+    def __init__(self, vocab, dim):
+        super().__init__()
+        self.table = torch.nn.Embedding(vocab, dim)
+
+    def forward(self, ids):
+        return self.table(ids)
+
+
+def test_a_size_only_an_index_input_ties_varies_with_it():
+    """An embedding's vocabulary is no input dimension; the ids index it, so it varies with them."""
+    ids = torch.randint(0, 1000, (4, 64))
+    init = (1000, 32)
+    accepts = shapes.acceptor(_Embed, "cpu")
+    variants, notes = _derived([ids], None, init, accepts, shapes.parameter_names(_Embed))
+    by_label = {v.label: v for v in variants}
+    vocab = by_label["vocab 1000 -> 997 (index inputs follow)"]
+    assert vocab.built == "Model(vocab=997, dim=32)" and int(vocab.args[0].max()) < 997
+    assert accepts(vocab.init, vocab.args)
+    assert "vocab 1000 -> 1009 (index inputs follow)" in by_label
+    # without an index input reaching it, the argument ties nothing and is not varied
+    variants, _ = _derived([torch.randint(0, 10, (4, 64))], None, init, accepts, shapes.parameter_names(_Embed))
+    assert not any(v.label.startswith("vocab") for v in variants)
 
 
 class _Linear(torch.nn.Module):
@@ -197,11 +285,18 @@ def test_sizes_change_by_role_not_by_value():
     argument (and the features only with in_features), both models rebuilt."""
     assert _plan(_Linear, (1024, 1024), [torch.empty(1024, 1024)]) == [
         ("in_features 1024 -> 1021", {(0, 0): 1021, (0, 1): 1021}, "Model(in_features=1021, out_features=1024)"),
-        ("out_features 1024 -> 1021", {(0, 0): 1021}, "Model(in_features=1024, out_features=1021)")]
+        ("in_features 1024 -> 1031", {(0, 0): 1031, (0, 1): 1031}, "Model(in_features=1031, out_features=1024)"),
+        # the batch only shares the value: the features alone change too, proven the module's own
+        ("in_features 1024 -> 1021, its own dimensions only", {(0, 1): 1021}, "Model(in_features=1021, out_features=1024)"),
+        ("in_features 1024 -> 1031, its own dimensions only", {(0, 1): 1031}, "Model(in_features=1031, out_features=1024)"),
+        ("out_features 1024 -> 1021", {(0, 0): 1021}, "Model(in_features=1024, out_features=1021)"),
+        ("out_features 1024 -> 1031", {(0, 0): 1031}, "Model(in_features=1024, out_features=1031)")]
     # a batch that differs from every argument changes alone; the features with their argument
     assert _plan(_Linear, (1024, 512), [torch.empty(16, 1024)]) == [
         ("in_features 1024 -> 1021", {(0, 1): 1021}, "Model(in_features=1021, out_features=512)"),
-        ("leading dimension 16 -> 13", {(0, 0): 13}, "")]
+        ("in_features 1024 -> 1031", {(0, 1): 1031}, "Model(in_features=1031, out_features=512)"),
+        ("leading dimension 16 -> 13", {(0, 0): 13}, ""),
+        ("leading dimension 16 -> 17", {(0, 0): 17}, "")]
 
 
 def test_a_module_built_for_its_features_is_not_asked_to_take_other_features():
@@ -223,7 +318,8 @@ def test_arguments_inside_tuples_and_arguments_that_tie_no_input():
 
     plans = _plan(Norm, ((64, 32), 7), [torch.empty(8, 64, 32)])
     assert plans[0] == ("shape[0] 64 -> 61", {(0, 1): 61}, "Model(shape=(61, 32), out_width=7)")
-    assert plans[1] == ("shape[1] 32 -> 31", {(0, 2): 31}, "Model(shape=(64, 31), out_width=7)")
+    assert plans[1] == ("shape[0] 64 -> 67", {(0, 1): 67}, "Model(shape=(67, 32), out_width=7)")
+    assert plans[2] == ("shape[1] 32 -> 31", {(0, 2): 31}, "Model(shape=(64, 31), out_width=7)")
 
 
 def test_acceptor_runs_the_reference_without_memory():

@@ -61,10 +61,13 @@ def test_ok_has_times_and_correctness(verdicts):
     e = verdicts["ok_c.py"]
     assert e.format == "c" and e.device == "cpu"
     # five fresh draws, redrawn weights, large values, the task's two extra shapes, and the shapes the
-    # judge derives: the 512 features with the constructor argument they are tied to, a batch of 251
-    assert e.correctness.trials == 5 + 1 + 1 + 2 + 2
+    # judge derives, each below and above: the 512 features with the constructor argument they are tied
+    # to, a batch of 251 and 257
+    assert e.correctness.trials == 5 + 1 + 1 + 2 + 4
     assert e.shapes.supported == ("float32[256, 512]", "float32[3, 512]", "float32[1000, 512]",
-                                  "float32[256, 509] with Model(features=509)", "float32[251, 512]")
+                                  "float32[256, 509] with Model(features=509)",
+                                  "float32[256, 521] with Model(features=521)", "float32[251, 512]",
+                                  "float32[257, 512]")
     assert e.correctness.rel_l2 < 1e-6
     assert e.candidate.median_ms > 0 and e.eager.median_ms > 0
     # The paired median of per-round ratios, close to (not equal to) the ratio of the medians.

@@ -133,7 +133,9 @@ def test_replayed_search_spends_every_reply_and_stops_on_an_outage(tmp_path):
     assert all("Its letters named the kernels of that earlier prompt" in j for j in with_insights)
 
     # tune worked only on the two fastest tunable kernels known when it started, leaving those its
-    # profile (as stored by the end: it may have come in later) puts far from the bound to new replies
+    # profile puts far from the bound to new replies. Which profiles had come in by then is a race, so
+    # what holds whatever the order: of the kernels faster than the parent, at most one (the other of
+    # the two) is not far by the end (profiles only add, so far by the end covers far back then)
     searched = {k["id"]: next(e for e in details[k["id"]]["evaluations"] if e["purpose"] == "search")
                 for k in kernels if k["verdict"] == "ok"}  # what the loop saw (the final re-judgement came later)
     with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
@@ -144,5 +146,7 @@ def test_replayed_search_spends_every_reply_and_stops_on_an_outage(tmp_path):
     for t in tuned:
         known = sorted((e for kid, e in searched.items() if e["created_at"] < t["created_at"]
                         and has_tunables(details[kid]["source"])), key=lambda e: -e["speedup_eager"])
-        near = [e for e in known if e["kernel_id"] not in far]
-        assert t["parents"][0] in {e["kernel_id"] for e in near[:2] + known[:2]}, (t["id"], t["parents"], known[:3], far)
+        parent = next(e for e in known if e["kernel_id"] == t["parents"][0])
+        faster_near = [e["kernel_id"] for e in known
+                       if e["speedup_eager"] > parent["speedup_eager"] and e["kernel_id"] not in far]
+        assert len(faster_near) <= 1, (t["id"], t["parents"], faster_near, far)

@@ -14,7 +14,7 @@ from typing import Any
 from kernelevo.judge import static, verdicts
 from kernelevo.judge.measure import crosscheck, loop, resources, timing
 from kernelevo.judge.trials import correctness, guards, inputs, policy
-from kernelevo.judge.run import triton_jobs
+from kernelevo.judge.run import bounds, triton_jobs
 from kernelevo.tasks import TaskError, load_module
 
 forward = correctness.forward
@@ -49,8 +49,14 @@ def _load_candidate(job: dict):
     return cls
 
 
-def static_rejection(job: dict, task) -> dict | None:
-    findings = static.check(job["candidate_source"], task_source=job["task_source"])
+def static_rejection(job: dict, task, noted: list[str] | None = None) -> dict | None:
+    """The first static finding that rejects, as a result; the suspicions (static.SUSPICIONS) go to
+    `noted` for the verdict's notes: the trials decide those."""
+    found = static.check(job["candidate_source"], task_source=job["task_source"])
+    findings = [f for f in found if f.reason not in static.SUSPICIONS]
+    if noted is not None:
+        noted += [f"static suspicion ({f.reason}), left to the trials: {f.message}" for f in found
+                  if f.reason in static.SUSPICIONS]
     if not findings:
         return None
     first = findings[0]
@@ -87,13 +93,15 @@ def _build(job: dict, task, device: str, integrity: guards.Integrity, threads: g
 def run_candidate(job: dict, device: str, channel) -> dict:
     task = _load_task(job)
     integrity, threads = guards.Integrity(), guards.ThreadWatch()  # before any candidate code runs
-    rejected = static_rejection(job, task)
+    suspicions: list[str] = []
+    rejected = static_rejection(job, task, suspicions)
     if rejected:
         return rejected
     built = _build(job, task, device, integrity, threads)
     if isinstance(built, dict):
         return built
     reference, candidate, result = built
+    result["notes"] += suspicions
     result["resources"] = [dataclasses.asdict(r) for r in resources.collect()]
     channel.send("built", build_s=result["build_s"])
     planned = _plan_shapes(task, job, device)  # on shapes alone: no device time spent on it
@@ -159,6 +167,8 @@ def _check_and_time(task, reference, candidate, job: dict, device: str, result: 
         if checked["verdict"] != "ok":
             return result
         integrity.verify("the correctness trials")
+        _bounds(job, device, result, evidence)
+        phase("bounds")
         sets = _input_sets(task, job, device, job.get("input_sets", 3))
         evidence["policy"] = policy.check(result["policy"], lambda a: forward(candidate, a), sets[0], device,
                                           job["candidate_source"])
@@ -195,6 +205,20 @@ def _check_and_time(task, reference, candidate, job: dict, device: str, result: 
             result["notes"] = [*result.get("notes", []), note]
     result["samples_ms"] = {name: sum(xs) for name, xs in measured.samples.items()}
     return result
+
+
+def _bounds(job: dict, device: str, result: dict, evidence: dict) -> None:
+    """The bounds trial (run/bounds.py), for a candidate whose trials passed: raises Rejected where its
+    checker saw an invalid access in the candidate's code; its note joins the verdict's either way."""
+    if not job.get("bounds", False):
+        return
+    outcome = bounds.run(job, device)
+    evidence["bounds"] = {"checker": outcome.checker, "seconds": round(outcome.seconds, 2)}
+    if outcome.access is not None:
+        raise guards.Rejected("out_of_bounds", bounds.message(outcome),
+                              {"bounds": {**dataclasses.asdict(outcome.access), "checker": outcome.checker,
+                                          "seconds": round(outcome.seconds, 2), "report": outcome.report}})
+    result["notes"] = [*result.get("notes", []), outcome.note]
 
 
 def _untimed(result: dict, integrity: guards.Integrity, threads: guards.ThreadWatch, channel, acquired: float,

@@ -1,8 +1,13 @@
 """Static anti-cheat checks: read a candidate's source (never run it) for the obvious ways to fool
 the judge. Each check is a small function in `CHECKS`, registered under its stable reason id; the
-dynamic checks (trials/guards.py, correctness, the kernel policy) catch what reading cannot. Any finding
+dynamic checks (trials/guards.py, correctness, the kernel policy) catch what reading cannot. A finding
 rejects the candidate unrun, so a pattern is a finding only where it can never be honest; where it is
 merely suspicious (a half type, a try around the build, state on self), the dynamic checks decide.
+The reasons in SUSPICIONS are of that second kind: a lookup keyed by tensor identity, or data kept from
+forward for a later call, is also how honest CUDA-graph caches work (a graph keyed by placement holds
+its static output, as make_graphed_callables does). Their findings reject nothing: they go with the
+candidate to the trials, where the second trial rewrites the first one's inputs in place, without
+moving their version counters, and a stale answer is `input_cache` with that evidence.
 
 The package: context.py (the tree read once, names resolved, the helpers every check shares) and
 cuda.py (kernel source in string literals) below one module per family of checks: streams.py (work
@@ -17,7 +22,7 @@ from collections.abc import Callable
 from . import borrowing, patching, reach, state, streams
 from .context import Context, Finding, build_context
 
-__all__ = ["CHECKS", "Context", "Finding", "check"]
+__all__ = ["CHECKS", "SUSPICIONS", "Context", "Finding", "check"]
 
 # The registry, in reporting order: each reason id with the function that finds it.
 CHECKS: dict[str, Callable[[Context], list[Finding]]] = {
@@ -35,6 +40,8 @@ CHECKS: dict[str, Callable[[Context], list[Finding]]] = {
     "input_cache": state.input_cache,
     "init_args": state.init_args,
 }
+# Reasons whose findings could be honest: handed to the dynamic checks instead of rejecting.
+SUSPICIONS = frozenset({"input_cache"})
 # On a line both flag, the more specific reason wins (a TF32 flag is also an assignment into torch).
 _SUPERSEDED_BY = {"monkeypatch": ("precision_downgrade", "io_access")}
 

@@ -4,8 +4,10 @@ Every trial runs the candidate first, on inputs it has never seen, with the allo
 memory poisoned; the reference runs afterwards on copies taken before the call. So while the
 candidate runs, no reference output for those inputs exists anywhere in the process (nothing
 to scavenge, nothing left in freed memory), and its inputs are compared with their copies
-afterwards. The second trial writes new values into the first trial's input tensors, so a
-result cached by input address comes out stale.
+afterwards. The second trial writes new values into the first trial's input tensors, through
+`.data` so that their version counters do not move: a result cached by input address, by tensor
+object or by (address, version) comes out stale, and is `input_cache`; an honest cache keyed by
+placement (a CUDA graph replayed every call) computes from the new values.
 """
 from __future__ import annotations
 
@@ -114,7 +116,9 @@ def plan_shapes(task, device: str):
 
 
 def _same_place(old: list | None, new: list) -> list | None:
-    """`new`'s values written into `old`'s tensors, where every tensor matches in shape and dtype."""
+    """`new`'s values written into `old`'s tensors, where every tensor matches in shape and dtype; written
+    through `.data`, which leaves each tensor's version counter where it was (as a write by another
+    library into the same memory would), so a memo keyed by (address, version) cannot tell either."""
     import torch
 
     if old is None or len(old) != len(new):
@@ -125,7 +129,7 @@ def _same_place(old: list | None, new: list) -> list | None:
             return None
     for o, n in zip(old, new):
         if isinstance(n, torch.Tensor):
-            o.copy_(n)
+            o.data.copy_(n)
     return old
 
 
@@ -221,9 +225,10 @@ def _run_trial(t: int, trial: Trial, task, job: dict, ref: Reference, candidate,
 
 def _trial(t: int, trial: Trial, ref: Reference, candidate, watch, threads, device: str, state: dict):
     args, label = trial.args, trial.label
+    state["same_place"] = False
     if t == 1:  # the same addresses as the first trial, holding new values
         moved = _same_place(state["previous_args"], args)
-        args = moved if moved is not None else args
+        args, state["same_place"] = (moved, True) if moved is not None else (args, False)
     originals = inputs.clone_inputs(args)
     # Blocks of the last outputs' sizes and of this trial's input sizes: on a new shape the output is
     # often input-sized, and the reference's own output for these very inputs (a shape probe's) may be free.
@@ -322,6 +327,11 @@ def _check_cached(out, expected, state: dict, label: str) -> None:
                                            and a.shape == b.shape and torch.equal(a, b) for a, b in zip(before, now))
     ref_same = all(torch.equal(a, b) for a, b in zip(before_ref, compare.flatten(expected))
                    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape)
+    if same and not ref_same and state.get("same_place"):
+        raise guards.Rejected("input_cache", f"{label}: the candidate returned its previous result after its "
+                              "inputs' memory was rewritten in place (same tensors, same addresses, version "
+                              "counters unchanged): a result cached by tensor identity; results must be computed "
+                              "on every call", {"same_storage": True, "version_moved": False})
     if same and not ref_same:
         raise guards.Rejected("cached_result", f"{label}: the candidate returned its previous result for new "
                               "inputs: results must be computed on every call")

@@ -3,7 +3,9 @@
 A kernel written against `get_inputs()` alone often works only there: full tiles and no tail
 handling, sizes baked in as constants, grids computed for one size. So besides the task's own
 shapes the candidate is checked on inputs whose sizes are changed to odd primes (never a multiple
-of 2, 8, 16, 32 or 64): 16 -> 13, 4096 -> 4093, 16384 -> 16381, 2 -> 3.
+of 2, 8, 16, 32 or 64), each both below and above the task's: 16 -> 13 and 17, 4096 -> 4093 and
+4099. Below, a grid sized for the task's shape runs past the end of the inputs (the bounds trial
+sees that); above, it leaves elements unwritten, and the poisoned output shows them.
 
 Which sizes may change, and how, is decided by role, never by a size's value:
 - A size the module is built for changes together with its constructor argument: both the
@@ -21,8 +23,15 @@ Which sizes may change, and how, is decided by role, never by a size's value:
 
 All of this is decided on shapes alone, before the candidate holds a device: on the meta device
 (no memory, no kernels, so an invalid variant leaves no CUDA error behind), or where the reference
-cannot run there, with real tensors. A variant is kept only where the reference runs on it. Integer
-inputs that could index a shrunk dimension veto it (checked on each trial's values).
+cannot run there, with real tensors. A variant is kept only where the reference runs on it.
+
+Integer inputs that index a dimension (class targets, embedding ids, gather indices) follow it:
+found on each trial's values (non-negative values reaching the upper half of a changed size, and
+below it), they are rescaled to the new size, v -> v * new // old, which keeps their order and a
+negative ignore value such as -100. So a cross-entropy's class count really varies, and a size
+only an index input ties (an embedding's vocabulary, a constructor argument no input dimension
+has) varies too. The reference, run on the result, confirms it stays valid. Integer inputs that
+could still index a shrunk dimension out of range veto the variant.
 """
 from __future__ import annotations
 
@@ -30,8 +39,8 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-MAX_CONSTRUCTOR = 2  # constructor arguments varied together with their sizes
-MAX_VARIANTS = 4  # derived variants in all: constructor ones first, then the leading dimension and inner ones
+MAX_CONSTRUCTOR = 3  # constructor arguments varied together with their sizes
+MAX_VARIANTS = 5  # sizes varied in all (each below and above): constructor ones, then the leading dimension and inner ones
 MAX_ALONE = 3  # of which sizes changed alone
 MAX_INNER_TRIES = 4  # inner sizes tried before giving up
 MAX_SUBSETS = 16  # placements tried per constructor argument
@@ -49,6 +58,9 @@ class Plan:
     placement: tuple[tuple[Dim, int], ...]  # ((input, dim), new size)
     init: tuple | None = None  # constructor arguments both models are rebuilt with; None: the task's own
     built: str = ""  # "Model(features=509)" where rebuilt
+    change: tuple[int, int] = (0, 0)  # (old size, new size): index inputs into the old size follow it
+    paths: tuple[Path, ...] = ()  # the constructor arguments changed
+    by_index: bool = False  # a size no input dimension has: kept only where an index input ties it
 
     @property
     def sizes(self) -> dict[Dim, int]:
@@ -81,6 +93,17 @@ def other_size(n: int) -> int | None:
     p = n - 1
     while not _is_prime(p):
         p -= 1
+    return p
+
+
+def size_above(n: int) -> int | None:
+    """The size above the task's a dimension of size `n` is also tried at: the next odd prime; None
+    for size 1."""
+    if n <= 1:
+        return None
+    p = n + 1
+    while p == 2 or not _is_prime(p):
+        p += 1
     return p
 
 
@@ -167,7 +190,7 @@ def _placement_for(args: list, accepts: Callable[[tuple, list], bool], init: tup
     changed to `new` (possibly none); None where it accepts no placement at all."""
     same = [dim for dim, n in _dims(args).items() if n == value]
     for subset in _subsets(same):
-        if accepts(init, resized(args, dict.fromkeys(subset, new))):
+        if accepts(init, moved(args, dict.fromkeys(subset, new), value, new)):
             return subset
     return None
 
@@ -175,13 +198,19 @@ def _placement_for(args: list, accepts: Callable[[tuple, list], bool], init: tup
 def constructor_plans(args: list, init: tuple, accepts: Callable[[tuple, list], bool],
                       names: tuple[str, ...]) -> tuple[list[Plan], set[Dim], list[str]]:
     """Variants that rebuild both models with a size argument changed, the input dimensions they
-    carry (never changed alone), and notes. An argument whose value is no input size is left: it
-    ties no input dimension."""
+    carry (never changed alone), and notes. An argument whose value is no input size ties no input
+    dimension; where integer inputs exist it may be a size they index (a vocabulary): planned
+    `by_index`, and kept only where one does (`variants`)."""
     sizes = {dim: n for dim, n in _dims(args).items()}
     by_value: dict[int, list[Path]] = {}
+    indexed: list[Plan] = []
     for path, value in size_arguments(init):
         if value in sizes.values():
             by_value.setdefault(value, []).append(path)
+        elif _index_inputs(args) and accepts(changed := with_value(init, [path], other_size(value)),
+                                             moved(args, {}, value, other_size(value))):
+            indexed.append(Plan(f"{_arg_name(path, names)} {value} -> {other_size(value)}", (), changed,
+                                call_text(changed, names, [path]), (value, other_size(value)), (path,), True))
     plans, carried, notes = [], set(), []
     for value, paths in by_value.items():
         new = other_size(value)
@@ -199,12 +228,56 @@ def constructor_plans(args: list, init: tuple, accepts: Callable[[tuple, list], 
             found = True
             carried |= set(subset)
             label = " and ".join(_arg_name(p, names) for p in group) + f" {value} -> {new}"
-            plans.append(Plan(label, tuple((d, new) for d in subset), changed, call_text(changed, names, group)))
+            plans.append(Plan(label, tuple((d, new) for d in subset), changed, call_text(changed, names, group),
+                              (value, new), tuple(group)))
+            own = _own_dimensions(args, accepts, init, changed, subset, value, new)
+            if own:
+                plans.append(Plan(f"{label}, its own dimensions only", tuple((d, new) for d in own), changed,
+                                  call_text(changed, names, group), (value, new), tuple(group)))
         if not found and not unrelated:
             notes.append(f"{value} is also a constructor argument ({', '.join(_arg_name(p, names) for p in paths)}) "
                          f"that the reference could not be built with as {new} for these inputs: "
                          "its dimensions change alone, where the reference accepts that")
-    return plans[:MAX_CONSTRUCTOR], carried, notes
+    return (plans + indexed)[:MAX_CONSTRUCTOR], carried, notes
+
+
+def _own_dimensions(args: list, accepts: Callable[[tuple, list], bool], init: tuple, changed: tuple,
+                    subset: tuple[Dim, ...], value: int, new: int) -> tuple[Dim, ...]:
+    """The fewest of `subset` the module is shown to be built for: the rebuilt reference accepts them
+    changed, and the task's own rejects that (so they are its size, while the rest of `subset` only
+    shares the value: rows as many as an RMSNorm's hidden size). Empty where no such proof exists (a
+    module that never checks its feature count), or all of `subset` is needed."""
+    for size in range(1, len(subset)):
+        for own in itertools.combinations(subset, size):
+            trial = moved(args, dict.fromkeys(own, new), value, new)
+            if accepts(changed, trial) and not accepts(init, trial):
+                return own
+    return ()
+
+
+def _index_inputs(args: list) -> list[int]:
+    """Positions of integer tensor inputs (not bool): what could index a dimension."""
+    import torch
+
+    return [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and not a.is_floating_point()
+            and not a.is_complex() and a.dtype != torch.bool]
+
+
+def above(p: Plan, args: list, init: tuple, accepts: Callable[[tuple, list], bool], names: tuple[str, ...],
+          bound: float) -> Plan | None:
+    """`p`'s twin at a size above the task's, where the reference runs on it within `bound` bytes."""
+    old = p.change[0]
+    up = size_above(old)
+    if up is None:
+        return None
+    placement = {d: up for d, _ in p.placement}
+    changed = with_value(init, list(p.paths), up) if p.paths else None
+    grown = moved(args, placement, old, up)
+    if _nbytes(grown) > bound or not accepts(changed if changed is not None else init, grown):
+        return None
+    label = p.label.replace(f"{old} -> {p.change[1]}", f"{old} -> {up}", 1)
+    built = call_text(changed, names, list(p.paths)) if changed is not None else ""
+    return Plan(label, tuple(placement.items()), changed, built, (old, up), p.paths, p.by_index)
 
 
 # --- sizes changed alone -----------------------------------------------------------------------------
@@ -251,12 +324,15 @@ def plan(args: list, init: tuple, accepts: Callable[[tuple, list], bool], names:
         if len(roles.plans) >= MAX_VARIANTS or len(roles.plans) - len(ctor) >= MAX_ALONE:
             break
         for placement in tries:
-            moved = resized(args, placement)
-            if _nbytes(moved) <= bound and accepts(init, moved):
-                roles.plans.append(Plan(label, tuple(placement.items())))
+            old, new = _dims(args)[next(iter(placement))], next(iter(placement.values()))
+            shrunk = moved(args, placement, old, new)
+            if _nbytes(shrunk) <= bound and accepts(init, shrunk):
+                roles.plans.append(Plan(label, tuple(placement.items()), change=(old, new)))
                 break
         else:
             refused.append(label)
+    # every size varied below is also tried above: a grid sized for the task leaves elements unwritten there
+    roles.plans = [q for p in roles.plans for q in (p, above(p, args, init, accepts, names, bound)) if q is not None]
     roles.notes += [f"not checked on another {kind} dimension: the reference runs on none of "
                     + ", ".join(r.removeprefix(f"{kind} dimension ") for r in refused if r.startswith(kind))
                     for kind in ("leading", "inner")
@@ -288,18 +364,49 @@ def resized(args: list, placement: dict[Dim, int]) -> list:
     return out
 
 
-def indexes_into(args: list, placement: dict[Dim, int]) -> bool:
-    """Whether an integer input could index a dimension this placement shrinks: its values reach
-    the new size but stay below the old one. The reference would then fail on the device."""
-    import torch
-
+def indexes_into(args: list, placement: dict[Dim, int], skip: set[int] = frozenset()) -> bool:
+    """Whether an integer input (other than those in `skip`, which follow the change) could index a
+    dimension this placement shrinks: its values reach the new size but stay below the old one. The
+    reference would then fail on the device."""
     shrunk = [(args[i].shape[d], new) for (i, d), new in placement.items() if new < args[i].shape[d]]
-    for a in args:
-        if isinstance(a, torch.Tensor) and not a.is_floating_point() and a.dtype != torch.bool and a.numel():
-            top = int(a.max())
+    for i in _index_inputs(args):
+        if i not in skip and args[i].numel():
+            top = int(args[i].max())
             if any(new <= top < old for old, new in shrunk):
                 return True
     return False
+
+
+def index_inputs_of(args: list, size: int) -> list[int]:
+    """Integer inputs whose values index a dimension of `size`: their non-negative values reach its
+    upper half and stay below it (class targets of 1000 classes reach 999; a count or a flag does not)."""
+    found = []
+    for i in _index_inputs(args):
+        a = args[i]
+        if a.is_meta:  # planning on shapes alone: values are seen on each trial's inputs
+            continue
+        valid = a[a >= 0] if a.numel() else a
+        if valid.numel() and size // 2 <= int(valid.max()) < size and size > 1:
+            found.append(i)
+    return found
+
+
+def moved(args: list, placement: dict[Dim, int], old: int, new: int) -> list:
+    """`args` resized by `placement`, the index inputs into size `old` following it to `new`."""
+    return follow(args, resized(args, placement), old, new)[0]
+
+
+def follow(args: list, moved: list, old: int, new: int) -> tuple[list, list[int]]:
+    """`moved` with the integer inputs of `args` that index a size `old` rescaled to `new`
+    (v -> v * new // old: order kept, within range, negative ignore values kept); and which."""
+    import torch
+
+    which = index_inputs_of(args, old)
+    out = list(moved)
+    for i in which:
+        a = out[i]
+        out[i] = torch.where(a >= 0, torch.div(a * new, old, rounding_mode="floor"), a).to(a.dtype)
+    return out, which
 
 
 def _nbytes(args: list) -> int:
@@ -309,16 +416,20 @@ def _nbytes(args: list) -> int:
 
 
 def variants(base: list, roles: Roles) -> tuple[list[Variant], list[str]]:
-    """The planned variants on `base` (one trial's fresh inputs on the device), and notes on those an
-    integer input vetoes."""
+    """The planned variants on `base` (one trial's fresh inputs on the device), index inputs following
+    the size they index, and notes on those an integer input vetoes."""
     out, notes = [], []
     for p in roles.plans:
-        if indexes_into(base, p.sizes):
+        old, new = p.change
+        args, followed = follow(base, resized(base, p.sizes), old, new) if old else (resized(base, p.sizes), [])
+        if p.by_index and not followed:
+            continue  # a size argument that no input indexes: it ties nothing to vary
+        if indexes_into(base, p.sizes, skip=set(followed)):
             notes.append(f"not checked on {p.label}: an integer input indexes the dimension it shrinks")
             continue
-        args = resized(base, p.sizes)
         shown = describe(args) + (f" with {p.built}" if p.built else "")
-        out.append(Variant(p.label, args, shown, p.init, p.built))
+        label = p.label + (" (index inputs follow)" if followed else "")
+        out.append(Variant(label, args, shown, p.init, p.built))
     return out, notes
 
 

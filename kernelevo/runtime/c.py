@@ -12,6 +12,10 @@ from ._common import CompileError, LaunchError, digest, pack_values, c_functions
 
 _c_modules: dict[str, "CModule"] = {}
 C_FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-fopenmp", "-std=c11")
+# The judge's bounds trial (judge/run/bounds.py) sets this in the process it starts with AddressSanitizer's
+# runtime preloaded: every load of a candidate's C there is built with the checks compiled in.
+SANITIZE_VARIABLE = "KERNELEVO_C_SANITIZE"
+SANITIZE_FLAGS = ("-fsanitize=address", "-fno-omit-frame-pointer", "-g")
 
 
 class CFunction:
@@ -74,7 +78,7 @@ def compiler_command() -> str:
 def compile_c(source: str, options: tuple[str, ...] = ()) -> tuple[Path, str]:
     """Compile C source to a shared library in the cache; return (path, compiler log)."""
     cc = _c_compiler()
-    flags = (*C_FLAGS, *options)
+    flags = (*C_FLAGS, *options, *(SANITIZE_FLAGS if os.environ.get(SANITIZE_VARIABLE) == "address" else ()))
     key = digest(source, cc, " ".join(flags))
     path = cache_dir() / "c" / f"{key}.so"
     if path.exists():

@@ -1,0 +1,64 @@
+"""The process the bounds trial checks (judge/run/bounds.py):
+
+    python -m kernelevo.judge.run.bounds_target JOB_FILE DEVICE
+
+started by a judge worker under a memory checker: compute-sanitizer's memcheck on a GPU (the
+caching allocator off, so every tensor is its own allocation with nothing after it to read), or
+AddressSanitizer's runtime on the CPU (the candidate's C built with its checks). It builds the
+reference and the candidate as the worker did, then calls the candidate once on the task's own
+inputs, once on its extra test inputs and once on each shape the judge derives, synchronising after each and writing a marker
+before it, so that a report names the shape it came from. Outputs are not compared here: the
+worker's trials did that; this process only has to touch every index the kernels touch.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+MARK = "KERNELEVO-BOUNDS-SHAPE: "
+DONE = "KERNELEVO-BOUNDS-DONE"
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+    sys.stderr.flush()
+
+
+def main() -> None:
+    job, device = json.loads(Path(sys.argv[1]).read_text()), sys.argv[2]
+    import torch
+
+    from kernelevo.judge.run import worker
+    from kernelevo.judge.trials import correctness, inputs, shapes
+    from kernelevo.tasks import load_module
+
+    if device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(device))
+    worker._job_environment(job, device)
+    task = load_module(job["task_source"], job["task_path"], "task")
+    cls = load_module(job["candidate_source"], job["candidate_path"], "candidate").ModelNew
+    init = tuple(task.get_init_inputs())
+    base = inputs.trial_inputs(task.get_inputs, 0, job["seed"], device, "as given")[0]
+    roles = correctness.plan_shapes(task, device) if job.get("shapes", "general") == "general" else None
+    found = shapes.variants(base, roles)[0] if roles is not None else []
+    runs = [("the task's own shape", init, base, shapes.describe(base))]
+    extra = getattr(task, "get_test_inputs", None)
+    for i, test_args in enumerate(extra() if extra is not None else ()):
+        args = inputs.to_device(list(test_args), device)
+        runs.append((f"test inputs {i + 1}", init, args, shapes.describe(args)))
+    runs += [(f"derived shape ({v.label})", v.init or init, v.args, v.shapes) for v in found]
+    with torch.no_grad():
+        for label, args_init, args, shown in runs:
+            _say(f"{MARK}{label}: {shown}")
+            try:
+                _, candidate, _ = inputs.build_models(task.Model, cls, args_init, job["seed"], device)
+                candidate(*args)
+                correctness.sync(device)
+            except Exception as exc:  # noqa: BLE001 - a shape the candidate refuses: its trials said so
+                _say(f"refused: {type(exc).__name__}: {str(exc)[:200]}")
+    _say(DONE)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""The bounds trial (judge/run/bounds.py) on its own: what it runs, how it reads a checker's report, and
+that a checked process that never ends cannot hold the worker. The verdicts it gives inside the judge
+are in test_generality.py (fixtures/general/out_of_bounds__*) and, on a GPU, test_gpu_cheats.py."""
+import pytest
+
+from kernelevo.judge.run import bounds
+
+from conftest import FIXTURES
+
+MEMCHECK = """KERNELEVO-BOUNDS-SHAPE: the task's own shape: float32[2048, 4096]
+KERNELEVO-BOUNDS-SHAPE: test inputs 1: float32[7, 33]
+========= Invalid __global__ read of size 4 bytes
+=========     at relu_scale_tail+0x90
+=========     by thread (231,0,0) in block (0,0,0)
+=========     Address 0x7f3a4c0003a4 is out of bounds
+=========     and is 4 bytes after the nearest allocation at 0x7f3a4c000200 of size 420 bytes
+KERNELEVO-BOUNDS-SHAPE: derived shape (leading dimension 2048 -> 2039): float32[2039, 4096]
+========= ERROR SUMMARY: 25 errors
+"""
+
+
+def test_a_memcheck_report_names_the_kernel_the_access_and_the_shape():
+    found = bounds.parse_memcheck(MEMCHECK)
+    assert found == bounds.Access("relu_scale_tail", "read", 4, "__global__", "test inputs 1: float32[7, 33]")
+    outcome = bounds.Outcome("compute-sanitizer memcheck", found, "", 1.0, bounds.excerpt(MEMCHECK, found))
+    assert bounds.message(outcome).startswith("bounds trial (compute-sanitizer memcheck): `relu_scale_tail` made "
+                                              "an out-of-bounds read of 4 bytes (global memory) on test inputs 1")
+    assert outcome.report.startswith("Invalid __global__ read") and "nearest allocation" in outcome.report
+    assert bounds.parse_memcheck(MEMCHECK.replace("Invalid __global__ read", "Program hit an error")) is None
+
+
+def test_asan_reports_count_only_in_the_candidates_own_code():
+    report = ("KERNELEVO-BOUNDS-SHAPE: derived shape (x): float32[3, 5]\n==1==ERROR: AddressSanitizer: "
+              "heap-buffer-overflow on address 0x6 at pc 0x7 bp 0x8 sp 0x9\nWRITE of size 8 at 0x6 thread T0\n"
+              "    #0 0x7f01 in scale {where}\n")
+    mine = report.format(where="/cache/c/tmpab/candidate.c:12")
+    assert bounds.parse_asan(mine, "/cache") == bounds.Access("scale", "write", 8, "heap-buffer-overflow",
+                                                             "derived shape (x): float32[3, 5]")
+    assert bounds.parse_asan(report.format(where="(/cache/c/ab12.so+0x11c5)"), "/cache").kernel == "scale"
+    # an error in torch or the interpreter is not the candidate's to answer for
+    assert bounds.parse_asan(report.format(where="(/usr/lib/libtorch_cpu.so+0x11c5)"), "/cache") is None
+
+
+def test_what_it_applies_to():
+    assert bounds.applies({"format": "c"}, "cpu") == ""
+    assert "only C candidates" in bounds.applies({"format": "triton"}, "cpu")
+    assert bounds.applies({"format": "torch"}, "cuda:0") == "no kernel of its own"
+
+
+@pytest.mark.skipif(bounds.asan_runtime() is None, reason="the C compiler has no AddressSanitizer runtime")
+def test_the_cpu_checker_preloads_asan_and_builds_with_it(tmp_path):
+    argv, env, checker = bounds.command(tmp_path / "job.json", "cpu")
+    assert checker == "AddressSanitizer" and env["LD_PRELOAD"].split()[0] == bounds.asan_runtime()
+    assert "libstdc++" in env["LD_PRELOAD"] and env["KERNELEVO_C_SANITIZE"] == "address"
+    assert argv[1:3] == ["-m", "kernelevo.judge.run.bounds_target"]
+
+
+@pytest.mark.skipif(bounds.asan_runtime() is None, reason="the C compiler has no AddressSanitizer runtime")
+def test_a_checked_process_that_never_ends_is_killed_with_its_children(tmp_path):
+    """The candidate sleeps only where it is checked: the trial gives up at its limit, says so, and
+    returns (the checked process held the pipe a plain kill of the front process would wait on)."""
+    task = FIXTURES / "cpu" / "task_scale.py"
+    source = (FIXTURES / "cpu" / "ok_c.py").read_text().replace(
+        "class ModelNew", "import os\nimport time\nif os.environ.get('KERNELEVO_C_SANITIZE'):\n    time.sleep(600)\n\n\nclass ModelNew", 1)
+    candidate = tmp_path / "sleeps.py"
+    candidate.write_text(source)
+    job = {"task_source": task.read_text(), "task_path": str(task), "candidate_source": source,
+           "candidate_path": str(candidate), "seed": 42, "cache_dir": str(tmp_path / "cache"), "format": "c",
+           "shapes": "general", "candidate_hash": "sleeps"}
+    outcome = bounds.run(job, "cpu", limit_s=5)  # returns at all: not stuck on the orphan's pipe
+    assert outcome.access is None and "not finished within 5 s: indices not checked" in outcome.note
