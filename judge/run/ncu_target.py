@@ -23,7 +23,7 @@ def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.cuda.set_device(torch.device(device))
-    worker._job_environment(job)
+    worker._job_environment(job, device)
 
     from kernelevo.judge.trials import inputs
     from kernelevo.judge.measure.ncu import RANGE
