@@ -7,7 +7,7 @@ import re
 import pytest
 import torch
 
-from kernelevo.judge.trials import generality, shapes
+from kernelevo.judge.trials import generality, reference, shapes
 from kernelevo.judge.api import Judge, JudgeOptions
 from kernelevo.judge.run.executor import Limits
 from kernelevo.judge.trials.probe import IMPLAUSIBLE_SPEEDUP
@@ -244,15 +244,15 @@ def test_a_size_only_an_index_input_ties_varies_with_it():
     """An embedding's vocabulary is no input dimension; the ids index it, so it varies with them."""
     ids = torch.randint(0, 1000, (4, 64))
     init = (1000, 32)
-    accepts = shapes.acceptor(_Embed, "cpu")
-    variants, notes = _derived([ids], None, init, accepts, shapes.parameter_names(_Embed))
+    accepts = reference.acceptor(_Embed, "cpu")
+    variants, notes = _derived([ids], None, init, accepts, reference.parameter_names(_Embed))
     by_label = {v.label: v for v in variants}
     vocab = by_label["vocab 1000 -> 997 (index inputs follow)"]
     assert vocab.built == "Model(vocab=997, dim=32)" and int(vocab.args[0].max()) < 997
     assert accepts(vocab.init, vocab.args)
     assert "vocab 1000 -> 1009 (index inputs follow)" in by_label
     # without an index input reaching it, the argument ties nothing and is not varied
-    variants, _ = _derived([torch.randint(0, 10, (4, 64))], None, init, accepts, shapes.parameter_names(_Embed))
+    variants, _ = _derived([torch.randint(0, 10, (4, 64))], None, init, accepts, reference.parameter_names(_Embed))
     assert not any(v.label.startswith("vocab") for v in variants)
 
 
@@ -276,7 +276,7 @@ class _FeatureRMS(torch.nn.Module):  # built for a feature count its forward nev
 
 def _plan(cls, init: tuple, args: list) -> list[tuple[str, dict, str]]:
     metas = [torch.empty_like(a, device="meta") for a in args]
-    roles = shapes.plan(metas, init, shapes.acceptor(cls, "meta"), shapes.parameter_names(cls))
+    roles = shapes.plan(metas, init, reference.acceptor(cls, "meta"), reference.parameter_names(cls))
     return [(p.label, p.sizes, p.built) for p in roles.plans]
 
 
@@ -323,7 +323,7 @@ def test_arguments_inside_tuples_and_arguments_that_tie_no_input():
 
 
 def test_acceptor_runs_the_reference_without_memory():
-    accepts = shapes.acceptor(torch.nn.Linear, "meta")
+    accepts = reference.acceptor(torch.nn.Linear, "meta")
     assert accepts((64, 32), [torch.randn(5, 64)]) and not accepts((64, 32), [torch.randn(5, 63)])
     assert not accepts((64, -3), [torch.randn(5, 64)])  # cannot be built so
 

@@ -93,8 +93,8 @@ def _trials(task, job: dict, device: str, ref: Reference, candidate, twins: dict
         yield Trial(inputs.to_device(list(test_args), device), f"test inputs {i + 1}", "test")
     if report["mode"] == "general":
         base = plain(n + 2)
-        roles = planned or shapes.plan(base, tuple(task.get_init_inputs()), shapes.acceptor(task.Model, device),
-                                       shapes.parameter_names(task.Model))
+        roles = planned or shapes.plan(base, tuple(task.get_init_inputs()), reference.acceptor(task.Model, device),
+                                       reference.parameter_names(task.Model))
         found, said = shapes.variants(base, roles)
         report["notes"].extend([*roles.notes, *said])
         for v in found:
@@ -108,11 +108,11 @@ def plan_shapes(task, device: str):
     reference does not run on meta: the trials then plan on the device, with real tensors."""
     where = "meta" if device.startswith("cuda") else "cpu"
     init = tuple(task.get_init_inputs())
-    accepts = shapes.acceptor(task.Model, where)
+    accepts = reference.acceptor(task.Model, where)
     args = inputs.draw(task.get_inputs, where)
     if not accepts(init, args):
         return None
-    return shapes.plan(args, init, accepts, shapes.parameter_names(task.Model))
+    return shapes.plan(args, init, accepts, reference.parameter_names(task.Model))
 
 
 def _same_place(old: list | None, new: list) -> list | None:

@@ -1,9 +1,11 @@
 """The reference side of a correctness trial: the task's model, its float64 copy and a probing twin,
-and both models built again for a derived shape's constructor arguments.
+both models built again for a derived shape's constructor arguments, and whether the reference
+accepts inputs of a shape (what trials/shapes.py plans with).
 """
 from __future__ import annotations
 
 import copy
+from typing import Any, Callable
 
 from kernelevo.judge.trials import compare, generality, guards, inputs
 
@@ -153,3 +155,47 @@ class Rebuilt:
             generality.redraw(self.ref.model, self.candidate, twins, seed)
         self.ref.sync()
         self.watch = guards.ReferenceWatch(self.ref.model, self.ref.model64)
+
+
+def acceptor(model_cls, device: str) -> Callable[[tuple, list], bool]:
+    """`accepts(init, args)`: does `model_cls(*init)` run on tensors shaped like `args`? On `device`
+    "meta" (shapes only), else with real tensors there. Models are built once per construction."""
+    import torch
+
+    built: dict[str, Any] = {}
+
+    def model(init: tuple):
+        key = repr(init)
+        if key not in built:
+            try:
+                with torch.device(device):
+                    built[key] = model_cls(*init)
+            except Exception:  # noqa: BLE001 - the module cannot be built so (or not on this device)
+                built[key] = None
+        return built[key]
+
+    def accepts(init: tuple, args: list) -> bool:
+        m = model(init)
+        if m is None:
+            return False
+        moved = [torch.empty_like(a, device=device) if device == "meta" and isinstance(a, torch.Tensor)
+                 else a.to(device) if isinstance(a, torch.Tensor) else a for a in args]
+        try:
+            with torch.no_grad():
+                out = m(*moved)
+        except Exception:  # noqa: BLE001 - the reference rejects these shapes
+            return False
+        outs = out if isinstance(out, (list, tuple)) else [out]
+        return all(not isinstance(o, torch.Tensor) or o.numel() > 0 for o in outs)
+
+    return accepts
+
+def parameter_names(model_cls) -> tuple[str, ...]:
+    """The reference constructor's positional parameter names, for labels."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(model_cls.__init__).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return ()
+    return tuple(p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))

@@ -39,6 +39,8 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from kernelevo.judge.trials import indexes
+
 MAX_CONSTRUCTOR = 3  # constructor arguments varied together with their sizes
 MAX_VARIANTS = 5  # sizes varied in all (each below and above): constructor ones, then the leading dimension and inner ones
 MAX_ALONE = 3  # of which sizes changed alone
@@ -207,7 +209,7 @@ def constructor_plans(args: list, init: tuple, accepts: Callable[[tuple, list], 
     for path, value in size_arguments(init):
         if value in sizes.values():
             by_value.setdefault(value, []).append(path)
-        elif _index_inputs(args) and accepts(changed := with_value(init, [path], other_size(value)),
+        elif indexes.index_inputs(args) and accepts(changed := with_value(init, [path], other_size(value)),
                                              moved(args, {}, value, other_size(value))):
             indexed.append(Plan(f"{_arg_name(path, names)} {value} -> {other_size(value)}", (), changed,
                                 call_text(changed, names, [path]), (value, other_size(value)), (path,), True))
@@ -253,14 +255,6 @@ def _own_dimensions(args: list, accepts: Callable[[tuple, list], bool], init: tu
             if accepts(changed, trial) and not accepts(init, trial):
                 return own
     return ()
-
-
-def _index_inputs(args: list) -> list[int]:
-    """Positions of integer tensor inputs (not bool): what could index a dimension."""
-    import torch
-
-    return [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and not a.is_floating_point()
-            and not a.is_complex() and a.dtype != torch.bool]
 
 
 def above(p: Plan, args: list, init: tuple, accepts: Callable[[tuple, list], bool], names: tuple[str, ...],
@@ -364,49 +358,9 @@ def resized(args: list, placement: dict[Dim, int]) -> list:
     return out
 
 
-def indexes_into(args: list, placement: dict[Dim, int], skip: set[int] = frozenset()) -> bool:
-    """Whether an integer input (other than those in `skip`, which follow the change) could index a
-    dimension this placement shrinks: its values reach the new size but stay below the old one. The
-    reference would then fail on the device."""
-    shrunk = [(args[i].shape[d], new) for (i, d), new in placement.items() if new < args[i].shape[d]]
-    for i in _index_inputs(args):
-        if i not in skip and args[i].numel():
-            top = int(args[i].max())
-            if any(new <= top < old for old, new in shrunk):
-                return True
-    return False
-
-
-def index_inputs_of(args: list, size: int) -> list[int]:
-    """Integer inputs whose values index a dimension of `size`: their non-negative values reach its
-    upper half and stay below it (class targets of 1000 classes reach 999; a count or a flag does not)."""
-    found = []
-    for i in _index_inputs(args):
-        a = args[i]
-        if a.is_meta:  # planning on shapes alone: values are seen on each trial's inputs
-            continue
-        valid = a[a >= 0] if a.numel() else a
-        if valid.numel() and size // 2 <= int(valid.max()) < size and size > 1:
-            found.append(i)
-    return found
-
-
 def moved(args: list, placement: dict[Dim, int], old: int, new: int) -> list:
     """`args` resized by `placement`, the index inputs into size `old` following it to `new`."""
-    return follow(args, resized(args, placement), old, new)[0]
-
-
-def follow(args: list, moved: list, old: int, new: int) -> tuple[list, list[int]]:
-    """`moved` with the integer inputs of `args` that index a size `old` rescaled to `new`
-    (v -> v * new // old: order kept, within range, negative ignore values kept); and which."""
-    import torch
-
-    which = index_inputs_of(args, old)
-    out = list(moved)
-    for i in which:
-        a = out[i]
-        out[i] = torch.where(a >= 0, torch.div(a * new, old, rounding_mode="floor"), a).to(a.dtype)
-    return out, which
+    return indexes.follow(args, resized(args, placement), old, new)[0]
 
 
 def _nbytes(args: list) -> int:
@@ -421,60 +375,13 @@ def variants(base: list, roles: Roles) -> tuple[list[Variant], list[str]]:
     out, notes = [], []
     for p in roles.plans:
         old, new = p.change
-        args, followed = follow(base, resized(base, p.sizes), old, new) if old else (resized(base, p.sizes), [])
+        args, followed = indexes.follow(base, resized(base, p.sizes), old, new) if old else (resized(base, p.sizes), [])
         if p.by_index and not followed:
             continue  # a size argument that no input indexes: it ties nothing to vary
-        if indexes_into(base, p.sizes, skip=set(followed)):
+        if indexes.indexes_into(base, p.sizes, skip=set(followed)):
             notes.append(f"not checked on {p.label}: an integer input indexes the dimension it shrinks")
             continue
         shown = describe(args) + (f" with {p.built}" if p.built else "")
         label = p.label + (" (index inputs follow)" if followed else "")
         out.append(Variant(label, args, shown, p.init, p.built))
     return out, notes
-
-
-# --- whether the reference accepts inputs --------------------------------------------------------------
-
-def acceptor(model_cls, device: str) -> Callable[[tuple, list], bool]:
-    """`accepts(init, args)`: does `model_cls(*init)` run on tensors shaped like `args`? On `device`
-    "meta" (shapes only), else with real tensors there. Models are built once per construction."""
-    import torch
-
-    built: dict[str, Any] = {}
-
-    def model(init: tuple):
-        key = repr(init)
-        if key not in built:
-            try:
-                with torch.device(device):
-                    built[key] = model_cls(*init)
-            except Exception:  # noqa: BLE001 - the module cannot be built so (or not on this device)
-                built[key] = None
-        return built[key]
-
-    def accepts(init: tuple, args: list) -> bool:
-        m = model(init)
-        if m is None:
-            return False
-        moved = [torch.empty_like(a, device=device) if device == "meta" and isinstance(a, torch.Tensor)
-                 else a.to(device) if isinstance(a, torch.Tensor) else a for a in args]
-        try:
-            with torch.no_grad():
-                out = m(*moved)
-        except Exception:  # noqa: BLE001 - the reference rejects these shapes
-            return False
-        outs = out if isinstance(out, (list, tuple)) else [out]
-        return all(not isinstance(o, torch.Tensor) or o.numel() > 0 for o in outs)
-
-    return accepts
-
-
-def parameter_names(model_cls) -> tuple[str, ...]:
-    """The reference constructor's positional parameter names, for labels."""
-    import inspect
-
-    try:
-        params = list(inspect.signature(model_cls.__init__).parameters.values())[1:]
-    except (TypeError, ValueError):
-        return ()
-    return tuple(p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
