@@ -32,8 +32,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernelevo.judge.run.bounds_target import DONE, MARK
 from kernelevo.runtime.c import SANITIZE_VARIABLE
+
+MARK = "KERNELEVO-BOUNDS-SHAPE: "  # what the checked process (run/bounds_target.py) writes before each shape
+DONE = "KERNELEVO-BOUNDS-DONE"  # ... and after the last
 
 # Measured on an H200 (2026-11-26): memcheck checked a torch process in seconds outside the sandbox, and
 # did not finish in 280 s inside it, as Nsight Compute cannot profile there (its front end and the

@@ -16,8 +16,6 @@ import json
 import sys
 from pathlib import Path
 
-MARK = "KERNELEVO-BOUNDS-SHAPE: "
-DONE = "KERNELEVO-BOUNDS-DONE"
 
 
 def _say(text: str) -> None:
@@ -30,6 +28,7 @@ def main() -> None:
     import torch
 
     from kernelevo.judge.run import worker
+    from kernelevo.judge.run.bounds import DONE, MARK
     from kernelevo.judge.trials import correctness, inputs, shapes
     from kernelevo.tasks import load_module
 
