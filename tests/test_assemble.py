@@ -128,7 +128,8 @@ def test_optimize_in_parts_splits_searches_assembles_and_verifies(tmp_path):
     result = json.loads((tmp_path / "out" / "mlp_stack_kernelevo.json").read_text())
     assert result["verdict"] == "ok", result
     assert [(p["task"], p["sites"], p["in_place"]) for p in result["parts"]] == [("mlp_block", 4, True),
-                                                                                 ("gated_head", 1, True)]
+                                                                                 ("gated_head", 1, True)], \
+        (result["left_as_they_were"], done.stdout[-3000:])  # a part left out says why
     split = json.loads((tmp_path / "out" / "mlp_stack_parts" / "split.json").read_text())
     assert [t["task"] for t in split["tasks"]] == ["mlp_block.py", "gated_head.py"]
     # the parts in place may hold all of the model's time as measured (then there is no Amdahl bound)
