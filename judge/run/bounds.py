@@ -147,15 +147,13 @@ def run(job: dict, device: str, limit_s: float = LIMIT_S) -> Outcome:
         if isinstance(made, str):
             return Outcome("", None, f"bounds trial skipped: {made}", 0.0)
         argv, env, checker = made
-        # one stream, so that a report follows the marker of the shape that made it; a session of its own,
-        # so that a timeout ends the checked process too (it holds the pipe a plain kill would wait on)
-        proc = subprocess.Popen(argv, env=env, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, start_new_session=True)
+        # One stream, so that a report follows the marker of the shape that made it. In the worker's own
+        # process group, so that the executor's kill of the worker (a limit, Ctrl-C) ends it too.
+        proc = subprocess.Popen(argv, env=env, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
             text, _ = proc.communicate(timeout=limit_s)
         except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            _kill_tree(proc.pid)  # the checked process under compute-sanitizer holds the pipe too
             proc.communicate()
             return Outcome(checker, None, f"bounds trial ({checker}) not finished within {limit_s:.0f} s: "
                            "indices not checked", time.perf_counter() - started)
@@ -170,6 +168,22 @@ def run(job: dict, device: str, limit_s: float = LIMIT_S) -> Outcome:
     shapes = text.count(MARK)
     return Outcome(checker, None, f"bounds trial: {checker} saw every index in bounds on {shapes} shapes "
                    f"({seconds:.1f} s)", seconds)
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL `pid` and every process descended from it (read from /proc's parent ids)."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    todo, found = [pid], []
+    while todo:
+        found.append(todo.pop())
+        todo += parents.get(found[-1], [])
+    for p in found:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(p, signal.SIGKILL)
 
 
 def _shape_before(text: str, at: int) -> str:
