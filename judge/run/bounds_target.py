@@ -47,11 +47,15 @@ def main() -> None:
         args = inputs.to_device(list(test_args), device)
         runs.append((f"test inputs {i + 1}", init, args, shapes.describe(args)))
     runs += [(f"derived shape ({v.label})", v.init or init, v.args, v.shapes) for v in found]
+    built: dict[str, object] = {}  # one candidate per construction: most shapes share the task's
     with torch.no_grad():
         for label, args_init, args, shown in runs:
             _say(f"{MARK}{label}: {shown}")
             try:
-                _, candidate, _ = inputs.build_models(task.Model, cls, args_init, job["seed"], device)
+                key = repr(args_init)
+                if key not in built:
+                    built[key] = inputs.build_models(task.Model, cls, args_init, job["seed"], device)[1]
+                candidate = built[key]
                 candidate(*args)
                 correctness.sync(device)
             except Exception as exc:  # noqa: BLE001 - a shape the candidate refuses: its trials said so

@@ -327,14 +327,15 @@ def _check_cached(out, expected, state: dict, label: str) -> None:
                                            and a.shape == b.shape and torch.equal(a, b) for a, b in zip(before, now))
     ref_same = all(torch.equal(a, b) for a, b in zip(before_ref, compare.flatten(expected))
                    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape)
-    if same and not ref_same and state.get("same_place"):
+    if not same or ref_same:
+        return
+    if state.get("same_place"):
         raise guards.Rejected("input_cache", f"{label}: the candidate returned its previous result after its "
                               "inputs' memory was rewritten in place (same tensors, same addresses, version "
                               "counters unchanged): a result cached by tensor identity; results must be computed "
                               "on every call", {"same_storage": True, "version_moved": False})
-    if same and not ref_same:
-        raise guards.Rejected("cached_result", f"{label}: the candidate returned its previous result for new "
-                              "inputs: results must be computed on every call")
+    raise guards.Rejected("cached_result", f"{label}: the candidate returned its previous result for new "
+                          "inputs: results must be computed on every call")
 
 
 def _incorrect(m: compare.Mismatch, trial: Trial, trials: int) -> dict:
