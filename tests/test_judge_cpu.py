@@ -97,8 +97,12 @@ def test_three_evaluations_of_one_kernel_carry_their_intervals(judge, task):
     assert all(e.speedup_eager_ci[0] < e.speedup_eager_ci[1] for e in found)
 
 
-def test_hang_is_killed_within_limit(verdicts):
-    assert verdicts["hang_c.py"].wall_s < 15 + 60
+def test_hang_is_killed_at_its_limit(verdicts):
+    """Killed for running past the 15 s limit, and not before it. (How soon after it is the machine's
+    load: no clock bound is asserted.)"""
+    e = verdicts["hang_c.py"]
+    assert "no verdict within 15 s of run" in e.message and "killed" in e.message, e.message
+    assert e.wall_s >= 15, e.wall_s
 
 
 def test_unwritten_row_caught_on_other_shapes(judge, task):
@@ -132,11 +136,10 @@ def test_inline_cpp_extension_counts_as_own_kernel(judge, task):
 
 def test_build_cached_by_source_hash(judge, task, cache_dir):
     judge.evaluate(task, CPU / "ok_c.py")
-    libraries = list((cache_dir / "c").glob("*.so"))
-    count = len(libraries)
+    built = {p: p.stat().st_mtime_ns for p in (cache_dir / "c").glob("*.so")}
     again = judge.evaluate(task, CPU / "ok_c.py")
-    assert len(list((cache_dir / "c").glob("*.so"))) == count
-    assert again.build_s < 1.0
+    assert again.ok and built  # the same source: the library is loaded again, not built again
+    assert {p: p.stat().st_mtime_ns for p in (cache_dir / "c").glob("*.so")} == built
 
 
 def test_workers_build_in_parallel(cache_dir, task, tmp_path):

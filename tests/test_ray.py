@@ -199,7 +199,12 @@ def test_ctrl_c_leaves_the_cluster_clean(cluster, tmp_path):
     server = ScriptedServer(responder=scripted_model())
     env = dict(environment(server, tmp_path), RAY_ADDRESS=cluster.address)
     exe = Path(sys.executable).parent / "kernelevo"
-    proc = subprocess.Popen([str(exe), "optimize", str(TASK), *ray_args(tmp_path, "--max-llm-calls", "20")], env=env,
+    # Ctrl-C as a terminal sends it: to a run that can take it. A test run started in the background of a
+    # non-interactive shell (`pytest &`) inherits SIGINT ignored, and so would the run, which then never
+    # sees the signal; the signal's default is restored in the child before kernelevo starts.
+    restore = "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])"
+    proc = subprocess.Popen([sys.executable, "-c", restore, str(exe), "optimize", str(TASK),
+                             *ray_args(tmp_path, "--max-llm-calls", "20")], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         err = interrupt_once_judging(proc)

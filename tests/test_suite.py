@@ -118,9 +118,10 @@ def test_every_task_has_smaller_sizes():
 def judged_smaller(cache_dir, folder: Path, fmt: str, sizes: dict = SMALLER) -> dict:
     """Every starter candidate of `fmt` on the smaller tasks, submitted at once so builds and worker
     start-up overlap the judging."""
-    # The bar for a GEMM's speedup is lowered: diag_matmul's honest C kernel measured 3.6x to 4.4x on 2-core
-    # machines, around the default 4x, and must be re-measured for its test whatever the machine's speed.
-    options = JudgeOptions(devices=("cpu",), compile_baseline=False, trials=1, input_sets=1, implausible={"gemm": 2.0},
+    # The bar for a GEMM's speedup is set where any figure is above it: diag_matmul's honest C kernel
+    # measured 3.6x to 4.4x on quiet 2-core machines and far less on a busy one, and its test is that a
+    # re-measurement happens and keeps an honest kernel, whatever the machine's speed or load.
+    options = JudgeOptions(devices=("cpu",), compile_baseline=False, trials=1, input_sets=1, implausible={"gemm": 0.01},
                            timing=TimingConfig(min_reps=5, max_seconds=0.2, target_rel_ci=0.05), concurrency=2)
     with Judge(cache_dir, options) as judge:
         futures = {p.stem: judge.submit(load_task(smaller_task(p.stem.split("__")[0], folder, sizes)), p)
@@ -154,6 +155,9 @@ def test_triton_candidates_are_correct_in_the_interpreter(triton_verdicts, path)
     assert e.evidence["policy"]["own_kernels"] and e.speedup_eager is None  # its kernels ran; the interpreter is not timed
 
 
-def test_honest_large_speedup_survives_its_re_measurement(c_verdicts):
-    e = c_verdicts["diag_matmul__c"]  # diag(A) @ B as a row scaling: far above the bar for its kind
-    assert e.evidence["remeasured_speedup"] > e.evidence["implausible_above"], e.evidence
+def test_honest_speedup_above_the_bar_survives_its_re_measurement(c_verdicts):
+    """diag(A) @ B as a row scaling, above its kind's bar (lowered here): re-measured in a fresh process with
+    another timer, and kept. No figure is compared: load changes them, not the verdict."""
+    e = c_verdicts["diag_matmul__c"]
+    assert e.verdict == "ok" and e.evidence["implausible_above"] == 0.01, e.evidence
+    assert e.evidence["remeasured_speedup"] > 0 and e.evidence["remeasure_timer"], e.evidence
