@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from kernelevo.agent.client import Stop
-from kernelevo.terminal.tables import speedup_text
+from kernelevo.text import speedup_text
 
 from . import ensemble as ensembles
 from .options import OptimizeOptions, judge_options

@@ -215,7 +215,7 @@ def section(tree: Node, sid: str) -> Node:
 # ---------- the HTML as written ----------
 
 def test_speedup_text_gives_the_interval_where_it_is_wider_than_2_percent():
-    from kernelevo.terminal.tables import speedup_text
+    from kernelevo.text import speedup_text
 
     assert speedup_text(1.78, (1.52, 2.05)) == "1.78x (1.52-2.05)"
     assert speedup_text(1.78, [1.77, 1.79]) == "1.78x"  # 1.1 % wide: the digits would add nothing

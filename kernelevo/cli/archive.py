@@ -229,7 +229,7 @@ def _print_facts(k: dict, task: dict, console) -> None:
 
 def _speedups(k: dict) -> str:
     """The final re-judgement's figures where the kernel has one, the search's labelled beside them."""
-    from kernelevo.terminal.tables import speedup_text
+    from kernelevo.text import speedup_text
 
     def pair(e: dict) -> str:
         return (f"{speedup_text(e['speedup_eager'], e.get('speedup_eager_ci'))} vs eager, "
@@ -323,7 +323,8 @@ def _tree(k: dict, by_id: dict[int, dict]):
     from rich.text import Text
     from rich.tree import Tree
 
-    from kernelevo.terminal.tables import _COLOURS, speedup_text
+    from kernelevo.terminal.tables import _COLOURS
+    from kernelevo.text import speedup_text
 
     def label(row: dict, seen_before: bool = False) -> Text:
         return Text.assemble((f"{row['id']} ", "bold"), f"{row['operator']} ",
