@@ -58,7 +58,7 @@ def note(message: str) -> None:
 
 def code_kind(source: str) -> str:
     """'load_inline', 'cpp_extension.load' (CUDA from files the kernel writes) or 'torch' (none of its own)."""
-    from kernelevo.judge.run.formats import called_names
+    from kernelevo.formats import called_names
 
     try:
         called = called_names(source)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from kernelevo.judge import verdicts
 from kernelevo.judge.run.executor import Limits, LocalExecutor
-from kernelevo.judge.run.formats import detect_format
+from kernelevo.formats import detect_format
 from kernelevo.judge.trials.probe import IMPLAUSIBLE_SPEEDUP
 from kernelevo.judge.measure.timing import TimingConfig
 from kernelevo.judge.measure.timing import combined as timing_combined

@@ -25,13 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kernelevo.formats import FORMAT_CHOICES
+
 # The model used when none is named, by the key that is set (first match wins); both are in the
 # shipped model table. Override with --model or `default_model = "..."` in kernelevo.toml.
 DEFAULT_MODELS = (("ANTHROPIC_API_KEY", "anthropic:claude-sonnet-5-5"), ("OPENAI_API_KEY", "openai:gpt-6.2-sol"))
 # How to call, not fields of the model table.
 CALL_FIELDS = ("max_tokens", "key_env", "sampling_temperature", "timeout_s", "max_retries")
-# What --format and `format =` take: a candidate format, or auto (CUDA and Triton side by side).
-FORMAT_CHOICES = ("nvrtc", "inline", "triton", "c", "auto")
 # What --baseline and `baseline =` take: the speedup a search ranks kernels by, over torch.compile or eager.
 BASELINE_CHOICES = ("compile", "eager")
 _SECRETS = re.compile(r"^(key|token|secret|password)$|(api_?key|_secret|_token|_password)$", re.I)

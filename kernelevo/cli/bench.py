@@ -20,7 +20,7 @@ from kernelevo.cli.common import (ArchiveOpt, BaselineOpt, CacheDirOpt, Children
                                   EXIT_INTERRUPTED, SeedOpt, ShapesOpt, TimingSecondsOpt, TrialsOpt, check_choice,
                                   duration, emit,
                                   fail, models_text, opened, say, search_options)
-from kernelevo.config import FORMAT_CHOICES
+from kernelevo.formats import FORMAT_CHOICES
 
 
 class _RunByDefault(TyperGroup):

@@ -12,7 +12,7 @@ from kernelevo.cli.common import CacheDirOpt, CompileBaselineOpt, ShapesOpt, che
 
 def _refuse_cuda_only(candidate: Path) -> None:
     """An nvrtc candidate can only run on a GPU: say so in one line instead of judging a crash."""
-    from kernelevo.judge.run.formats import detect_format
+    from kernelevo.formats import detect_format
 
     try:
         fmt = detect_format(candidate.read_text())

@@ -16,7 +16,7 @@ from kernelevo.cli.common import (BaselineOpt, CacheDirOpt, ChildrenOpt, Compile
                                   PolicyOpt, ProfileTopOpt, RayAddressOpt, SeedOpt, ShapesOpt, TimingSecondsOpt,
                                   TrialsOpt, EXIT_INTERRUPTED, check_choice, duration, fail, models_text, say,
                                   search_options)
-from kernelevo.config import FORMAT_CHOICES
+from kernelevo.formats import FORMAT_CHOICES
 
 
 def optimize(
