@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kernelevo.runtime._common import slug
+from kernelevo.runtime import slug
 from kernelevo.tasks import Task, TaskError, load_task
 
 if TYPE_CHECKING:

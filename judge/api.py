@@ -27,7 +27,7 @@ from kernelevo.judge.measure.timing import combined as timing_combined
 from kernelevo.judge.measure.timing import load_note
 from kernelevo.evaluation import (Confinement, Correctness, Evaluation, KernelResources, LoopTiming, Profile,
                                   ShapeReport, TimingStats)
-from kernelevo.runtime._common import slug
+from kernelevo.runtime import slug
 from kernelevo.tasks import Task, source_hash
 
 
