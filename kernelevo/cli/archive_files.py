@@ -158,7 +158,7 @@ def _rejudge(store, kernel_ids: list[int], where: tuple, policy, build_timeout, 
 
 
 def _print_rejudged(judged: list) -> None:
-    from kernelevo.terminal.tables import print_rows
+    from kernelevo.cli.views.tables import print_rows
 
     rows = [{"kernel": r.kernel_id, "task": r.task, "verdict": r.verdict, "reason": r.reason,
              "speedup": r.speedup_eager, "claimed": r.claimed, "gpu": r.device_name, "device": r.device} for r in judged]

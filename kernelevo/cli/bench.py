@@ -101,7 +101,7 @@ def _options(args: dict[str, Any]) -> Any:
 def _run(args: dict[str, Any]) -> None:
     """Run the bench with a live view; every way it ends leaves a line saying what to do next."""
     from kernelevo.agent.client import Stop
-    from kernelevo.terminal.bench import LiveBench
+    from kernelevo.cli.views.bench import LiveBench
     from kernelevo.evolution.bench import BenchError, run_bench
 
     options = _options(args)
@@ -146,7 +146,7 @@ def _print(table: dict, as_json: bool) -> None:
     if as_json:
         emit(table, "json")
     else:
-        from kernelevo.terminal.bench import print_table
+        from kernelevo.cli.views.bench import print_table
 
         print_table(table)
 
@@ -188,7 +188,7 @@ def compare(a: str = typer.Argument(..., help="a bench id"), b: str = typer.Argu
     if as_json:
         emit(data, "json")
     else:
-        from kernelevo.terminal.bench import print_compare
+        from kernelevo.cli.views.bench import print_compare
 
         print_compare(data)
 

@@ -226,7 +226,7 @@ def emit(rows: Any, fmt: str, fields: Sequence[str] = ()) -> None:
         for row in rows:
             writer.writerow({k: " ".join(map(str, v)) if isinstance(v, list) else v for k, v in row.items()})
     else:
-        from kernelevo.terminal.tables import print_rows
+        from kernelevo.cli.views.tables import print_rows
 
         print_rows(rows, fields)
 

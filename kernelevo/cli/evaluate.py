@@ -69,7 +69,7 @@ def evaluate(
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
         return
-    from kernelevo.terminal.tables import print_evaluation, print_profile
+    from kernelevo.cli.views.tables import print_evaluation, print_profile
 
     print_evaluation(result)
     if result.profile:

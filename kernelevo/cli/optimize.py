@@ -108,7 +108,7 @@ def run_optimize(args: dict[str, Any]) -> None:
     """Run the search with live progress; every way it ends leaves a line saying what to do next."""
     from kernelevo.agent.client import Stop
     from kernelevo.evolution.loop import optimize as search
-    from kernelevo.terminal.progress import LiveProgress, print_summary
+    from kernelevo.cli.views.progress import LiveProgress, print_summary
     from kernelevo.tasks import TaskError
 
     options = _options(args)

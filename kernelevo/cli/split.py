@@ -36,6 +36,6 @@ def split(
     if as_json:
         typer.echo(json.dumps(data, indent=1))
         return
-    from kernelevo.terminal.parts import print_split
+    from kernelevo.cli.views.parts import print_split
 
     print_split(data, out)

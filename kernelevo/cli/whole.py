@@ -68,7 +68,7 @@ def show(data: dict, as_json: bool) -> None:
     if as_json:
         typer.echo(json.dumps(data, indent=1))
         return
-    from kernelevo.terminal.parts import print_assembly
+    from kernelevo.cli.views.parts import print_assembly
 
     print_assembly(data)
 
@@ -80,7 +80,7 @@ def run_parts(args: dict[str, Any], options: Any) -> None:
     from kernelevo.evolution.bench import BenchError
     from kernelevo.evolution.whole import optimize_model
     from kernelevo.tasks import TaskError
-    from kernelevo.terminal.bench import LiveBench
+    from kernelevo.cli.views.bench import LiveBench
 
     model = Path(args["task"])
     parts_dir = args["parts_dir"] or Path(args["out"]) / f"{model.stem}_parts"

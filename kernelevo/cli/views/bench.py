@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernelevo.terminal.progress import LivePanel, WIDTH
+from kernelevo.cli.views.progress import LivePanel, WIDTH
 from kernelevo.text import share_text, speedup_text as _x
 
 
