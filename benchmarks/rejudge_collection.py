@@ -106,7 +106,7 @@ def read_collection(path: Path, rows: str, levels: set[int] | None) -> dict:
 
 def store_items(store, items: list) -> dict[str, int]:
     """Key -> kernel id, stored as `kernelevo archive import` stores them."""
-    from kernelevo.evolution.rejudge import store_imported
+    from kernelevo.evolution.drivers.rejudge import store_imported
 
     return {key: kernel_id for (key, _), (kernel_id, _) in zip(items, store_imported(store, [i for _, i in items]))}
 
@@ -178,7 +178,7 @@ def judge_collection(args: argparse.Namespace) -> int:
 
 def _judge(store, judge, ids: dict[str, int], chosen: list[int], gpus: int, work_dir: Path,
            deadline: float | None) -> Counter:
-    from kernelevo.evolution.rejudge import rejudge
+    from kernelevo.evolution.drivers.rejudge import rejudge
 
     keys = {kernel_id: key for key, kernel_id in ids.items()}
     tally: Counter = Counter()
@@ -246,7 +246,7 @@ def latest_rejudge(kernel: dict) -> dict | None:
 
 
 def table_row(store, key: str, kernel_id: int) -> dict:
-    from kernelevo.evolution.rejudge import claimed_speedup
+    from kernelevo.evolution.drivers.rejudge import claimed_speedup
 
     kernel = store.kernel(kernel_id)
     task, claims = store.task(kernel["task_id"]), kernel["claims"] or {}

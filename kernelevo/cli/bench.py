@@ -81,7 +81,7 @@ def run(
 
 def _options(args: dict[str, Any]) -> Any:
     from kernelevo.evolution import budget
-    from kernelevo.evolution.bench import BenchOptions
+    from kernelevo.evolution.drivers.bench import BenchOptions
 
     check_choice("--policy", args["policy"], ("mixed", "strict"))
     check_choice("--shapes", args["shapes"], ("general", "exact"))
@@ -102,7 +102,7 @@ def _run(args: dict[str, Any]) -> None:
     """Run the bench with a live view; every way it ends leaves a line saying what to do next."""
     from kernelevo.agent.client import Stop
     from kernelevo.cli.views.bench import LiveBench
-    from kernelevo.evolution.bench import BenchError, run_bench
+    from kernelevo.evolution.drivers.bench import BenchError, run_bench
 
     options = _options(args)
     models = models_text(options.search.models, options.search.model_for, "the bench's own")

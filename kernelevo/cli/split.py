@@ -24,7 +24,7 @@ def split(
     cache_dir: CacheDirOpt = None,
 ) -> None:
     """Run a model once, find where its time goes, and write its hot submodules as task files."""
-    from kernelevo.parts.split import split_model
+    from kernelevo.evolution.drivers.parts.split import split_model
     from kernelevo.tasks import TaskError
 
     dev = resolve_device(device)
