@@ -70,6 +70,20 @@ def bounds_checkers() -> dict[str, str | None]:
     return {"cuda": bounds.compute_sanitizer(), "cpu": bounds.asan_runtime()}
 
 
+# The door's other names. Limits (a worker's limits) and TimingConfig are imported above; the Ray
+# executor's cluster queries (the doctor, the CLI's devices, a run's placement) load on first use, as
+# make_executor loads RayExecutor, so that naming the judge does not start what only --executor ray needs.
+_RAY = {"ray_connect": "connect", "ray_nodes": "nodes", "ray_slots": "slots", "ray_worker_info": "worker_info"}
+
+
+def __getattr__(name: str):
+    if name not in _RAY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from kernelevo.judge.run import ray_executor
+
+    return getattr(ray_executor, _RAY[name])
+
+
 def make_executor(options: JudgeOptions, cache_dir: Path):
     """The executor `options` name: this machine's worker pools, or a Ray cluster."""
     if options.executor == "ray":

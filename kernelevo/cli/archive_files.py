@@ -129,8 +129,7 @@ def _rejudge(store, kernel_ids: list[int], where: tuple, policy, build_timeout, 
     """Judge the kernels; `where`: (executor, --device, --gpus, --ray-address)."""
     from kernelevo import runtime
     from kernelevo.evolution.drivers.rejudge import rejudge
-    from kernelevo.judge.api import Judge, JudgeOptions
-    from kernelevo.judge.run.executor import Limits
+    from kernelevo.judge.api import Judge, JudgeOptions, Limits
 
     if not kernel_ids:
         note("nothing to rejudge")

@@ -150,11 +150,11 @@ def judge_devices(executor: str, device: Optional[str], gpus: str, address: Opti
         fail(f"--device {device}: with --executor ray use cuda or cpu; Ray places each job on a free GPU")
     if gpus != "all":
         fail("--gpus picks this machine's GPUs; with --executor ray every GPU of the cluster is used")
-    from kernelevo.judge.run import ray_executor
+    from kernelevo.judge.api import ray_connect, ray_slots
 
     try:
-        ray_executor.connect(address)
-        return ray_executor.slots("cpu" if device == "cpu" else "cuda")
+        ray_connect(address)
+        return ray_slots("cpu" if device == "cpu" else "cuda")
     except RuntimeError as exc:
         fail(str(exc))
 
@@ -291,7 +291,7 @@ def search_options(args: dict[str, Any], task: Path, limits: Any, **extra: Any) 
     each task): config, devices, format, search settings, judge settings, archive and output."""
     from kernelevo import runtime
     from kernelevo.evolution.options import OptimizeOptions, SearchSettings
-    from kernelevo.judge.measure.timing import TimingConfig
+    from kernelevo.judge.api import TimingConfig
 
     config = config_or_fail(args["config"])
     executor = executor_choice(args["executor"], config)

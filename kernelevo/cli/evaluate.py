@@ -43,8 +43,7 @@ def evaluate(
 ) -> None:
     """Judge one candidate: is it correct, how fast is it, against eager and torch.compile?"""
     from kernelevo import runtime
-    from kernelevo.judge.api import Judge, JudgeOptions
-    from kernelevo.judge.run.executor import Limits
+    from kernelevo.judge.api import Judge, JudgeOptions, Limits
     from kernelevo.tasks import TaskError, load_task
 
     if not candidate.is_file():
