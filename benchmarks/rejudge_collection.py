@@ -15,7 +15,7 @@ source, scores as claims) and named L<level_id>-T<task_id>. `--rows cuda` keeps 
 CUDA (load_inline, or cpp_extension.load of files it writes); `--rows all` adds the PyTorch rewrites.
 
 How: each selected kernel without a 'rejudge' verdict on this GPU model is judged as `archive import
---rejudge` judges (evolution.rejudge; builds in parallel on the CPU cores, one kernel at a time in each
+--rejudge` judges (evolution.drivers.rejudge; builds in parallel on the CPU cores, one kernel at a time in each
 GPU's correctness and timing phase, the least busy GPU first), with the judge's defaults unless given
 (5 trials, policy mixed) and a 300 s build limit. Verdicts are stored as they arrive, so a stop loses
 only the kernels in flight: --max-seconds S starts no kernel after S seconds (420 suits 10-minute
@@ -136,8 +136,7 @@ def judge_collection(args: argparse.Namespace) -> int:
     """Import the selected rows, then judge those not judged on this GPU model yet."""
     from kernelevo import runtime
     from kernelevo.archive.store import Archive
-    from kernelevo.judge.api import Judge, JudgeOptions
-    from kernelevo.judge.run.executor import Limits
+    from kernelevo.judge.api import Judge, JudgeOptions, Limits
 
     started = time.monotonic()
     deadline = started + args.max_seconds if args.max_seconds else None
