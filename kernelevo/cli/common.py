@@ -291,7 +291,7 @@ def search_options(args: dict[str, Any], task: Path, limits: Any, **extra: Any) 
     each task): config, devices, format, search settings, judge settings, archive and output."""
     from kernelevo import runtime
     from kernelevo.evolution.options import OptimizeOptions, SearchSettings
-    from kernelevo.judge.api import TimingConfig
+    from kernelevo.judge.measure.timing import TimingConfig
 
     config = config_or_fail(args["config"])
     executor = executor_choice(args["executor"], config)

@@ -51,7 +51,7 @@ def judge_settings(args: dict[str, Any], device: str) -> Any:
     """OptimizeOptions that carry only what the judge of a whole model reads."""
     from kernelevo import runtime
     from kernelevo.evolution.options import OptimizeOptions
-    from kernelevo.judge.api import TimingConfig
+    from kernelevo.judge.measure.timing import TimingConfig
 
     check_choice("--shapes", args["shapes"], ("general", "exact"))
     config = config_or_fail(args["config"])
