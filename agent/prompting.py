@@ -13,10 +13,10 @@ import string
 import tomllib
 from dataclasses import dataclass, field
 
+from kernelevo.formats import FORMATS
+
 from .edits import Failure
 from .providers import Message
-
-FORMATS = ("nvrtc", "inline", "c", "triton")
 
 
 class PromptError(LookupError):

@@ -1,4 +1,4 @@
 """The archive: one SQLite file holding every task, run, kernel, evaluation, LLM call and event."""
-from .store import Archive, default_path
+from .store import Archive
 
-__all__ = ["Archive", "default_path"]
+__all__ = ["Archive"]

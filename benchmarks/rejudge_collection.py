@@ -15,7 +15,7 @@ source, scores as claims) and named L<level_id>-T<task_id>. `--rows cuda` keeps 
 CUDA (load_inline, or cpp_extension.load of files it writes); `--rows all` adds the PyTorch rewrites.
 
 How: each selected kernel without a 'rejudge' verdict on this GPU model is judged as `archive import
---rejudge` judges (evolution.rejudge; builds in parallel on the CPU cores, one kernel at a time in each
+--rejudge` judges (evolution.drivers.rejudge; builds in parallel on the CPU cores, one kernel at a time in each
 GPU's correctness and timing phase, the least busy GPU first), with the judge's defaults unless given
 (5 trials, policy mixed) and a 300 s build limit. Verdicts are stored as they arrive, so a stop loses
 only the kernels in flight: --max-seconds S starts no kernel after S seconds (420 suits 10-minute
@@ -58,7 +58,7 @@ def note(message: str) -> None:
 
 def code_kind(source: str) -> str:
     """'load_inline', 'cpp_extension.load' (CUDA from files the kernel writes) or 'torch' (none of its own)."""
-    from kernelevo.judge.run.formats import called_names
+    from kernelevo.formats import called_names
 
     try:
         called = called_names(source)
@@ -106,7 +106,7 @@ def read_collection(path: Path, rows: str, levels: set[int] | None) -> dict:
 
 def store_items(store, items: list) -> dict[str, int]:
     """Key -> kernel id, stored as `kernelevo archive import` stores them."""
-    from kernelevo.evolution.rejudge import store_imported
+    from kernelevo.evolution.drivers.rejudge import store_imported
 
     return {key: kernel_id for (key, _), (kernel_id, _) in zip(items, store_imported(store, [i for _, i in items]))}
 
@@ -136,8 +136,7 @@ def judge_collection(args: argparse.Namespace) -> int:
     """Import the selected rows, then judge those not judged on this GPU model yet."""
     from kernelevo import runtime
     from kernelevo.archive.store import Archive
-    from kernelevo.judge.api import Judge, JudgeOptions
-    from kernelevo.judge.run.executor import Limits
+    from kernelevo.judge.api import Judge, JudgeOptions, Limits
 
     started = time.monotonic()
     deadline = started + args.max_seconds if args.max_seconds else None
@@ -178,7 +177,7 @@ def judge_collection(args: argparse.Namespace) -> int:
 
 def _judge(store, judge, ids: dict[str, int], chosen: list[int], gpus: int, work_dir: Path,
            deadline: float | None) -> Counter:
-    from kernelevo.evolution.rejudge import rejudge
+    from kernelevo.evolution.drivers.rejudge import rejudge
 
     keys = {kernel_id: key for key, kernel_id in ids.items()}
     tally: Counter = Counter()
@@ -246,7 +245,7 @@ def latest_rejudge(kernel: dict) -> dict | None:
 
 
 def table_row(store, key: str, kernel_id: int) -> dict:
-    from kernelevo.evolution.rejudge import claimed_speedup
+    from kernelevo.evolution.drivers.rejudge import claimed_speedup
 
     kernel = store.kernel(kernel_id)
     task, claims = store.task(kernel["task_id"]), kernel["claims"] or {}

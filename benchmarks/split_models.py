@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def split_one(path: Path, device: str, compile_parts: bool, cache: Path) -> dict:
-    from kernelevo.parts.split import split_model
+    from kernelevo.evolution.drivers.parts.split import split_model
     from kernelevo.tasks import TaskError
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -28,10 +28,10 @@ import ast
 import re
 from typing import Mapping
 
-from kernelevo.judge.run.formats import dotted as _dotted
+from kernelevo.formats import BUILDERS, dotted as _dotted
 
 # Calls that build a candidate's kernels; the names they are assigned to are launch handles.
-_BUILDERS = {"load_cuda", "load_c", "load_inline", "load"}
+_BUILDERS = {name for name, _ in BUILDERS}
 _DEFAULT_HANDLES = {"nvrtc": {"_mod", "mod"}, "c": {"_lib", "lib"}, "inline": {"_ext", "ext"}}
 _HANDLE_METHODS = {"set_max_shared_memory", "build", "cubin"}  # handle.kernel.METHOD(): not launches
 LOOP_FACTOR = 3  # a launch inside a Python loop counts as "many": the loop runs it repeatedly

@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from kernelevo.config import DEFAULT_SENTENCE_MODEL
+
 from .niches import code_parts
 
 log = logging.getLogger(__name__)
@@ -163,9 +165,6 @@ class SentenceEmbedder:
         vectors = self._model.encode([normalised(t) for t in texts], normalize_embeddings=True,
                                      convert_to_numpy=True, show_progress_bar=False)
         return np.asarray(vectors, dtype=np.float32).reshape(len(texts), self.dim)
-
-
-DEFAULT_SENTENCE_MODEL = "sentence-transformers/all-MiniLM-L6-v2"  # small (90 MB), fast on a CPU
 
 
 def default_embedder(model_name: str | None = DEFAULT_SENTENCE_MODEL) -> Embedder:

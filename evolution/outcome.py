@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelevo.evaluation import Evaluation
-from kernelevo.terminal.tables import loop_text, speedup_text
+from kernelevo.text import loop_text, speedup_text
 
 from .population import BASELINES, Member
 

@@ -15,10 +15,10 @@ def target(options: OptimizeOptions, fmt: str | None) -> Target:
     """What the prompts say kernels are written for."""
     if options.executor != "ray":
         return target_for(options.devices[0], fmt)
-    from kernelevo.judge.run.ray_executor import connect, worker_info
+    from kernelevo.judge.api import ray_connect, ray_worker_info
 
-    connect(options.ray_address)
-    return target_from_info(worker_info("cpu" if options.devices[0] == "cpu" else "cuda"), fmt)
+    ray_connect(options.ray_address)
+    return target_from_info(ray_worker_info("cpu" if options.devices[0] == "cpu" else "cuda"), fmt)
 
 
 def label(options: OptimizeOptions) -> tuple[str, str, str]:
@@ -26,10 +26,10 @@ def label(options: OptimizeOptions) -> tuple[str, str, str]:
     import torch
 
     if options.executor == "ray":
-        from kernelevo.judge.run.ray_executor import connect, nodes
+        from kernelevo.judge.api import ray_connect, ray_nodes
 
-        connect(options.ray_address)
-        found = nodes()
+        ray_connect(options.ray_address)
+        found = ray_nodes()
         if options.devices[0] == "cpu":
             return f"ray cluster: {len(found)} nodes, {sum(n['cpus'] for n in found)} CPUs", torch.__version__, ""
         models = sorted({n["gpu_model"] or "GPU" for n in found if n["gpus"]})

@@ -97,7 +97,7 @@ class RunState:
                    call_id: int | None, generation: int, thinking: str = "", problem: str = "",
                    note: str = "", account: str = "") -> int:
         """Store a child (or an operator outcome without one); returns its kernel id."""
-        from kernelevo.judge.run.formats import detect_format
+        from kernelevo.formats import detect_format
 
         fmt, descriptors, niche = "", None, ""
         if source:

@@ -20,14 +20,14 @@ from pathlib import Path
 
 from kernelevo.judge import verdicts
 from kernelevo.judge.run.executor import Limits, LocalExecutor
-from kernelevo.judge.run.formats import detect_format
+from kernelevo.formats import detect_format
 from kernelevo.judge.trials.probe import IMPLAUSIBLE_SPEEDUP
 from kernelevo.judge.measure.timing import TimingConfig
 from kernelevo.judge.measure.timing import combined as timing_combined
 from kernelevo.judge.measure.timing import load_note
 from kernelevo.evaluation import (Confinement, Correctness, Evaluation, KernelResources, LoopTiming, Profile,
                                   ShapeReport, TimingStats)
-from kernelevo.runtime._common import slug
+from kernelevo.runtime import slug
 from kernelevo.tasks import Task, source_hash
 
 
@@ -68,6 +68,20 @@ def bounds_checkers() -> dict[str, str | None]:
     from kernelevo.judge.run import bounds
 
     return {"cuda": bounds.compute_sanitizer(), "cpu": bounds.asan_runtime()}
+
+
+# The door's other names. Limits (a worker's limits) and TimingConfig are imported above; the Ray
+# executor's cluster queries (the doctor, the CLI's devices, a run's placement) load on first use, as
+# make_executor loads RayExecutor, so that naming the judge does not start what only --executor ray needs.
+_RAY = {"ray_connect": "connect", "ray_nodes": "nodes", "ray_slots": "slots", "ray_worker_info": "worker_info"}
+
+
+def __getattr__(name: str):
+    if name not in _RAY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from kernelevo.judge.run import ray_executor
+
+    return getattr(ray_executor, _RAY[name])
 
 
 def make_executor(options: JudgeOptions, cache_dir: Path):

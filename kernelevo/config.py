@@ -25,16 +25,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kernelevo.formats import FORMAT_CHOICES
+
 # The model used when none is named, by the key that is set (first match wins); both are in the
 # shipped model table. Override with --model or `default_model = "..."` in kernelevo.toml.
 DEFAULT_MODELS = (("ANTHROPIC_API_KEY", "anthropic:claude-sonnet-5-5"), ("OPENAI_API_KEY", "openai:gpt-6.2-sol"))
 # How to call, not fields of the model table.
 CALL_FIELDS = ("max_tokens", "key_env", "sampling_temperature", "timeout_s", "max_retries")
-# What --format and `format =` take: a candidate format, or auto (CUDA and Triton side by side).
-FORMAT_CHOICES = ("nvrtc", "inline", "triton", "c", "auto")
 # What --baseline and `baseline =` take: the speedup a search ranks kernels by, over torch.compile or eager.
 BASELINE_CHOICES = ("compile", "eager")
+# The sentence-transformers model for embeddings when `embed_model =` does not name one.
+DEFAULT_SENTENCE_MODEL = "sentence-transformers/all-MiniLM-L6-v2"  # small (90 MB), fast on a CPU
 _SECRETS = re.compile(r"^(key|token|secret|password)$|(api_?key|_secret|_token|_password)$", re.I)
+
+
+def default_archive_path() -> Path:
+    """$KERNELEVO_ARCHIVE, else $XDG_DATA_HOME/kernelevo/archive.sqlite (~/.local/share when unset)."""
+    if os.environ.get("KERNELEVO_ARCHIVE"):
+        return Path(os.environ["KERNELEVO_ARCHIVE"]).expanduser()
+    data_home = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(data_home) / "kernelevo" / "archive.sqlite"
 
 
 class ConfigError(ValueError):
@@ -67,14 +77,10 @@ class Config:
             return Path(given)
         if self.raw.get("archive"):
             return Path(str(self.raw["archive"])).expanduser()
-        from kernelevo.archive.store import default_path
-
-        return default_path()
+        return default_archive_path()
 
     def embed_model(self) -> str | None:
         """The sentence-transformers model for embeddings (`embed_model =`; "" for the built-in one)."""
-        from kernelevo.evolution.novelty import DEFAULT_SENTENCE_MODEL
-
         value = self.raw.get("embed_model", DEFAULT_SENTENCE_MODEL)
         return str(value) if value else None
 

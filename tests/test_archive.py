@@ -11,7 +11,8 @@ import pytest
 from kernelevo.agent.prompting import Context, Target, TaskView
 from kernelevo.archive.migrations import MIGRATIONS
 from kernelevo.archive.rows import LLM_COLUMNS
-from kernelevo.archive.store import Archive, default_path
+from kernelevo.archive.store import Archive
+from kernelevo.config import default_archive_path
 from kernelevo.evolution.state import RunState
 from kernelevo.evaluation import Correctness, Evaluation, TimingStats
 from kernelevo.llm_call import LLMCall
@@ -91,13 +92,13 @@ def test_wal_and_foreign_keys(archive, run):
 
 def test_default_path(monkeypatch, tmp_path):
     monkeypatch.setenv("KERNELEVO_ARCHIVE", str(tmp_path / "x.sqlite"))
-    assert default_path() == tmp_path / "x.sqlite"
+    assert default_archive_path() == tmp_path / "x.sqlite"
     monkeypatch.delenv("KERNELEVO_ARCHIVE")
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
-    assert default_path() == tmp_path / "data" / "kernelevo" / "archive.sqlite"
+    assert default_archive_path() == tmp_path / "data" / "kernelevo" / "archive.sqlite"
     monkeypatch.delenv("XDG_DATA_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert default_path() == tmp_path / "home" / ".local" / "share" / "kernelevo" / "archive.sqlite"
+    assert default_archive_path() == tmp_path / "home" / ".local" / "share" / "kernelevo" / "archive.sqlite"
 
 
 def test_tasks_and_runs(archive, run):

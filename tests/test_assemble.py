@@ -12,9 +12,9 @@ import torch
 from conftest import FIXTURES
 from kernelevo.judge.api import Judge, JudgeOptions
 from kernelevo.judge.measure.timing import TimingConfig
-from kernelevo.parts.assemble import Candidate, verified
-from kernelevo.parts.drop_in import Placed, drop_in_text
-from kernelevo.parts.split import split_model
+from kernelevo.evolution.drivers.parts.assemble import Candidate, verified
+from kernelevo.evolution.drivers.parts.drop_in import Placed, drop_in_text
+from kernelevo.evolution.drivers.parts.split import split_model
 from kernelevo.tasks import load_module, load_task
 from llm_server import ScriptedServer, Step, request_text
 from test_optimize import USAGE, cli, environment
@@ -154,7 +154,7 @@ def test_optimize_in_parts_splits_searches_assembles_and_verifies(tmp_path):
 
 
 def test_a_part_is_placed_only_where_its_kernel_beats_the_compiled_part(tmp_path):
-    from kernelevo.parts.assemble import chosen_parts
+    from kernelevo.evolution.drivers.parts.assemble import chosen_parts
 
     placed_parts(MODELS / "mlp_stack.py", tmp_path / "parts")
     rows = [{"path": str(tmp_path / "parts" / "mlp_block.py"), "correct": True, "speedup_eager": 1.6,
@@ -174,7 +174,7 @@ def test_a_part_is_placed_only_where_its_kernel_beats_the_compiled_part(tmp_path
 
 
 def test_only_kernels_faster_beyond_noise_are_placed_and_nothing_placed_is_the_model_unchanged(tmp_path):
-    from kernelevo.parts.assemble import chosen_parts, result
+    from kernelevo.evolution.drivers.parts.assemble import chosen_parts, result
 
     placed_parts(MODELS / "mlp_stack.py", tmp_path / "parts")  # the split, with split.json
     rows = [{"path": str(tmp_path / "parts" / "mlp_block.py"), "correct": True, "speedup_eager": 1.3,
@@ -224,7 +224,7 @@ def test_an_lstm_of_torch_returning_a_tuple_is_assembled_and_verified_end_to_end
     """recurrent.py: nn.LSTM built with keywords, given (h0, c0) as a tuple, returning (output, (h_n, c_n))
     of which the model uses the output. The task takes x, h0 and c0 and returns the output; in place, its
     op returns that and the call site gets (output, (None, None)); the whole is judged as a candidate."""
-    from kernelevo.parts.call import parse
+    from kernelevo.evolution.drivers.parts.call import parse
 
     data = split_model(MODELS / "recurrent.py", tmp_path / "parts", "cpu", top=16)
     entry = next(t for t in data["tasks"] if t["task"] == "lstm.py")
@@ -279,7 +279,7 @@ class ModelNew(nn.Module):
 
 
 def test_a_part_returning_several_tensors_is_placed_with_the_ones_the_model_uses(tmp_path):
-    from kernelevo.parts.call import parse
+    from kernelevo.evolution.drivers.parts.call import parse
 
     data = split_model(MODELS / "two_outputs.py", tmp_path, "cpu", top=4)
     (entry,) = data["tasks"]

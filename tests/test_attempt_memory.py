@@ -8,7 +8,7 @@ import re
 import time
 
 from kernelevo.archive.store import Archive
-from kernelevo.terminal.tables import speedup_text
+from kernelevo.text import speedup_text
 from llm_server import ScriptedServer, Step, request_text
 
 from test_optimize import GOOD, KERNELS, USAGE, cli, environment, optimize_args

@@ -241,7 +241,7 @@ def test_the_shift_through_the_archive(tmp_path):
 def test_a_resumed_bench_takes_its_own_models():
     from pathlib import Path
 
-    from kernelevo.evolution.bench import BenchOptions, _as_stored
+    from kernelevo.evolution.drivers.bench import BenchOptions, _as_stored
     from kernelevo.evolution.options import OptimizeOptions
 
     search = OptimizeOptions(Path("s"), (), ("cpu",), Path("a"), Path("o"), Path("c"))

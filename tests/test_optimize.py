@@ -227,7 +227,7 @@ def test_progress_panel_fits_100_columns():
     from collections import Counter
 
     from kernelevo.evolution.outcome import Progress
-    from kernelevo.terminal.progress import lines
+    from kernelevo.cli.views.progress import lines
     from rich.console import Console
     from rich.panel import Panel
 

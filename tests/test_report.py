@@ -215,7 +215,7 @@ def section(tree: Node, sid: str) -> Node:
 # ---------- the HTML as written ----------
 
 def test_speedup_text_gives_the_interval_where_it_is_wider_than_2_percent():
-    from kernelevo.terminal.tables import speedup_text
+    from kernelevo.text import speedup_text
 
     assert speedup_text(1.78, (1.52, 2.05)) == "1.78x (1.52-2.05)"
     assert speedup_text(1.78, [1.77, 1.79]) == "1.78x"  # 1.1 % wide: the digits would add nothing
@@ -226,11 +226,11 @@ def test_speedup_text_gives_the_interval_where_it_is_wider_than_2_percent():
 def test_the_terminal_prints_each_speedup_with_its_interval(monkeypatch):
     import io
 
-    from kernelevo.terminal.bench import print_table
+    from kernelevo.cli.views.bench import print_table
     from kernelevo.evolution.outcome import Progress
-    from kernelevo.terminal.progress import lines, summary_rows
+    from kernelevo.cli.views.progress import lines, summary_rows
     from kernelevo.evaluation import Evaluation, TimingStats
-    from kernelevo.terminal.tables import print_evaluation
+    from kernelevo.cli.views.tables import print_evaluation
     from rich.console import Console
 
     stats = TimingStats(median_ms=1.0, p10_ms=0.9, p90_ms=1.2, min_ms=0.9, mean_ms=1.0, n=30, rel_ci=0.01)

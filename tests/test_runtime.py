@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from kernelevo import runtime
-from kernelevo.judge.run.formats import detect_format
+from kernelevo.formats import detect_format
 
 CUDA = r'''
 // a comment mentioning __global__ void fake(int x)

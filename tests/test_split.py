@@ -10,9 +10,9 @@ import torch
 import torch.nn as nn
 
 from conftest import FIXTURES, run_cli
-from kernelevo.evolution.bench import suite_tasks
-from kernelevo.parts.record import build, constructor_args, record
-from kernelevo.parts.split import SPLIT_JSON, split, split_model
+from kernelevo.evolution.drivers.bench import suite_tasks
+from kernelevo.evolution.drivers.parts.record import build, constructor_args, record
+from kernelevo.evolution.drivers.parts.split import SPLIT_JSON, split, split_model
 from kernelevo.tasks import load_task
 
 MODELS = FIXTURES / "models"
@@ -183,7 +183,7 @@ def test_a_factory_model_is_split_with_its_parts_imported(tmp_path, monkeypatch)
 
 
 def test_a_model_search_takes_the_parts_with_most_headroom_and_leaves_the_rest_to_the_compiler():
-    from kernelevo.parts.headroom import _figures, searched
+    from kernelevo.evolution.drivers.parts.headroom import _figures, searched
 
     near = _figures({"verdict": "ok", "timing": {"eager": {"median_ms": 2.0}, "compiled": {"median_ms": 1.1}},
                      "sol": {"bound_ms": 1.0}})
@@ -201,7 +201,7 @@ def test_a_model_search_takes_the_parts_with_most_headroom_and_leaves_the_rest_t
 def _rebuilds_every_site(folder, data, model_file):
     """Each task, built with each of its call sites' weights and given that site's inputs as the task
     takes them, returns the tensors of the site's output the model uses."""
-    from kernelevo.parts.call import of, used
+    from kernelevo.evolution.drivers.parts.call import of, used
 
     module = load_task(model_file)
     torch.manual_seed(3)

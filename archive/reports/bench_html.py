@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kernelevo.text import share_text, speedup_text
+
 from .bench_data import P_VALUES, curve, fast_p
 from .run_html import CSP
 
@@ -78,13 +80,11 @@ def _about(bench: dict) -> str:
 
 def _x(value: float | None, ci: list | None = None) -> str:
     """As the terminal prints a speedup (its interval where wider than 2 %), with a dash for none."""
-    from kernelevo.terminal.tables import speedup_text
-
     return "—" if value is None else speedup_text(value, ci)
 
 
 def _pct(value: float | None) -> str:
-    return "—" if value is None else f"{100 * value:.0f}%"
+    return share_text(value, "—")
 
 
 def _suite(s: dict) -> str:

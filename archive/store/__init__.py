@@ -15,12 +15,12 @@ each other or this package, so nothing imports in a circle; where one part needs
 """
 from .benches import BenchesMixin
 from .calls import CallsMixin
-from .connection import BUSY_TIMEOUT_MS, Store, default_path
+from .connection import BUSY_TIMEOUT_MS, Store
 from .embeddings import EmbeddingsMixin
 from .kernels import KernelsMixin
 from .runs import RunsMixin
 
-__all__ = ["Archive", "BUSY_TIMEOUT_MS", "default_path"]
+__all__ = ["Archive", "BUSY_TIMEOUT_MS"]
 
 
 class Archive(RunsMixin, KernelsMixin, EmbeddingsMixin, CallsMixin, BenchesMixin, Store):

@@ -9,7 +9,6 @@ and one connection keeps the writes of one process serialised without leaning on
 """
 from __future__ import annotations
 
-import os
 import sqlite3
 import threading
 import time
@@ -22,14 +21,6 @@ from ..migrations import MIGRATIONS
 from ..rows import split_script
 
 BUSY_TIMEOUT_MS = 10_000
-
-
-def default_path() -> Path:
-    """$KERNELEVO_ARCHIVE, else $XDG_DATA_HOME/kernelevo/archive.sqlite (~/.local/share when unset)."""
-    if os.environ.get("KERNELEVO_ARCHIVE"):
-        return Path(os.environ["KERNELEVO_ARCHIVE"]).expanduser()
-    data_home = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
-    return Path(data_home) / "kernelevo" / "archive.sqlite"
 
 
 class Store:

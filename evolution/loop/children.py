@@ -13,7 +13,7 @@ import dataclasses
 
 from kernelevo.agent.client import NotSent, Stop, Unreachable
 from kernelevo.evaluation import Evaluation, Profile
-from kernelevo.terminal.tables import speedup_text
+from kernelevo.text import speedup_text
 
 from .. import islands, scheduling
 from ..population import BASELINES, Member, beats

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from kernelevo.agent.prompting import Context, Opponent, Variant
 from kernelevo.archive.rows import by_format, by_model
-from kernelevo.terminal.tables import speedup_text
+from kernelevo.text import speedup_text
 
 from .. import budget as budgets
 from .. import ensemble as ensembles

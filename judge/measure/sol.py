@@ -82,7 +82,7 @@ def bound(work: dict, peaks: dict, reference_ms: float | None, candidate_ms: flo
 # -- calibration: once per device model and torch version --------------------------------------------
 
 def calibration_path(cache_dir: Path, device_name: str, torch_version: str) -> Path:
-    from kernelevo.runtime._common import slug
+    from kernelevo.runtime import slug
 
     return Path(cache_dir) / "calibration" / f"{slug(device_name, torch_version)}.json"
 
@@ -91,7 +91,7 @@ def peaks(cache_dir: Path, device: str, device_name: str) -> tuple[dict, bool]:
     """(peaks, measured now?): the cached calibration for this device model, measured if missing."""
     import torch
 
-    from kernelevo.runtime._common import write_atomic
+    from kernelevo.runtime import write_atomic
 
     path = calibration_path(cache_dir, device_name, torch.__version__)
     if path.exists():

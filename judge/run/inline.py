@@ -27,7 +27,7 @@ import inspect
 import re
 from pathlib import Path
 
-from kernelevo.runtime._common import cache_dir, digest, write_atomic
+from kernelevo.runtime import cache_dir, digest, write_atomic
 
 _TORCH_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]torch/(?:extension|types)\.h[>"][^\n]*$', re.M)
 # The C++ frontend and op registration: only the full headers have them.

@@ -51,7 +51,7 @@ _GLUE_OPS = {
 def own_kernel_names(source: str) -> set[str]:
     """Names of the `__global__` functions written in the candidate's source strings, and of its
     `@triton.jit` functions (the profiler names a Triton kernel by its function)."""
-    from kernelevo.judge.run.formats import triton_kernels
+    from kernelevo.formats import triton_kernels
 
     try:
         jitted = set(triton_kernels(source))

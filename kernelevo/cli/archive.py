@@ -194,7 +194,7 @@ def _print_facts(k: dict, task: dict, console) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from kernelevo.terminal.tables import _COLOURS
+    from kernelevo.cli.views.tables import _COLOURS
 
     judged = next((e for e in k["evaluations"] if e["id"] == k["evaluation_id"]), None) or {}
     times = [f"{name} {judged[col]:.4g} ms" for name, col in
@@ -229,7 +229,7 @@ def _print_facts(k: dict, task: dict, console) -> None:
 
 def _speedups(k: dict) -> str:
     """The final re-judgement's figures where the kernel has one, the search's labelled beside them."""
-    from kernelevo.terminal.tables import speedup_text
+    from kernelevo.text import speedup_text
 
     def pair(e: dict) -> str:
         return (f"{speedup_text(e['speedup_eager'], e.get('speedup_eager_ci'))} vs eager, "
@@ -250,7 +250,7 @@ def _speedups(k: dict) -> str:
 def _print_latest(evaluation: dict, console, profile_row: dict | None = None) -> None:
     """The kernel's latest evaluation as `kernelevo evaluate` prints one, with the latest profile."""
     from kernelevo.evaluation import Evaluation, Profile
-    from kernelevo.terminal.tables import print_evaluation, print_profile
+    from kernelevo.cli.views.tables import print_evaluation, print_profile
 
     console.rule(f"evaluation {evaluation['id']} ({evaluation['purpose']}, {_when(evaluation['created_at'])})",
                  align="left")
@@ -323,7 +323,8 @@ def _tree(k: dict, by_id: dict[int, dict]):
     from rich.text import Text
     from rich.tree import Tree
 
-    from kernelevo.terminal.tables import _COLOURS, speedup_text
+    from kernelevo.cli.views.tables import _COLOURS
+    from kernelevo.text import speedup_text
 
     def label(row: dict, seen_before: bool = False) -> Text:
         return Text.assemble((f"{row['id']} ", "bold"), f"{row['operator']} ",

@@ -71,7 +71,7 @@ def _found(source: Path, task: Optional[Path]):
 
 def _store_found(store, found) -> tuple[list[int], list[int]]:
     """(new kernel ids, ids of imported kernels that were already there)."""
-    from kernelevo.evolution.rejudge import store_imported
+    from kernelevo.evolution.drivers.rejudge import store_imported
 
     stored = store_imported(store, found)
     return [k for k, new in stored if new], [k for k, new in stored if not new]
@@ -128,9 +128,8 @@ def _never_judged(store, kernel_id: int) -> bool:
 def _rejudge(store, kernel_ids: list[int], where: tuple, policy, build_timeout, cache_dir) -> list:
     """Judge the kernels; `where`: (executor, --device, --gpus, --ray-address)."""
     from kernelevo import runtime
-    from kernelevo.evolution.rejudge import rejudge
-    from kernelevo.judge.api import Judge, JudgeOptions
-    from kernelevo.judge.run.executor import Limits
+    from kernelevo.evolution.drivers.rejudge import rejudge
+    from kernelevo.judge.api import Judge, JudgeOptions, Limits
 
     if not kernel_ids:
         note("nothing to rejudge")
@@ -158,7 +157,7 @@ def _rejudge(store, kernel_ids: list[int], where: tuple, policy, build_timeout, 
 
 
 def _print_rejudged(judged: list) -> None:
-    from kernelevo.terminal.tables import print_rows
+    from kernelevo.cli.views.tables import print_rows
 
     rows = [{"kernel": r.kernel_id, "task": r.task, "verdict": r.verdict, "reason": r.reason,
              "speedup": r.speedup_eager, "claimed": r.claimed, "gpu": r.device_name, "device": r.device} for r in judged]

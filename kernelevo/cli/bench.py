@@ -20,7 +20,7 @@ from kernelevo.cli.common import (ArchiveOpt, BaselineOpt, CacheDirOpt, Children
                                   EXIT_INTERRUPTED, SeedOpt, ShapesOpt, TimingSecondsOpt, TrialsOpt, check_choice,
                                   duration, emit,
                                   fail, models_text, opened, say, search_options)
-from kernelevo.config import FORMAT_CHOICES
+from kernelevo.formats import FORMAT_CHOICES
 
 
 class _RunByDefault(TyperGroup):
@@ -81,7 +81,7 @@ def run(
 
 def _options(args: dict[str, Any]) -> Any:
     from kernelevo.evolution import budget
-    from kernelevo.evolution.bench import BenchOptions
+    from kernelevo.evolution.drivers.bench import BenchOptions
 
     check_choice("--policy", args["policy"], ("mixed", "strict"))
     check_choice("--shapes", args["shapes"], ("general", "exact"))
@@ -101,8 +101,8 @@ def _options(args: dict[str, Any]) -> Any:
 def _run(args: dict[str, Any]) -> None:
     """Run the bench with a live view; every way it ends leaves a line saying what to do next."""
     from kernelevo.agent.client import Stop
-    from kernelevo.terminal.bench import LiveBench
-    from kernelevo.evolution.bench import BenchError, run_bench
+    from kernelevo.cli.views.bench import LiveBench
+    from kernelevo.evolution.drivers.bench import BenchError, run_bench
 
     options = _options(args)
     models = models_text(options.search.models, options.search.model_for, "the bench's own")
@@ -146,7 +146,7 @@ def _print(table: dict, as_json: bool) -> None:
     if as_json:
         emit(table, "json")
     else:
-        from kernelevo.terminal.bench import print_table
+        from kernelevo.cli.views.bench import print_table
 
         print_table(table)
 
@@ -188,7 +188,7 @@ def compare(a: str = typer.Argument(..., help="a bench id"), b: str = typer.Argu
     if as_json:
         emit(data, "json")
     else:
-        from kernelevo.terminal.bench import print_compare
+        from kernelevo.cli.views.bench import print_compare
 
         print_compare(data)
 

@@ -150,11 +150,11 @@ def judge_devices(executor: str, device: Optional[str], gpus: str, address: Opti
         fail(f"--device {device}: with --executor ray use cuda or cpu; Ray places each job on a free GPU")
     if gpus != "all":
         fail("--gpus picks this machine's GPUs; with --executor ray every GPU of the cluster is used")
-    from kernelevo.judge.run import ray_executor
+    from kernelevo.judge.api import ray_connect, ray_slots
 
     try:
-        ray_executor.connect(address)
-        return ray_executor.slots("cpu" if device == "cpu" else "cuda")
+        ray_connect(address)
+        return ray_slots("cpu" if device == "cpu" else "cuda")
     except RuntimeError as exc:
         fail(str(exc))
 
@@ -226,7 +226,7 @@ def emit(rows: Any, fmt: str, fields: Sequence[str] = ()) -> None:
         for row in rows:
             writer.writerow({k: " ".join(map(str, v)) if isinstance(v, list) else v for k, v in row.items()})
     else:
-        from kernelevo.terminal.tables import print_rows
+        from kernelevo.cli.views.tables import print_rows
 
         print_rows(rows, fields)
 

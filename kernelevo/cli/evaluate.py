@@ -12,7 +12,7 @@ from kernelevo.cli.common import CacheDirOpt, CompileBaselineOpt, ShapesOpt, che
 
 def _refuse_cuda_only(candidate: Path) -> None:
     """An nvrtc candidate can only run on a GPU: say so in one line instead of judging a crash."""
-    from kernelevo.judge.run.formats import detect_format
+    from kernelevo.formats import detect_format
 
     try:
         fmt = detect_format(candidate.read_text())
@@ -43,8 +43,7 @@ def evaluate(
 ) -> None:
     """Judge one candidate: is it correct, how fast is it, against eager and torch.compile?"""
     from kernelevo import runtime
-    from kernelevo.judge.api import Judge, JudgeOptions
-    from kernelevo.judge.run.executor import Limits
+    from kernelevo.judge.api import Judge, JudgeOptions, Limits
     from kernelevo.tasks import TaskError, load_task
 
     if not candidate.is_file():
@@ -69,7 +68,7 @@ def evaluate(
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
         return
-    from kernelevo.terminal.tables import print_evaluation, print_profile
+    from kernelevo.cli.views.tables import print_evaluation, print_profile
 
     print_evaluation(result)
     if result.profile:

@@ -16,7 +16,7 @@ def doctor(
                                               "[default: $RAY_ADDRESS]"),
 ) -> None:
     """What this machine offers kernelevo: GPUs, driver, compilers, profilers, embedder, API keys, a Ray cluster."""
-    from kernelevo.doctor import collect, print_findings
+    from kernelevo.cli.doctor import collect, print_findings
 
     findings = collect(config_or_fail(None).embed_model(), ray_address)
     if as_json:
@@ -41,6 +41,6 @@ def models(
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
-    from kernelevo.terminal.tables import print_models
+    from kernelevo.cli.views.tables import print_models
 
     print_models(rows)

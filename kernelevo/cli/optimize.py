@@ -16,7 +16,7 @@ from kernelevo.cli.common import (BaselineOpt, CacheDirOpt, ChildrenOpt, Compile
                                   PolicyOpt, ProfileTopOpt, RayAddressOpt, SeedOpt, ShapesOpt, TimingSecondsOpt,
                                   TrialsOpt, EXIT_INTERRUPTED, check_choice, duration, fail, models_text, say,
                                   search_options)
-from kernelevo.config import FORMAT_CHOICES
+from kernelevo.formats import FORMAT_CHOICES
 
 
 def optimize(
@@ -108,7 +108,7 @@ def run_optimize(args: dict[str, Any]) -> None:
     """Run the search with live progress; every way it ends leaves a line saying what to do next."""
     from kernelevo.agent.client import Stop
     from kernelevo.evolution.loop import optimize as search
-    from kernelevo.terminal.progress import LiveProgress, print_summary
+    from kernelevo.cli.views.progress import LiveProgress, print_summary
     from kernelevo.tasks import TaskError
 
     options = _options(args)

@@ -24,7 +24,7 @@ def split(
     cache_dir: CacheDirOpt = None,
 ) -> None:
     """Run a model once, find where its time goes, and write its hot submodules as task files."""
-    from kernelevo.parts.split import split_model
+    from kernelevo.evolution.drivers.parts.split import split_model
     from kernelevo.tasks import TaskError
 
     dev = resolve_device(device)
@@ -36,6 +36,6 @@ def split(
     if as_json:
         typer.echo(json.dumps(data, indent=1))
         return
-    from kernelevo.terminal.parts import print_split
+    from kernelevo.cli.views.parts import print_split
 
     print_split(data, out)

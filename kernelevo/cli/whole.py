@@ -34,7 +34,7 @@ def assemble(
     as_json: JsonOpt = False,
 ) -> None:
     """Write MODEL with the verified kernels its parts' bench found, and judge it end to end."""
-    from kernelevo.evolution.whole import assemble_model
+    from kernelevo.evolution.drivers.whole import assemble_model
     from kernelevo.tasks import TaskError
 
     if not model.is_file():
@@ -68,7 +68,7 @@ def show(data: dict, as_json: bool) -> None:
     if as_json:
         typer.echo(json.dumps(data, indent=1))
         return
-    from kernelevo.terminal.parts import print_assembly
+    from kernelevo.cli.views.parts import print_assembly
 
     print_assembly(data)
 
@@ -77,10 +77,10 @@ def run_parts(args: dict[str, Any], options: Any) -> None:
     """`optimize MODEL.py --parts N`: split, search the parts as a bench, assemble; every way it
     ends leaves a line saying what to do next."""
     from kernelevo.agent.client import Stop
-    from kernelevo.evolution.bench import BenchError
-    from kernelevo.evolution.whole import optimize_model
+    from kernelevo.evolution.drivers.bench import BenchError
+    from kernelevo.evolution.drivers.whole import optimize_model
     from kernelevo.tasks import TaskError
-    from kernelevo.terminal.bench import LiveBench
+    from kernelevo.cli.views.bench import LiveBench
 
     model = Path(args["task"])
     parts_dir = args["parts_dir"] or Path(args["out"]) / f"{model.stem}_parts"

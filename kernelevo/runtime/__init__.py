@@ -15,9 +15,10 @@ Kernel and function parameters are read from the source: pointers take tensors (
 addresses), scalars are converted to the declared C type. Only `extern "C"` CUDA kernels and
 plain C functions are callable, so that names are never mangled.
 """
-from ._common import CompileError, LaunchError, c_functions, cache_dir, cuda_kernels
+from ._common import CompileError, LaunchError, c_functions, cache_dir, cuda_kernels, digest, slug, write_atomic
 from .c import CModule, compile_c, load_c
 from .cuda import CudaKernel, CudaModule, compile_cubin, load_cuda, nvrtc_version
 
 __all__ = ["CompileError", "LaunchError", "load_cuda", "load_c", "cache_dir", "compile_cubin", "compile_c",
-           "cuda_kernels", "c_functions", "nvrtc_version", "CudaModule", "CudaKernel", "CModule"]
+           "cuda_kernels", "c_functions", "nvrtc_version", "CudaModule", "CudaKernel", "CModule",
+           "digest", "slug", "write_atomic"]  # the cache's helpers, which the judge's own builds share

@@ -1,6 +1,6 @@
 """A whole model: split it into parts, search the hottest as a bench whose budget follows their
 share of the model's time (Amdahl: a part at 2 % gets little), and hand the model back with the
-verified kernels in place, judged end to end (kernelevo/parts/). Like loop/ and bench.py this joins
+verified kernels in place, judged end to end (drivers/parts/). Like loop/ and bench.py this joins
 the rooms; it adds no search logic. Resumable as a bench: the parts' bench id is in the result."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from .bench import BenchOptions, BenchView, run_bench
-from .options import OptimizeOptions, judge_options
+from ..options import OptimizeOptions, judge_options
 
 
 def assemble_model(model_path: Path, bench_id: str, out_file: Path, search: OptimizeOptions,
@@ -22,8 +22,8 @@ def assemble_model(model_path: Path, bench_id: str, out_file: Path, search: Opti
     from kernelevo.archive.reports.bench_data import task_rows
     from kernelevo.archive.store import Archive
     from kernelevo.judge.api import Judge
-    from kernelevo.parts.assemble import chosen_parts, result, verified
-    from kernelevo.parts.split import SPLIT_JSON
+    from kernelevo.evolution.drivers.parts.assemble import chosen_parts, result, verified
+    from kernelevo.evolution.drivers.parts.split import SPLIT_JSON
     from kernelevo.tasks import load_task
 
     task = load_task(model_path)
@@ -69,8 +69,8 @@ def optimize_model(search: OptimizeOptions, parts: int, parts_dir: Path, out_fil
     """Split `search.task_path` (unless resuming a bench of its parts), search the `parts` parts with the
     most headroom over torch.compile (the hottest in eager without --no-compile-baseline) as a bench
     with the budget shared by time share, then assemble and verify."""
-    from kernelevo.parts.headroom import searched
-    from kernelevo.parts.split import SPLIT_JSON, split_model
+    from kernelevo.evolution.drivers.parts.headroom import searched
+    from kernelevo.evolution.drivers.parts.split import SPLIT_JSON, split_model
 
     model_path = Path(search.task_path)
     suite = parts_dir / SEARCHED

@@ -12,5 +12,5 @@ split.json; task_file.py writes a part as a task file and
 checks that the file rebuilds its call site's output from the captured inputs and weights;
 drop_in.py writes the model with kernels in place as one file (custom ops, `apply(model)`);
 assemble.py chooses the kernels to place and reverts, one by one, those the judge rejects in place.
-The judge and the archive are reached by the caller (evolution/whole.py): nothing here imports them.
+The judge and the archive are reached by the caller (evolution/drivers/whole.py): nothing here imports them.
 """

@@ -4,7 +4,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kernelevo.evaluation import Evaluation, LoopTiming, TimingStats
+from kernelevo.evaluation import Evaluation, TimingStats
+from kernelevo.text import loop_text, ms_text, speedup_text
 
 _COLOURS = {"ok": "green", "incorrect": "yellow", "rejected": "red", "timeout": "magenta"}
 
@@ -12,37 +13,9 @@ _COLOURS = {"ok": "green", "incorrect": "yellow", "rejected": "red", "timeout": 
 def _time(stats: TimingStats | None) -> str:
     if stats is None:
         return "-"
-    host = f", host {_ms(stats.host_ms)}/call" if stats.host_ms is not None else ""
-    return (f"{_ms(stats.median_ms)}  (p10 {_ms(stats.p10_ms)}, p90 {_ms(stats.p90_ms)}, "
+    host = f", host {ms_text(stats.host_ms)}/call" if stats.host_ms is not None else ""
+    return (f"{ms_text(stats.median_ms)}  (p10 {ms_text(stats.p10_ms)}, p90 {ms_text(stats.p90_ms)}, "
             f"n={stats.n}, ±{100 * stats.rel_ci:.2f}%{host})")
-
-
-def _ms(value: float) -> str:
-    return f"{value * 1000:.1f} µs" if value < 1 else f"{value:.3f} ms"
-
-
-def loop_text(loop: LoopTiming) -> str:
-    """The host-inclusive twin in one line: per call back to back, its speedups, the host's share."""
-    compiled = f", torch.compile {_ms(loop.compiled_ms)}" if loop.compiled_ms is not None else ""
-    against = f", {speedup_text(loop.speedup_compile, loop.speedup_compile_ci)} vs torch.compile" \
-        if loop.speedup_compile is not None else ""
-    host = f"; host work {100 * loop.host_share:.0f} % of a call" if loop.host_share is not None else ""
-    return (f"{_ms(loop.candidate_ms)} per call back to back (eager {_ms(loop.eager_ms)}{compiled}): "
-            f"{speedup_text(loop.speedup_eager, loop.speedup_eager_ci)} vs eager{against}{host}")
-
-
-WIDE = 0.02  # an interval narrower than 2 % of its speedup adds digits, not information
-
-
-def speedup_text(value: float | None, ci: Sequence[float | None] | None = None) -> str:
-    """'1.78x', or '1.78x (1.52-2.05)' where its 95 % interval `ci` is wider than 2 % of it: the one
-    way every command prints a speedup, so a figure inside the noise says so wherever it is shown."""
-    if value is None:
-        return "-"
-    text = f"{value:.2f}x"
-    if ci is not None and len(ci) == 2 and None not in ci and value > 0 and (ci[1] - ci[0]) / value > WIDE:
-        text += f" ({ci[0]:.2f}-{ci[1]:.2f})"
-    return text
 
 
 def _evidence(evidence: dict) -> str:

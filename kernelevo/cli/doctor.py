@@ -83,11 +83,11 @@ def _ray(address: str | None) -> dict:
     address = address or os.environ.get("RAY_ADDRESS")
     if not address:
         return {"ok": True, "detail": f"ray {ray.__version__}; no cluster named (--ray-address or RAY_ADDRESS)"}
-    from kernelevo.judge.run import ray_executor
+    from kernelevo.judge.api import ray_connect, ray_nodes
 
     try:
-        ray_executor.connect(address)
-        nodes = ray_executor.nodes()
+        ray_connect(address)
+        nodes = ray_nodes()
     except RuntimeError as exc:
         return {"ok": False, "detail": str(exc), "fix": "start the cluster (ray start --head) or fix the address"}
     described = "; ".join(f"{n['host']} ({n['cpus']} CPUs, {n['gpus']} GPUs{' ' + n['gpu_model'] if n['gpus'] else ''})"

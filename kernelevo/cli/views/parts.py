@@ -52,7 +52,7 @@ def print_assembly(data: dict) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from kernelevo.terminal.tables import speedup_text
+    from kernelevo.text import speedup_text
 
     console = Console()
     eager = speedup_text(data["speedup_eager"], data["speedup_eager_ci"])

@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Callable
 
 from kernelevo.agent.client import Stop
-from kernelevo.terminal.tables import speedup_text
+from kernelevo.text import speedup_text
 
-from . import ensemble as ensembles
-from .options import OptimizeOptions, judge_options
-from .outcome import EXIT_UNREACHABLE, Interrupted, Progress
+from .. import ensemble as ensembles
+from ..options import OptimizeOptions, judge_options
+from ..outcome import EXIT_UNREACHABLE, Interrupted, Progress
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,7 @@ def _open_bench(store, options: BenchOptions) -> str:
             raise BenchError(f"--resume {options.resume}: no such bench in {store.path}; "
                              "`kernelevo bench ls` lists them")
         return options.resume
-    from . import placement
+    from .. import placement
 
     paths = suite_tasks(options.suite, options.tasks_glob)
     s = options.search
@@ -300,7 +300,7 @@ def _search_task(runner: _Runner, row: dict, device: str, cap: float | None) -> 
     """The task's search on `device` alone, resuming its run when an earlier session stopped it."""
     from kernelevo.agent.client import Unreachable
 
-    from .loop import optimize
+    from ..loop import optimize
 
     base = runner.options.search
     resume = row.get("run_id")  # a row not done has a run only when a session stopped in its search

@@ -11,8 +11,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from kernelevo.terminal.tables import loop_text
-from kernelevo.terminal.tables import speedup_text as _x
+from kernelevo.text import loop_text
+from kernelevo.text import speedup_text as _x
 
 
 WIDTH = 100  # the panel fits a 100-column terminal (4 columns go to its border and padding)

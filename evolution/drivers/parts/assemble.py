@@ -65,7 +65,7 @@ def chosen_parts(split_dir: Path, rows: list[dict], kernel_source: Callable[[int
 
 def _format_of(source: str) -> str:
     """The kernel's format, for the drop-in's comments (a Triton one needs triton where it runs)."""
-    from kernelevo.judge.run.formats import detect_format
+    from kernelevo.formats import detect_format
 
     try:
         return detect_format(source)

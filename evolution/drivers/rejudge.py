@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kernelevo.runtime._common import slug
+from kernelevo.runtime import slug
 from kernelevo.tasks import Task, TaskError, load_task
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ def store_imported(store: Archive, found: Sequence) -> list[tuple[int, bool]]:
     """Store kernels found elsewhere (importing.Imported): the task by source hash, each kernel
     once per task and source, its published numbers as claims. Per item, in order: (its kernel
     id, whether it is new here); a kernel seen before, imported or written by a run, is one row."""
-    from kernelevo.judge.run.formats import detect_format
+    from kernelevo.formats import detect_format
     from kernelevo.tasks import source_hash
 
     out: list[tuple[int, bool]] = []

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernelevo.terminal.progress import LivePanel, WIDTH
-from kernelevo.terminal.tables import speedup_text as _x
+from kernelevo.cli.views.progress import LivePanel, WIDTH
+from kernelevo.text import share_text, speedup_text as _x
 
 
 def live_lines(view: Any) -> list[str]:
@@ -26,10 +26,6 @@ class LiveBench(LivePanel):
 
     def __call__(self, view: Any) -> None:
         self.show(live_lines(view))
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.0f}%"
 
 
 def print_table(table: dict) -> None:
@@ -72,14 +68,14 @@ def suite_table(suite: dict, other: dict | None = None):
     for key, label in (("fast_p", "all tasks"), ("fast_p_healthy", "non-degenerate")):
         for base, name in (("eager", "eager"), ("compile", "torch.compile")):
             for tag, s in suites:
-                t.add_row(f"vs {name}, {label}{tag}", *(_pct(s[key][base][p]) for p in p_values))
+                t.add_row(f"vs {name}, {label}{tag}", *(share_text(s[key][base][p]) for p in p_values))
     return t
 
 
 def suite_facts(suite: dict) -> str:
     """Correct rate, geomean speedups over correct tasks, flags and totals, in one line."""
     unknown = f" (+{suite['unknown_cost_calls']} calls of unknown cost)" if suite["unknown_cost_calls"] else ""
-    return (f"correct {suite['correct']}/{suite['tasks']} ({_pct(suite['correct_rate'])}); geomean over correct "
+    return (f"correct {suite['correct']}/{suite['tasks']} ({share_text(suite['correct_rate'])}); geomean over correct "
             f"tasks {_x(suite['geomean']['eager'])} vs eager, {_x(suite['geomean']['compile'])} vs torch.compile; "
             f"{suite['degenerate']} degenerate, {suite['specialized']} specialized; LLM calls {suite['calls']}, "
             f"${suite['cost_usd']:.2f}{unknown}; wall {suite['wall_s'] / 60:.1f} min")

@@ -1,10 +1,15 @@
-"""Which kind of candidate a source is, read from the calls it makes (not from its text alone)."""
+"""The candidate formats: the one list of them (what --format, `format =`, the prompts and the judge
+take), and which format a source is, read from the calls it makes (not from its text alone). Pure
+text, no judge: config, the agent, the judge and the search all read formats from here."""
 from __future__ import annotations
 
 import ast
 
+# The formats a candidate is written in; "auto" asks for CUDA and Triton side by side.
+FORMATS = ("nvrtc", "inline", "triton", "c")
+FORMAT_CHOICES = FORMATS + ("auto",)
 # The call that builds a candidate's kernels decides its format, first match wins.
-_BUILDERS = (("load_cuda", "nvrtc"), ("load_inline", "inline"), ("load", "inline"), ("load_c", "c"))
+BUILDERS = (("load_cuda", "nvrtc"), ("load_inline", "inline"), ("load", "inline"), ("load_c", "c"))
 
 
 def called_names(source: str) -> set[str]:
@@ -52,7 +57,7 @@ def triton_kernels(source: str | ast.Module) -> list[str]:
 def detect_format(source: str) -> str:
     """'nvrtc', 'inline', 'c', 'triton', or 'torch' (no kernel of its own). Raises SyntaxError."""
     called = called_names(source)
-    for builder, fmt in _BUILDERS:
+    for builder, fmt in BUILDERS:
         if builder in called and (builder != "load" or "cpp_extension" in source):
             return fmt
     if triton_kernels(source):
