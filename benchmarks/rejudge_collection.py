@@ -137,7 +137,7 @@ def judge_collection(args: argparse.Namespace) -> int:
     from kernelevo import runtime
     from kernelevo.archive.store import Archive
     from kernelevo.judge.api import Judge, JudgeOptions
-    from kernelevo.judge.run.executor import Limits
+    from kernelevo.judge.run.executor import WorkerLimits
 
     started = time.monotonic()
     deadline = started + args.max_seconds if args.max_seconds else None
@@ -146,7 +146,7 @@ def judge_collection(args: argparse.Namespace) -> int:
     cache = args.cache_dir or runtime.cache_dir()
     extra = {"shapes": args.shapes} if args.shapes else {}  # else the judge's default, whichever it has
     options = JudgeOptions(devices=devices, trials=args.trials, policy=args.policy,
-                           limits=Limits(build=args.build_timeout), spares=1, **extra)
+                           limits=WorkerLimits(build=args.build_timeout), spares=1, **extra)
     with Archive.open(args.archive) as store:
         ids = store_items(store, collection["items"])
         note(f"{collection['file']}: {collection['rows']} rows, {len(ids)} selected with a kernel, in {args.archive}")

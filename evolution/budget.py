@@ -16,7 +16,7 @@ from typing import Callable
 
 
 @dataclass(frozen=True)
-class Limits:
+class BudgetLimits:
     max_cost_usd: float | None = None
     max_llm_calls: int | None = None
     max_wall_s: float | None = None
@@ -52,8 +52,8 @@ class Budget:
     `unknown_cost_calls` says how many such calls the spend leaves out, and `max_llm_calls`
     still bounds them."""
 
-    def __init__(self, limits: Limits | None = None, clock: Callable[[], float] = time.monotonic):
-        self.limits = limits or Limits()
+    def __init__(self, limits: BudgetLimits | None = None, clock: Callable[[], float] = time.monotonic):
+        self.limits = limits or BudgetLimits()
         self._clock = clock
         self._start = clock()
         self._offset_s = 0.0  # wall time of earlier sessions of a resumed run

@@ -33,7 +33,7 @@ class OptimizeOptions:
     out_dir: Path
     cache_dir: Path
     fmt: str | None = None  # candidate format asked for; nvrtc on a GPU, c on the CPU; "auto": see formats_of
-    limits: budgets.Limits = field(default_factory=budgets.Limits)
+    limits: budgets.BudgetLimits = field(default_factory=budgets.BudgetLimits)
     settings: SearchSettings = field(default_factory=SearchSettings)
     seed: int = 0
     policy: str = "mixed"

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelevo.judge import verdicts
-from kernelevo.judge.run.executor import Limits, LocalExecutor
+from kernelevo.judge.run.executor import WorkerLimits, LocalExecutor
 from kernelevo.judge.run.formats import detect_format
 from kernelevo.judge.trials.probe import IMPLAUSIBLE_SPEEDUP
 from kernelevo.judge.measure.timing import TimingConfig
@@ -40,7 +40,7 @@ class JudgeOptions:
     sol: bool = False  # baselines also give the reference's speed of light (calibrating the device once)
     input_sets: int = 3
     timing: TimingConfig = field(default_factory=TimingConfig)
-    limits: Limits = field(default_factory=Limits)
+    limits: WorkerLimits = field(default_factory=WorkerLimits)
     concurrency: int | None = None
     spares: int = 0
     policy: str = "mixed"  # or "strict" (or "model", for an assembled model): see judge/trials/policy.py

@@ -116,11 +116,11 @@ def test_blocks_that_fail_twice_end_as_edit_failed(server, make_llm):
 def test_a_follow_up_the_budget_refuses_is_not_sent(server, make_llm):
     """A hard call cap: blocks that fail to apply are not followed up past it; the reply says why."""
     from kernelevo.agent.client import Metered
-    from kernelevo.evolution.budget import Budget, Limits
+    from kernelevo.evolution.budget import Budget, BudgetLimits
 
     wrong = "<<<<<<< SEARCH\nnot in the file\n=======\nx\n>>>>>>> REPLACE\n"
     server.steps += [Step(text=wrong), Step(text=WHOLE)]
-    budget = Budget(Limits(max_llm_calls=1))
+    budget = Budget(BudgetLimits(max_llm_calls=1))
     reservation = budget.reserve(0.01)
     llm = Metered(make_llm("diff"), lambda: budget.extend(reservation, 0.01))
     proposal = operators.mutate(llm, CTX, Variant(PARENT, "c"))
@@ -130,7 +130,7 @@ def test_a_follow_up_the_budget_refuses_is_not_sent(server, make_llm):
     budget.settle(reservation, proposal.cost_usd, len(llm.calls))
     assert budget.calls == 1 and budget.exhausted(0, 0).startswith("max-llm-calls")
 
-    budget = Budget(Limits(max_llm_calls=2))  # room for the follow-up: it is sent and counted
+    budget = Budget(BudgetLimits(max_llm_calls=2))  # room for the follow-up: it is sent and counted
     reservation = budget.reserve(0.01)
     server.steps.insert(0, Step(text=wrong))
     llm = Metered(make_llm("diff"), lambda: budget.extend(reservation, 0.01))

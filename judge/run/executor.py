@@ -32,7 +32,7 @@ from kernelevo.judge.run import sandbox
 
 
 @dataclass(frozen=True)
-class Limits:
+class WorkerLimits:
     """Wall-clock limits in seconds; a worker past one is killed with its whole process group."""
 
     startup: float = 300.0
@@ -213,7 +213,7 @@ CPU_MALLOC = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 40)}
 class WorkerPool:
     """Warm workers for one device: started ahead so interpreter and CUDA start-up overlap."""
 
-    def __init__(self, device: str, cache_dir: Path, spares: int, limits: Limits, pinning: dict[str, str]):
+    def __init__(self, device: str, cache_dir: Path, spares: int, limits: WorkerLimits, pinning: dict[str, str]):
         self.device, self.cache_dir, self.spares, self.limits = device, cache_dir, spares, limits
         self.pinning = pinning
         self._idle: deque[Worker] = deque()
@@ -273,7 +273,7 @@ def device_lock(cache_dir: Path, device: str):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def drive(worker: Worker, job: dict, limits: Limits, hold_device, hold_machine=None) -> dict:
+def drive(worker: Worker, job: dict, limits: WorkerLimits, hold_device, hold_machine=None) -> dict:
     """Send the job, follow its events, enforce the limits; always return a result dict, with what
     held the worker (`confinement`) and what its sandbox refused (a candidate's `io_access`).
     `hold_device()` is the context that gives this worker the device for its run phase;
@@ -284,7 +284,7 @@ def drive(worker: Worker, job: dict, limits: Limits, hold_device, hold_machine=N
     return sandbox.judged(result, worker.sandbox.refusals(), candidate=job.get("kind") != "baseline")
 
 
-def _follow(worker: Worker, job: dict, limits: Limits, hold_device, hold_machine) -> dict:
+def _follow(worker: Worker, job: dict, limits: WorkerLimits, hold_device, hold_machine) -> dict:
     phase, deadline = "build", worker.clock() + limits.build
     token, granted, released = secrets.token_hex(16), None, None
     trial = ""  # the correctness trial under way: a crash or hang there names its shape
@@ -351,7 +351,7 @@ class Spread:
 class LocalExecutor(Spread):
     """Judge jobs on this machine's devices; `submit` returns a future of the worker's result."""
 
-    def __init__(self, devices: list[str], cache_dir: Path, limits: Limits = Limits(),
+    def __init__(self, devices: list[str], cache_dir: Path, limits: WorkerLimits = WorkerLimits(),
                  concurrency: int | None = None, spares: int = 0):
         self.devices, self.cache_dir, self.limits = devices, Path(cache_dir), limits
         pinning = cpu_plan(devices)

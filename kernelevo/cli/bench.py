@@ -89,7 +89,7 @@ def _options(args: dict[str, Any]) -> Any:
         check_choice("--format", args["fmt"], FORMAT_CHOICES)
     if args["candidates"] is not None and not args["candidates"].is_dir():
         fail(f"--candidates {args['candidates']}: no such folder of <task>__<label>.py files")
-    limits = budget.Limits(max_cost_usd=args["max_cost_usd_per_task"], max_llm_calls=args["max_llm_calls_per_task"],
+    limits = budget.BudgetLimits(max_cost_usd=args["max_cost_usd_per_task"], max_llm_calls=args["max_llm_calls_per_task"],
                            max_wall_s=duration(args["max_wall_time_per_task"]), generations=args["generations"],
                            plateau_generations=args["plateau"])
     extra = {"models": ("(given candidates)",)} if args["candidates"] else {}

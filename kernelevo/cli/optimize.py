@@ -83,7 +83,7 @@ def _options(args: dict[str, Any]) -> Any:
     from kernelevo.evolution import budget
 
     _check(args)
-    limits = budget.Limits(max_cost_usd=args["max_cost_usd"], max_llm_calls=args["max_llm_calls"],
+    limits = budget.BudgetLimits(max_cost_usd=args["max_cost_usd"], max_llm_calls=args["max_llm_calls"],
                            max_wall_s=duration(args["max_wall_time"]), generations=args["generations"],
                            plateau_generations=args["plateau"])
     return search_options(args, args["task"], limits, seed_from=tuple(args["seed_from"]), resume=args["resume"],
