@@ -9,8 +9,6 @@ from typing import Any
 
 from . import budget as budgets
 
-BUDGET_REASONS = ("max-cost-usd", "max-llm-calls", "max-wall-time")
-
 
 @dataclass(frozen=True)
 class SearchSettings:

@@ -116,7 +116,7 @@ def test_blocks_that_fail_twice_end_as_edit_failed(server, make_llm):
 def test_a_follow_up_the_budget_refuses_is_not_sent(server, make_llm):
     """A hard call cap: blocks that fail to apply are not followed up past it; the reply says why."""
     from kernelevo.agent.client import Metered
-    from kernelevo.evolution.budget import Budget, BudgetLimits
+    from kernelevo.evolution.budget import Budget, BudgetLimits, StopKind
 
     wrong = "<<<<<<< SEARCH\nnot in the file\n=======\nx\n>>>>>>> REPLACE\n"
     server.steps += [Step(text=wrong), Step(text=WHOLE)]
@@ -128,7 +128,7 @@ def test_a_follow_up_the_budget_refuses_is_not_sent(server, make_llm):
     assert proposal.outcome == "edit_failed" and proposal.unsent.startswith("max-llm-calls reached")
     assert "block 1: no match" in proposal.problem and "follow-up not sent: max-llm-calls" in proposal.problem
     budget.settle(reservation, proposal.cost_usd, len(llm.calls))
-    assert budget.calls == 1 and budget.exhausted(0, 0).startswith("max-llm-calls")
+    assert budget.calls == 1 and budget.exhausted(0, 0).kind is StopKind.MAX_LLM_CALLS
 
     budget = Budget(BudgetLimits(max_llm_calls=2))  # room for the follow-up: it is sent and counted
     reservation = budget.reserve(0.01)

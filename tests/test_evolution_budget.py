@@ -39,7 +39,7 @@ def test_reservation_refuses_over_limit():
     assert b.spent_usd == pytest.approx(0.3) and b.calls == 1 and b.reserved_usd == 0
     with pytest.raises(ValueError):
         b.release(r2)
-    assert b.reserve(0.8) is None and b.exhausted(0, 0) == "max-cost-usd reached ($0.3000 of $1.0000)"
+    assert b.reserve(0.8) is None and b.exhausted(0, 0).text == "max-cost-usd reached ($0.3000 of $1.0000)"
     assert b.reserve(0.1) is not None  # a smaller call still fits: no longer exhausted
     assert b.exhausted(0, 0) is None
 
@@ -53,7 +53,7 @@ def test_call_limit_counts_in_flight():
     r3 = b.reserve(None)  # unknown price
     b.settle(r3, None)
     assert b.calls == 2 and b.unknown_cost_calls == 1
-    assert b.exhausted(0, 0).startswith("max-llm-calls")
+    assert b.exhausted(0, 0).text.startswith("max-llm-calls")
 
 
 def test_a_follow_up_holds_its_own_slot_and_the_cap_is_hard():
@@ -68,7 +68,7 @@ def test_a_follow_up_holds_its_own_slot_and_the_cap_is_hard():
     r3 = b.reserve(0.01)
     assert r3 is not None and b.extend(r3, 0.01) != "" and b.reserve(0.01) is None
     b.settle(r3, 0.01)
-    assert b.calls == 3 and b.exhausted(0, 0).startswith("max-llm-calls")
+    assert b.calls == 3 and b.exhausted(0, 0).text.startswith("max-llm-calls")
     with pytest.raises(ValueError):
         b.extend(r3, 0.01)  # settled: nothing left to extend
 
@@ -144,12 +144,12 @@ def test_wall_time_generations_and_plateau():
     clock = FakeClock()
     b = Budget(BudgetLimits(max_wall_s=60, generations=10, plateau_generations=3), clock=clock)
     assert b.exhausted(2, 1) is None
-    assert b.exhausted(3, 3) == "plateau: no improvement in 3 generations"
-    assert b.exhausted(10, 0).startswith("generations")
+    assert b.exhausted(3, 3).text == "plateau: no improvement in 3 generations"
+    assert b.exhausted(10, 0).text.startswith("generations")
     clock.t += 59.5
     assert b.exhausted(2, 0) is None
     clock.t += 1
-    assert b.exhausted(2, 0).startswith("max-wall-time")
+    assert b.exhausted(2, 0).text.startswith("max-wall-time")
     assert Budget(clock=clock).exhausted(10**6, 10**6) is None  # no limits, no reason
 
 
@@ -161,5 +161,5 @@ def test_restore_for_resume():
     assert b.elapsed_s == 90.0
     assert b.reserve(0.6) is None and b.reserve(0.4) is not None
     clock.t += 10
-    assert b.exhausted(0, 0).startswith("max-wall-time")
+    assert b.exhausted(0, 0).text.startswith("max-wall-time")
     assert b.snapshot()["in_flight"] == 1

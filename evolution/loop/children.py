@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import enum
 
 from kernelevo.agent.client import NotSent, Stop, Unreachable
 from kernelevo.evaluation import Evaluation, Profile
@@ -18,6 +19,28 @@ from kernelevo.terminal.tables import speedup_text
 from .. import islands, scheduling
 from ..population import BASELINES, Member, beats
 from ..state import member_from_row, remeasured
+
+
+class Admission(enum.Enum):
+    """What admitting a judged child meant: a new best of its island (beyond the incumbent's noise),
+    the first kernel of its niche, or neither. The first two make it (and its parents) stepping stones."""
+
+    ISLAND_BEST = "island best"
+    NEW_NICHE = "new niche"
+    ADMITTED = "admitted"
+
+    @property
+    def improved(self) -> bool:
+        return self is not Admission.ADMITTED
+
+
+def stepping_stone_reason(admission: Admission, member: Member) -> str:
+    """The sentence the archive stores with a stepping stone ('' for none)."""
+    if admission is Admission.ISLAND_BEST:
+        return f"new best of island {member.island}: {member.fitness:.2f}x {BASELINES[member.against]}"
+    if admission is Admission.NEW_NICHE:
+        return f"opened niche {member.niche}"
+    return ""
 
 
 class Children:
@@ -124,18 +147,18 @@ class Children:
         self._say_baseline(member, evaluation)
         if meta["op"] == "translate":
             self.barren_translations = 0 if member.ok else self.barren_translations + 1
-        improved = ""
+        admission = Admission.ADMITTED
         if member.ok and beats(member, self.population.best()):  # admitted once its figure holds again
             self.remeasure(member, meta["op"])
         else:
-            improved = self._admit(member)
-            if improved.startswith("new best"):
+            admission = self._admit(member)
+            if admission is Admission.ISLAND_BEST:
                 self._profile(member, evaluation, evaluation_id)
         stats = self.stats.get(meta["op"], scheduling.OperatorStats())
         if meta["op"] == "tune":
             stats = dataclasses.replace(stats, attempts=stats.attempts + 1)
         self.stats[meta["op"]] = dataclasses.replace(stats, successes=stats.successes + member.ok,
-                                                     improvements=stats.improvements + bool(improved))
+                                                     improvements=stats.improvements + admission.improved)
         self.progress.verdicts[evaluation.verdict] += 1
         self.progress.judged += 1
         self.progress.judged_this_session += 1
@@ -171,42 +194,43 @@ class Children:
                                                         run_id=self.state.run_id)
             member = remeasured(first, evaluation)
         incumbent = self.population.best()
-        improved = self._admit(member)
+        admission = self._admit(member)
         best = self.population.best() is member
         self.archive.add_event(self.state.run_id, "remeasure", {
             "kernel": member.kernel_id, "search": first.speedup_eager, "search_ci": first.speedup_eager_ci,
             "verdict": member.verdict, "speedup_eager": member.speedup_eager, "ci": member.speedup_eager_ci,
             "against": member.against, "fitness": member.fitness, "fitness_ci": member.fitness_ci,
             "best": best, "incumbent": incumbent.kernel_id if incumbent else None})
-        if evaluation is not None and improved.startswith("new best"):
+        if evaluation is not None and admission is Admission.ISLAND_BEST:
             self._profile(member, evaluation, evaluation_id)
         if not best:  # said once: the search's figure was noise (or luck)
             self.on_status(f"kernel {member.kernel_id}: {speedup_text(first.fitness, first.fitness_ci)} in the "
                            f"search, {speedup_text(member.fitness, member.fitness_ci)} re-measured "
                            f"({member.verdict}, over {BASELINES[member.against]}): not the run's new best")
         stats = self.stats.get(meta["op"], scheduling.OperatorStats())
-        self.stats[meta["op"]] = dataclasses.replace(stats, improvements=stats.improvements + bool(improved))
+        self.stats[meta["op"]] = dataclasses.replace(stats, improvements=stats.improvements + admission.improved)
 
-    def _admit(self, member: Member) -> str:
-        """Add a judged child; mark stepping stones. Returns why it matters ('' when it does not)."""
+    def _admit(self, member: Member) -> Admission:
+        """Add a judged child; mark stepping stones. Returns what its admission meant."""
         best_before = self.population.best()
         island_best = self.population.best(member.island)
         niche_new = member.ok and member.niche not in self.population.elites()
         self.population.add(member)
         if member.ok:  # near-copies are skipped only of kernels known to be correct
             self.gate.add_source(member.kernel_id, member.source)
-        reason = ""
+        admission = Admission.ADMITTED
         if member.fitness > 0 and beats(member, island_best):  # inside the incumbent's noise: a tie
-            reason = f"new best of island {member.island}: {member.fitness:.2f}x {BASELINES[member.against]}"
+            admission = Admission.ISLAND_BEST
         elif niche_new:
-            reason = f"opened niche {member.niche}"
-        if reason:
+            admission = Admission.NEW_NICHE
+        if admission.improved:
+            reason = stepping_stone_reason(admission, member)
             self.archive.mark_stepping_stone(member.kernel_id, reason)
             for parent in member.parents:  # the parent led to an improvement
                 self.archive.mark_stepping_stone(parent, reason, via=member.kernel_id)
         if beats(member, best_before):  # a tie does not reset the plateau
             self.improved_at = self.progress.generation
-        return reason
+        return admission
 
     def _profile(self, member: Member, evaluation: Evaluation, evaluation_id: int) -> None:
         """Profile a new island best, at most profile_per_generation a generation: those are the

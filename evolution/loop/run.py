@@ -21,7 +21,7 @@ from .. import placement
 from ..bound import left_to_compiler
 from ..novelty import NoveltyGate
 from ..population import BASELINES
-from ..options import BUDGET_REASONS, OptimizeOptions, formats_of, judge_options
+from ..options import OptimizeOptions, formats_of, judge_options
 from ..outcome import (
     EXIT_BUDGET,
     EXIT_LEFT,
@@ -145,11 +145,11 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
                 raise Interrupted(run_id) from None
             member, final = final_judgement(search, options, on_status)
         written = write_drop_in(member, final, task.name, run_id, options.out_dir) if final else None
-        budget_hit, unreachable = reason.startswith(BUDGET_REASONS), bool(search.unreachable)
-        archive.finish_run(run_id, "stopped" if unreachable else "budget" if budget_hit else "finished", reason)
-        archive.add_event(run_id, "finished", {"reason": reason, "written": str(written) if written else None})
+        budget_hit, unreachable = reason.kind.budget, bool(search.unreachable)
+        archive.finish_run(run_id, "stopped" if unreachable else "budget" if budget_hit else "finished", reason.text)
+        archive.add_event(run_id, "finished", {"reason": reason.text, "written": str(written) if written else None})
         code = EXIT_UNREACHABLE if unreachable else EXIT_BUDGET if budget_hit else EXIT_OK
-        return Outcome(run_id, reason, code, final, member.kernel_id if member else None, written, seeded,
+        return Outcome(run_id, reason.text, code, final, member.kernel_id if member else None, written, seeded,
                        {"spend": archive.spend(run_id), "counts": archive.counts(run_id),
                         "calls": archive.call_yield(run_id),
                         "models": by_model(archive.model_yield(run_id), ensemble.labels),

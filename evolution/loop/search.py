@@ -94,15 +94,17 @@ class Search(Planning, Children):
             p.formats = by_format(self.format_rows, self.archive.format_best(self.state.run_id), self.state.formats)
         self.on_progress(p)
 
-    def _stop_reason(self) -> str | None:
+    def _stop_reason(self) -> budgets.StopReason | None:
         if self.unreachable:
-            return f"model unreachable: {self.unreachable}"
+            return budgets.StopReason(budgets.StopKind.UNREACHABLE, f"model unreachable: {self.unreachable}")
         since = self.progress.generation - self.improved_at
         opponent = self.state.base_context.opponent
         done = at_bound(self.population.best(), opponent.bound_ms if opponent else None)
-        return done or self.budget.exhausted(self.progress.generation, since)
+        if done:
+            return budgets.StopReason(budgets.StopKind.AT_BOUND, done)
+        return self.budget.exhausted(self.progress.generation, since)
 
-    def run(self) -> str:
+    def run(self) -> budgets.StopReason:
         """Search until a limit is reached; returns the reason. Ctrl-C propagates (the caller stops)."""
         reason = None
         self.progress.status = "searching"
@@ -124,10 +126,10 @@ class Search(Planning, Children):
                 else:
                     self._judged(future)
             if reason:
-                self.progress.status = f"finishing: {reason}"
+                self.progress.status = f"finishing: {reason.text}"
             self._refresh(reread=bool(done))
         self.pool.shutdown(0.0)
-        return reason or "nothing left to try"
+        return reason or budgets.StopReason(budgets.StopKind.NOTHING_LEFT, budgets.StopKind.NOTHING_LEFT.value)
 
     def resubmit(self, row: dict) -> None:
         """Judge a stored child (new, or stored but not judged before the run was killed) on the
