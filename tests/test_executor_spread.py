@@ -4,6 +4,7 @@ import pytest
 
 from kernelevo.judge.api import Judge, JudgeOptions
 from kernelevo.judge.run.executor import WorkerLimits, LocalExecutor, least_busy
+from kernelevo.judge.run.job import Job
 from kernelevo.judge.trials.probe import IMPLAUSIBLE_SPEEDUP
 from kernelevo.judge.measure.timing import TimingConfig
 from kernelevo.tasks import load_task
@@ -27,7 +28,7 @@ def test_choose_device_follows_the_outstanding_counts(tmp_path):
         executor.outstanding["cpu:1"] = 2  # a device held up by slow builds gets the next ones elsewhere
         assert [executor.choose_device() for _ in range(2)] == ["cpu", "cpu"]
         with pytest.raises(ValueError, match="not one of this executor's"):
-            executor.submit({}, "cuda:3")
+            executor.submit(Job(), "cuda:3")
     finally:
         executor.close()
 
