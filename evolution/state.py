@@ -6,12 +6,14 @@ writes the loop makes (kernels are written to the archive before they are judged
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 from kernelevo.agent.profile_block import profile_block
 from kernelevo.agent.prompting import Context, Variant, insight
-from kernelevo.archive.rows import own_improvement
+from kernelevo.archive.rows import own_improvement, unique
 from kernelevo.evaluation import Evaluation, Profile, host_share
 from kernelevo.llm_call import LLMCall
 from kernelevo.tasks import Task
@@ -20,6 +22,43 @@ from . import niches, scheduling
 from .population import Member, Population, best_of
 
 INSIGHTS = 2  # analyses shown in a prompt: the latest of each island, newest first
+
+
+@dataclass(frozen=True)
+class Child:
+    """A kernel of the run as stored for the judge: its source (written once, to the archive and to the
+    file the judge reads), its format (detected once, when it was stored) and where it came from."""
+
+    kernel_id: int
+    source: str
+    format: str
+    operator: str
+    parents: tuple[int, ...]
+    island: int
+    generation: int
+    niche: str = ""
+
+
+def child_from_row(row: dict) -> Child:
+    """A Child from an archive kernel row (one stored before a kill and never judged)."""
+    return Child(kernel_id=row["id"], source=row["source"], format=row["format"] or "", operator=row["operator"],
+                 parents=tuple(row.get("parents") or ()), island=row.get("island") or 0,
+                 generation=row.get("generation") or 0, niche=row.get("niche") or "")
+
+
+def child_of(member: Member) -> Child:
+    """The Child a member was judged as (a re-measurement judges it again)."""
+    return Child(member.kernel_id, member.source, member.format, member.operator, member.parents, member.island,
+                 member.generation, member.niche)
+
+
+def judged(child: Child, evaluation: Evaluation, baseline: str = "eager") -> Member:
+    """The Member of a child and its search evaluation, built from what the loop holds: the same
+    figures member_from_row reads back from the rows Archive.add_kernel and add_evaluation write."""
+    return remeasured(Member(kernel_id=child.kernel_id, source=child.source, format=child.format,
+                             operator=child.operator, parents=child.parents, island=child.island,
+                             generation=child.generation, verdict="", niche=child.niche, baseline=baseline),
+                      evaluation, stored=True)
 
 
 def member_from_row(row: dict, baseline: str = "eager") -> Member:
@@ -36,16 +75,29 @@ def member_from_row(row: dict, baseline: str = "eager") -> Member:
                   loop_ms=row.get("loop_ms"), host_share=host_share(row.get("loop_device_ms"), row.get("loop_ms")))
 
 
-def remeasured(member: Member, evaluation: Evaluation) -> Member:
-    """The member with a re-measurement's figures in place of the search's: what selection then uses."""
+def remeasured(member: Member, evaluation: Evaluation, stored: bool = False) -> Member:
+    """The member with a re-measurement's figures in place of the search's: what selection then uses.
+    `stored`: the speedups as an archive row holds them (an infinite one is None)."""
+    e = evaluation
+    speedups = (_finite(e.speedup_eager), _finite(e.speedup_compile), _finite_ci(e.speedup_eager_ci),
+                _finite_ci(e.speedup_compile_ci)) if stored else \
+        (e.speedup_eager, e.speedup_compile, e.speedup_eager_ci, e.speedup_compile_ci)
     return dataclasses.replace(
-        member, verdict=evaluation.verdict, reason=evaluation.reason, speedup_eager=evaluation.speedup_eager,
-        speedup_compile=evaluation.speedup_compile, speedup_eager_ci=evaluation.speedup_eager_ci,
-        speedup_compile_ci=evaluation.speedup_compile_ci,
+        member, verdict=e.verdict, reason=e.reason, speedup_eager=speedups[0], speedup_compile=speedups[1],
+        speedup_eager_ci=speedups[2], speedup_compile_ci=speedups[3],
         ms=evaluation.candidate.median_ms if evaluation.candidate else None,
         eager_ms=evaluation.eager.median_ms if evaluation.eager else None,
         loop_ms=evaluation.loop.candidate_ms if evaluation.loop else None,
         host_share=evaluation.loop.host_share if evaluation.loop else None)
+
+
+def _finite(x: float | None) -> float | None:
+    return x if x is None or math.isfinite(x) else None  # as archive.rows stores a speedup
+
+
+def _finite_ci(ci: tuple[float, float] | None) -> tuple[float, float] | None:
+    low, high = (_finite(x) for x in ci) if ci else (None, None)
+    return (low, high) if low is not None and high is not None else None
 
 
 def resumed_members(rows: list[dict], remeasures: dict[int, dict],
@@ -95,8 +147,8 @@ class RunState:
 
     def add_kernel(self, source: str, operator: str, parents: tuple[int, ...], island: int,
                    call_id: int | None, generation: int, thinking: str = "", problem: str = "",
-                   note: str = "", account: str = "") -> int:
-        """Store a child (or an operator outcome without one); returns its kernel id."""
+                   note: str = "", account: str = "") -> Child:
+        """Store a child (or an operator outcome without one, whose source is ''); returns it as stored."""
         from kernelevo.judge.run.formats import detect_format
 
         fmt, descriptors, niche = "", None, ""
@@ -112,7 +164,7 @@ class RunState:
             generation=generation, island=island, origin="run", descriptors=descriptors,
             niche=niche, thinking=thinking or note, problem=problem,  # tune children: the change, as their "thinking"
             account=account)
-        return kernel_id
+        return Child(kernel_id, source, fmt, operator, tuple(unique(parents)), island, generation, niche)
 
     def kernel_path(self, kernel_id: int) -> Path:
         """Where a child's source is written for the judge."""
@@ -127,9 +179,10 @@ class RunState:
         """Parent sets crossover was called on before this session (whatever came of each call)."""
         return {frozenset(r["parents"]) for r in self._rows_at_start if r["operator"] == "crossover"}
 
-    def unjudged(self) -> list[dict]:
+    def unjudged(self) -> list[Child]:
         """Children stored but never judged (the run was killed while they waited): judge them first."""
-        return [r for r in self._rows_at_start if r["source"] and not r.get("verdict") and not r.get("problem")]
+        return [child_from_row(r) for r in self._rows_at_start
+                if r["source"] and not r.get("verdict") and not r.get("problem")]
 
     def repair_targets(self) -> set[int]:
         """Kernels a repair was already asked for (judged or not), from the run's rows."""

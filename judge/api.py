@@ -134,18 +134,22 @@ class Judge:
         return future
 
     def submit(self, task: Task, candidate_path: str | Path, device: str | None = None, profile: bool = False,
-               ncu: bool = True, final: bool = False) -> concurrent.futures.Future:
+               ncu: bool = True, final: bool = False, source: str | None = None,
+               fmt: str | None = None) -> concurrent.futures.Future:
         """Judge one candidate file; the future holds its Evaluation (with its Profile when `profile`
         and it passed). `final`: the figure a run announces; on the CPU, whose clock is noisy,
-        torch.compile is then timed beside the candidate instead of rescaled from the cache."""
+        torch.compile is then timed beside the candidate instead of rescaled from the cache.
+        `source` and `fmt`: the file's text and format where the caller wrote it and knows them
+        (read and detected here otherwise)."""
         device = device or self.executor.choose_device()  # kept for this candidate's baseline and profile
         path = Path(candidate_path).resolve()
-        source = path.read_text()
+        source = path.read_text() if source is None else source
         digest = source_hash(source)
-        try:
-            fmt = detect_format(source)
-        except SyntaxError:
-            fmt = "unknown"
+        if fmt is None:
+            try:
+                fmt = detect_format(source)
+            except SyntaxError:
+                fmt = "unknown"
         job = self._job(task, "candidate", candidate_source=source, candidate_path=str(path),
                         candidate_hash=digest, format=fmt,
                         bounds=self.options.bounds == "all" or (final and self.options.bounds == "final"))

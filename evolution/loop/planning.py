@@ -16,6 +16,7 @@ from kernelevo.evaluation import Evaluation
 
 from .. import attempts, islands, niches, scheduling, selection, tune
 from ..population import Member
+from .flight import Call
 
 
 # Translations in a row that brought no new correct kernel (copies, failures) after which an empty
@@ -43,8 +44,8 @@ class Planning:
         recent = [m for m in self.population.members[-40:] if m.kernel_id not in self.repair_tried]
         repairable = selection.pick_repair_target(recent, self.rng)
         tunable = any(_tunable(m, self.state.profiles) for m in correct)
-        seeding = {m["island"] for m in [*self.llm_futures.values(), *self.judge_futures.values()]
-                   if m["op"] == "translate"}
+        seeding = {m.island for m in [*self.llm_futures.values(), *self.judge_futures.values()]
+                   if m.op == "translate"}
         seed_island = islands.needing_seed(self.population, self.settings.islands, seeding) \
             if self.barren_translations < BARREN_TRANSLATIONS else None
         op = scheduling.choose_operator(self.stats, bool(correct), selection.approaches(correct), repairable is not None,
@@ -67,7 +68,7 @@ class Planning:
         fn, args, parents, island = job
         fmt = self._write_format(op, parents, island)
         key = (op, tuple(sorted(parents)))  # same operator, same parents: the same prompt
-        if key in self._in_flight() or (op == "translate" and any(m["op"] == "translate"
+        if key in self._in_flight() or (op == "translate" and any(m.op == "translate"
                                                                   for m in self.llm_futures.values())):
             return False  # a second translation waits to be told what the first one did
         model = model or self.ensemble.choose(op, self.rng)
@@ -76,7 +77,7 @@ class Planning:
         ctx = self.state.context(island, op, fmt)
         chosen = self.ensemble.llm(model)
         digest = prompt_hash(operators.first_prompt(op, ctx, args, chosen.edit_format))
-        if digest in self.asked or digest in {m["digest"] for m in self.llm_futures.values()}:
+        if digest in self.asked or digest in {m.digest for m in self.llm_futures.values()}:
             return self._repeat(op, parents, model, digest)
         s = self.settings
         estimate = self.ensemble.estimate_usd(model, s.prompt_tokens_estimate, s.output_tokens_estimate)
@@ -86,8 +87,7 @@ class Planning:
         # the first call is reserved here; a follow-up reserves its own slot from the pool thread
         llm = Metered(chosen, lambda: self.budget.extend(reservation, estimate), fmt)
         future = self.pool.submit(fn, llm, ctx, *args)
-        self.llm_futures[future] = {"op": op, "parents": parents, "island": island, "reservation": reservation,
-                                    "key": key, "model": model, "llm": llm, "digest": digest, "format": fmt}
+        self.llm_futures[future] = Call(op, parents, island, reservation, key, model, llm, digest, fmt)
         self.formats_asked.add(fmt)
         return True
 
@@ -134,7 +134,7 @@ class Planning:
         return False
 
     def _in_flight(self) -> set[tuple]:
-        return {meta["key"] for meta in self.llm_futures.values()}
+        return {meta.key for meta in self.llm_futures.values()}
 
     def _job(self, op: str, correct: list[Member], repairable: Member | None, seed_island: int | None):
         """(operator function, its arguments, parent ids, island) of the next call; every kernel the
@@ -183,7 +183,7 @@ class Planning:
         island needing one, else `island`."""
         if seed_island is None or len(self.state.formats) == 1:
             return seed_island if seed_island is not None else island
-        seeding = {m["island"] for m in [*self.llm_futures.values(), *self.judge_futures.values()] if m["op"] == "translate"}
+        seeding = {m.island for m in [*self.llm_futures.values(), *self.judge_futures.values()] if m.op == "translate"}
         mine = self._needing_seed(self._format_turn, seeding)
         return mine if mine is not None else seed_island
 
@@ -200,7 +200,7 @@ class Planning:
         for m in members:
             self._profile_on_demand(m)
         ids = {m.kernel_id for m in members}
-        pending = {meta["kernel_id"]: f for f, meta in self.profile_futures.items() if meta["kernel_id"] in ids}
+        pending = {meta.kernel_id: f for f, meta in self.profile_futures.items() if meta.kernel_id in ids}
         if not pending:
             return fn
 

@@ -131,8 +131,8 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
                 return Outcome(run_id, left, EXIT_LEFT, seeded=seeded,
                                summary={"spend": archive.spend(run_id), "baseline": baseline})
             search = Search(state, ensemble, judge, search_settings, budget, gate, rng, on_progress, on_status)
-            for row in state.unjudged():  # stored before a kill, never judged
-                search.resubmit(row)
+            for child in state.unjudged():  # stored before a kill, never judged
+                search.resubmit(child)
             if state.unconfirmed is not None:  # a new best whose re-measurement a kill cut off
                 gate.remember(state.unconfirmed.kernel_id, state.unconfirmed.source)
                 search.remeasure(state.unconfirmed, state.unconfirmed.operator)
