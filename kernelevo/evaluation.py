@@ -199,6 +199,23 @@ def host_share(device_ms: float | None, loop_ms: float | None) -> float | None:
 
 
 @dataclass(frozen=True)
+class Failure:
+    """Why a candidate failed, as the judge said it: the verdict, a stable reason id, one line and an
+    excerpt (a compiler's errors, a traceback's tail); for wrong outputs, where and by how much. The
+    judge classifies a failure into one (judge/verdicts.py) and a repair prompt shows one (agent)."""
+
+    verdict: str
+    reason: str
+    message: str
+    excerpt: str = ""
+    where: str = ""  # wrong outputs: which trial, output and index
+    rel_l2: float | None = None
+    max_abs: float | None = None
+    max_rel: float | None = None
+    tolerance: str = ""
+
+
+@dataclass(frozen=True)
 class LoopTiming:
     """The host-inclusive twin of the timed figures: calls back to back, as a user's loop makes them
     (judge/measure/loop.py). Device time ranks single operators; this is what a loop pays with the

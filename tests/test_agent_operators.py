@@ -7,7 +7,8 @@ import pytest
 from kernelevo.agent import operators
 from kernelevo.agent.client import LLM, Stop
 from kernelevo.agent.pool import CallPool
-from kernelevo.agent.prompting import Context, Feedback, Target, TaskView, Variant
+from kernelevo.agent.prompting import Context, Target, TaskView, Variant
+from kernelevo.evaluation import Failure
 from kernelevo.config import ModelChoice
 from llm_server import Step, request_text
 
@@ -83,8 +84,8 @@ def test_repair_sends_the_judges_words_and_applies_edits(server, make_llm):
     edit = ("The loop reads past the end.\n\n<<<<<<< SEARCH\n        return x\n=======\n"
             "        return x * 2\n>>>>>>> REPLACE\n")
     server.steps.append(Step(text=edit, usage=dict(input=10, output=5)))
-    feedback = Feedback("compile_error", "compile_error", "the C compiler refused the source",
-                        excerpt="candidate.c:2:5: error: 'lon' undeclared")
+    feedback = Failure("compile_error", "compile_error", "the C compiler refused the source",
+                       excerpt="candidate.c:2:5: error: 'lon' undeclared")
     proposal = operators.repair(make_llm("diff"), CTX, Variant(PARENT, "c"), feedback)
     assert proposal.ok and proposal.edited and proposal.source == PARENT.replace("return x\n", "return x * 2\n")
     text = sent(server.requests[0])
