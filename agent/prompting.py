@@ -13,7 +13,7 @@ import string
 import tomllib
 from dataclasses import dataclass, field
 
-from kernelevo.evaluation import Failure
+from kernelevo.evaluation import Failure, Variant
 
 from .edits import EditFailure
 from .providers import Message
@@ -67,28 +67,6 @@ class TaskView:
     inputs: str  # "float32[4096, 4096]"
     init_args: str  # repr of get_init_inputs()
     functional: str = ""  # a functional PyTorch rewrite, when one was made
-
-
-@dataclass(frozen=True)
-class Variant:
-    """A kernel shown to the model, with what the judge measured of it."""
-
-    source: str
-    format: str
-    label: str = "A"
-    verdict: str = "ok"
-    reason: str = ""
-    message: str = ""
-    speedup_eager: float | None = None
-    speedup_compile: float | None = None
-    ms: float | None = None
-    profile: str = ""  # the condensed profile block, when the candidate was profiled
-    notes: str = ""  # what it does well (crossover), or how it came about
-    eager_ms: float | None = None  # eager PyTorch timed alongside it, in the same measurement as `ms`
-    kernel_id: int | None = None  # its id in the archive: attempt lines and copies name kernels by id
-    attempts: tuple[str, ...] = ()  # what came of earlier attempts to change it (attempt_line), newest first
-    loop_ms: float | None = None  # per call back to back, host work included (Evaluation.loop)
-    host_share: float | None = None  # of that, what is not its device time (GPU only)
 
 
 @dataclass(frozen=True)

@@ -2,15 +2,15 @@
 asked (--force), and a best kernel near it, ahead of the baseline, stops the run ("at the bound")."""
 from kernelevo.agent.prompting import Opponent
 from kernelevo.evolution import bound
-from kernelevo.evolution.population import Member
+from kernelevo.evolution.population import Variant
 
 from test_optimize import TASK, environment, scripted_model
 
 
-def _member(ms: float, ci: tuple[float, float]) -> Member:
-    return Member(kernel_id=7, source="", format="c", operator="mutate", parents=(), island=0, generation=1,
-                  verdict="ok", speedup_eager=3.0, speedup_compile=sum(ci) / 2, speedup_compile_ci=ci, ms=ms,
-                  baseline="compile")
+def _member(ms: float, ci: tuple[float, float]) -> Variant:
+    return Variant(kernel_id=7, source="", format="c", operator="mutate", parents=(), island=0, generation=1,
+                   verdict="ok", speedup_eager=3.0, speedup_compile=sum(ci) / 2, speedup_compile_ci=ci, ms=ms,
+                   baseline="compile")
 
 
 def test_a_compiler_near_the_bound_leaves_nothing_to_win():

@@ -17,8 +17,8 @@ from kernelevo.evaluation import Evaluation, Profile
 from kernelevo.terminal.tables import speedup_text
 
 from .. import islands, scheduling
-from ..population import BASELINES, Member, beats
-from ..state import child_of, judged, remeasured
+from ..population import BASELINES, Variant, beats
+from ..state import judged, remeasured
 from .flight import Call, Judging, Profiling
 
 
@@ -35,7 +35,7 @@ class Admission(enum.Enum):
         return self is not Admission.ADMITTED
 
 
-def stepping_stone_reason(admission: Admission, member: Member) -> str:
+def stepping_stone_reason(admission: Admission, member: Variant) -> str:
     """The sentence the archive stores with a stepping stone ('' for none)."""
     if admission is Admission.ISLAND_BEST:
         return f"new best of island {member.island}: {member.fitness:.2f}x {BASELINES[member.against]}"
@@ -138,12 +138,12 @@ class Children:
     def _judged(self, future: concurrent.futures.Future) -> None:
         meta = self.judge_futures.pop(future)
         self.device_load[meta.device] -= 1
-        if meta.remeasure is not None:
+        if meta.remeasure:
             return self._remeasured(future, meta)
         evaluation = future.result()
         evaluation_id = self.archive.add_evaluation(meta.kernel_id, evaluation, purpose="search",
                                                     run_id=self.state.run_id)
-        member = judged(meta.child, evaluation, self.state.baseline)  # as the rows just written hold it
+        member = judged(meta.kernel, evaluation)  # as the rows just written hold it
         self._say_baseline(member, evaluation)
         if meta.op == "translate":
             self.barren_translations = 0 if member.ok else self.barren_translations + 1
@@ -164,7 +164,7 @@ class Children:
         self.progress.judged_this_session += 1
         self._generation_tick()
 
-    def _say_baseline(self, member: Member, evaluation: Evaluation) -> None:
+    def _say_baseline(self, member: Variant, evaluation: Evaluation) -> None:
         """Once: a run asked to beat torch.compile ranks by eager when torch.compile gave no figure."""
         untimed = member.speedup_eager is None  # Triton's interpreter: no figure of either kind
         if self.baseline_said or member.baseline != "compile" or untimed or member.against == "compile":
@@ -174,15 +174,15 @@ class Children:
         self.on_status(f"baseline: eager for this run, since torch.compile gave no figure ({why})")
         self.archive.add_event(self.state.run_id, "baseline", {"against": "eager", "why": why})
 
-    def remeasure(self, member: Member, op: str) -> None:
+    def remeasure(self, member: Variant, op: str) -> None:
         """Judge a would-be new best of the run again in a fresh process; it stays out of the
         population (no prompt shows it, no parent is drawn from it) until its figure is in."""
-        self._to_judge(child_of(member), op, remeasure=member)
+        self._to_judge(member, op, remeasure=True)
 
     def _remeasured(self, future: concurrent.futures.Future, meta: Judging) -> None:
         """The second figure replaces the first, and the kernel is admitted on it: the new best if it
         still beats the incumbent beyond the noise, else a kernel like any other."""
-        first = meta.remeasure
+        first = meta.kernel
         try:
             evaluation = future.result()
         except Exception as exc:  # noqa: BLE001 - a fault of the judge, not the kernel: the first figure stands
@@ -210,7 +210,7 @@ class Children:
         stats = self.stats.get(meta.op, scheduling.OperatorStats())
         self.stats[meta.op] = dataclasses.replace(stats, improvements=stats.improvements + admission.improved)
 
-    def _admit(self, member: Member) -> Admission:
+    def _admit(self, member: Variant) -> Admission:
         """Add a judged child; mark stepping stones. Returns what its admission meant."""
         best_before = self.population.best()
         island_best = self.population.best(member.island)
@@ -232,7 +232,7 @@ class Children:
             self.improved_at = self.progress.generation
         return admission
 
-    def _profile(self, member: Member, evaluation: Evaluation, evaluation_id: int) -> None:
+    def _profile(self, member: Variant, evaluation: Evaluation, evaluation_id: int) -> None:
         """Profile a new island best, at most profile_per_generation a generation: those are the
         kernels mutate and reflect most often start from. Profiling holds the device (H100, starter
         suite: 0.1-0.7 s; judging every child's profile cut throughput from 41 to 28 per minute), and
@@ -254,7 +254,7 @@ class Children:
         future = self.judge.profile(self.state.task, self.state.kernel_path(kernel_id), evaluation, ncu=ncu)
         self.profile_futures[future] = Profiling(kernel_id, evaluation_id, evaluation.device)
 
-    def _profile_on_demand(self, member: Member) -> None:
+    def _profile_on_demand(self, member: Variant) -> None:
         """Profile a kernel a prompt shows now if it never was: the prompt then shows where its time
         goes (the call waits for it, _after_profiles), and a kernel need not have been profiled by
         chance to be chosen. Without Nsight Compute: a tenth of a second to a second of device time."""

@@ -7,8 +7,7 @@ from dataclasses import dataclass
 from kernelevo.agent.client import Metered
 
 from ..budget import Reservation
-from ..population import Member
-from ..state import Child
+from ..population import Variant
 
 
 @dataclass(frozen=True)
@@ -28,21 +27,21 @@ class Call:
 
 @dataclass(frozen=True)
 class Judging:
-    """A child on the judge: the device it runs on, and with `remeasure`, the search's first figure of
-    a would-be new best that is being judged again before it is admitted."""
+    """A kernel on the judge and the device it runs on: a stored child (not judged yet), or with
+    `remeasure`, a would-be new best with the search's first figure, judged again before it is admitted."""
 
-    child: Child
+    kernel: Variant
     device: str
     op: str
-    remeasure: Member | None = None
+    remeasure: bool = False
 
     @property
     def kernel_id(self) -> int:
-        return self.child.kernel_id
+        return self.kernel.kernel_id
 
     @property
     def island(self) -> int:
-        return self.child.island
+        return self.kernel.island
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,11 @@ import dataclasses
 from kernelevo.agent import operators
 from kernelevo.agent.client import LLM, Metered, prompt_hash
 from kernelevo.agent.profile_block import FAR, profile_block
-from kernelevo.agent.prompting import Context, Variant, approach, feedback_from
+from kernelevo.agent.prompting import Context, approach, feedback_from
 from kernelevo.evaluation import Evaluation
 
 from .. import attempts, islands, niches, scheduling, selection, tune
-from ..population import Member
+from ..population import Variant
 from .flight import Call
 
 
@@ -136,7 +136,7 @@ class Planning:
     def _in_flight(self) -> set[tuple]:
         return {meta.key for meta in self.llm_futures.values()}
 
-    def _job(self, op: str, correct: list[Member], repairable: Member | None, seed_island: int | None):
+    def _job(self, op: str, correct: list[Variant], repairable: Variant | None, seed_island: int | None):
         """(operator function, its arguments, parent ids, island) of the next call; every kernel the
         prompt asks to change comes with what came of the earlier attempts on it (attempts.py)."""
         island = self._next_island()
@@ -193,7 +193,7 @@ class Planning:
         others = {i for i in range(n) if self.state.island_format(i) != fmt}
         return islands.needing_seed(self.population, n, seeding | others)
 
-    def _after_profiles(self, fn, *members: Member):
+    def _after_profiles(self, fn, *members: Variant):
         """The operator `fn`, or, while a kernel it shows is being profiled (each is started now if it
         never was: a new best is shown with its profile), `fn` after those profiles are in: the call
         waits in its pool thread (seconds), not the loop, and the prompt shows each kernel's profile."""
@@ -217,13 +217,12 @@ class Planning:
 
         return after
 
-    def _variant(self, m: Member, label: str, notes: str = "", tried: tuple[str, ...] = ()) -> Variant:
-        profile = self.state.profile_text(m.kernel_id)
-        return Variant(m.source, m.format, label, m.verdict, m.reason, "", m.speedup_eager, m.speedup_compile,
-                       m.ms, profile, notes, m.eager_ms, m.kernel_id, tried, m.loop_ms, m.host_share)
+    def _variant(self, m: Variant, label: str, notes: str = "", tried: tuple[str, ...] = ()) -> Variant:
+        return dataclasses.replace(m, label=label, profile=self.state.profile_text(m.kernel_id), notes=notes,
+                                   attempts=tried)
 
     @staticmethod
-    def _notes(m: Member, rows: list[dict]) -> str:
+    def _notes(m: Variant, rows: list[dict]) -> str:
         """How a kernel shown beside others differs: its idea in the model's words, and its approach."""
         idea = attempts.idea_for(m.kernel_id, rows)
         return "\n".join(t for t in (f"Idea: {idea}" if idea else "",
@@ -240,7 +239,7 @@ class Planning:
         self._island_turn = (self._island_turn + 1) % self.settings.islands
         return self._island_turn
 
-    def _start_tune(self, correct: list[Member]) -> bool:
+    def _start_tune(self, correct: list[Variant]) -> bool:
         """A variant of one of the best tunable kernels of an island, within the ranges its own
         `// tune:` marks list; the next of them when one has no untried variant left."""
         tunable = [m for m in correct if _tunable(m, self.state.profiles)]
@@ -259,7 +258,7 @@ class Planning:
         return True
 
 
-def _tunable(m: Member, profiles: dict) -> bool:
+def _tunable(m: Variant, profiles: dict) -> bool:
     """A kernel tune can work on: tune-marked constants, a measured speed to beat (a Triton kernel
     judged in the interpreter has none: its variants could only be correct, never faster), and not
     far from its bound (below FAR % of the speed of light its profile says to change the approach,

@@ -223,7 +223,7 @@ def _open_run(archive, task, options: OptimizeOptions, ensemble: ensembles.Ensem
 def _baseline(asked: str, options: OptimizeOptions, on_status: Callable[[str], None]) -> str:
     """The baseline a run's fitness is a speedup over, said once: torch.compile unless eager is asked
     for or torch.compile is not measured (a kernel whose torch.compile figure is missing is ranked by
-    eager all the same: population.Member.against)."""
+    eager all the same: kernelevo.evaluation.Variant.against)."""
     if asked == "compile" and not options.compile_baseline:
         on_status("baseline: eager, since torch.compile is not measured (--no-compile-baseline)")
         return "eager"

@@ -22,8 +22,8 @@ from ..bound import at_bound
 from ..novelty import NoveltyGate
 from ..options import SearchSettings
 from ..outcome import Progress
-from ..population import Member, Population
-from ..state import Child, RunState
+from ..population import Variant, Population
+from ..state import RunState
 from .children import Children
 from .flight import Call, Judging, Profiling
 from .planning import Planning
@@ -77,7 +77,7 @@ class Search(Planning, Children):
         p.best_eager_ci = best.speedup_eager_ci if best else None
         p.best_compile_ci = best.speedup_compile_ci if best else None
         p.llm_in_flight, p.judging = len(self.llm_futures), len(self.judge_futures)
-        p.remeasuring = sum(meta.remeasure is not None for meta in self.judge_futures.values())
+        p.remeasuring = sum(meta.remeasure for meta in self.judge_futures.values())
         if not reread:
             return self.on_progress(p)
         spend = self.archive.spend(self.state.run_id)
@@ -132,7 +132,7 @@ class Search(Planning, Children):
         self.pool.shutdown(0.0)
         return reason or budgets.StopReason(budgets.StopKind.NOTHING_LEFT, budgets.StopKind.NOTHING_LEFT.value)
 
-    def resubmit(self, child: Child) -> None:
+    def resubmit(self, child: Variant) -> None:
         """Judge a stored child (new, or stored but not judged before the run was killed) on the
         least loaded device."""
         # Known to the gate by fingerprint from now on, not once judged: two concurrent replies with
@@ -140,12 +140,12 @@ class Search(Planning, Children):
         self.gate.remember(child.kernel_id, child.source)
         self._to_judge(child, child.operator)
 
-    def _to_judge(self, child: Child, op: str, remeasure: Member | None = None) -> None:
+    def _to_judge(self, child: Variant, op: str, remeasure: bool = False) -> None:
         """Write the kernel's file, the one place a kernel file is written (there already for a
         re-measurement, unless a resumed run lost its folder), and judge the source and format held
-        here on the least loaded device; `remeasure`: the search's first figure of it."""
+        here on the least loaded device; `remeasure`: `child` is a judged kernel, judged again."""
         path = self.state.kernel_path(child.kernel_id)
-        if remeasure is None or not path.exists():
+        if not remeasure or not path.exists():
             path.write_text(child.source)
         device = min(self.device_load, key=lambda d: self.device_load[d])
         self.device_load[device] += 1
