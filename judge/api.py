@@ -246,7 +246,8 @@ class Judge:
         limit = {**IMPLAUSIBLE_SPEEDUP, **self.options.implausible}.get(kind, IMPLAUSIBLE_SPEEDUP["other"])
         if checked.get("verdict") != "ok" or (checked.get("speedup_eager") or 0) <= limit:
             return checked
-        second = self.executor.submit(dataclasses.replace(job, kind="remeasure"), device, node=result.get("node_id")).result()
+        second = self.executor.submit(dataclasses.replace(job, kind="remeasure"), device,
+                                      node=result.get("node_id")).result()
         # On the CPU the two clocks also differ in method (per call after an LLC flush, against
         # back-to-back calls with warm caches): measured 11.7x against 8.6x for an honest kernel.
         tolerance = self.options.remeasure_tolerance if device.startswith("cuda") else \

@@ -132,7 +132,8 @@ def _job_environment(job: Job, device: str) -> None:
     cache = Path(job.cache_dir)
     triton_jobs.environment(cache, triton_jobs.interpreted(job, device))
     os.environ["KERNELEVO_CACHE_DIR"] = str(cache)
-    os.environ["TORCH_EXTENSIONS_DIR"] = str(cache / "inline" / (job.candidate_hash if job.candidate_hash is not None else "none")[:24])
+    built = job.candidate_hash if job.candidate_hash is not None else "none"  # a baseline job has no candidate
+    os.environ["TORCH_EXTENSIONS_DIR"] = str(cache / "inline" / built[:24])
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "inductor")
     os.environ.setdefault("MAX_JOBS", str(job.build_jobs))
     if job.format == "inline":

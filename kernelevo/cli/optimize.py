@@ -14,8 +14,8 @@ from kernelevo.cli.common import (BaselineOpt, CacheDirOpt, ChildrenOpt, Compile
                                   ExecutorOpt,
                                   FormatOpt, GenerationsOpt, GpusOpt, IslandsOpt, ModelForOpt, ModelOpt, NcuOpt, PlateauOpt,
                                   PolicyOpt, ProfileTopOpt, RayAddressOpt, SeedOpt, ShapesOpt, TimingSecondsOpt,
-                                  TrialsOpt, EXIT_INTERRUPTED, OptimizeArgs, SearchArgs, check_choice, duration, fail, models_text, say,
-                                  search_options)
+                                  TrialsOpt, EXIT_INTERRUPTED, OptimizeArgs, SearchArgs, check_choice, duration, fail,
+                                  models_text, say, search_options)
 from kernelevo.config import FORMAT_CHOICES
 
 

@@ -11,8 +11,8 @@ from typing import Any, Optional
 import typer
 
 from kernelevo.cli.common import (EXIT_INTERRUPTED, ArchiveOpt, BaselineOpt, CacheDirOpt, CompileBaselineOpt, ConfigOpt,
-                                  JsonOpt, OptimizeArgs, SeedOpt, ShapesOpt, TimingSecondsOpt, TrialsOpt, baseline_choice,
-                                  check_choice, config_or_fail, fail, resolve_device, say)
+                                  JsonOpt, OptimizeArgs, SeedOpt, ShapesOpt, TimingSecondsOpt, TrialsOpt,
+                                  baseline_choice, check_choice, config_or_fail, fail, resolve_device, say)
 
 
 def assemble(
