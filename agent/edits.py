@@ -33,7 +33,7 @@ class Edit:
 
 
 @dataclass(frozen=True)
-class Failure:
+class EditFailure:
     edit: Edit
     problem: str  # "no match", "ambiguous" or "empty search"
     closest: str  # the parent's lines most like the SEARCH text ("" when none)
@@ -43,7 +43,7 @@ class Failure:
 class EditError(Exception):
     """Some blocks did not apply. `text` is the parent with the blocks that did apply."""
 
-    def __init__(self, failures: list[Failure], applied: int, text: str):
+    def __init__(self, failures: list[EditFailure], applied: int, text: str):
         self.failures, self.applied, self.text = failures, applied, text
         super().__init__(describe(failures, applied))
 
@@ -82,7 +82,7 @@ def apply_edits(source: str, edits: list[Edit]) -> str:
     text, failures, applied = source, [], 0
     for edit in edits:
         result = _apply_one(text, edit)
-        if isinstance(result, Failure):
+        if isinstance(result, EditFailure):
             failures.append(result)
         else:
             text, applied = result, applied + 1
@@ -91,14 +91,14 @@ def apply_edits(source: str, edits: list[Edit]) -> str:
     return text
 
 
-def _apply_one(text: str, edit: Edit) -> str | Failure:
+def _apply_one(text: str, edit: Edit) -> str | EditFailure:
     if not edit.search.strip():
-        return Failure(edit, "empty search", "", 0)
+        return EditFailure(edit, "empty search", "", 0)
     count = text.count(edit.search)
     if count == 1:
         return text.replace(edit.search, edit.replace, 1)
     if count > 1:
-        return Failure(edit, "ambiguous", edit.search, text[:text.index(edit.search)].count("\n") + 1)
+        return EditFailure(edit, "ambiguous", edit.search, text[:text.index(edit.search)].count("\n") + 1)
     lines = text.splitlines(keepends=True)
     searched = _trimmed(edit.search.splitlines())
     want, have = [_squash(s) for s in searched], [_squash(s) for s in lines]
@@ -109,9 +109,9 @@ def _apply_one(text: str, edit: Edit) -> str | Failure:
         replacement = _reindent(edit.replace, _first_indent(searched), _first_indent(found))
         return "".join(lines[:start]) + replacement + "".join(lines[start + len(want):])
     if len(starts) > 1:
-        return Failure(edit, "ambiguous", "".join(lines[starts[0]:starts[0] + len(want)]), starts[0] + 1)
+        return EditFailure(edit, "ambiguous", "".join(lines[starts[0]:starts[0] + len(want)]), starts[0] + 1)
     closest, line = closest_lines(text, edit.search)
-    return Failure(edit, "no match", closest, line)
+    return EditFailure(edit, "no match", closest, line)
 
 
 def _squash(line: str) -> str:
@@ -160,7 +160,7 @@ def closest_lines(text: str, search: str) -> tuple[str, int]:
     return "".join(lines[best_at:best_at + size]), best_at + 1
 
 
-def describe(failures: list[Failure], applied: int) -> str:
+def describe(failures: list[EditFailure], applied: int) -> str:
     """A summary line for logs; the full follow-up message to the model is rendered from a prompt file."""
     parts = [f"block {f.edit.number}: {f.problem}" + (f" (closest at line {f.line})" if f.line else "")
              for f in failures]

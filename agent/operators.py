@@ -11,12 +11,13 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 
+from kernelevo.evaluation import Failure
 from kernelevo.llm_call import LLMCall
 
 from . import prompting
 from .client import LLM, NotSent
 from .edits import EditError, apply_edits, incomplete_blocks, parse_edits
-from .prompting import Context, Feedback, Variant
+from .prompting import Context, Variant
 from .providers import Message
 from .replies import Reply, account_of, candidate_source, parse_reply, why_no_candidate
 
@@ -106,7 +107,7 @@ def translate_via_functional(llm: LLM, ctx: Context) -> tuple[Proposal, str]:
     return dataclasses.replace(proposal, calls=(call, *proposal.calls)), code
 
 
-def repair(llm: LLM, ctx: Context, failed: Variant, feedback: Feedback) -> Proposal:
+def repair(llm: LLM, ctx: Context, failed: Variant, feedback: Failure) -> Proposal:
     """A compile error, a crash or a wrong answer, sent back with the judge's own words."""
     messages = prompting.repair(ctx, failed, feedback, llm.edit_format)
     return _edit_or_whole(llm, "repair", messages, failed.source)

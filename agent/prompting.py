@@ -13,9 +13,10 @@ import string
 import tomllib
 from dataclasses import dataclass, field
 
+from kernelevo.evaluation import Failure, Variant
 from kernelevo.formats import FORMATS
 
-from .edits import Failure
+from .edits import EditFailure
 from .providers import Message
 
 
@@ -65,43 +66,6 @@ class TaskView:
     inputs: str  # "float32[4096, 4096]"
     init_args: str  # repr of get_init_inputs()
     functional: str = ""  # a functional PyTorch rewrite, when one was made
-
-
-@dataclass(frozen=True)
-class Variant:
-    """A kernel shown to the model, with what the judge measured of it."""
-
-    source: str
-    format: str
-    label: str = "A"
-    verdict: str = "ok"
-    reason: str = ""
-    message: str = ""
-    speedup_eager: float | None = None
-    speedup_compile: float | None = None
-    ms: float | None = None
-    profile: str = ""  # the condensed profile block, when the candidate was profiled
-    notes: str = ""  # what it does well (crossover), or how it came about
-    eager_ms: float | None = None  # eager PyTorch timed alongside it, in the same measurement as `ms`
-    kernel_id: int | None = None  # its id in the archive: attempt lines and copies name kernels by id
-    attempts: tuple[str, ...] = ()  # what came of earlier attempts to change it (attempt_line), newest first
-    loop_ms: float | None = None  # per call back to back, host work included (Evaluation.loop)
-    host_share: float | None = None  # of that, what is not its device time (GPU only)
-
-
-@dataclass(frozen=True)
-class Feedback:
-    """Why a candidate failed, as the judge said it."""
-
-    verdict: str
-    reason: str
-    message: str
-    excerpt: str = ""
-    where: str = ""  # wrong outputs: which trial, output and index
-    rel_l2: float | None = None
-    max_abs: float | None = None
-    max_rel: float | None = None
-    tolerance: str = ""
 
 
 @dataclass(frozen=True)
@@ -291,7 +255,7 @@ def approach(descriptors: dict, fmt: str) -> str:
     return string.Template(words["line"]).substitute(parts="; ".join(parts)) if parts else ""
 
 
-def feedback(fb: Feedback) -> str:
+def feedback(fb: Failure) -> str:
     details = ""
     if fb.where or fb.rel_l2 is not None:
         details += _then(fill("feedback_mismatch.md", where=fb.where or "?", rel_l2=_sci(fb.rel_l2),
@@ -327,7 +291,7 @@ def functional(ctx: Context) -> list[Message]:
     return _conversation(ctx, template_text("functional.md"))
 
 
-def repair(ctx: Context, failed: Variant, fb: Feedback, edit_format: str = "whole") -> list[Message]:
+def repair(ctx: Context, failed: Variant, fb: Failure, edit_format: str = "whole") -> list[Message]:
     job = fill("repair.md", source=failed.source.rstrip("\n"), feedback=feedback(fb),
                answer=_answer(edit_format, "the failed kernel"))
     return _conversation(ctx, job)
@@ -352,7 +316,7 @@ def reflect(ctx: Context, variants: list[Variant]) -> list[Message]:
     return _conversation(ctx, job)
 
 
-def edit_failed(failures: list[Failure], applied: int) -> str:
+def edit_failed(failures: list[EditFailure], applied: int) -> str:
     """The follow-up message naming each failed SEARCH/REPLACE block and the file's real lines."""
     problems = phrases()["edit_problems"]
     parts = [fill("edit_failure.md", number=f.edit.number, problem=problems.get(f.problem, f.problem),
@@ -396,11 +360,11 @@ def target_from_info(info: dict, fmt: str | None = None) -> Target:
                   float(info.get("memory_gib", 0.0)), float(info.get("l2_mib", 0.0)), int(info.get("smem_kib", 0)))
 
 
-def feedback_from(evaluation) -> Feedback:
+def feedback_from(evaluation) -> Failure:
     """What the judge said of a failed candidate (a kernelevo.evaluation.Evaluation), for repair."""
     c = evaluation.correctness
     wrong = evaluation.verdict == "incorrect" and c is not None
-    return Feedback(evaluation.verdict, evaluation.reason, evaluation.message, evaluation.excerpt,
+    return Failure(evaluation.verdict, evaluation.reason, evaluation.message, evaluation.excerpt,
                     where=c.where if wrong else "", rel_l2=c.rel_l2 if wrong else None,
                     max_abs=c.max_abs if wrong else None, max_rel=c.max_rel if wrong else None,
                     tolerance=c.tolerance if wrong else "")

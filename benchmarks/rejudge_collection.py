@@ -136,7 +136,7 @@ def judge_collection(args: argparse.Namespace) -> int:
     """Import the selected rows, then judge those not judged on this GPU model yet."""
     from kernelevo import runtime
     from kernelevo.archive.store import Archive
-    from kernelevo.judge.api import Judge, JudgeOptions, Limits
+    from kernelevo.judge.api import Judge, JudgeOptions, WorkerLimits
 
     started = time.monotonic()
     deadline = started + args.max_seconds if args.max_seconds else None
@@ -145,7 +145,7 @@ def judge_collection(args: argparse.Namespace) -> int:
     cache = args.cache_dir or runtime.cache_dir()
     extra = {"shapes": args.shapes} if args.shapes else {}  # else the judge's default, whichever it has
     options = JudgeOptions(devices=devices, trials=args.trials, policy=args.policy,
-                           limits=Limits(build=args.build_timeout), spares=1, **extra)
+                           limits=WorkerLimits(build=args.build_timeout), spares=1, **extra)
     with Archive.open(args.archive) as store:
         ids = store_items(store, collection["items"])
         note(f"{collection['file']}: {collection['rows']} rows, {len(ids)} selected with a kernel, in {args.archive}")

@@ -8,6 +8,7 @@ edit follow-up) must extend its reservation first, and does not make the call wh
 """
 from __future__ import annotations
 
+import enum
 import itertools
 import threading
 import time
@@ -16,12 +17,40 @@ from typing import Callable
 
 
 @dataclass(frozen=True)
-class Limits:
+class BudgetLimits:
     max_cost_usd: float | None = None
     max_llm_calls: int | None = None
     max_wall_s: float | None = None
     generations: int | None = None
     plateau_generations: int | None = None  # stop after this many generations without improvement
+
+
+class StopKind(enum.Enum):
+    """Why a search stopped; the budget's kinds (`budget`) end a run as 'budget' (exit code 3)."""
+
+    MAX_COST_USD = "max-cost-usd"
+    MAX_LLM_CALLS = "max-llm-calls"
+    MAX_WALL_TIME = "max-wall-time"
+    GENERATIONS = "generations"
+    PLATEAU = "plateau"
+    AT_BOUND = "at the bound"  # the best is within reach of the speed of light (bound.at_bound)
+    UNREACHABLE = "model unreachable"  # the model server is gone
+    NOTHING_LEFT = "nothing left to try"
+
+    @property
+    def budget(self) -> bool:
+        return self in (StopKind.MAX_COST_USD, StopKind.MAX_LLM_CALLS, StopKind.MAX_WALL_TIME)
+
+
+@dataclass(frozen=True)
+class StopReason:
+    """Why a search stopped: its kind, and the sentence shown and stored (the run's stop_reason)."""
+
+    kind: StopKind
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
 
 
 @dataclass(frozen=True)
@@ -52,8 +81,8 @@ class Budget:
     `unknown_cost_calls` says how many such calls the spend leaves out, and `max_llm_calls`
     still bounds them."""
 
-    def __init__(self, limits: Limits | None = None, clock: Callable[[], float] = time.monotonic):
-        self.limits = limits or Limits()
+    def __init__(self, limits: BudgetLimits | None = None, clock: Callable[[], float] = time.monotonic):
+        self.limits = limits or BudgetLimits()
         self._clock = clock
         self._start = clock()
         self._offset_s = 0.0  # wall time of earlier sessions of a resumed run
@@ -170,10 +199,10 @@ class Budget:
             raise ValueError(f"reservation {reservation.id} is not outstanding (settled or released twice?)")
         return held
 
-    def exhausted(self, generation: int, generations_since_improvement: int) -> str | None:
+    def exhausted(self, generation: int, generations_since_improvement: int) -> StopReason | None:
         """Why the run must stop, or None. `generation`: generations completed so far.
 
-        The reason starts with one of: "max-cost-usd reached", "max-llm-calls", "max-wall-time",
+        Its text starts with its kind's value: "max-cost-usd reached", "max-llm-calls", "max-wall-time",
         "generations", "plateau: no improvement in N generations". Money counts as reached when
         it is spent, or when a call was refused for money and nothing is in flight that could
         still free part of the reservation."""
@@ -183,16 +212,18 @@ class Budget:
             refused = self._refused_usd
         if lim.max_cost_usd is not None and (
                 spent >= lim.max_cost_usd or (idle and refused is not None and spent + refused > lim.max_cost_usd)):
-            return f"max-cost-usd reached (${spent:.4f} of ${lim.max_cost_usd:.4f})"
+            return StopReason(StopKind.MAX_COST_USD, f"max-cost-usd reached (${spent:.4f} of ${lim.max_cost_usd:.4f})")
         if lim.max_llm_calls is not None and calls >= lim.max_llm_calls:
-            return f"max-llm-calls reached ({calls} of {lim.max_llm_calls})"
+            return StopReason(StopKind.MAX_LLM_CALLS, f"max-llm-calls reached ({calls} of {lim.max_llm_calls})")
         elapsed = self.elapsed_s
         if lim.max_wall_s is not None and elapsed >= lim.max_wall_s:
-            return f"max-wall-time reached ({elapsed:.0f} s of {lim.max_wall_s:.0f} s)"
+            return StopReason(StopKind.MAX_WALL_TIME,
+                              f"max-wall-time reached ({elapsed:.0f} s of {lim.max_wall_s:.0f} s)")
         if lim.generations is not None and generation >= lim.generations:
-            return f"generations: {generation} of {lim.generations} done"
+            return StopReason(StopKind.GENERATIONS, f"generations: {generation} of {lim.generations} done")
         if lim.plateau_generations is not None and generations_since_improvement >= lim.plateau_generations:
-            return f"plateau: no improvement in {generations_since_improvement} generations"
+            return StopReason(StopKind.PLATEAU,
+                              f"plateau: no improvement in {generations_since_improvement} generations")
         return None
 
     def snapshot(self) -> dict:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from typing import Collection, Iterable
 
-from .population import Member, Population
+from .population import Variant, Population
 
 
 def assign_island(index: int, n_islands: int) -> int:
@@ -17,16 +17,16 @@ def assign_island(index: int, n_islands: int) -> int:
     return index % n_islands if n_islands > 1 else 0
 
 
-def _islands(population: Population | Iterable[Member], n_islands: int) -> dict[int, list[Member]]:
+def _islands(population: Population | Iterable[Variant], n_islands: int) -> dict[int, list[Variant]]:
     if isinstance(population, Population):
         return {i: population.by_island(i) for i in range(n_islands)}
-    out: dict[int, list[Member]] = {i: [] for i in range(n_islands)}
+    out: dict[int, list[Variant]] = {i: [] for i in range(n_islands)}
     for m in population:
         out.setdefault(m.island, []).append(m)
     return out
 
 
-def migrate(population: Population | Iterable[Member], n_islands: int, rng: random.Random, generation: int,
+def migrate(population: Population | Iterable[Variant], n_islands: int, rng: random.Random, generation: int,
             every: int = 3) -> list[tuple[int, int]]:
     """Moves (kernel_id, to_island): at generations every, 2*every, ... each island sends its
     fastest correct kernel that the next island (ring: i -> i+1 mod n) does not hold yet.
@@ -53,7 +53,7 @@ def migrate(population: Population | Iterable[Member], n_islands: int, rng: rand
 COLLAPSE_AFTER = 6  # judged children in a row that all failed: the island's lines of descent are stuck
 
 
-def needing_seed(population: Population | Iterable[Member], n_islands: int,
+def needing_seed(population: Population | Iterable[Variant], n_islands: int,
                  pending: Collection[int] = ()) -> int | None:
     """The first island that a fresh translation should seed: one with no correct kernel, or one
     whose last COLLAPSE_AFTER judged children of the model (tune variants left out) all failed. None when every island is working, which

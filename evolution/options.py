@@ -9,8 +9,6 @@ from typing import Any
 
 from . import budget as budgets
 
-BUDGET_REASONS = ("max-cost-usd", "max-llm-calls", "max-wall-time")
-
 
 @dataclass(frozen=True)
 class SearchSettings:
@@ -33,7 +31,7 @@ class OptimizeOptions:
     out_dir: Path
     cache_dir: Path
     fmt: str | None = None  # candidate format asked for; nvrtc on a GPU, c on the CPU; "auto": see formats_of
-    limits: budgets.Limits = field(default_factory=budgets.Limits)
+    limits: budgets.BudgetLimits = field(default_factory=budgets.BudgetLimits)
     settings: SearchSettings = field(default_factory=SearchSettings)
     seed: int = 0
     policy: str = "mixed"

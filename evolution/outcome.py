@@ -11,7 +11,7 @@ from pathlib import Path
 from kernelevo.evaluation import Evaluation
 from kernelevo.text import loop_text, speedup_text
 
-from .population import BASELINES, Member
+from .population import BASELINES, Variant
 
 EXIT_OK, EXIT_BUDGET, EXIT_UNREACHABLE = 0, 3, 4  # 4: the model server stopped answering
 EXIT_LEFT = 5  # torch.compile already near the speed of light: nothing spent (--force searches anyway)
@@ -74,7 +74,7 @@ class Outcome:
     summary: dict = field(default_factory=dict)
 
 
-def write_drop_in(member: Member, evaluation: Evaluation, task_name: str, run_id: str, out_dir: Path) -> Path:
+def write_drop_in(member: Variant, evaluation: Evaluation, task_name: str, run_id: str, out_dir: Path) -> Path:
     """`<task>_kernelevo.py`: the kernel as judged, with where it came from in a leading comment."""
     from datetime import date
 

@@ -1,6 +1,7 @@
-"""The population: every candidate of a run as a frozen `Member`, grouped by island and niche.
+"""The population: every candidate of a run as a frozen `Variant` (kernelevo.evaluation: the one record
+of a judged kernel, which the prompts show too), grouped by island and niche.
 
-A Member is the search's view of one kernel: what it is (source, format), where it came from
+A member is the search's view of one kernel: what it is (source, format), where it came from
 (operator, parents, generation) and what the judge said (verdict, speedups). It is rebuilt from
 archive rows on resume, so it holds only plain values.
 
@@ -19,72 +20,22 @@ beyond the noise (`beats`), so "the one to beat" does not flip between equally f
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Iterable
 
-from kernelevo.evaluation import faster_beyond_noise
+from kernelevo.evaluation import Variant, faster_beyond_noise
 
 
 BASELINES = {"compile": "torch.compile", "eager": "eager"}  # a run's baseline, and how it is named
 
 
-@dataclass(frozen=True)
-class Member:
-    kernel_id: int
-    source: str
-    format: str
-    operator: str
-    parents: tuple[int, ...]
-    island: int
-    generation: int
-    verdict: str
-    reason: str = ""
-    speedup_eager: float | None = None
-    speedup_compile: float | None = None
-    speedup_eager_ci: tuple[float, float] | None = None  # 95 % interval of speedup_eager; None: unknown
-    speedup_compile_ci: tuple[float, float] | None = None
-    ms: float | None = None
-    eager_ms: float | None = None  # eager PyTorch in the same measurement as `ms`
-    niche: str = ""
-    # Descriptors are a plain dict (JSON-friendly, as niches.describe returns them); treat it as
-    # read-only. Excluded from the hash so that a frozen Member stays hashable.
-    descriptors: dict = field(default_factory=dict, hash=False)
-    stepping_stone: bool = False  # seeded from the archive (past runs or similar tasks)
-    cost_usd: float | None = None  # LLM cost of producing it; None: unknown price or no LLM
-    baseline: str = "eager"  # what the run's fitness is a speedup over: "compile" or "eager"
-    loop_ms: float | None = None  # per call back to back, host work included (Evaluation.loop)
-    host_share: float | None = None  # of that, what is not its device time (GPU only)
-
-    @property
-    def ok(self) -> bool:
-        return self.verdict == "ok"
-
-    @property
-    def against(self) -> str:
-        """The baseline its fitness measures against: torch.compile where asked for and measured."""
-        return "compile" if self.baseline == "compile" and self.speedup_compile is not None else "eager"
-
-    @property
-    def fitness(self) -> float:
-        """Speedup over the run's baseline (`against`); 0.0 for a failed or unmeasured kernel (never best)."""
-        if not self.ok:
-            return 0.0
-        return float((self.speedup_compile if self.against == "compile" else self.speedup_eager) or 0.0)
-
-    @property
-    def fitness_ci(self) -> tuple[float, float] | None:
-        """The 95 % interval of `fitness`."""
-        return self.speedup_compile_ci if self.against == "compile" else self.speedup_eager_ci
-
-
-def rank_key(member: Member) -> tuple[float, int]:
+def rank_key(member: Variant) -> tuple[float, int]:
     """Sort key, best first: higher fitness, then the older kernel (lower id) on ties.
 
     Preferring the older kernel on ties keeps rankings stable as equal-speed variants arrive."""
     return (-member.fitness, member.kernel_id)
 
 
-def beats(new: Member, incumbent: Member | None) -> bool:
+def beats(new: Variant, incumbent: Variant | None) -> bool:
     """Whether a correct `new` kernel is faster than `incumbent` beyond the noise: its speedup's
     interval lies wholly above the incumbent's (a higher median where either is unknown)."""
     if not new.ok:
@@ -94,7 +45,7 @@ def beats(new: Member, incumbent: Member | None) -> bool:
     return faster_beyond_noise(new.fitness, new.fitness_ci, incumbent.fitness, incumbent.fitness_ci)
 
 
-def best_of(members: Iterable[Member]) -> Member | None:
+def best_of(members: Iterable[Variant]) -> Variant | None:
     """The incumbent left after `members` in the order they arrived: the first correct one, then
     each that beats the incumbent of its moment. A kernel inside the incumbent's noise is a tie and
     leaves it in place; without intervals this is the fastest, the older one on equal speed."""
@@ -108,13 +59,13 @@ def best_of(members: Iterable[Member]) -> Member | None:
 class Population:
     """A plain container of Members (not frozen: the loop adds to it every generation)."""
 
-    def __init__(self, members: Iterable[Member] = ()):
-        self._home: dict[int, Member] = {}  # kernel_id -> home record, insertion ordered
-        self._islands: dict[int, dict[int, Member]] = {}  # island -> kernel_id -> record there
+    def __init__(self, members: Iterable[Variant] = ()):
+        self._home: dict[int, Variant] = {}  # kernel_id -> home record, insertion ordered
+        self._islands: dict[int, dict[int, Variant]] = {}  # island -> kernel_id -> record there
         for m in members:
             self.add(m)
 
-    def add(self, member: Member) -> None:
+    def add(self, member: Variant) -> None:
         """Add a kernel, update one (same id and island: replaced), or add a migrant copy
         (same id, another island)."""
         home = self._home.get(member.kernel_id)
@@ -122,7 +73,7 @@ class Population:
             self._home[member.kernel_id] = member
         self._islands.setdefault(member.island, {})[member.kernel_id] = member
 
-    def migrate_in(self, kernel_id: int, island: int) -> Member:
+    def migrate_in(self, kernel_id: int, island: int) -> Variant:
         """List kernel `kernel_id` on `island` as well (a migration move); returns the copy."""
         from dataclasses import replace
 
@@ -137,7 +88,7 @@ class Population:
         return kernel_id in self._home
 
     @property
-    def members(self) -> list[Member]:
+    def members(self) -> list[Variant]:
         """Every kernel once (its home record), in the order added."""
         return list(self._home.values())
 
@@ -145,31 +96,31 @@ class Population:
     def islands(self) -> list[int]:
         return sorted(self._islands)
 
-    def by_island(self, island: int) -> list[Member]:
+    def by_island(self, island: int) -> list[Variant]:
         """Kernels present on `island`, migrants included."""
         return list(self._islands.get(island, {}).values())
 
-    def get(self, kernel_id: int) -> Member | None:
+    def get(self, kernel_id: int) -> Variant | None:
         return self._home.get(kernel_id)
 
-    def correct(self) -> list[Member]:
+    def correct(self) -> list[Variant]:
         return [m for m in self._home.values() if m.ok]
 
-    def failed(self) -> list[Member]:
+    def failed(self) -> list[Variant]:
         return [m for m in self._home.values() if not m.ok]
 
-    def best(self, island: int | None = None) -> Member | None:
+    def best(self, island: int | None = None) -> Variant | None:
         """The incumbent fastest correct kernel (of one island if given; see best_of), or None."""
         return best_of(self.by_island(island) if island is not None else self._home.values())
 
-    def elites(self) -> dict[str, Member]:
+    def elites(self) -> dict[str, Variant]:
         """The fastest correct kernel of each niche (MAP-Elites' archive of cells)."""
         return elites_of(self._home.values())
 
 
-def elites_of(members: Iterable[Member]) -> dict[str, Member]:
+def elites_of(members: Iterable[Variant]) -> dict[str, Variant]:
     """Best correct member per niche (the incumbent, as best_of), niches in order of first appearance."""
-    out: dict[str, Member] = {}
+    out: dict[str, Variant] = {}
     for m in members:
         if m.ok and beats(m, out.get(m.niche)):
             out[m.niche] = m

@@ -10,22 +10,22 @@ import random
 from itertools import combinations
 from typing import Collection, Mapping, Sequence
 
-from .population import Member, rank_key
+from .population import Variant, rank_key
 from .tune import untuned
 
 FIXABLE = ("compile_error", "runtime_error", "incorrect")  # timeout/rejected: the idea, not a slip, is wrong
 REPAIR_WINDOW = 4  # repair picks among this many most recent eligible failures
 
 
-def tournament(members: Sequence[Member], rng: random.Random, k: int = 3) -> Member:
+def tournament(members: Sequence[Variant], rng: random.Random, k: int = 3) -> Variant:
     """The fittest of `k` members drawn without replacement (ties: the older kernel)."""
     if not members:
         raise ValueError("tournament over no members")
     return min(rng.sample(list(members), min(max(1, k), len(members))), key=rank_key)
 
 
-def pick_mutate_parent(members: Sequence[Member], tries: Mapping[int, int], rng: random.Random,
-                       top: int = 3) -> Member:
+def pick_mutate_parent(members: Sequence[Variant], tries: Mapping[int, int], rng: random.Random,
+                       top: int = 3) -> Variant:
     """A parent for mutate: one of the `top` fastest correct approaches among `members` (an island's;
     a kernel and its tune variants count once, as the fastest of them), drawn with weight
     1 / (1 + tries), `tries` being the model's earlier attempts on each (attempts.count_on).
@@ -40,13 +40,13 @@ def pick_mutate_parent(members: Sequence[Member], tries: Mapping[int, int], rng:
     return rng.choices(ranked, weights=[1.0 / (1 + tries.get(m.kernel_id, 0)) for m in ranked], k=1)[0]
 
 
-def fastest_approaches(members: Sequence[Member], top: int = 3) -> list[Member]:
+def fastest_approaches(members: Sequence[Variant], top: int = 3) -> list[Variant]:
     """The `top` fastest correct approaches, fastest first (a kernel and its tune variants: the fastest of them)."""
     return sorted(_distinct_sources([m for m in members if m.ok]), key=rank_key)[:max(1, top)]
 
 
-def pick_crossover_parents(members: Sequence[Member], rng: random.Random, n: int = 2,
-                           avoid: Collection[frozenset] = (), draws: int = 8) -> list[Member]:
+def pick_crossover_parents(members: Sequence[Variant], rng: random.Random, n: int = 2,
+                           avoid: Collection[frozenset] = (), draws: int = 8) -> list[Variant]:
     """Up to `n` correct members with distinct sources, from distinct niches when there are
     enough: crossover is meant to combine different strengths (a tiled kernel with a vectorised
     one), and two kernels of one niche mostly share theirs. Each parent is a tournament winner
@@ -67,8 +67,8 @@ def pick_crossover_parents(members: Sequence[Member], rng: random.Random, n: int
     return sorted(rng.choice(apart or fresh), key=rank_key)
 
 
-def _draw_parents(ok: list[Member], rng: random.Random, n: int) -> list[Member]:
-    by_niche: dict[str, list[Member]] = {}
+def _draw_parents(ok: list[Variant], rng: random.Random, n: int) -> list[Variant]:
+    by_niche: dict[str, list[Variant]] = {}
     for m in ok:
         by_niche.setdefault(m.niche, []).append(m)
     niches = list(by_niche)
@@ -83,11 +83,11 @@ def _draw_parents(ok: list[Member], rng: random.Random, n: int) -> list[Member]:
     return picked
 
 
-def tune_parents(tunable: Sequence[Member], rng: random.Random, per_island: int = 2) -> list[Member]:
+def tune_parents(tunable: Sequence[Variant], rng: random.Random, per_island: int = 2) -> list[Variant]:
     """Kernels to tune, in the order to try them: the `per_island` fastest correct kernels of
     each island, shuffled. Tuning a slow kernel spends judge time where no improvement can come
     from (a run tuned its slowest kernel twice, a 0.71x crossover)."""
-    by_island: dict[int, list[Member]] = {}
+    by_island: dict[int, list[Variant]] = {}
     for m in sorted((m for m in tunable if m.ok), key=rank_key):
         by_island.setdefault(m.island, []).append(m)
     top = list({m.kernel_id: m for ms in by_island.values() for m in ms[:max(1, per_island)]}.values())
@@ -95,7 +95,7 @@ def tune_parents(tunable: Sequence[Member], rng: random.Random, per_island: int 
     return top
 
 
-def pick_reflect_variants(members: Sequence[Member], rng: random.Random, k: int = 4) -> list[Member]:
+def pick_reflect_variants(members: Sequence[Variant], rng: random.Random, k: int = 4) -> list[Variant]:
     """`k` measured correct variants spanning the speedups seen: the best, then one drawn from
     each of k-1 equal rank strata of the rest, fastest first. Contrast is what the reflect
     prompt learns from; k near-identical top kernels teach nothing about why one is fast."""
@@ -111,7 +111,7 @@ def pick_reflect_variants(members: Sequence[Member], rng: random.Random, k: int 
     return sorted(picks, key=rank_key)
 
 
-def pick_repair_target(members: Sequence[Member], rng: random.Random) -> Member | None:
+def pick_repair_target(members: Sequence[Variant], rng: random.Random) -> Variant | None:
     """A recent failure worth one repair: verdict in FIXABLE, born of a correct parent or of
     translate (so the idea was sound and the failure is likely a slip), not a tune variant (its
     failure is the constant tune chose, no slip of the model's), and not yet repaired.
@@ -134,17 +134,17 @@ def pick_repair_target(members: Sequence[Member], rng: random.Random) -> Member 
     return rng.choice(eligible[:REPAIR_WINDOW])
 
 
-def approaches(members: Sequence[Member]) -> int:
+def approaches(members: Sequence[Variant]) -> int:
     """How many distinct approaches the correct members hold, a kernel and its tune variants
     counting once: crossover and reflect need two (what they contrast is the approaches)."""
     return len(_distinct_sources([m for m in members if m.ok and m.speedup_eager is not None]))
 
 
-def _distinct_sources(members: list[Member]) -> list[Member]:
+def _distinct_sources(members: list[Variant]) -> list[Variant]:
     """The fastest member per approach: sources compared with trailing whitespace stripped and
     tune-marked constants set alike, so that a kernel and its tune variants count once (a model
     asked to cross or contrast kernels that differ in one constant has nothing to work with)."""
-    seen: dict[str, Member] = {}
+    seen: dict[str, Variant] = {}
     for m in sorted(members, key=rank_key):  # keep the fastest of identical copies
         key = "\n".join(line.rstrip() for line in untuned(m.source).strip().splitlines())
         seen.setdefault(key, m)

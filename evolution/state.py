@@ -6,50 +6,70 @@ writes the loop makes (kernels are written to the archive before they are judged
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 from pathlib import Path
 
 from kernelevo.agent.profile_block import profile_block
-from kernelevo.agent.prompting import Context, Variant, insight
-from kernelevo.archive.rows import own_improvement
+from kernelevo.agent.prompting import Context, insight
+from kernelevo.archive.rows import own_improvement, unique
 from kernelevo.evaluation import Evaluation, Profile, host_share
 from kernelevo.llm_call import LLMCall
 from kernelevo.tasks import Task
 
 from . import niches, scheduling
-from .population import Member, Population, best_of
+from .population import Variant, Population, best_of
 
 INSIGHTS = 2  # analyses shown in a prompt: the latest of each island, newest first
 
 
-def member_from_row(row: dict, baseline: str = "eager") -> Member:
-    """A Member from an archive kernel row (with its latest search evaluation), ranked against `baseline`."""
+def judged(kernel: Variant, evaluation: Evaluation) -> Variant:
+    """A stored kernel (RunState.add_kernel, or unjudged) with its search evaluation, built from what the
+    loop holds: the same figures member_from_row reads back from the rows add_evaluation writes."""
+    return remeasured(kernel, evaluation, stored=True)
+
+
+def member_from_row(row: dict, baseline: str = "eager") -> Variant:
+    """A Variant from an archive kernel row (with its latest search evaluation), ranked against `baseline`."""
     ci, compile_ci = row.get("speedup_eager_ci"), row.get("speedup_compile_ci")
-    return Member(kernel_id=row["id"], source=row["source"], format=row["format"] or "", operator=row["operator"],
-                  parents=tuple(row.get("parents") or ()), island=row.get("island") or 0,
-                  generation=row.get("generation") or 0, verdict=row.get("verdict") or "",
-                  reason=row.get("reason") or "", speedup_eager=row.get("speedup_eager"),
-                  speedup_compile=row.get("speedup_compile"), speedup_eager_ci=tuple(ci) if ci else None,
-                  speedup_compile_ci=tuple(compile_ci) if compile_ci else None,
-                  ms=row.get("candidate_ms"), eager_ms=row.get("eager_ms"),
-                  niche=row.get("niche") or "", stepping_stone=bool(row.get("stepping_stone")), baseline=baseline,
-                  loop_ms=row.get("loop_ms"), host_share=host_share(row.get("loop_device_ms"), row.get("loop_ms")))
+    return Variant(kernel_id=row["id"], source=row["source"], format=row["format"] or "", operator=row["operator"],
+                   parents=tuple(row.get("parents") or ()), island=row.get("island") or 0,
+                   generation=row.get("generation") or 0, verdict=row.get("verdict") or "",
+                   reason=row.get("reason") or "", speedup_eager=row.get("speedup_eager"),
+                   speedup_compile=row.get("speedup_compile"), speedup_eager_ci=tuple(ci) if ci else None,
+                   speedup_compile_ci=tuple(compile_ci) if compile_ci else None,
+                   ms=row.get("candidate_ms"), eager_ms=row.get("eager_ms"),
+                   niche=row.get("niche") or "", stepping_stone=bool(row.get("stepping_stone")), baseline=baseline,
+                   loop_ms=row.get("loop_ms"), host_share=host_share(row.get("loop_device_ms"), row.get("loop_ms")))
 
 
-def remeasured(member: Member, evaluation: Evaluation) -> Member:
-    """The member with a re-measurement's figures in place of the search's: what selection then uses."""
+def remeasured(member: Variant, evaluation: Evaluation, stored: bool = False) -> Variant:
+    """The member with a re-measurement's figures in place of the search's: what selection then uses.
+    `stored`: the speedups as an archive row holds them (an infinite one is None)."""
+    e = evaluation
+    speedups = (_finite(e.speedup_eager), _finite(e.speedup_compile), _finite_ci(e.speedup_eager_ci),
+                _finite_ci(e.speedup_compile_ci)) if stored else \
+        (e.speedup_eager, e.speedup_compile, e.speedup_eager_ci, e.speedup_compile_ci)
     return dataclasses.replace(
-        member, verdict=evaluation.verdict, reason=evaluation.reason, speedup_eager=evaluation.speedup_eager,
-        speedup_compile=evaluation.speedup_compile, speedup_eager_ci=evaluation.speedup_eager_ci,
-        speedup_compile_ci=evaluation.speedup_compile_ci,
+        member, verdict=e.verdict, reason=e.reason, speedup_eager=speedups[0], speedup_compile=speedups[1],
+        speedup_eager_ci=speedups[2], speedup_compile_ci=speedups[3],
         ms=evaluation.candidate.median_ms if evaluation.candidate else None,
         eager_ms=evaluation.eager.median_ms if evaluation.eager else None,
         loop_ms=evaluation.loop.candidate_ms if evaluation.loop else None,
         host_share=evaluation.loop.host_share if evaluation.loop else None)
 
 
+def _finite(x: float | None) -> float | None:
+    return x if x is None or math.isfinite(x) else None  # as archive.rows stores a speedup
+
+
+def _finite_ci(ci: tuple[float, float] | None) -> tuple[float, float] | None:
+    low, high = (_finite(x) for x in ci) if ci else (None, None)
+    return (low, high) if low is not None and high is not None else None
+
+
 def resumed_members(rows: list[dict], remeasures: dict[int, dict],
-                    baseline: str = "eager") -> tuple[list[Member], Member | None]:
+                    baseline: str = "eager") -> tuple[list[Variant], Variant | None]:
     """The judged members of a run's rows, each passing one with its latest re-measurement's figures
     where it has one (the loop re-measures only kernels that passed), in the order their figures
     were stored (the order the live run admitted them, which decides who is the incumbent best);
@@ -69,7 +89,7 @@ class RunState:
     def __init__(self, archive, run_id: str, task: Task, task_id: int, context: Context, run_dir: Path,
                  formats: tuple[str, ...], baseline: str = "eager"):
         self.archive, self.run_id, self.task, self.task_id = archive, run_id, task, task_id
-        self.baseline = baseline  # what fitness is a speedup over: "compile" or "eager" (population.Member)
+        self.baseline = baseline  # what fitness is a speedup over: "compile" or "eager" (Variant.against)
         self.base_context, self.run_dir = context, Path(run_dir)
         self.formats = formats  # the formats calls ask for; island i's is formats[i % len(formats)]
         (self.run_dir / "kernels").mkdir(parents=True, exist_ok=True)
@@ -95,8 +115,9 @@ class RunState:
 
     def add_kernel(self, source: str, operator: str, parents: tuple[int, ...], island: int,
                    call_id: int | None, generation: int, thinking: str = "", problem: str = "",
-                   note: str = "", account: str = "") -> int:
-        """Store a child (or an operator outcome without one); returns its kernel id."""
+                   note: str = "", account: str = "") -> Variant:
+        """Store a child (or an operator outcome without one, whose source is ''); returns it as stored,
+        not judged yet (its verdict is ''), its format detected once here."""
         from kernelevo.formats import detect_format
 
         fmt, descriptors, niche = "", None, ""
@@ -112,7 +133,8 @@ class RunState:
             generation=generation, island=island, origin="run", descriptors=descriptors,
             niche=niche, thinking=thinking or note, problem=problem,  # tune children: the change, as their "thinking"
             account=account)
-        return kernel_id
+        return Variant(source, fmt, verdict="", kernel_id=kernel_id, operator=operator, parents=tuple(unique(parents)),
+                       island=island, generation=generation, niche=niche, baseline=self.baseline)
 
     def kernel_path(self, kernel_id: int) -> Path:
         """Where a child's source is written for the judge."""
@@ -127,9 +149,10 @@ class RunState:
         """Parent sets crossover was called on before this session (whatever came of each call)."""
         return {frozenset(r["parents"]) for r in self._rows_at_start if r["operator"] == "crossover"}
 
-    def unjudged(self) -> list[dict]:
+    def unjudged(self) -> list[Variant]:
         """Children stored but never judged (the run was killed while they waited): judge them first."""
-        return [r for r in self._rows_at_start if r["source"] and not r.get("verdict") and not r.get("problem")]
+        return [member_from_row(r, self.baseline) for r in self._rows_at_start
+                if r["source"] and not r.get("verdict") and not r.get("problem")]
 
     def repair_targets(self) -> set[int]:
         """Kernels a repair was already asked for (judged or not), from the run's rows."""

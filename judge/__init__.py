@@ -1,7 +1,7 @@
 """The judge: build, isolate, check, time. Candidate code never runs in the caller's process.
 
 The rest of kernelevo uses it through one door, api.py (`Judge`, `JudgeOptions`, and what a caller
-sets up: `make_executor`, a worker's `Limits`, `TimingConfig`, the Ray cluster's queries), and
+sets up: `make_executor`, a worker's `WorkerLimits`, `TimingConfig`, the Ray cluster's queries), and
 verdicts.py; nothing imports deeper (tests/test_house.py checks it). Inside, each
 sub-package owns one step a candidate passes, in this order:
 - static/: anti-cheat checks that read the source, a registry of small functions, before anything runs;

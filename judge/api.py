@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelevo.judge import verdicts
-from kernelevo.judge.run.executor import Limits, LocalExecutor
+from kernelevo.judge.run.executor import WorkerLimits, LocalExecutor
 from kernelevo.formats import detect_format
+from kernelevo.judge.run.job import Job
 from kernelevo.judge.trials.probe import IMPLAUSIBLE_SPEEDUP
 from kernelevo.judge.measure.timing import TimingConfig
 from kernelevo.judge.measure.timing import combined as timing_combined
@@ -40,7 +41,7 @@ class JudgeOptions:
     sol: bool = False  # baselines also give the reference's speed of light (calibrating the device once)
     input_sets: int = 3
     timing: TimingConfig = field(default_factory=TimingConfig)
-    limits: Limits = field(default_factory=Limits)
+    limits: WorkerLimits = field(default_factory=WorkerLimits)
     concurrency: int | None = None
     spares: int = 0
     policy: str = "mixed"  # or "strict" (or "model", for an assembled model): see judge/trials/policy.py
@@ -111,11 +112,11 @@ class Judge:
     def __exit__(self, exc_type, *exc) -> None:
         self.executor.close(cancel=exc_type is not None)
 
-    def _job(self, task: Task, kind: str, **extra) -> dict:
-        return {"kind": kind, "task_source": task.source, "task_path": task.path, "seed": self.options.seed,
-                "trials": self.options.trials, "input_sets": self.options.input_sets,
-                "timing": dataclasses.asdict(self.options.timing), "policy": self.options.policy,
-                "shapes": self.options.shapes, "compile": self.options.compile_baseline, "sol": self.options.sol, **extra}
+    def _job(self, task: Task, kind: str, **extra) -> Job:
+        return Job(kind=kind, task_source=task.source, task_path=task.path, seed=self.options.seed,
+                   trials=self.options.trials, input_sets=self.options.input_sets, timing=self.options.timing,
+                   policy=self.options.policy, shapes=self.options.shapes, compile=self.options.compile_baseline,
+                   sol=self.options.sol, **extra)
 
     def baseline(self, task: Task, device: str, ran_on: dict | None = None) -> dict | None:
         """Cached (or freshly measured) eager (+ torch.compile) timings, the task's kind and its
@@ -147,18 +148,22 @@ class Judge:
         return future
 
     def submit(self, task: Task, candidate_path: str | Path, device: str | None = None, profile: bool = False,
-               ncu: bool = True, final: bool = False) -> concurrent.futures.Future:
+               ncu: bool = True, final: bool = False, source: str | None = None,
+               fmt: str | None = None) -> concurrent.futures.Future:
         """Judge one candidate file; the future holds its Evaluation (with its Profile when `profile`
         and it passed). `final`: the figure a run announces; on the CPU, whose clock is noisy,
-        torch.compile is then timed beside the candidate instead of rescaled from the cache."""
+        torch.compile is then timed beside the candidate instead of rescaled from the cache.
+        `source` and `fmt`: the file's text and format where the caller wrote it and knows them
+        (read and detected here otherwise)."""
         device = device or self.executor.choose_device()  # kept for this candidate's baseline and profile
         path = Path(candidate_path).resolve()
-        source = path.read_text()
+        source = path.read_text() if source is None else source
         digest = source_hash(source)
-        try:
-            fmt = detect_format(source)
-        except SyntaxError:
-            fmt = "unknown"
+        if fmt is None:
+            try:
+                fmt = detect_format(source)
+            except SyntaxError:
+                fmt = "unknown"
         job = self._job(task, "candidate", candidate_source=source, candidate_path=str(path),
                         candidate_hash=digest, format=fmt,
                         bounds=self.options.bounds == "all" or (final and self.options.bounds == "final"))
@@ -178,7 +183,7 @@ class Judge:
                 if final and not device.startswith("cuda") and timed and baseline \
                         and "compiled" in baseline.get("timing", {}):
                     result = {**result, "compile_beside": self.executor.submit(
-                        {**job, "kind": "compile_beside"}, device, node=node).result()}
+                        dataclasses.replace(job, kind="compile_beside"), device, node=node).result()}
                 evaluation = to_evaluation(task, digest, fmt, device, result, baseline, time.monotonic() - started)
                 if profile and evaluation.ok:
                     evaluation = dataclasses.replace(evaluation, profile=self._profile(task, job, evaluation, ncu))
@@ -226,10 +231,11 @@ class Judge:
         threading.Thread(target=run, daemon=True).start()
         return done
 
-    def _profile(self, task: Task, job: dict, evaluation: Evaluation, ncu: bool) -> Profile:
-        times = {"candidate_ms": evaluation.candidate.median_ms if evaluation.candidate else None,
-                 "eager_ms": evaluation.eager.median_ms if evaluation.eager else None}
-        result = self.executor.submit({**job, "kind": "profile", "ncu": ncu, **times}, evaluation.device,
+    def _profile(self, task: Task, job: Job, evaluation: Evaluation, ncu: bool) -> Profile:
+        profile = dataclasses.replace(job, kind="profile", ncu=ncu,
+                                      candidate_ms=evaluation.candidate.median_ms if evaluation.candidate else None,
+                                      eager_ms=evaluation.eager.median_ms if evaluation.eager else None)
+        result = self.executor.submit(profile, evaluation.device,
                                       node=evaluation.node_id or None).result()
         if result.get("verdict") != "ok" or not result.get("profile"):
             return Profile(device_name=evaluation.device_name,
@@ -244,7 +250,7 @@ class Judge:
             path.write_text(text)
             self._known[path.name] = hashlib.sha256(text.encode()).hexdigest()
 
-    def _second_opinion(self, task: Task, job: dict, device: str, result: dict, baseline: dict | None) -> dict:
+    def _second_opinion(self, task: Task, job: Job, device: str, result: dict, baseline: dict | None) -> dict:
         """Cross-checks of a passing result that need another process: eager's time beside the
         candidate against eager's time alone, and a re-measurement of implausible speedups."""
         if result.get("verdict") != "ok":
@@ -254,7 +260,8 @@ class Judge:
         limit = {**IMPLAUSIBLE_SPEEDUP, **self.options.implausible}.get(kind, IMPLAUSIBLE_SPEEDUP["other"])
         if checked.get("verdict") != "ok" or (checked.get("speedup_eager") or 0) <= limit:
             return checked
-        second = self.executor.submit({**job, "kind": "remeasure"}, device, node=result.get("node_id")).result()
+        second = self.executor.submit(dataclasses.replace(job, kind="remeasure"), device,
+                                      node=result.get("node_id")).result()
         # On the CPU the two clocks also differ in method (per call after an LLC flush, against
         # back-to-back calls with warm caches): measured 11.7x against 8.6x for an honest kernel.
         tolerance = self.options.remeasure_tolerance if device.startswith("cuda") else \

@@ -4,8 +4,7 @@ from __future__ import annotations
 import re
 import signal
 import traceback
-from dataclasses import dataclass
-
+from kernelevo.evaluation import Failure
 from kernelevo.tasks import first_line
 
 EXCERPT_LINES = 20
@@ -27,14 +26,6 @@ _CUDA_REASONS = (
     ("out of memory", "out_of_memory"),
     ("CUDA error", "cuda_error"),
 )
-
-
-@dataclass(frozen=True)
-class Failure:
-    verdict: str
-    reason: str
-    message: str
-    excerpt: str = ""
 
 
 def error_lines(log: str, limit: int = EXCERPT_LINES) -> str:

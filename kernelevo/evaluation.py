@@ -199,6 +199,86 @@ def host_share(device_ms: float | None, loop_ms: float | None) -> float | None:
 
 
 @dataclass(frozen=True)
+class Failure:
+    """Why a candidate failed, as the judge said it: the verdict, a stable reason id, one line and an
+    excerpt (a compiler's errors, a traceback's tail); for wrong outputs, where and by how much. The
+    judge classifies a failure into one (judge/verdicts.py) and a repair prompt shows one (agent)."""
+
+    verdict: str
+    reason: str
+    message: str
+    excerpt: str = ""
+    where: str = ""  # wrong outputs: which trial, output and index
+    rel_l2: float | None = None
+    max_abs: float | None = None
+    max_rel: float | None = None
+    tolerance: str = ""
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A judged kernel: what it is (source, format), what the judge said of it (verdict, speedups and
+    their intervals, times), where it came from in a search (operator, parents, island, generation,
+    niche) and how a prompt shows it (label, profile, notes, earlier attempts on it). The search's
+    population holds these (evolution/population.py) and the prompts show them (agent/prompting.py).
+    Rebuilt from archive rows on resume, so it holds only plain values.
+
+    Fitness: the speedup over the run's `baseline`: torch.compile by default, eager PyTorch where asked
+    for or where torch.compile gave no figure (`against`), so every kernel of a run is ranked by one measure."""
+
+    source: str
+    format: str
+    label: str = "A"  # how a prompt names it
+    verdict: str = "ok"
+    reason: str = ""
+    message: str = ""
+    speedup_eager: float | None = None
+    speedup_compile: float | None = None
+    ms: float | None = None
+    profile: str = ""  # the condensed profile block, when the candidate was profiled
+    notes: str = ""  # what it does well (crossover), or how it came about
+    eager_ms: float | None = None  # eager PyTorch timed alongside it, in the same measurement as `ms`
+    kernel_id: int | None = None  # its id in the archive: attempt lines and copies name kernels by id
+    attempts: tuple[str, ...] = ()  # what came of earlier attempts to change it (attempt_line), newest first
+    loop_ms: float | None = None  # per call back to back, host work included (Evaluation.loop)
+    host_share: float | None = None  # of that, what is not its device time (GPU only)
+    operator: str = ""
+    parents: tuple[int, ...] = ()
+    island: int = 0
+    generation: int = 0
+    speedup_eager_ci: tuple[float, float] | None = None  # 95 % interval of speedup_eager; None: unknown
+    speedup_compile_ci: tuple[float, float] | None = None
+    niche: str = ""
+    # Descriptors are a plain dict (JSON-friendly, as niches.describe returns them); treat it as
+    # read-only. Excluded from the hash so that a frozen Variant stays hashable.
+    descriptors: dict = field(default_factory=dict, hash=False)
+    stepping_stone: bool = False  # seeded from the archive (past runs or similar tasks)
+    cost_usd: float | None = None  # LLM cost of producing it; None: unknown price or no LLM
+    baseline: str = "eager"  # what the run's fitness is a speedup over: "compile" or "eager"
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict == "ok"
+
+    @property
+    def against(self) -> str:
+        """The baseline its fitness measures against: torch.compile where asked for and measured."""
+        return "compile" if self.baseline == "compile" and self.speedup_compile is not None else "eager"
+
+    @property
+    def fitness(self) -> float:
+        """Speedup over the run's baseline (`against`); 0.0 for a failed or unmeasured kernel (never best)."""
+        if not self.ok:
+            return 0.0
+        return float((self.speedup_compile if self.against == "compile" else self.speedup_eager) or 0.0)
+
+    @property
+    def fitness_ci(self) -> tuple[float, float] | None:
+        """The 95 % interval of `fitness`."""
+        return self.speedup_compile_ci if self.against == "compile" else self.speedup_eager_ci
+
+
+@dataclass(frozen=True)
 class LoopTiming:
     """The host-inclusive twin of the timed figures: calls back to back, as a user's loop makes them
     (judge/measure/loop.py). Device time ranks single operators; this is what a loop pays with the

@@ -11,7 +11,7 @@ from kernelevo.agent.pool import CallPool
 from kernelevo.agent.prompting import Context, feedback_from, target_for, task_view, variant_from
 from kernelevo.config import ModelChoice
 from kernelevo.judge.api import Judge, JudgeOptions
-from kernelevo.judge.run.executor import Limits
+from kernelevo.judge.run.executor import WorkerLimits
 from kernelevo.judge.measure.timing import TimingConfig
 from kernelevo.tasks import load_task
 from llm_server import Step
@@ -56,7 +56,7 @@ def translate_judge_repair(llm, device: str, fmt: str, pairs: list[tuple[Path, P
         proposals = {name: pool.submit(operators.translate, llm, contexts[name]) for name in names}
         proposals = {name: f.result() for name, f in proposals.items()}
     options = JudgeOptions(devices=(device,), compile_baseline=device != "cpu", timing=timing,
-                           limits=Limits(build=300, run=60), concurrency=4)
+                           limits=WorkerLimits(build=300, run=60), concurrency=4)
     results = {}
     with Judge(tmp_path / "cache", options) as judge:
         futures = {}

@@ -7,7 +7,8 @@ import pytest
 from kernelevo.agent import operators
 from kernelevo.agent.client import LLM, Stop
 from kernelevo.agent.pool import CallPool
-from kernelevo.agent.prompting import Context, Feedback, Target, TaskView, Variant
+from kernelevo.agent.prompting import Context, Target, TaskView, Variant
+from kernelevo.evaluation import Failure
 from kernelevo.config import ModelChoice
 from llm_server import Step, request_text
 
@@ -83,8 +84,8 @@ def test_repair_sends_the_judges_words_and_applies_edits(server, make_llm):
     edit = ("The loop reads past the end.\n\n<<<<<<< SEARCH\n        return x\n=======\n"
             "        return x * 2\n>>>>>>> REPLACE\n")
     server.steps.append(Step(text=edit, usage=dict(input=10, output=5)))
-    feedback = Feedback("compile_error", "compile_error", "the C compiler refused the source",
-                        excerpt="candidate.c:2:5: error: 'lon' undeclared")
+    feedback = Failure("compile_error", "compile_error", "the C compiler refused the source",
+                       excerpt="candidate.c:2:5: error: 'lon' undeclared")
     proposal = operators.repair(make_llm("diff"), CTX, Variant(PARENT, "c"), feedback)
     assert proposal.ok and proposal.edited and proposal.source == PARENT.replace("return x\n", "return x * 2\n")
     text = sent(server.requests[0])
@@ -116,11 +117,11 @@ def test_blocks_that_fail_twice_end_as_edit_failed(server, make_llm):
 def test_a_follow_up_the_budget_refuses_is_not_sent(server, make_llm):
     """A hard call cap: blocks that fail to apply are not followed up past it; the reply says why."""
     from kernelevo.agent.client import Metered
-    from kernelevo.evolution.budget import Budget, Limits
+    from kernelevo.evolution.budget import Budget, BudgetLimits, StopKind
 
     wrong = "<<<<<<< SEARCH\nnot in the file\n=======\nx\n>>>>>>> REPLACE\n"
     server.steps += [Step(text=wrong), Step(text=WHOLE)]
-    budget = Budget(Limits(max_llm_calls=1))
+    budget = Budget(BudgetLimits(max_llm_calls=1))
     reservation = budget.reserve(0.01)
     llm = Metered(make_llm("diff"), lambda: budget.extend(reservation, 0.01))
     proposal = operators.mutate(llm, CTX, Variant(PARENT, "c"))
@@ -128,9 +129,9 @@ def test_a_follow_up_the_budget_refuses_is_not_sent(server, make_llm):
     assert proposal.outcome == "edit_failed" and proposal.unsent.startswith("max-llm-calls reached")
     assert "block 1: no match" in proposal.problem and "follow-up not sent: max-llm-calls" in proposal.problem
     budget.settle(reservation, proposal.cost_usd, len(llm.calls))
-    assert budget.calls == 1 and budget.exhausted(0, 0).startswith("max-llm-calls")
+    assert budget.calls == 1 and budget.exhausted(0, 0).kind is StopKind.MAX_LLM_CALLS
 
-    budget = Budget(Limits(max_llm_calls=2))  # room for the follow-up: it is sent and counted
+    budget = Budget(BudgetLimits(max_llm_calls=2))  # room for the follow-up: it is sent and counted
     reservation = budget.reserve(0.01)
     server.steps.insert(0, Step(text=wrong))
     llm = Metered(make_llm("diff"), lambda: budget.extend(reservation, 0.01))

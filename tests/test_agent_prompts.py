@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from kernelevo.agent import models, prompting
 from kernelevo.agent.edits import EditError, apply_edits, parse_edits
-from kernelevo.agent.prompting import Context, Feedback, Target, TaskView, Variant
+from kernelevo.agent.prompting import Context, Target, TaskView, Variant
+from kernelevo.evaluation import Failure
 from kernelevo.agent.providers import ModelRef, Usage
 from kernelevo.agent.profile_block import profile_block
 from kernelevo.config import ConfigError, load_config
@@ -35,10 +36,10 @@ A = Variant(KERNEL, "nvrtc", "A", speedup_eager=1.52, speedup_compile=0.98, ms=0
             profile=profile_block(PROFILE), notes=prompting.approach({"launches": 1, "vector_io": True}, "nvrtc"),
             eager_ms=0.0474)
 B = Variant(KERNEL.replace("x\n", "x + 0\n"), "nvrtc", "B", speedup_eager=2.1, speedup_compile=1.3, ms=0.0229)
-FAILED = Feedback("incorrect", "value_mismatch", "output 0 differs from the reference", where="trial 2 (scaled x8), "
-                  "output 0, index (3, 17)", rel_l2=0.41, max_abs=3.5, max_rel=1.0, tolerance="atol 1e-05, rtol 1e-05")
-COMPILE = Feedback("compile_error", "compile_error", "NVRTC refused the source",
-                   excerpt='candidate.cu(7): error: identifier "expff" is undefined')
+FAILED = Failure("incorrect", "value_mismatch", "output 0 differs from the reference", where="trial 2 (scaled x8), "
+                 "output 0, index (3, 17)", rel_l2=0.41, max_abs=3.5, max_rel=1.0, tolerance="atol 1e-05, rtol 1e-05")
+COMPILE = Failure("compile_error", "compile_error", "NVRTC refused the source",
+                  excerpt='candidate.cu(7): error: identifier "expff" is undefined')
 
 
 TRIED = (prompting.attempt_line(9, "mutate", "float4 loads", "correct, 1.31x (1.20-1.40) eager"),

@@ -2,15 +2,15 @@
 asked (--force), and a best kernel near it, ahead of the baseline, stops the run ("at the bound")."""
 from kernelevo.agent.prompting import Opponent
 from kernelevo.evolution import bound
-from kernelevo.evolution.population import Member
+from kernelevo.evolution.population import Variant
 
 from test_optimize import TASK, environment, scripted_model
 
 
-def _member(ms: float, ci: tuple[float, float]) -> Member:
-    return Member(kernel_id=7, source="", format="c", operator="mutate", parents=(), island=0, generation=1,
-                  verdict="ok", speedup_eager=3.0, speedup_compile=sum(ci) / 2, speedup_compile_ci=ci, ms=ms,
-                  baseline="compile")
+def _member(ms: float, ci: tuple[float, float]) -> Variant:
+    return Variant(kernel_id=7, source="", format="c", operator="mutate", parents=(), island=0, generation=1,
+                   verdict="ok", speedup_eager=3.0, speedup_compile=sum(ci) / 2, speedup_compile_ci=ci, ms=ms,
+                   baseline="compile")
 
 
 def test_a_compiler_near_the_bound_leaves_nothing_to_win():
@@ -34,7 +34,7 @@ def test_a_run_on_a_task_left_to_the_compiler_spends_nothing(tmp_path, monkeypat
     """Any bound counts as near here (COMPILER_NEAR raised), so the real torch.compile baseline on the CPU
     (inductor's C++) decides the run before its first call."""
     from kernelevo.archive.store import Archive
-    from kernelevo.evolution.budget import Limits
+    from kernelevo.evolution.budget import BudgetLimits
     from kernelevo.evolution.loop import optimize
     from kernelevo.evolution.options import OptimizeOptions
     from kernelevo.evolution.outcome import EXIT_LEFT
@@ -49,7 +49,7 @@ def test_a_run_on_a_task_left_to_the_compiler_spends_nothing(tmp_path, monkeypat
         options = OptimizeOptions(task_path=TASK, models=("scripted",), devices=("cpu",),
                                   archive_path=tmp_path / "archive.sqlite", out_dir=tmp_path / "out",
                                   cache_dir=tmp_path / "cache", config_path=tmp_path / "kernelevo.toml", trials=2,
-                                  timing=TimingConfig(max_seconds=0.2), limits=Limits(max_llm_calls=3), force=False)
+                                  timing=TimingConfig(max_seconds=0.2), limits=BudgetLimits(max_llm_calls=3), force=False)
         said: list[str] = []
         outcome = optimize(options, on_status=said.append)
     finally:

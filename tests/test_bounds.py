@@ -4,6 +4,7 @@ are in test_generality.py (fixtures/general/out_of_bounds__*) and, on a GPU, tes
 import pytest
 
 from kernelevo.judge.run import bounds
+from kernelevo.judge.run.job import Job
 
 from conftest import FIXTURES
 
@@ -42,9 +43,9 @@ def test_asan_reports_count_only_in_the_candidates_own_code():
 
 
 def test_what_it_applies_to():
-    assert bounds.applies({"format": "c"}, "cpu") == ""
-    assert "only C candidates" in bounds.applies({"format": "triton"}, "cpu")
-    assert bounds.applies({"format": "torch"}, "cuda:0") == "no kernel of its own"
+    assert bounds.applies(Job(format="c"), "cpu") == ""
+    assert "only C candidates" in bounds.applies(Job(format="triton"), "cpu")
+    assert bounds.applies(Job(format="torch"), "cuda:0") == "no kernel of its own"
 
 
 @pytest.mark.skipif(bounds.asan_runtime() is None, reason="the C compiler has no AddressSanitizer runtime")
@@ -64,8 +65,8 @@ def test_a_checked_process_that_never_ends_is_killed_with_its_children(tmp_path)
         "class ModelNew", "import os\nimport time\nif os.environ.get('KERNELEVO_C_SANITIZE'):\n    time.sleep(600)\n\n\nclass ModelNew", 1)
     candidate = tmp_path / "sleeps.py"
     candidate.write_text(source)
-    job = {"task_source": task.read_text(), "task_path": str(task), "candidate_source": source,
-           "candidate_path": str(candidate), "seed": 42, "cache_dir": str(tmp_path / "cache"), "format": "c",
-           "shapes": "general", "candidate_hash": "sleeps"}
+    job = Job(task_source=task.read_text(), task_path=str(task), candidate_source=source,
+              candidate_path=str(candidate), seed=42, cache_dir=str(tmp_path / "cache"), format="c",
+              shapes="general", candidate_hash="sleeps")
     outcome = bounds.run(job, "cpu", limit_s=5)  # returns at all: not stuck on the orphan's pipe
     assert outcome.access is None and "not finished within 5 s: indices not checked" in outcome.note

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from kernelevo.judge.api import Judge, JudgeOptions
-from kernelevo.judge.run.executor import Limits
+from kernelevo.judge.run.executor import WorkerLimits
 from kernelevo.judge.measure.timing import TimingConfig
 from kernelevo.tasks import load_task
 
@@ -36,7 +36,7 @@ def judges(cache_dir):
     def get(policy: str) -> Judge:
         if policy not in made:
             options = JudgeOptions(devices=("cpu",), compile_baseline=False, timing=FAST, policy=policy,
-                                   limits=Limits(build=120, run=30), concurrency=2)
+                                   limits=WorkerLimits(build=120, run=30), concurrency=2)
             made[policy] = Judge(cache_dir, options)
         return made[policy]
 

@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from kernelevo.evolution.budget import Budget, Limits, estimate_cost
+from kernelevo.evolution.budget import Budget, BudgetLimits, estimate_cost
 
 
 class FakeClock:
@@ -27,7 +27,7 @@ def test_estimate_cost():
 
 
 def test_reservation_refuses_over_limit():
-    b = Budget(Limits(max_cost_usd=1.0))
+    b = Budget(BudgetLimits(max_cost_usd=1.0))
     r1 = b.reserve(0.6)
     assert r1 is not None
     assert b.reserve(0.5) is None  # 0.6 held + 0.5 > 1.0: the call must not be made
@@ -39,13 +39,13 @@ def test_reservation_refuses_over_limit():
     assert b.spent_usd == pytest.approx(0.3) and b.calls == 1 and b.reserved_usd == 0
     with pytest.raises(ValueError):
         b.release(r2)
-    assert b.reserve(0.8) is None and b.exhausted(0, 0) == "max-cost-usd reached ($0.3000 of $1.0000)"
+    assert b.reserve(0.8) is None and b.exhausted(0, 0).text == "max-cost-usd reached ($0.3000 of $1.0000)"
     assert b.reserve(0.1) is not None  # a smaller call still fits: no longer exhausted
     assert b.exhausted(0, 0) is None
 
 
 def test_call_limit_counts_in_flight():
-    b = Budget(Limits(max_llm_calls=2))
+    b = Budget(BudgetLimits(max_llm_calls=2))
     r1, r2 = b.reserve(0.01), b.reserve(0.01)
     assert r1 and r2 and b.reserve(0.01) is None
     b.release(r2)
@@ -53,11 +53,11 @@ def test_call_limit_counts_in_flight():
     r3 = b.reserve(None)  # unknown price
     b.settle(r3, None)
     assert b.calls == 2 and b.unknown_cost_calls == 1
-    assert b.exhausted(0, 0).startswith("max-llm-calls")
+    assert b.exhausted(0, 0).text.startswith("max-llm-calls")
 
 
 def test_a_follow_up_holds_its_own_slot_and_the_cap_is_hard():
-    b = Budget(Limits(max_llm_calls=3))
+    b = Budget(BudgetLimits(max_llm_calls=3))
     r1, r2 = b.reserve(0.01), b.reserve(0.01)
     assert b.extend(r1, 0.01) == ""  # r1's follow-up takes the third slot
     assert b.reserve(0.01) is None  # so nothing else may start, though only two operations are in flight
@@ -68,13 +68,13 @@ def test_a_follow_up_holds_its_own_slot_and_the_cap_is_hard():
     r3 = b.reserve(0.01)
     assert r3 is not None and b.extend(r3, 0.01) != "" and b.reserve(0.01) is None
     b.settle(r3, 0.01)
-    assert b.calls == 3 and b.exhausted(0, 0).startswith("max-llm-calls")
+    assert b.calls == 3 and b.exhausted(0, 0).text.startswith("max-llm-calls")
     with pytest.raises(ValueError):
         b.extend(r3, 0.01)  # settled: nothing left to extend
 
 
 def test_a_follow_up_is_held_against_money_too():
-    b = Budget(Limits(max_cost_usd=1.0))
+    b = Budget(BudgetLimits(max_cost_usd=1.0))
     r = b.reserve(0.4)
     assert b.extend(r, 0.4) == "" and b.reserved_usd == pytest.approx(0.8)
     assert b.extend(r, 0.4).startswith("max-cost-usd")
@@ -83,7 +83,7 @@ def test_a_follow_up_is_held_against_money_too():
 
 
 def test_threads_with_follow_ups_never_pass_the_call_cap():
-    b = Budget(Limits(max_llm_calls=25))
+    b = Budget(BudgetLimits(max_llm_calls=25))
     sent = []
     lock = threading.Lock()
 
@@ -103,13 +103,13 @@ def test_threads_with_follow_ups_never_pass_the_call_cap():
 
 
 def test_unknown_actual_keeps_estimate():
-    b = Budget(Limits(max_cost_usd=10))
+    b = Budget(BudgetLimits(max_cost_usd=10))
     b.settle(b.reserve(0.25), None)
     assert b.spent_usd == 0.25 and b.unknown_cost_calls == 1
 
 
 def test_threads_never_overspend():
-    b = Budget(Limits(max_cost_usd=5.0, max_llm_calls=100))
+    b = Budget(BudgetLimits(max_cost_usd=5.0, max_llm_calls=100))
     made = []
     lock = threading.Lock()
 
@@ -130,7 +130,7 @@ def test_threads_never_overspend():
     assert len(made) == len(set(made)) == 100  # limited by calls: 100 * 0.04 = 4.0 < 5.0
     assert b.calls == 100 and b.spent_usd == pytest.approx(4.0) and b.in_flight == 0
 
-    b2 = Budget(Limits(max_cost_usd=1.0))
+    b2 = Budget(BudgetLimits(max_cost_usd=1.0))
     threads = [threading.Thread(target=lambda: [b2.settle(r, r.estimate_usd) for r in iter(lambda: b2.reserve(0.03), None)])
                for _ in range(8)]
     for t in threads:
@@ -142,24 +142,24 @@ def test_threads_never_overspend():
 
 def test_wall_time_generations_and_plateau():
     clock = FakeClock()
-    b = Budget(Limits(max_wall_s=60, generations=10, plateau_generations=3), clock=clock)
+    b = Budget(BudgetLimits(max_wall_s=60, generations=10, plateau_generations=3), clock=clock)
     assert b.exhausted(2, 1) is None
-    assert b.exhausted(3, 3) == "plateau: no improvement in 3 generations"
-    assert b.exhausted(10, 0).startswith("generations")
+    assert b.exhausted(3, 3).text == "plateau: no improvement in 3 generations"
+    assert b.exhausted(10, 0).text.startswith("generations")
     clock.t += 59.5
     assert b.exhausted(2, 0) is None
     clock.t += 1
-    assert b.exhausted(2, 0).startswith("max-wall-time")
+    assert b.exhausted(2, 0).text.startswith("max-wall-time")
     assert Budget(clock=clock).exhausted(10**6, 10**6) is None  # no limits, no reason
 
 
 def test_restore_for_resume():
     clock = FakeClock()
-    b = Budget(Limits(max_cost_usd=2.0, max_llm_calls=50, max_wall_s=100), clock=clock).restore(
+    b = Budget(BudgetLimits(max_cost_usd=2.0, max_llm_calls=50, max_wall_s=100), clock=clock).restore(
         spent_usd=1.5, calls=40, elapsed_s=90.0, unknown_cost_calls=2)
     assert (b.spent_usd, b.calls, b.unknown_cost_calls) == (1.5, 40, 2)
     assert b.elapsed_s == 90.0
     assert b.reserve(0.6) is None and b.reserve(0.4) is not None
     clock.t += 10
-    assert b.exhausted(0, 0).startswith("max-wall-time")
+    assert b.exhausted(0, 0).text.startswith("max-wall-time")
     assert b.snapshot()["in_flight"] == 1

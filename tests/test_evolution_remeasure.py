@@ -30,7 +30,7 @@ class StandInJudge:
         self.jobs: list[tuple[str, concurrent.futures.Future]] = []  # (file name, future)
         self.profiles = 0
 
-    def submit(self, task, path, device=None, profile=False, ncu=True, final=False):
+    def submit(self, task, path, device=None, profile=False, ncu=True, final=False, source=None, fmt=None):
         future = concurrent.futures.Future()
         self.jobs.append((path.name, future))
         return future

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from kernelevo.evolution import islands, niches, scheduling, selection
-from kernelevo.evolution.population import Member, Population, beats, best_of
+from kernelevo.evolution.population import Variant, Population, beats, best_of
 from kernelevo.evaluation import faster_beyond_noise
 from kernelevo.evolution.scheduling import OperatorStats
 
@@ -16,10 +16,10 @@ CANDIDATES = Path(__file__).resolve().parent.parent / "benchmarks" / "tasks" / "
 
 def member(kid, speed=1.0, verdict="ok", niche="L1", island=0, stone=False, operator="mutate", parents=(),
            generation=0, source=None):
-    return Member(kernel_id=kid, source=source if source is not None else f"// kernel {kid}\n", format="nvrtc",
-                  operator=operator, parents=tuple(parents), island=island, generation=generation,
-                  verdict=verdict, speedup_eager=speed if verdict == "ok" else None, niche=niche,
-                  stepping_stone=stone)
+    return Variant(kernel_id=kid, source=source if source is not None else f"// kernel {kid}\n", format="nvrtc",
+                   operator=operator, parents=tuple(parents), island=island, generation=generation,
+                   verdict=verdict, speedup_eager=speed if verdict == "ok" else None, niche=niche,
+                   stepping_stone=stone)
 
 
 # --- population ---------------------------------------------------------------------------

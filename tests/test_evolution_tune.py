@@ -83,14 +83,14 @@ def test_a_kernel_its_profile_calls_far_from_the_bound_is_not_tuned():
     from kernelevo.agent.profile_block import FAR
     from kernelevo.evaluation import Profile, SpeedOfLight
     from kernelevo.evolution.loop.planning import _tunable
-    from kernelevo.evolution.population import Member
+    from kernelevo.evolution.population import Variant
 
     def profiled(pct):
         sol = SpeedOfLight(flops=0.0, bytes=1 << 20, dtype="float32", peak_flops=1e12, peak_bytes=1e12,
                            bound="memory", bound_ms=0.01, candidate_pct=pct)
         return Profile(device_name="gpu", sol=sol)
 
-    m = Member(kernel_id=7, source=MARKED, format="nvrtc", operator="mutate", parents=(), island=0, generation=0,
-               verdict="ok", speedup_eager=1.2, niche="L1", stepping_stone=False)
+    m = Variant(kernel_id=7, source=MARKED, format="nvrtc", operator="mutate", parents=(), island=0, generation=0,
+                verdict="ok", speedup_eager=1.2, niche="L1", stepping_stone=False)
     assert _tunable(m, {}) and _tunable(m, {7: profiled(FAR + 40)})
     assert not _tunable(m, {7: profiled(FAR - 10)})

@@ -3,7 +3,8 @@ the CPU backend: "cpu" and "cpu:1" are two devices to the executor, one CPU to t
 import pytest
 
 from kernelevo.judge.api import Judge, JudgeOptions
-from kernelevo.judge.run.executor import Limits, LocalExecutor, least_busy
+from kernelevo.judge.run.executor import WorkerLimits, LocalExecutor, least_busy
+from kernelevo.judge.run.job import Job
 from kernelevo.judge.trials.probe import IMPLAUSIBLE_SPEEDUP
 from kernelevo.judge.measure.timing import TimingConfig
 from kernelevo.tasks import load_task
@@ -27,7 +28,7 @@ def test_choose_device_follows_the_outstanding_counts(tmp_path):
         executor.outstanding["cpu:1"] = 2  # a device held up by slow builds gets the next ones elsewhere
         assert [executor.choose_device() for _ in range(2)] == ["cpu", "cpu"]
         with pytest.raises(ValueError, match="not one of this executor's"):
-            executor.submit({}, "cuda:3")
+            executor.submit(Job(), "cuda:3")
     finally:
         executor.close()
 
@@ -37,7 +38,7 @@ def test_judge_submit_without_a_device_spreads_over_both(tmp_path):
     # at the syntax check; no timing runs on both "devices" at once, as it would on one real CPU. No
     # re-measurement: what is tested is where jobs go, not the two CPU clocks' agreement under load.
     options = JudgeOptions(devices=("cpu", "cpu:1"), compile_baseline=False, timing=FAST, trials=1,
-                           limits=Limits(build=120, run=60), concurrency=2,
+                           limits=WorkerLimits(build=120, run=60), concurrency=2,
                            implausible=dict.fromkeys(IMPLAUSIBLE_SPEEDUP, 1e9))
     task = load_task(CPU / "task_scale.py")
     names = ["python_syntax.py", "ok_c.py", "python_syntax.py", "python_syntax.py"]

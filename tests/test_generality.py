@@ -9,7 +9,7 @@ import torch
 
 from kernelevo.judge.trials import generality, reference, shapes
 from kernelevo.judge.api import Judge, JudgeOptions
-from kernelevo.judge.run.executor import Limits
+from kernelevo.judge.run.executor import WorkerLimits
 from kernelevo.judge.trials.probe import IMPLAUSIBLE_SPEEDUP
 from kernelevo.judge.measure.timing import TimingConfig
 from kernelevo.evaluation import Evaluation
@@ -31,7 +31,7 @@ def header(path, key: str) -> str:
 
 def options(**extra) -> JudgeOptions:
     return JudgeOptions(devices=("cpu",), compile_baseline=False, timing=FAST, concurrency=2,
-                        limits=Limits(build=120, run=60), implausible=NO_REMEASURE, bounds="all", **extra)
+                        limits=WorkerLimits(build=120, run=60), implausible=NO_REMEASURE, bounds="all", **extra)
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,7 @@ def test_cuda_fixtures_get_their_verdicts(cache_dir):
     """A tile kernel without bounds checks on a task with no extra test shapes: only the derived
     shapes catch it; its honest counterpart passes them."""
     options = JudgeOptions(devices=("cuda:0",), compile_baseline=False, timing=TimingConfig(max_seconds=0.5),
-                           limits=Limits(run=60), concurrency=4)
+                           limits=WorkerLimits(run=60), concurrency=4)
     with Judge(cache_dir, options) as judge:
         futures = {p: judge.submit(load_task(FIXTURES / header(p, "task")), p) for p in CUDA_FIXTURES}
         for path, future in futures.items():

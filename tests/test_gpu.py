@@ -2,7 +2,7 @@
 import pytest
 
 from kernelevo.judge.api import Judge, JudgeOptions
-from kernelevo.judge.run.executor import Limits
+from kernelevo.judge.run.executor import WorkerLimits
 from kernelevo.judge.measure.timing import TimingConfig
 from kernelevo.tasks import load_task
 
@@ -25,7 +25,7 @@ EXPECTED = {
 
 @pytest.fixture(scope="module")
 def judged(cache_dir):
-    options = JudgeOptions(devices=("cuda:0",), compile_baseline=True, limits=Limits(run=30),
+    options = JudgeOptions(devices=("cuda:0",), compile_baseline=True, limits=WorkerLimits(run=30),
                            timing=TimingConfig(max_seconds=0.5), concurrency=8)
     task = load_task(CUDA / "task_relu.py")
     with Judge(cache_dir, options) as judge:

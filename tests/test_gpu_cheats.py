@@ -5,7 +5,7 @@ import re
 import pytest
 
 from kernelevo.judge.api import Judge, JudgeOptions
-from kernelevo.judge.run.executor import Limits
+from kernelevo.judge.run.executor import WorkerLimits
 from kernelevo.judge.measure.timing import TimingConfig
 from kernelevo.judge.run import bounds
 from kernelevo.tasks import load_task
@@ -20,7 +20,7 @@ JOINED = FIXTURES / "cuda" / "side_stream_joined_nvrtc.py"  # honest: a side str
 GRAPHED = FIXTURES / "honest" / "static" / "input_cache__cuda_graph.py"  # honest: CUDA graphs keyed by placement
 GRAPH_INPUT = FIXTURES / "honest" / "dynamic" / "input_cache__graph_static_input.py"  # flagged, left to the trials
 BOUNDS = sorted((FIXTURES / "bounds").glob("*.py"))  # right values on every shape, an index out of bounds
-OPTIONS = dict(devices=("cuda:0",), compile_baseline=False, limits=Limits(run=60),
+OPTIONS = dict(devices=("cuda:0",), compile_baseline=False, limits=WorkerLimits(run=60),
                timing=TimingConfig(max_seconds=0.5), concurrency=8, bounds="all")
 
 

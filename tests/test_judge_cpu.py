@@ -4,7 +4,7 @@ import time
 import pytest
 
 from kernelevo.judge.api import Judge, JudgeOptions
-from kernelevo.judge.run.executor import Limits
+from kernelevo.judge.run.executor import WorkerLimits
 from kernelevo.judge.measure.timing import TimingConfig
 from kernelevo.tasks import load_task
 
@@ -17,7 +17,7 @@ FAST = TimingConfig(min_reps=10, max_seconds=0.3, target_rel_ci=0.02)
 @pytest.fixture(scope="module")
 def judge(cache_dir):
     options = JudgeOptions(devices=("cpu",), compile_baseline=False, timing=FAST,
-                           limits=Limits(build=120, run=15), concurrency=2)
+                           limits=WorkerLimits(build=120, run=15), concurrency=2)
     with Judge(cache_dir, options) as j:
         yield j
 

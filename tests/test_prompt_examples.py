@@ -7,7 +7,7 @@ import pytest
 from kernelevo import runtime
 from kernelevo.agent.prompting import template_text
 from kernelevo.judge.api import Judge, JudgeOptions
-from kernelevo.judge.run.executor import Limits
+from kernelevo.judge.run.executor import WorkerLimits
 from kernelevo.judge.measure.timing import TimingConfig
 from kernelevo.tasks import load_task
 
@@ -28,7 +28,7 @@ def judge_example(fmt: str, device: str, tmp_path, task=TASK):
     # two random draws besides the judge's derived shapes, redrawn weights and large values: the
     # task is GPU-sized (32 MiB), and more draws add nothing to "is this example a correct kernel"
     options = JudgeOptions(devices=(device,), compile_baseline=False, timing=FAST, trials=2,
-                           limits=Limits(build=600, run=60))
+                           limits=WorkerLimits(build=600, run=60))
     with Judge(tmp_path / "cache", options) as judge:
         return judge.evaluate(load_task(task), path)
 

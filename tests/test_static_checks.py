@@ -375,15 +375,16 @@ def test_suspicions_reject_nothing_and_go_to_the_trials():
     """A graph cache keyed by the input's address that keeps the input and its static output: found
     on its lines, as a suspicion, and the judge's static step rejects nothing for it."""
     from kernelevo.judge.run import jobs
+    from kernelevo.judge.run.job import Job
 
     honest = FIXTURES / "honest" / "dynamic" / "input_cache__graph_static_input.py"
     task = (FIXTURES / "cuda" / "task_relu.py").read_text()
     findings = static.check(honest.read_text(), task_source=task)
     assert findings and {f.reason for f in findings} <= static.SUSPICIONS
     noted: list[str] = []
-    job = {"candidate_source": honest.read_text(), "task_source": task}
+    job = Job(candidate_source=honest.read_text(), task_source=task)
     assert jobs.static_rejection(job, None, noted) is None
     assert len(noted) == len(findings) and noted[0].startswith("static suspicion (input_cache), left to the trials")
     # a finding of another reason still rejects
     cheat = (FIXTURES / "cheats" / "static" / "threads__python.py").read_text()
-    assert jobs.static_rejection({"candidate_source": cheat, "task_source": SCALE_TASK}, None)["reason"] == "threads"
+    assert jobs.static_rejection(Job(candidate_source=cheat, task_source=SCALE_TASK), None)["reason"] == "threads"

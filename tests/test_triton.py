@@ -11,7 +11,7 @@ from kernelevo.archive.reports.run_data import report_data
 from kernelevo.archive.store import Archive
 from kernelevo.judge.api import Judge, JudgeOptions
 from kernelevo.judge.measure.timing import TimingConfig
-from kernelevo.judge.run.executor import Limits
+from kernelevo.judge.run.executor import WorkerLimits
 from kernelevo.tasks import load_task
 from llm_server import ScriptedServer, Step, request_text
 from test_optimize import GOOD, KERNELS, USAGE, cli, environment, optimize_args
@@ -34,7 +34,7 @@ def verdicts(cache_dir, tmp_path_factory):
     small.write_text(TASK.read_text().replace("N, M = 256, 512", "N, M = 64, 512").replace("torch.randn(1000, M)",
                                                                                            "torch.randn(200, M)"))
     options = JudgeOptions(devices=("cpu",), compile_baseline=False, timing=TimingConfig(min_reps=5, max_seconds=0.2),
-                           limits=Limits(build=120, run=60), concurrency=2)
+                           limits=WorkerLimits(build=120, run=60), concurrency=2)
     with Judge(cache_dir, options) as judge:
         futures = {p.name: judge.submit(load_task(small), p) for p in [OK, SPECIALIZED, *sorted(CHEATS.glob("*.py"))]}
         return {name: f.result(timeout=600) for name, f in futures.items()}
@@ -55,7 +55,7 @@ def test_a_triton_candidate_is_judged_in_the_interpreter_without_a_speedup(verdi
 def test_a_triton_candidate_out_of_time_in_the_interpreter_is_told_why_and_what_to_do(cache_dir):
     """The task at its own size (256 rows) under a run limit the interpreter cannot meet."""
     options = JudgeOptions(devices=("cpu",), compile_baseline=False, timing=TimingConfig(max_seconds=0.2),
-                           limits=Limits(build=120, run=1))
+                           limits=WorkerLimits(build=120, run=1))
     with Judge(cache_dir, options) as judge:
         e = judge.evaluate(load_task(TASK), OK)
     assert (e.verdict, e.reason) == ("timeout", "run_timeout"), (e.message, e.excerpt)
@@ -67,7 +67,7 @@ def test_an_autotuned_candidate_runs_every_config_in_the_interpreter(cache_dir, 
     small = tmp_path / "task_relu.py"  # the interpreter runs each program of the grid in turn: a smaller tensor
     small.write_text((FIXTURES / "cuda" / "task_relu.py").read_text().replace("torch.randn(2048, 4096)",
                                                                              "torch.randn(64, 1000)"))
-    options = JudgeOptions(devices=("cpu",), compile_baseline=False, trials=2, limits=Limits(build=120, run=60))
+    options = JudgeOptions(devices=("cpu",), compile_baseline=False, trials=2, limits=WorkerLimits(build=120, run=60))
     with Judge(cache_dir, options) as judge:
         e = judge.evaluate(load_task(small), FIXTURES / "triton" / "autotuned_triton.py")
     assert e.ok and e.speedup_eager is None, (e.verdict, e.reason, e.message, e.excerpt)

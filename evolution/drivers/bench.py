@@ -357,7 +357,7 @@ def _score_task(runner: _Runner, row: dict, device: str, cap: float | None) -> d
 
 def _speedup_against(baseline: str):
     """The figure a candidates bench chooses a task's kernel by: its speedup over torch.compile where
-    that is the baseline and was measured, else over eager (as population.Member.fitness)."""
+    that is the baseline and was measured, else over eager (as kernelevo.evaluation.Variant.fitness)."""
     def speedup(e) -> float:
         if baseline == "compile" and e.speedup_compile is not None:
             return e.speedup_compile

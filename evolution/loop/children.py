@@ -10,14 +10,38 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import enum
 
 from kernelevo.agent.client import NotSent, Stop, Unreachable
 from kernelevo.evaluation import Evaluation, Profile
 from kernelevo.text import speedup_text
 
 from .. import islands, scheduling
-from ..population import BASELINES, Member, beats
-from ..state import member_from_row, remeasured
+from ..population import BASELINES, Variant, beats
+from ..state import judged, remeasured
+from .flight import Call, Judging, Profiling
+
+
+class Admission(enum.Enum):
+    """What admitting a judged child meant: a new best of its island (beyond the incumbent's noise),
+    the first kernel of its niche, or neither. The first two make it (and its parents) stepping stones."""
+
+    ISLAND_BEST = "island best"
+    NEW_NICHE = "new niche"
+    ADMITTED = "admitted"
+
+    @property
+    def improved(self) -> bool:
+        return self is not Admission.ADMITTED
+
+
+def stepping_stone_reason(admission: Admission, member: Variant) -> str:
+    """The sentence the archive stores with a stepping stone ('' for none)."""
+    if admission is Admission.ISLAND_BEST:
+        return f"new best of island {member.island}: {member.fitness:.2f}x {BASELINES[member.against]}"
+    if admission is Admission.NEW_NICHE:
+        return f"opened niche {member.niche}"
+    return ""
 
 
 class Children:
@@ -36,7 +60,7 @@ class Children:
             proposal = future.result()
         except Stop as exc:  # a refused key or request, or a server that is gone: the model drops out
             self._settle(meta)
-            self._drop(meta["model"], exc)
+            self._drop(meta.model, exc)
             return
         except NotSent as exc:  # an operator with no use for its replies without the refused call
             self._settle(meta)
@@ -45,52 +69,52 @@ class Children:
         self._settle(meta)
         answered = {c.prompt_hash for c in proposal.calls if c.outcome == "ok" and c.prompt_hash}
         if answered:  # a failed call (a 5xx, a timeout) may be asked again; an answered prompt may not
-            self.asked |= answered | {meta["digest"]}
+            self.asked |= answered | {meta.digest}
         call_id = self.state.call_id(proposal.calls[-1]) if proposal.calls else None
-        stats = self.stats.get(meta["op"], scheduling.OperatorStats())
-        self.stats[meta["op"]] = dataclasses.replace(stats, attempts=stats.attempts + 1,
+        stats = self.stats.get(meta.op, scheduling.OperatorStats())
+        self.stats[meta.op] = dataclasses.replace(stats, attempts=stats.attempts + 1,
                                                      cost_usd=stats.cost_usd + (proposal.cost_usd or 0.0))
         if proposal.analysis and call_id is not None:
-            self.archive.add_reflection(self.state.run_id, call_id, proposal.analysis, list(meta["parents"]))
+            self.archive.add_reflection(self.state.run_id, call_id, proposal.analysis, list(meta.parents))
         if not proposal.ok:
-            self.barren_translations += meta["op"] == "translate"
-            kernel_id = self.state.add_kernel("", meta["op"], meta["parents"], meta["island"], call_id,
+            self.barren_translations += meta.op == "translate"
+            kernel_id = self.state.add_kernel("", meta.op, meta.parents, meta.island, call_id,
                                               self._generation(), thinking=proposal.thinking,
                                               problem=f"{proposal.outcome}: {proposal.problem}",
-                                              account=proposal.account)
+                                              account=proposal.account).kernel_id
             self.progress.verdicts[proposal.outcome] += 1
             if proposal.unsent:
                 self._not_sent(meta, proposal.unsent, kernel_id)
             return
         seen = self.gate.check(proposal.source)
-        if meta["op"] == "translate" and not seen.novel:
+        if meta.op == "translate" and not seen.novel:
             self.barren_translations += 1
         if not seen.novel:  # an exact or renamed copy; any change to the code is judged
-            self.state.add_kernel(proposal.source, meta["op"], meta["parents"], meta["island"], call_id,
+            self.state.add_kernel(proposal.source, meta.op, meta.parents, meta.island, call_id,
                                   self._generation(), thinking=proposal.thinking, problem=seen.problem(),
                                   account=proposal.account)
             self.progress.skipped_copies += 1
             return
-        self._submit_child(meta["op"], proposal.source, meta["parents"], meta["island"], call_id,
+        self._submit_child(meta.op, proposal.source, meta.parents, meta.island, call_id,
                            thinking=proposal.thinking, account=proposal.account)
 
-    def _settle(self, meta: dict) -> None:
+    def _settle(self, meta: Call) -> None:
         """Count the calls the operation sent (failed ones too, as a resume counts the rows) and
         free the slots it held and did not use; with none sent, release the reservation."""
-        calls = meta["llm"].calls
+        calls = meta.llm.calls
         if not calls:
-            self.budget.release(meta["reservation"])
+            self.budget.release(meta.reservation)
             return
         costs = [c.cost_usd for c in calls]
-        self.budget.settle(meta["reservation"], None if None in costs else sum(costs), len(calls))
+        self.budget.settle(meta.reservation, None if None in costs else sum(costs), len(calls))
 
-    def _not_sent(self, meta: dict, why: str, kernel_id: int | None) -> None:
+    def _not_sent(self, meta: Call, why: str, kernel_id: int | None) -> None:
         """A reply paid for that could not be followed up (the budget refused the call): one event
         and one line, so it is not lost without a word."""
         self.archive.add_event(self.state.run_id, "call_not_sent", {
-            "operator": meta["op"], "model": meta["model"], "parents": list(meta["parents"]),
+            "operator": meta.op, "model": meta.model, "parents": list(meta.parents),
             "kernel": kernel_id, "reason": why})
-        self.on_status(f"{meta['op']}: follow-up call not sent, {why}; its reply is kept"
+        self.on_status(f"{meta.op}: follow-up call not sent, {why}; its reply is kept"
                        + (f" with kernel {kernel_id}" if kernel_id is not None else ""))
 
     def _drop(self, model: str, exc: Stop) -> None:
@@ -108,40 +132,39 @@ class Children:
 
     def _submit_child(self, op: str, source: str, parents: tuple[int, ...], island: int, call_id: int | None,
                       thinking: str = "", note: str = "", account: str = "") -> None:
-        kernel_id = self.state.add_kernel(source, op, parents, island, call_id, self._generation(),
-                                          thinking=thinking, note=note, account=account)
-        self.resubmit({"id": kernel_id, "source": source, "operator": op, "island": island})
+        self.resubmit(self.state.add_kernel(source, op, parents, island, call_id, self._generation(),
+                                            thinking=thinking, note=note, account=account))
 
     def _judged(self, future: concurrent.futures.Future) -> None:
         meta = self.judge_futures.pop(future)
-        self.device_load[meta["device"]] -= 1
-        if "remeasure" in meta:
+        self.device_load[meta.device] -= 1
+        if meta.remeasure:
             return self._remeasured(future, meta)
         evaluation = future.result()
-        evaluation_id = self.archive.add_evaluation(meta["kernel_id"], evaluation, purpose="search",
+        evaluation_id = self.archive.add_evaluation(meta.kernel_id, evaluation, purpose="search",
                                                     run_id=self.state.run_id)
-        member = member_from_row(self.archive.kernel(meta["kernel_id"]), self.state.baseline)
+        member = judged(meta.kernel, evaluation)  # as the rows just written hold it
         self._say_baseline(member, evaluation)
-        if meta["op"] == "translate":
+        if meta.op == "translate":
             self.barren_translations = 0 if member.ok else self.barren_translations + 1
-        improved = ""
+        admission = Admission.ADMITTED
         if member.ok and beats(member, self.population.best()):  # admitted once its figure holds again
-            self.remeasure(member, meta["op"])
+            self.remeasure(member, meta.op)
         else:
-            improved = self._admit(member)
-            if improved.startswith("new best"):
+            admission = self._admit(member)
+            if admission is Admission.ISLAND_BEST:
                 self._profile(member, evaluation, evaluation_id)
-        stats = self.stats.get(meta["op"], scheduling.OperatorStats())
-        if meta["op"] == "tune":
+        stats = self.stats.get(meta.op, scheduling.OperatorStats())
+        if meta.op == "tune":
             stats = dataclasses.replace(stats, attempts=stats.attempts + 1)
-        self.stats[meta["op"]] = dataclasses.replace(stats, successes=stats.successes + member.ok,
-                                                     improvements=stats.improvements + bool(improved))
+        self.stats[meta.op] = dataclasses.replace(stats, successes=stats.successes + member.ok,
+                                                     improvements=stats.improvements + admission.improved)
         self.progress.verdicts[evaluation.verdict] += 1
         self.progress.judged += 1
         self.progress.judged_this_session += 1
         self._generation_tick()
 
-    def _say_baseline(self, member: Member, evaluation: Evaluation) -> None:
+    def _say_baseline(self, member: Variant, evaluation: Evaluation) -> None:
         """Once: a run asked to beat torch.compile ranks by eager when torch.compile gave no figure."""
         untimed = member.speedup_eager is None  # Triton's interpreter: no figure of either kind
         if self.baseline_said or member.baseline != "compile" or untimed or member.against == "compile":
@@ -151,15 +174,15 @@ class Children:
         self.on_status(f"baseline: eager for this run, since torch.compile gave no figure ({why})")
         self.archive.add_event(self.state.run_id, "baseline", {"against": "eager", "why": why})
 
-    def remeasure(self, member: Member, op: str) -> None:
+    def remeasure(self, member: Variant, op: str) -> None:
         """Judge a would-be new best of the run again in a fresh process; it stays out of the
         population (no prompt shows it, no parent is drawn from it) until its figure is in."""
-        self._to_judge(member.kernel_id, member.source, op, member.island, remeasure=member)
+        self._to_judge(member, op, remeasure=True)
 
-    def _remeasured(self, future: concurrent.futures.Future, meta: dict) -> None:
+    def _remeasured(self, future: concurrent.futures.Future, meta: Judging) -> None:
         """The second figure replaces the first, and the kernel is admitted on it: the new best if it
         still beats the incumbent beyond the noise, else a kernel like any other."""
-        first: Member = meta["remeasure"]
+        first = meta.kernel
         try:
             evaluation = future.result()
         except Exception as exc:  # noqa: BLE001 - a fault of the judge, not the kernel: the first figure stands
@@ -171,44 +194,45 @@ class Children:
                                                         run_id=self.state.run_id)
             member = remeasured(first, evaluation)
         incumbent = self.population.best()
-        improved = self._admit(member)
+        admission = self._admit(member)
         best = self.population.best() is member
         self.archive.add_event(self.state.run_id, "remeasure", {
             "kernel": member.kernel_id, "search": first.speedup_eager, "search_ci": first.speedup_eager_ci,
             "verdict": member.verdict, "speedup_eager": member.speedup_eager, "ci": member.speedup_eager_ci,
             "against": member.against, "fitness": member.fitness, "fitness_ci": member.fitness_ci,
             "best": best, "incumbent": incumbent.kernel_id if incumbent else None})
-        if evaluation is not None and improved.startswith("new best"):
+        if evaluation is not None and admission is Admission.ISLAND_BEST:
             self._profile(member, evaluation, evaluation_id)
         if not best:  # said once: the search's figure was noise (or luck)
             self.on_status(f"kernel {member.kernel_id}: {speedup_text(first.fitness, first.fitness_ci)} in the "
                            f"search, {speedup_text(member.fitness, member.fitness_ci)} re-measured "
                            f"({member.verdict}, over {BASELINES[member.against]}): not the run's new best")
-        stats = self.stats.get(meta["op"], scheduling.OperatorStats())
-        self.stats[meta["op"]] = dataclasses.replace(stats, improvements=stats.improvements + bool(improved))
+        stats = self.stats.get(meta.op, scheduling.OperatorStats())
+        self.stats[meta.op] = dataclasses.replace(stats, improvements=stats.improvements + admission.improved)
 
-    def _admit(self, member: Member) -> str:
-        """Add a judged child; mark stepping stones. Returns why it matters ('' when it does not)."""
+    def _admit(self, member: Variant) -> Admission:
+        """Add a judged child; mark stepping stones. Returns what its admission meant."""
         best_before = self.population.best()
         island_best = self.population.best(member.island)
         niche_new = member.ok and member.niche not in self.population.elites()
         self.population.add(member)
         if member.ok:  # near-copies are skipped only of kernels known to be correct
             self.gate.add_source(member.kernel_id, member.source)
-        reason = ""
+        admission = Admission.ADMITTED
         if member.fitness > 0 and beats(member, island_best):  # inside the incumbent's noise: a tie
-            reason = f"new best of island {member.island}: {member.fitness:.2f}x {BASELINES[member.against]}"
+            admission = Admission.ISLAND_BEST
         elif niche_new:
-            reason = f"opened niche {member.niche}"
-        if reason:
+            admission = Admission.NEW_NICHE
+        if admission.improved:
+            reason = stepping_stone_reason(admission, member)
             self.archive.mark_stepping_stone(member.kernel_id, reason)
             for parent in member.parents:  # the parent led to an improvement
                 self.archive.mark_stepping_stone(parent, reason, via=member.kernel_id)
         if beats(member, best_before):  # a tie does not reset the plateau
             self.improved_at = self.progress.generation
-        return reason
+        return admission
 
-    def _profile(self, member: Member, evaluation: Evaluation, evaluation_id: int) -> None:
+    def _profile(self, member: Variant, evaluation: Evaluation, evaluation_id: int) -> None:
         """Profile a new island best, at most profile_per_generation a generation: those are the
         kernels mutate and reflect most often start from. Profiling holds the device (H100, starter
         suite: 0.1-0.7 s; judging every child's profile cut throughput from 41 to 28 per minute), and
@@ -228,14 +252,13 @@ class Children:
     def _start_profile(self, kernel_id: int, evaluation: Evaluation, evaluation_id: int, ncu: bool) -> None:
         self.device_load[evaluation.device] += 1
         future = self.judge.profile(self.state.task, self.state.kernel_path(kernel_id), evaluation, ncu=ncu)
-        self.profile_futures[future] = {"kernel_id": kernel_id, "evaluation_id": evaluation_id,
-                                        "device": evaluation.device}
+        self.profile_futures[future] = Profiling(kernel_id, evaluation_id, evaluation.device)
 
-    def _profile_on_demand(self, member: Member) -> None:
+    def _profile_on_demand(self, member: Variant) -> None:
         """Profile a kernel a prompt shows now if it never was: the prompt then shows where its time
         goes (the call waits for it, _after_profiles), and a kernel need not have been profiled by
         chance to be chosen. Without Nsight Compute: a tenth of a second to a second of device time."""
-        pending = any(meta["kernel_id"] == member.kernel_id for meta in self.profile_futures.values())
+        pending = any(meta.kernel_id == member.kernel_id for meta in self.profile_futures.values())
         if not self.settings.profile_per_generation or pending or member.kernel_id in self.state.profiles:
             return
         if member.speedup_eager is None:  # not timed (Triton's interpreter): its profile would be the interpreter's
@@ -246,14 +269,14 @@ class Children:
 
     def _profiled(self, future: concurrent.futures.Future) -> None:
         meta = self.profile_futures.pop(future)
-        self.device_load[meta["device"]] -= 1
+        self.device_load[meta.device] -= 1
         try:
             profile = future.result()
         except Exception as exc:  # noqa: BLE001 - a profile is advice: the search goes on without it
             profile = Profile(device_name="", notes=(f"profiling failed: {type(exc).__name__}: {exc}"[:300],))
-        self.state.set_profile(meta["kernel_id"], meta["evaluation_id"], profile)
+        self.state.set_profile(meta.kernel_id, meta.evaluation_id, profile)
         self.archive.add_event(self.state.run_id, "profile", {
-            "kernel": meta["kernel_id"], "cost_s": profile.cost_s, "notes": list(profile.notes),
+            "kernel": meta.kernel_id, "cost_s": profile.cost_s, "notes": list(profile.notes),
             "sol_pct": profile.sol.candidate_pct if profile.sol else None})
 
     def _generation_tick(self) -> None:

@@ -11,11 +11,12 @@ import dataclasses
 from kernelevo.agent import operators
 from kernelevo.agent.client import LLM, Metered, prompt_hash
 from kernelevo.agent.profile_block import FAR, profile_block
-from kernelevo.agent.prompting import Context, Variant, approach, feedback_from
+from kernelevo.agent.prompting import Context, approach, feedback_from
 from kernelevo.evaluation import Evaluation
 
 from .. import attempts, islands, niches, scheduling, selection, tune
-from ..population import Member
+from ..population import Variant
+from .flight import Call
 
 
 # Translations in a row that brought no new correct kernel (copies, failures) after which an empty
@@ -43,8 +44,8 @@ class Planning:
         recent = [m for m in self.population.members[-40:] if m.kernel_id not in self.repair_tried]
         repairable = selection.pick_repair_target(recent, self.rng)
         tunable = any(_tunable(m, self.state.profiles) for m in correct)
-        seeding = {m["island"] for m in [*self.llm_futures.values(), *self.judge_futures.values()]
-                   if m["op"] == "translate"}
+        seeding = {m.island for m in [*self.llm_futures.values(), *self.judge_futures.values()]
+                   if m.op == "translate"}
         seed_island = islands.needing_seed(self.population, self.settings.islands, seeding) \
             if self.barren_translations < BARREN_TRANSLATIONS else None
         op = scheduling.choose_operator(self.stats, bool(correct), selection.approaches(correct), repairable is not None,
@@ -67,7 +68,7 @@ class Planning:
         fn, args, parents, island = job
         fmt = self._write_format(op, parents, island)
         key = (op, tuple(sorted(parents)))  # same operator, same parents: the same prompt
-        if key in self._in_flight() or (op == "translate" and any(m["op"] == "translate"
+        if key in self._in_flight() or (op == "translate" and any(m.op == "translate"
                                                                   for m in self.llm_futures.values())):
             return False  # a second translation waits to be told what the first one did
         model = model or self.ensemble.choose(op, self.rng)
@@ -76,7 +77,7 @@ class Planning:
         ctx = self.state.context(island, op, fmt)
         chosen = self.ensemble.llm(model)
         digest = prompt_hash(operators.first_prompt(op, ctx, args, chosen.edit_format))
-        if digest in self.asked or digest in {m["digest"] for m in self.llm_futures.values()}:
+        if digest in self.asked or digest in {m.digest for m in self.llm_futures.values()}:
             return self._repeat(op, parents, model, digest)
         s = self.settings
         estimate = self.ensemble.estimate_usd(model, s.prompt_tokens_estimate, s.output_tokens_estimate)
@@ -86,8 +87,7 @@ class Planning:
         # the first call is reserved here; a follow-up reserves its own slot from the pool thread
         llm = Metered(chosen, lambda: self.budget.extend(reservation, estimate), fmt)
         future = self.pool.submit(fn, llm, ctx, *args)
-        self.llm_futures[future] = {"op": op, "parents": parents, "island": island, "reservation": reservation,
-                                    "key": key, "model": model, "llm": llm, "digest": digest, "format": fmt}
+        self.llm_futures[future] = Call(op, parents, island, reservation, key, model, llm, digest, fmt)
         self.formats_asked.add(fmt)
         return True
 
@@ -134,9 +134,9 @@ class Planning:
         return False
 
     def _in_flight(self) -> set[tuple]:
-        return {meta["key"] for meta in self.llm_futures.values()}
+        return {meta.key for meta in self.llm_futures.values()}
 
-    def _job(self, op: str, correct: list[Member], repairable: Member | None, seed_island: int | None):
+    def _job(self, op: str, correct: list[Variant], repairable: Variant | None, seed_island: int | None):
         """(operator function, its arguments, parent ids, island) of the next call; every kernel the
         prompt asks to change comes with what came of the earlier attempts on it (attempts.py)."""
         island = self._next_island()
@@ -183,7 +183,7 @@ class Planning:
         island needing one, else `island`."""
         if seed_island is None or len(self.state.formats) == 1:
             return seed_island if seed_island is not None else island
-        seeding = {m["island"] for m in [*self.llm_futures.values(), *self.judge_futures.values()] if m["op"] == "translate"}
+        seeding = {m.island for m in [*self.llm_futures.values(), *self.judge_futures.values()] if m.op == "translate"}
         mine = self._needing_seed(self._format_turn, seeding)
         return mine if mine is not None else seed_island
 
@@ -193,14 +193,14 @@ class Planning:
         others = {i for i in range(n) if self.state.island_format(i) != fmt}
         return islands.needing_seed(self.population, n, seeding | others)
 
-    def _after_profiles(self, fn, *members: Member):
+    def _after_profiles(self, fn, *members: Variant):
         """The operator `fn`, or, while a kernel it shows is being profiled (each is started now if it
         never was: a new best is shown with its profile), `fn` after those profiles are in: the call
         waits in its pool thread (seconds), not the loop, and the prompt shows each kernel's profile."""
         for m in members:
             self._profile_on_demand(m)
         ids = {m.kernel_id for m in members}
-        pending = {meta["kernel_id"]: f for f, meta in self.profile_futures.items() if meta["kernel_id"] in ids}
+        pending = {meta.kernel_id: f for f, meta in self.profile_futures.items() if meta.kernel_id in ids}
         if not pending:
             return fn
 
@@ -217,13 +217,12 @@ class Planning:
 
         return after
 
-    def _variant(self, m: Member, label: str, notes: str = "", tried: tuple[str, ...] = ()) -> Variant:
-        profile = self.state.profile_text(m.kernel_id)
-        return Variant(m.source, m.format, label, m.verdict, m.reason, "", m.speedup_eager, m.speedup_compile,
-                       m.ms, profile, notes, m.eager_ms, m.kernel_id, tried, m.loop_ms, m.host_share)
+    def _variant(self, m: Variant, label: str, notes: str = "", tried: tuple[str, ...] = ()) -> Variant:
+        return dataclasses.replace(m, label=label, profile=self.state.profile_text(m.kernel_id), notes=notes,
+                                   attempts=tried)
 
     @staticmethod
-    def _notes(m: Member, rows: list[dict]) -> str:
+    def _notes(m: Variant, rows: list[dict]) -> str:
         """How a kernel shown beside others differs: its idea in the model's words, and its approach."""
         idea = attempts.idea_for(m.kernel_id, rows)
         return "\n".join(t for t in (f"Idea: {idea}" if idea else "",
@@ -240,7 +239,7 @@ class Planning:
         self._island_turn = (self._island_turn + 1) % self.settings.islands
         return self._island_turn
 
-    def _start_tune(self, correct: list[Member]) -> bool:
+    def _start_tune(self, correct: list[Variant]) -> bool:
         """A variant of one of the best tunable kernels of an island, within the ranges its own
         `// tune:` marks list; the next of them when one has no untried variant left."""
         tunable = [m for m in correct if _tunable(m, self.state.profiles)]
@@ -259,7 +258,7 @@ class Planning:
         return True
 
 
-def _tunable(m: Member, profiles: dict) -> bool:
+def _tunable(m: Variant, profiles: dict) -> bool:
     """A kernel tune can work on: tune-marked constants, a measured speed to beat (a Triton kernel
     judged in the interpreter has none: its variants could only be correct, never faster), and not
     far from its bound (below FAR % of the speed of light its profile says to change the approach,

@@ -21,7 +21,7 @@ from .. import placement
 from ..bound import left_to_compiler
 from ..novelty import NoveltyGate
 from ..population import BASELINES
-from ..options import BUDGET_REASONS, OptimizeOptions, formats_of, judge_options
+from ..options import OptimizeOptions, formats_of, judge_options
 from ..outcome import (
     EXIT_BUDGET,
     EXIT_LEFT,
@@ -131,8 +131,8 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
                 return Outcome(run_id, left, EXIT_LEFT, seeded=seeded,
                                summary={"spend": archive.spend(run_id), "baseline": baseline})
             search = Search(state, ensemble, judge, search_settings, budget, gate, rng, on_progress, on_status)
-            for row in state.unjudged():  # stored before a kill, never judged
-                search.resubmit(row)
+            for child in state.unjudged():  # stored before a kill, never judged
+                search.resubmit(child)
             if state.unconfirmed is not None:  # a new best whose re-measurement a kill cut off
                 gate.remember(state.unconfirmed.kernel_id, state.unconfirmed.source)
                 search.remeasure(state.unconfirmed, state.unconfirmed.operator)
@@ -145,11 +145,11 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
                 raise Interrupted(run_id) from None
             member, final = final_judgement(search, options, on_status)
         written = write_drop_in(member, final, task.name, run_id, options.out_dir) if final else None
-        budget_hit, unreachable = reason.startswith(BUDGET_REASONS), bool(search.unreachable)
-        archive.finish_run(run_id, "stopped" if unreachable else "budget" if budget_hit else "finished", reason)
-        archive.add_event(run_id, "finished", {"reason": reason, "written": str(written) if written else None})
+        budget_hit, unreachable = reason.kind.budget, bool(search.unreachable)
+        archive.finish_run(run_id, "stopped" if unreachable else "budget" if budget_hit else "finished", reason.text)
+        archive.add_event(run_id, "finished", {"reason": reason.text, "written": str(written) if written else None})
         code = EXIT_UNREACHABLE if unreachable else EXIT_BUDGET if budget_hit else EXIT_OK
-        return Outcome(run_id, reason, code, final, member.kernel_id if member else None, written, seeded,
+        return Outcome(run_id, reason.text, code, final, member.kernel_id if member else None, written, seeded,
                        {"spend": archive.spend(run_id), "counts": archive.counts(run_id),
                         "calls": archive.call_yield(run_id),
                         "models": by_model(archive.model_yield(run_id), ensemble.labels),
@@ -223,7 +223,7 @@ def _open_run(archive, task, options: OptimizeOptions, ensemble: ensembles.Ensem
 def _baseline(asked: str, options: OptimizeOptions, on_status: Callable[[str], None]) -> str:
     """The baseline a run's fitness is a speedup over, said once: torch.compile unless eager is asked
     for or torch.compile is not measured (a kernel whose torch.compile figure is missing is ranked by
-    eager all the same: population.Member.against)."""
+    eager all the same: kernelevo.evaluation.Variant.against)."""
     if asked == "compile" and not options.compile_baseline:
         on_status("baseline: eager, since torch.compile is not measured (--no-compile-baseline)")
         return "eager"

@@ -22,9 +22,10 @@ from ..bound import at_bound
 from ..novelty import NoveltyGate
 from ..options import SearchSettings
 from ..outcome import Progress
-from ..population import Population
+from ..population import Variant, Population
 from ..state import RunState
 from .children import Children
+from .flight import Call, Judging, Profiling
 from .planning import Planning
 
 
@@ -43,9 +44,9 @@ class Search(Planning, Children):
         self.progress = Progress(judged=state.judged(), run_id=state.run_id)  # from rows once; counted here afterwards
         self.progress.generation = self._generation()
         self.pool = CallPool(settings.llm_concurrency)
-        self.llm_futures: dict[concurrent.futures.Future, dict] = {}
-        self.judge_futures: dict[concurrent.futures.Future, dict] = {}
-        self.profile_futures: dict[concurrent.futures.Future, dict] = {}
+        self.llm_futures: dict[concurrent.futures.Future, Call] = {}
+        self.judge_futures: dict[concurrent.futures.Future, Judging] = {}
+        self.profile_futures: dict[concurrent.futures.Future, Profiling] = {}
         self.profiled: Counter = Counter()  # generation -> profiles started
         self.ncu_generations: set[int] = set()  # generations that ran Nsight Compute
         self.device_load: Counter = Counter({d: 0 for d in judge.options.devices})
@@ -76,7 +77,7 @@ class Search(Planning, Children):
         p.best_eager_ci = best.speedup_eager_ci if best else None
         p.best_compile_ci = best.speedup_compile_ci if best else None
         p.llm_in_flight, p.judging = len(self.llm_futures), len(self.judge_futures)
-        p.remeasuring = sum("remeasure" in meta for meta in self.judge_futures.values())
+        p.remeasuring = sum(meta.remeasure for meta in self.judge_futures.values())
         if not reread:
             return self.on_progress(p)
         spend = self.archive.spend(self.state.run_id)
@@ -94,15 +95,17 @@ class Search(Planning, Children):
             p.formats = by_format(self.format_rows, self.archive.format_best(self.state.run_id), self.state.formats)
         self.on_progress(p)
 
-    def _stop_reason(self) -> str | None:
+    def _stop_reason(self) -> budgets.StopReason | None:
         if self.unreachable:
-            return f"model unreachable: {self.unreachable}"
+            return budgets.StopReason(budgets.StopKind.UNREACHABLE, f"model unreachable: {self.unreachable}")
         since = self.progress.generation - self.improved_at
         opponent = self.state.base_context.opponent
         done = at_bound(self.population.best(), opponent.bound_ms if opponent else None)
-        return done or self.budget.exhausted(self.progress.generation, since)
+        if done:
+            return budgets.StopReason(budgets.StopKind.AT_BOUND, done)
+        return self.budget.exhausted(self.progress.generation, since)
 
-    def run(self) -> str:
+    def run(self) -> budgets.StopReason:
         """Search until a limit is reached; returns the reason. Ctrl-C propagates (the caller stops)."""
         reason = None
         self.progress.status = "searching"
@@ -124,28 +127,30 @@ class Search(Planning, Children):
                 else:
                     self._judged(future)
             if reason:
-                self.progress.status = f"finishing: {reason}"
+                self.progress.status = f"finishing: {reason.text}"
             self._refresh(reread=bool(done))
         self.pool.shutdown(0.0)
-        return reason or "nothing left to try"
+        return reason or budgets.StopReason(budgets.StopKind.NOTHING_LEFT, budgets.StopKind.NOTHING_LEFT.value)
 
-    def resubmit(self, row: dict) -> None:
+    def resubmit(self, child: Variant) -> None:
         """Judge a stored child (new, or stored but not judged before the run was killed) on the
-        least loaded device; its file is written here, the one place a kernel file is written."""
+        least loaded device."""
         # Known to the gate by fingerprint from now on, not once judged: two concurrent replies with
         # the same kernel must not both reach the GPU (nor count as two parents for crossover).
-        self.gate.remember(row["id"], row["source"])
-        self._to_judge(row["id"], row["source"], row["operator"], row.get("island", 0))
+        self.gate.remember(child.kernel_id, child.source)
+        self._to_judge(child, child.operator)
 
-    def _to_judge(self, kernel_id: int, source: str, op: str, island: int, **extra) -> None:
-        """Write the kernel's file (there already, unless a resumed run lost its folder) and judge it
-        on the least loaded device; `extra` goes into the job's bookkeeping."""
-        path = self.state.kernel_path(kernel_id)
-        path.write_text(source)
+    def _to_judge(self, child: Variant, op: str, remeasure: bool = False) -> None:
+        """Write the kernel's file, the one place a kernel file is written (there already for a
+        re-measurement, unless a resumed run lost its folder), and judge the source and format held
+        here on the least loaded device; `remeasure`: `child` is a judged kernel, judged again."""
+        path = self.state.kernel_path(child.kernel_id)
+        if not remeasure or not path.exists():
+            path.write_text(child.source)
         device = min(self.device_load, key=lambda d: self.device_load[d])
         self.device_load[device] += 1
-        future = self.judge.submit(self.state.task, path, device)
-        self.judge_futures[future] = {"kernel_id": kernel_id, "device": device, "op": op, "island": island, **extra}
+        future = self.judge.submit(self.state.task, path, device, source=child.source, fmt=child.format)
+        self.judge_futures[future] = Judging(child, device, op, remeasure)
 
     def abandon(self, grace_s: float = 0.0) -> int:
         """Ctrl-C: stop planning, cancel queued calls; returns calls still in flight after `grace_s`."""

@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 from kernelevo.judge.trials.policy import _short
+from kernelevo.judge.run.job import Job
 from kernelevo.evaluation import NcuKernel
 
 RANGE = "kernelevo_profile"
@@ -101,14 +102,14 @@ def _number(value: str | None) -> float:
         return 0.0
 
 
-def run(job: dict, device: str, timeout: float = 120.0) -> tuple[list[NcuKernel], str]:
+def run(job: Job, device: str, timeout: float = 120.0) -> tuple[list[NcuKernel], str]:
     """Profile the job's candidate under ncu; (kernels, note), the note saying why there are none."""
     ncu = find()
     if ncu is None:
         return [], "Nsight Compute (ncu) not found: hardware metrics skipped (install it, or put it on PATH)"
     with tempfile.TemporaryDirectory(prefix="kernelevo-ncu-") as tmp:
         job_file, log = Path(tmp) / "job.json", Path(tmp) / "ncu.csv"
-        job_file.write_text(json.dumps(job))
+        job_file.write_text(json.dumps(job.to_dict()))
         try:
             done = subprocess.run(command(ncu, log, job_file, device), stdout=subprocess.DEVNULL,
                                   stderr=subprocess.PIPE, text=True, timeout=timeout, cwd=tmp)

@@ -9,24 +9,25 @@ from typing import Any
 
 from kernelevo.judge.measure import timing
 from kernelevo.judge.measure.kernels import breakdown
+from kernelevo.judge.run.job import Job
 from kernelevo.judge.run.jobs import _compiled, _input_sets, _load_task, _loop, _timing_config, forward, \
     torch_device_name
 from kernelevo.judge.trials import inputs
 
 
-def run(job: dict, device: str, channel) -> dict:
+def run(job: Job, device: str, channel) -> dict:
     """Eager and torch.compile timings of the reference, interleaved, and what kind of task it is."""
     import torch
     from kernelevo.judge.trials import probe
 
     task = _load_task(job)
-    inputs.seed_all(job["seed"])
+    inputs.seed_all(job.seed)
     model = task.Model(*task.get_init_inputs()).to(device)
-    sets = _input_sets(task, job, device, job.get("input_sets", 3))
+    sets = _input_sets(task, job, device, job.input_sets)
     fns: dict = {"eager": lambda a: forward(model, a)}
     result: dict[str, Any] = {"verdict": "ok", "reason": "", "message": ""}
     started = time.perf_counter()
-    if job.get("compile", True):  # before the device is held: a bench's baselines compile side by side
+    if job.compile:  # before the device is held: a bench's baselines compile side by side
         try:
             compiled = _compiled(model, sets, device)
             fns["compiled"] = lambda a: forward(compiled, a)
@@ -36,7 +37,7 @@ def run(job: dict, device: str, channel) -> dict:
     channel.acquire_device()
     with torch.no_grad():
         result["kind"], result["ops"] = probe.task_kind(model, sets[0], device)
-        result["warnings"] = [dataclasses.asdict(w) for w in probe.degenerate(task, model, device, job["seed"])]
+        result["warnings"] = [dataclasses.asdict(w) for w in probe.degenerate(task, model, device, job.seed)]
     result["measured_at"] = time.strftime("%Y-%m-%d %H:%M")
     over = (("compiled", "eager"),) if "compiled" in fns else ()
     with channel.quiet():
@@ -44,7 +45,7 @@ def run(job: dict, device: str, channel) -> dict:
         result["loop"] = _loop(fns, sets, device, *over)  # the same ratio with host work, back to back
         if device.startswith("cuda"):  # what the prompts show of the opponent: its kernels, by time
             result["kernels"] = _kernels(fns, sets[0], device)
-        if job.get("sol"):  # how far each baseline is from the bound: what is left for a kernel to win
+        if job.sol:  # how far each baseline is from the bound: what is left for a kernel to win
             result["sol"] = _speed_of_light(model, sets[0], device, job, measured)
     result["timing"] = {name: dataclasses.asdict(s) for name, s in measured.stats.items()}
     if "compiled" in fns:  # compiled/eager per round, with its interval: what a candidate's figure is scaled by
@@ -65,14 +66,14 @@ def _kernels(fns: dict, args: list, device: str) -> dict:
     return out
 
 
-def _speed_of_light(model, args: list, device: str, job: dict, measured: timing.Measurement) -> dict:
+def _speed_of_light(model, args: list, device: str, job: Job, measured: timing.Measurement) -> dict:
     """The reference's bound (measure/sol.py) against eager's and torch.compile's median times."""
     from pathlib import Path
 
     from kernelevo.judge.measure import sol
 
     name = torch_device_name(device)
-    peaks, _ = sol.peaks(Path(job["cache_dir"]), device, name)
+    peaks, _ = sol.peaks(Path(job.cache_dir), device, name)
     bound = sol.bound(sol.count_work(model, args), peaks, measured.stats["eager"].median_ms, None)
     compiled = measured.stats.get("compiled")
     return {"bound_ms": bound.bound_ms, "bound": bound.bound, "eager_pct": bound.reference_pct,

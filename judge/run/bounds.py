@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelevo.runtime.c import SANITIZE_VARIABLE
+from kernelevo.judge.run.job import Job
 
 MARK = "KERNELEVO-BOUNDS-SHAPE: "  # what the checked process (run/bounds_target.py) writes before each shape
 DONE = "KERNELEVO-BOUNDS-DONE"  # ... and after the last
@@ -99,9 +100,9 @@ def _compiler_file(name: str) -> list[str]:
     return [os.path.realpath(path)] if out.returncode == 0 and os.path.isabs(path) and os.path.exists(path) else []
 
 
-def applies(job: dict, device: str) -> str:
+def applies(job: Job, device: str) -> str:
     """Why the trial does not apply to this candidate ("" where it does)."""
-    fmt = job.get("format") or ""
+    fmt = job.format or ""
     if device.startswith("cuda"):
         from kernelevo.judge.run import sandbox
 
@@ -134,7 +135,7 @@ def command(job_file: Path, device: str) -> tuple[list[str], dict, str] | str:
     return target, env, "AddressSanitizer"
 
 
-def run(job: dict, device: str, limit_s: float = LIMIT_S) -> Outcome:
+def run(job: Job, device: str, limit_s: float = LIMIT_S) -> Outcome:
     """The candidate of `job` run on each of its shapes under the device's memory checker."""
     started = time.perf_counter()
     why = applies(job, device)
@@ -142,7 +143,7 @@ def run(job: dict, device: str, limit_s: float = LIMIT_S) -> Outcome:
         return Outcome("", None, f"bounds trial skipped: {why}", 0.0)
     with tempfile.TemporaryDirectory(prefix="kernelevo-bounds-") as tmp:
         job_file = Path(tmp) / "job.json"
-        job_file.write_text(json.dumps(job))
+        job_file.write_text(json.dumps(job.to_dict()))
         made = command(job_file, device)
         if isinstance(made, str):
             return Outcome("", None, f"bounds trial skipped: {made}", 0.0)
@@ -158,7 +159,7 @@ def run(job: dict, device: str, limit_s: float = LIMIT_S) -> Outcome:
             return Outcome(checker, None, f"bounds trial ({checker}) not finished within {limit_s:.0f} s: "
                            "indices not checked", time.perf_counter() - started)
     seconds = time.perf_counter() - started
-    access = parse_memcheck(text) if device.startswith("cuda") else parse_asan(text, job["cache_dir"])
+    access = parse_memcheck(text) if device.startswith("cuda") else parse_asan(text, job.cache_dir)
     if access is not None:
         return Outcome(checker, access, "", seconds, excerpt(text, access))
     if DONE not in text:

@@ -16,6 +16,7 @@ import json
 import sys
 from pathlib import Path
 
+from kernelevo.judge.run.job import Job
 
 
 def _say(text: str) -> None:
@@ -24,7 +25,7 @@ def _say(text: str) -> None:
 
 
 def main() -> None:
-    job, device = json.loads(Path(sys.argv[1]).read_text()), sys.argv[2]
+    job, device = Job.from_dict(json.loads(Path(sys.argv[1]).read_text())), sys.argv[2]
     import torch
 
     from kernelevo.judge.run import worker
@@ -35,11 +36,11 @@ def main() -> None:
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
     worker._job_environment(job, device)
-    task = load_module(job["task_source"], job["task_path"], "task")
-    cls = load_module(job["candidate_source"], job["candidate_path"], "candidate").ModelNew
+    task = load_module(job.task_source, job.task_path, "task")
+    cls = load_module(job.candidate_source, job.candidate_path, "candidate").ModelNew
     init = tuple(task.get_init_inputs())
-    base = inputs.trial_inputs(task.get_inputs, 0, job["seed"], device, "as given")[0]
-    roles = correctness.plan_shapes(task, device) if job.get("shapes", "general") == "general" else None
+    base = inputs.trial_inputs(task.get_inputs, 0, job.seed, device, "as given")[0]
+    roles = correctness.plan_shapes(task, device) if job.shapes == "general" else None
     found = shapes.variants(base, roles)[0] if roles is not None else []
     runs = [("the task's own shape", init, base, shapes.describe(base))]
     extra = getattr(task, "get_test_inputs", None)
@@ -54,7 +55,7 @@ def main() -> None:
             try:
                 key = repr(args_init)
                 if key not in built:
-                    built[key] = inputs.build_models(task.Model, cls, args_init, job["seed"], device)[1]
+                    built[key] = inputs.build_models(task.Model, cls, args_init, job.seed, device)[1]
                 candidate = built[key]
                 candidate(*args)
                 correctness.sync(device)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import dataclasses
 import fcntl
 import json
 import os
@@ -29,10 +30,11 @@ from pathlib import Path
 from kernelevo.judge import verdicts
 from kernelevo.judge.measure import hold
 from kernelevo.judge.run import sandbox
+from kernelevo.judge.run.job import Job
 
 
 @dataclass(frozen=True)
-class Limits:
+class WorkerLimits:
     """Wall-clock limits in seconds; a worker past one is killed with its whole process group."""
 
     startup: float = 300.0
@@ -213,7 +215,7 @@ CPU_MALLOC = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 40)}
 class WorkerPool:
     """Warm workers for one device: started ahead so interpreter and CUDA start-up overlap."""
 
-    def __init__(self, device: str, cache_dir: Path, spares: int, limits: Limits, pinning: dict[str, str]):
+    def __init__(self, device: str, cache_dir: Path, spares: int, limits: WorkerLimits, pinning: dict[str, str]):
         self.device, self.cache_dir, self.spares, self.limits = device, cache_dir, spares, limits
         self.pinning = pinning
         self._idle: deque[Worker] = deque()
@@ -273,7 +275,7 @@ def device_lock(cache_dir: Path, device: str):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def drive(worker: Worker, job: dict, limits: Limits, hold_device, hold_machine=None) -> dict:
+def drive(worker: Worker, job: Job, limits: WorkerLimits, hold_device, hold_machine=None) -> dict:
     """Send the job, follow its events, enforce the limits; always return a result dict, with what
     held the worker (`confinement`) and what its sandbox refused (a candidate's `io_access`).
     `hold_device()` is the context that gives this worker the device for its run phase;
@@ -281,16 +283,16 @@ def drive(worker: Worker, job: dict, limits: Limits, hold_device, hold_machine=N
     result = _follow(worker, job, limits, hold_device, hold_machine)
     if worker.info and worker.info.get("confinement"):
         result["confinement"] = worker.info["confinement"]  # said before any candidate code ran
-    return sandbox.judged(result, worker.sandbox.refusals(), candidate=job.get("kind") != "baseline")
+    return sandbox.judged(result, worker.sandbox.refusals(), candidate=job.kind != "baseline")
 
 
-def _follow(worker: Worker, job: dict, limits: Limits, hold_device, hold_machine) -> dict:
+def _follow(worker: Worker, job: Job, limits: WorkerLimits, hold_device, hold_machine) -> dict:
     phase, deadline = "build", worker.clock() + limits.build
     token, granted, released = secrets.token_hex(16), None, None
     trial = ""  # the correctness trial under way: a crash or hang there names its shape
     with contextlib.ExitStack() as held, contextlib.ExitStack() as machine:
         try:
-            worker.send(job)
+            worker.send(job.to_dict())
             while True:
                 event = worker.next_event(deadline)
                 if event["event"] == "gpu" and granted is None:
@@ -351,7 +353,7 @@ class Spread:
 class LocalExecutor(Spread):
     """Judge jobs on this machine's devices; `submit` returns a future of the worker's result."""
 
-    def __init__(self, devices: list[str], cache_dir: Path, limits: Limits = Limits(),
+    def __init__(self, devices: list[str], cache_dir: Path, limits: WorkerLimits = WorkerLimits(),
                  concurrency: int | None = None, spares: int = 0):
         self.devices, self.cache_dir, self.limits = devices, Path(cache_dir), limits
         pinning = cpu_plan(devices)
@@ -366,19 +368,19 @@ class LocalExecutor(Spread):
         """What the worker reported of `device` (name, torch and CUDA versions)."""
         return self.pools[device].describe()
 
-    def submit(self, job: dict, device: str | None = None, node: str | None = None) -> concurrent.futures.Future:
+    def submit(self, job: Job, device: str | None = None, node: str | None = None) -> concurrent.futures.Future:
         """Run `job` on `device` (the least busy when None). `node` is for executors spanning
         machines (the node a follow-up job must run on); here every device is on this one."""
         device = device or self.choose_device()
         if device not in self.pools:
             raise ValueError(f"device {device} is not one of this executor's: {', '.join(self.devices)}")
-        job = {**job, "cache_dir": str(self.cache_dir)}
+        job = dataclasses.replace(job, cache_dir=str(self.cache_dir))
         future = self._threads.submit(self._run, job, device)
         self._count(device, 1)
         future.add_done_callback(lambda _: self._count(device, -1))  # also when cancelled
         return future
 
-    def _run(self, job: dict, device: str) -> dict:
+    def _run(self, job: Job, device: str) -> dict:
         worker = self.pools[device].take()
         self._busy.add(worker)
         started = time.monotonic()

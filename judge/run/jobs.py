@@ -15,6 +15,7 @@ from kernelevo.judge import static, verdicts
 from kernelevo.judge.measure import crosscheck, loop, resources, timing
 from kernelevo.judge.trials import correctness, guards, inputs, policy
 from kernelevo.judge.run import bounds, triton_jobs
+from kernelevo.judge.run.job import Job
 from kernelevo.tasks import TaskError, load_module
 
 forward = correctness.forward
@@ -28,18 +29,18 @@ def _rejected(r: guards.Rejected, **extra) -> dict:
     return {"verdict": "rejected", "reason": r.reason, "message": r.message, "evidence": r.evidence, **extra}
 
 
-def _timing_config(job: dict) -> timing.TimingConfig:
-    return timing.TimingConfig(**job.get("timing", {}))
+def _timing_config(job: Job) -> timing.TimingConfig:
+    return job.timing
 
 
-def _load_task(job: dict):
-    return load_module(job["task_source"], job["task_path"], "task")
+def _load_task(job: Job):
+    return load_module(job.task_source, job.task_path, "task")
 
 
-def _load_candidate(job: dict):
+def _load_candidate(job: Job):
     """Import the candidate and return its ModelNew class, or a Failure."""
     try:
-        module = load_module(job["candidate_source"], job["candidate_path"], "candidate")
+        module = load_module(job.candidate_source, job.candidate_path, "candidate")
     except TaskError as exc:
         return verdicts.classify_build(exc.__cause__ or exc)
     cls = getattr(module, "ModelNew", None)
@@ -49,10 +50,10 @@ def _load_candidate(job: dict):
     return cls
 
 
-def static_rejection(job: dict, task, noted: list[str] | None = None) -> dict | None:
+def static_rejection(job: Job, task, noted: list[str] | None = None) -> dict | None:
     """The first static finding that rejects, as a result; the suspicions (static.SUSPICIONS) go to
     `noted` for the verdict's notes: the trials decide those."""
-    found = static.check(job["candidate_source"], task_source=job["task_source"])
+    found = static.check(job.candidate_source, task_source=job.task_source)
     findings = [f for f in found if f.reason not in static.SUSPICIONS]
     if noted is not None:
         noted += [f"static suspicion ({f.reason}), left to the trials: {f.message}" for f in found
@@ -65,7 +66,7 @@ def static_rejection(job: dict, task, noted: list[str] | None = None) -> dict | 
             "evidence": {"findings": [dataclasses.asdict(f) for f in findings]}}
 
 
-def _build(job: dict, task, device: str, integrity: guards.Integrity, threads: guards.ThreadWatch):
+def _build(job: Job, task, device: str, integrity: guards.Integrity, threads: guards.ThreadWatch):
     """(reference, candidate) or a result dict saying why there are none."""
     import torch
 
@@ -76,7 +77,7 @@ def _build(job: dict, task, device: str, integrity: guards.Integrity, threads: g
     try:
         with torch.no_grad():
             reference, candidate, note = inputs.build_models(task.Model, cls, tuple(task.get_init_inputs()),
-                                                             job["seed"], device)
+                                                             job.seed, device)
             correctness.sync(device)
     except Exception as exc:  # noqa: BLE001 - any failure of candidate code is a verdict
         return _failure(verdicts.classify_build(exc), build_s=time.perf_counter() - started)
@@ -90,7 +91,7 @@ def _build(job: dict, task, device: str, integrity: guards.Integrity, threads: g
     return reference, candidate, {"build_s": build_s, "notes": [note]}
 
 
-def run_candidate(job: dict, device: str, channel) -> dict:
+def run_candidate(job: Job, device: str, channel) -> dict:
     task = _load_task(job)
     integrity, threads = guards.Integrity(), guards.ThreadWatch()  # before any candidate code runs
     suspicions: list[str] = []
@@ -108,7 +109,7 @@ def run_candidate(job: dict, device: str, channel) -> dict:
     channel.acquire_device()  # from here on this worker has the device to itself
     acquired = time.perf_counter()
     try:
-        if job.get("format") == "triton":
+        if job.format == "triton":
             failed = _first_call(task, candidate, job, device, result)
             if failed:
                 return failed
@@ -118,7 +119,7 @@ def run_candidate(job: dict, device: str, channel) -> dict:
         result.setdefault("device_s", time.perf_counter() - acquired)  # set at release when it got that far
 
 
-def _first_call(task, candidate, job: dict, device: str, result: dict) -> dict | None:
+def _first_call(task, candidate, job: Job, device: str, result: dict) -> dict | None:
     """A Triton candidate's kernels compile (and autotune) at their first launch: that call is made
     here, on the task's inputs, and counted as build time; a failure is the candidate's verdict."""
     args = _input_sets(task, job, device, 1)[0]
@@ -134,9 +135,9 @@ def _first_call(task, candidate, job: dict, device: str, result: dict) -> dict |
     return None
 
 
-def _plan_shapes(task, job: dict, device: str):
+def _plan_shapes(task, job: Job, device: str):
     """The derived shapes (correctness.plan_shapes), or None to plan them once the device is held."""
-    if job.get("shapes", "general") != "general":
+    if job.shapes != "general":
         return None
     try:
         return correctness.plan_shapes(task, device)
@@ -144,12 +145,12 @@ def _plan_shapes(task, job: dict, device: str):
         return None
 
 
-def _check_and_time(task, reference, candidate, job: dict, device: str, result: dict,
+def _check_and_time(task, reference, candidate, job: Job, device: str, result: dict,
                     integrity: guards.Integrity, threads: guards.ThreadWatch, channel, acquired: float,
                     planned=None) -> dict:
     evidence: dict[str, Any] = {}
     phases = evidence["phases_s"] = {}
-    result.update(policy=job.get("policy", "mixed"), evidence=evidence)
+    result.update(policy=job.policy, evidence=evidence)
     clock = time.perf_counter()
 
     def phase(name: str) -> None:
@@ -169,11 +170,11 @@ def _check_and_time(task, reference, candidate, job: dict, device: str, result: 
         integrity.verify("the correctness trials")
         _bounds(job, device, result, evidence)
         phase("bounds")
-        sets = _input_sets(task, job, device, job.get("input_sets", 3))
+        sets = _input_sets(task, job, device, job.input_sets)
         evidence["policy"] = policy.check(result["policy"], lambda a: forward(candidate, a), sets[0], device,
-                                          job["candidate_source"])
+                                          job.candidate_source)
         phase("policy")
-        if job.get("format") == "triton":  # the configs its autotuners chose, derived shapes' included
+        if job.format == "triton":  # the configs its autotuners chose, derived shapes' included
             result["notes"] = [*result.get("notes", []), *triton_jobs.autotuned(type(candidate))]
         if triton_jobs.interpreted(job, device):
             return _untimed(result, integrity, threads, channel, acquired, phase)
@@ -207,10 +208,10 @@ def _check_and_time(task, reference, candidate, job: dict, device: str, result: 
     return result
 
 
-def _bounds(job: dict, device: str, result: dict, evidence: dict) -> None:
+def _bounds(job: Job, device: str, result: dict, evidence: dict) -> None:
     """The bounds trial (run/bounds.py), for a candidate whose trials passed: raises Rejected where its
     checker saw an invalid access in the candidate's code; its note joins the verdict's either way."""
-    if not job.get("bounds", False):
+    if not job.bounds:
         return
     outcome = bounds.run(job, device)
     evidence["bounds"] = {"checker": outcome.checker, "seconds": round(outcome.seconds, 2)}
@@ -234,7 +235,7 @@ def _untimed(result: dict, integrity: guards.Integrity, threads: guards.ThreadWa
     return result
 
 
-def _time_and_crosscheck(reference, candidate, sets: list, task, job: dict, device: str,
+def _time_and_crosscheck(reference, candidate, sets: list, task, job: Job, device: str,
                          evidence: dict, phase, stateful: bool) -> timing.Measurement:
     import torch
 
@@ -283,12 +284,12 @@ def _loop(fns: dict, sets: list, device: str, *over: tuple[str, str]) -> dict:
     return out
 
 
-def _input_sets(task, job: dict, device: str, count: int, first: int = 1000) -> list[list]:
-    return [inputs.trial_inputs(task.get_inputs, first + i, job["seed"], device, "as given")[0]
+def _input_sets(task, job: Job, device: str, count: int, first: int = 1000) -> list[list]:
+    return [inputs.trial_inputs(task.get_inputs, first + i, job.seed, device, "as given")[0]
             for i in range(count)]
 
 
-def _rebuilt(job: dict, device: str, channel, acquire: bool = True):
+def _rebuilt(job: Job, device: str, channel, acquire: bool = True):
     """(reference, candidate, input sets) of a candidate already judged, built again in this
     fresh process for a second measurement (holding the device unless `acquire` is False); or a
     result dict saying why there are none."""
@@ -299,7 +300,7 @@ def _rebuilt(job: dict, device: str, channel, acquire: bool = True):
     reference, candidate, _ = built
     if acquire:
         channel.acquire_device()
-    return reference, candidate, _input_sets(task, job, device, job.get("input_sets", 3))
+    return reference, candidate, _input_sets(task, job, device, job.input_sets)
 
 
 def _compiled(model, sets: list, device: str):
@@ -314,7 +315,7 @@ def _compiled(model, sets: list, device: str):
     return compiled
 
 
-def run_remeasure(job: dict, device: str, channel) -> dict:
+def run_remeasure(job: Job, device: str, channel) -> dict:
     """The speedup by another timer, in this fresh process: CUPTI kernel spans across all streams
     on a GPU, batched wall time on the CPU. For speedups too good to believe at first sight."""
     built = _rebuilt(job, device, channel)
@@ -339,7 +340,7 @@ def run_remeasure(job: dict, device: str, channel) -> dict:
             "speedup": speedup, "speedup_ci": timing.reported(speedup, interval, None, True) if interval else None}
 
 
-def run_compile_beside(job: dict, device: str, channel) -> dict:
+def run_compile_beside(job: Job, device: str, channel) -> dict:
     """torch.compile of the reference timed alternately with the candidate (and eager), in a fresh
     process: where the clock is noisy (the CPU), a cached compile/eager ratio rescaled by another
     process's eager time was off by 1.7x against an independent timing. With `compile_candidate`,
@@ -350,7 +351,7 @@ def run_compile_beside(job: dict, device: str, channel) -> dict:
         return built
     reference, candidate, sets = built
     started = time.perf_counter()
-    pair = job.get("compile_candidate", False)  # the candidate under torch.compile too (a whole model's)
+    pair = job.compile_candidate  # the candidate under torch.compile too (a whole model's)
     try:
         compiled = _compiled(reference, sets, device)
         both = _compiled(candidate, sets, device) if pair else None

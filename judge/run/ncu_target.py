@@ -12,9 +12,11 @@ import json
 import sys
 from pathlib import Path
 
+from kernelevo.judge.run.job import Job
+
 
 def main() -> None:
-    job, device = json.loads(Path(sys.argv[1]).read_text()), sys.argv[2]
+    job, device = Job.from_dict(json.loads(Path(sys.argv[1]).read_text())), sys.argv[2]
     import torch
 
     from kernelevo.judge.run import worker
@@ -29,12 +31,12 @@ def main() -> None:
     from kernelevo.judge.measure.ncu import RANGE
     from kernelevo.tasks import load_module
 
-    task = load_module(job["task_source"], job["task_path"], "task")
-    candidate = load_module(job["candidate_source"], job["candidate_path"], "candidate")
+    task = load_module(job.task_source, job.task_path, "task")
+    candidate = load_module(job.candidate_source, job.candidate_path, "candidate")
     with torch.no_grad():
         _, model, _ = inputs.build_models(task.Model, candidate.ModelNew, tuple(task.get_init_inputs()),
-                                          job["seed"], device)
-    args, _ = inputs.trial_inputs(task.get_inputs, 1000, job["seed"], device, "as given")
+                                          job.seed, device)
+    args, _ = inputs.trial_inputs(task.get_inputs, 1000, job.seed, device, "as given")
     with torch.no_grad():
         for _ in range(2):
             model(*args)

@@ -17,10 +17,11 @@ from pathlib import Path
 from kernelevo.judge.measure import ncu, resources, sol
 from kernelevo.judge.measure.kernels import breakdown
 from kernelevo.judge.run import jobs, sandbox
+from kernelevo.judge.run.job import Job
 from kernelevo.judge.trials import guards, policy
 from kernelevo.evaluation import Profile
 
-def run_profile(job: dict, device: str, channel) -> dict:
+def run_profile(job: Job, device: str, channel) -> dict:
     started = time.perf_counter()
     task = jobs._load_task(job)
     built = jobs._build(job, task, device, guards.Integrity(), guards.ThreadWatch())
@@ -34,15 +35,15 @@ def run_profile(job: dict, device: str, channel) -> dict:
         name = jobs.torch_device_name(device)
         args = jobs._input_sets(task, job, device, 1)[0]
         work = sol.count_work(reference, args)
-        own = policy.own_kernel_names(job["candidate_source"])
+        own = policy.own_kernel_names(job.candidate_source)
         with channel.quiet():  # the calibration and the per-kernel times are timings too
-            peaks, _ = sol.peaks(Path(job["cache_dir"]), device, name)
+            peaks, _ = sol.peaks(Path(job.cache_dir), device, name)
             cand, cand_ms = breakdown(lambda: jobs.forward(candidate, args), device, own)
             ref, ref_ms = breakdown(lambda: jobs.forward(reference, args), device, set())
         found = resources.collect()
         kernels, note = [], "Nsight Compute profiles CUDA kernels: skipped on the CPU"
         if device.startswith("cuda"):
-            kernels, note = ([], "Nsight Compute not asked for") if not job.get("ncu", True) else \
+            kernels, note = ([], "Nsight Compute not asked for") if not job.ncu else \
                 ([], sandbox.NCU_NOTE) if sandbox.applied and not sandbox.applied.unconfined else ncu.run(job, device)
     except Exception as exc:  # noqa: BLE001 - candidate code runs here too
         return {"verdict": "runtime_error", "reason": "profile_failed",
@@ -50,7 +51,7 @@ def run_profile(job: dict, device: str, channel) -> dict:
     finally:
         channel.release_device()
     notes += [note] if note else []
-    bound = sol.bound(work, peaks, job.get("eager_ms"), job.get("candidate_ms"))
+    bound = sol.bound(work, peaks, job.eager_ms, job.candidate_ms)
     profile = Profile(device_name=name, backend="cuda" if device.startswith("cuda") else "cpu", candidate=tuple(cand), reference=tuple(ref), candidate_ms=cand_ms,
                       reference_ms=ref_ms, resources=tuple(found), ncu=tuple(kernels), sol=bound,
                       notes=tuple(notes), cost_s=round(time.perf_counter() - held, 3))

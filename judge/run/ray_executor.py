@@ -22,12 +22,14 @@ fraction of a second, so the GPU idles little; inline builds take seconds more.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import os
 import socket
 import threading
 from pathlib import Path
 
-from kernelevo.judge.run.executor import Limits, Spread, Worker, device_lock, drive
+from kernelevo.judge.run.executor import WorkerLimits, Spread, Worker, device_lock, drive
+from kernelevo.judge.run.job import Job
 
 RETRIES = 1  # a job whose worker or node is lost runs once more; lost again, it gets a verdict
 INSTALL = 'ray is not installed: pip install -e ".[ray]" (on the driver and on every node of the cluster)'
@@ -84,7 +86,7 @@ def _node_cache() -> Path:
     return Path(os.environ.get("KERNELEVO_CACHE_DIR") or Path.home() / ".cache" / "kernelevo")
 
 
-def _on_node(backend: str, limits: Limits, job: dict | None) -> dict:
+def _on_node(backend: str, limits: WorkerLimits, job: Job | None) -> dict:
     """Start a judge worker for the device Ray gave this task, run `job` through it (None: only
     read what it reports of its device), kill it; the result says where it ran."""
     import ray
@@ -96,7 +98,7 @@ def _on_node(backend: str, limits: Limits, job: dict | None) -> dict:
     try:
         info = worker.wait_ready(limits.startup)
         result = dict(info) if job is None else \
-            drive(worker, {**job, "cache_dir": str(cache)}, limits, lambda: device_lock(cache, device))
+            drive(worker, dataclasses.replace(job, cache_dir=str(cache)), limits, lambda: device_lock(cache, device))
     finally:
         worker.kill()
     result.setdefault("device_name", info.get("device_name", ""))
@@ -104,12 +106,12 @@ def _on_node(backend: str, limits: Limits, job: dict | None) -> dict:
     return {**result, "node": f"{socket.gethostname()}/{device}", "node_id": ray.get_runtime_context().get_node_id()}
 
 
-def run_job(job: dict, backend: str, limits: Limits) -> dict:
+def run_job(job: Job, backend: str, limits: WorkerLimits) -> dict:
     """One judge job on this node, as LocalExecutor runs it."""
     return _on_node(backend, limits, job)
 
 
-def describe(backend: str, limits: Limits) -> dict:
+def describe(backend: str, limits: WorkerLimits) -> dict:
     """What a judge worker on some node reports of its device (name, torch...), and that node's id."""
     return _on_node(backend, limits, None)
 
@@ -118,7 +120,7 @@ def _needs(backend: str) -> dict:
     return {"num_gpus": 1, "num_cpus": 1} if backend == "cuda" else {"num_cpus": 1}
 
 
-def worker_info(backend: str, limits: Limits = Limits()) -> dict:
+def worker_info(backend: str, limits: WorkerLimits = WorkerLimits()) -> dict:
     """`describe` run on a node of the cluster with a free GPU (CPU)."""
     import ray
 
@@ -135,7 +137,7 @@ def _lost(exc: Exception) -> dict:
 class RayExecutor(Spread):
     """Judge jobs as Ray tasks; `submit` returns a future of the job's result dict."""
 
-    def __init__(self, devices: list[str], cache_dir: Path, limits: Limits = Limits(), address: str | None = None):
+    def __init__(self, devices: list[str], cache_dir: Path, limits: WorkerLimits = WorkerLimits(), address: str | None = None):
         connect(address)
         import ray
 
@@ -155,7 +157,7 @@ class RayExecutor(Spread):
             self._info = worker_info(self.backend, self.limits)
         return self._info
 
-    def submit(self, job: dict, device: str | None = None, node: str | None = None) -> concurrent.futures.Future:
+    def submit(self, job: Job, device: str | None = None, node: str | None = None) -> concurrent.futures.Future:
         """Run `job` on any node with a free GPU (CPU), or on `node` (a node id) where a follow-up
         job (baseline, re-measurement, profile) must run beside the candidate it belongs to."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy

@@ -33,6 +33,7 @@ from typing import Callable, Mapping
 
 from kernelevo.evaluation import Confinement
 from kernelevo.judge.run import landlock, seccomp
+from kernelevo.judge.run.job import Job
 
 ENV_NAMES = frozenset({
     "PATH", "LANG", "LANGUAGE", "TZ", "TERM", "USER", "LOGNAME", "PYTHONPATH", "PYTHONHOME", "PYTHONHASHSEED",
@@ -173,21 +174,22 @@ def describe(filtered: str, version: int, held: set[str], variables: int) -> Con
         processes="; ".join(processes) or "unconfined: neither seccomp nor Landlock here")
 
 
-def localize(job: dict) -> dict:
+def localize(job: Job) -> Job:
     """The job with its task's and candidate's sources written into the worker's scratch folder, under
     their own file names, and their paths pointing there: tools that read a module's file (torch.compile's
     tracer, inspect) find the source that was executed, and the user's folders need not be readable."""
     scratch = Path(json.loads(os.environ[PLAN])["scratch"]) if os.environ.get(PLAN) else None
     if scratch is None:
         return job
-    job = dict(job)
-    for kind in ("task", "candidate"):
-        if job.get(f"{kind}_source") is not None and job.get(f"{kind}_path"):
-            path = scratch / kind / Path(job[f"{kind}_path"]).name
+    moved = {}
+    for kind, source, given in (("task", job.task_source, job.task_path),
+                                ("candidate", job.candidate_source, job.candidate_path)):
+        if source is not None and given:
+            path = scratch / kind / Path(given).name
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(job[f"{kind}_source"])
-            job[f"{kind}_path"] = str(path)
-    return job
+            path.write_text(source)
+            moved[f"{kind}_path"] = str(path)
+    return dataclasses.replace(job, **moved)
 
 
 def read_roots(plan: Plan) -> list[Path]:

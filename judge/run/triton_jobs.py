@@ -8,6 +8,10 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kernelevo.judge.run.job import Job
 
 # Why a Triton candidate on the CPU gets a verdict but no speedup: the interpreter runs each program
 # of the grid in NumPy, one after another, which says nothing of the kernel's speed on a GPU.
@@ -15,9 +19,9 @@ UNTIMED = ("not timed: Triton kernels on the CPU run in Triton's interpreter (TR
            "whose speed says nothing of a GPU's; correctness, shapes and the policy were judged")
 
 
-def interpreted(job: dict, device: str) -> bool:
+def interpreted(job: Job, device: str) -> bool:
     """A Triton candidate judged on the CPU: its kernels run in the interpreter."""
-    return job.get("format") == "triton" and not device.startswith("cuda")
+    return job.format == "triton" and not device.startswith("cuda")
 
 
 def environment(cache: Path, interpreting: bool = False) -> None:

@@ -18,6 +18,10 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kernelevo.judge.run.job import Job
 
 
 def _pin(variable: str) -> None:
@@ -121,17 +125,18 @@ def _warm_profiler(device: str) -> None:
             torch.cuda.synchronize()
 
 
-def _job_environment(job: dict, device: str) -> None:
+def _job_environment(job: Job, device: str) -> None:
     """Per-candidate build and cache directories, set before the candidate's code runs."""
     from kernelevo.judge.run import triton_jobs
 
-    cache = Path(job["cache_dir"])
+    cache = Path(job.cache_dir)
     triton_jobs.environment(cache, triton_jobs.interpreted(job, device))
     os.environ["KERNELEVO_CACHE_DIR"] = str(cache)
-    os.environ["TORCH_EXTENSIONS_DIR"] = str(cache / "inline" / job.get("candidate_hash", "none")[:24])
+    built = job.candidate_hash if job.candidate_hash is not None else "none"  # a baseline job has no candidate
+    os.environ["TORCH_EXTENSIONS_DIR"] = str(cache / "inline" / built[:24])
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "inductor")
-    os.environ.setdefault("MAX_JOBS", str(job.get("build_jobs", 4)))
-    if job.get("format") == "inline":
+    os.environ.setdefault("MAX_JOBS", str(job.build_jobs))
+    if job.format == "inline":
         from kernelevo.judge.run import inline
 
         inline.install()
@@ -168,13 +173,15 @@ def main() -> None:
     channel = Channel(event_fd, device)
     info = _prepare_device(device)
     channel.send("ready", **info, confinement=dataclasses.asdict(confinement))
-    job = sandbox.localize(channel.receive())
+    from kernelevo.judge.run.job import Job
+
+    job = sandbox.localize(Job.from_dict(channel.receive()))
     _job_environment(job, device)
     from kernelevo.judge.run import baseline, jobs, profiling
 
     started = time.perf_counter()
     run = {"baseline": baseline.run, "remeasure": jobs.run_remeasure,
-           "compile_beside": jobs.run_compile_beside, "profile": profiling.run_profile}.get(job["kind"], jobs.run_candidate)
+           "compile_beside": jobs.run_compile_beside, "profile": profiling.run_profile}.get(job.kind, jobs.run_candidate)
     result = run(job, device, channel)
     result["worker_s"] = time.perf_counter() - started
     channel.send_result(result)

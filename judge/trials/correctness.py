@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from kernelevo.judge import verdicts
+from kernelevo.judge.run.job import Job
 from kernelevo.judge.trials import compare, generality, guards, inputs, reference, shapes
 from kernelevo.judge.trials.reference import Rebuilt, Reference, Skip
 from kernelevo.judge.trials.shapes import describe
@@ -53,22 +54,22 @@ GENERAL = {
 }
 
 
-def _draws(task, job: dict, device: str, ref: Reference) -> Iterator[Trial]:
+def _draws(task, job: Job, device: str, ref: Reference) -> Iterator[Trial]:
     """Fresh draws in the task's domain, each reshaped by one of inputs.TRANSFORMS."""
-    for t in range(job["trials"]):
-        args, kind = inputs.trial_inputs(task.get_inputs, t, job["seed"], device)
+    for t in range(job.trials):
+        args, kind = inputs.trial_inputs(task.get_inputs, t, job.seed, device)
         if kind != "as given" and not ref.finite_on(args):
             # This transform left the task's domain (log of a negative...): redraw plainly.
-            args, kind = inputs.trial_inputs(task.get_inputs, t, job["seed"], device, "as given")
+            args, kind = inputs.trial_inputs(task.get_inputs, t, job.seed, device, "as given")
         yield Trial(args, f"trial {t + 1} ({kind})")
 
 
-def _trials(task, job: dict, device: str, ref: Reference, candidate, twins: dict, report: dict,
+def _trials(task, job: Job, device: str, ref: Reference, candidate, twins: dict, report: dict,
             checks: list, planned) -> Iterator[Trial]:
     """Every trial in order: draws with the built weights, then with redrawn weights (kept from
     there on): as given, at large values, the task's extra shapes, and the shapes the judge derives."""
     yield from _draws(task, job, device, ref)
-    n, seed = job["trials"], job["seed"]
+    n, seed = job.trials, job.seed
 
     def plain(k: int) -> list:
         return inputs.trial_inputs(task.get_inputs, k, seed, device, "as given")[0]
@@ -133,7 +134,7 @@ def _same_place(old: list | None, new: list) -> list | None:
     return old
 
 
-def check(task, reference, candidate, job: dict, device: str, threads: guards.ThreadWatch,
+def check(task, reference, candidate, job: Job, device: str, threads: guards.ThreadWatch,
           on_trial=lambda label: None, planned=None) -> dict:
     """All trials; returns the result fields, or raises guards.Rejected. `on_trial` hears each
     trial's label before it runs (the parent names it if the process dies there); `planned`: the
@@ -142,11 +143,11 @@ def check(task, reference, candidate, job: dict, device: str, threads: guards.Th
 
     ref = Reference(reference)
     twins = generality.value_twins(ref.model, candidate)  # before anything runs: values still equal
-    stateful = ref.keeps_state(inputs.trial_inputs(task.get_inputs, 0, job["seed"], device, "as given")[0])
+    stateful = ref.keeps_state(inputs.trial_inputs(task.get_inputs, 0, job.seed, device, "as given")[0])
     watch = guards.ReferenceWatch(ref.model, ref.model64)
     state = {"previous_args": None, "previous_out": [], "previous_values": None, "sizes": [], "stateful": stateful}
     checks: list[str] = []  # what the weights and value-range trials did, for the verdict's notes
-    report = {"mode": job.get("shapes", "general"), "supported": [], "refused": [], "notes": []}
+    report = {"mode": job.shapes, "supported": [], "refused": [], "notes": []}
     trials, worst = 0, None
     spent: dict[str, float] = {}  # seconds per kind of trial, drawing its inputs included
     clock = time.perf_counter()
@@ -211,12 +212,12 @@ def _shape_failure(exc: Exception, trial: Trial, device: str, report: dict, tria
             "excerpt": failure.excerpt}
 
 
-def _run_trial(t: int, trial: Trial, task, job: dict, ref: Reference, candidate, watch, threads, device: str,
+def _run_trial(t: int, trial: Trial, task, job: Job, ref: Reference, candidate, watch, threads, device: str,
                state: dict):
     """One trial, on models rebuilt for it where its constructor arguments differ from the task's."""
     if trial.init is None:
         return _trial(t, trial, ref, candidate, watch, threads, device, state)
-    rebuilt = Rebuilt(task, candidate, trial.init, job["seed"], device)
+    rebuilt = Rebuilt(task, candidate, trial.init, job.seed, device)
     try:
         return _trial(t, trial, rebuilt.ref, rebuilt.candidate, rebuilt.watch, threads, device, state)
     finally:

@@ -70,7 +70,7 @@ class Plan:
 
 
 @dataclass(frozen=True)
-class Variant:
+class ShapeVariant:
     label: str  # e.g. "leading dimension 16 -> 13"
     args: list  # inputs on the device, drawn fresh
     shapes: str  # e.g. "float32[13, 16384]", or "float32[128, 509] with Model(features=509)"
@@ -369,7 +369,7 @@ def _nbytes(args: list) -> int:
     return sum(a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor))
 
 
-def variants(base: list, roles: Roles) -> tuple[list[Variant], list[str]]:
+def variants(base: list, roles: Roles) -> tuple[list[ShapeVariant], list[str]]:
     """The planned variants on `base` (one trial's fresh inputs on the device), index inputs following
     the size they index, and notes on those an integer input vetoes."""
     out, notes = [], []
@@ -383,5 +383,5 @@ def variants(base: list, roles: Roles) -> tuple[list[Variant], list[str]]:
             continue
         shown = describe(args) + (f" with {p.built}" if p.built else "")
         label = p.label + (" (index inputs follow)" if followed else "")
-        out.append(Variant(label, args, shown, p.init, p.built))
+        out.append(ShapeVariant(label, args, shown, p.init, p.built))
     return out, notes

@@ -129,7 +129,7 @@ def _rejudge(store, kernel_ids: list[int], where: tuple, policy, build_timeout, 
     """Judge the kernels; `where`: (executor, --device, --gpus, --ray-address)."""
     from kernelevo import runtime
     from kernelevo.evolution.drivers.rejudge import rejudge
-    from kernelevo.judge.api import Judge, JudgeOptions, Limits
+    from kernelevo.judge.api import Judge, JudgeOptions, WorkerLimits
 
     if not kernel_ids:
         note("nothing to rejudge")
@@ -137,7 +137,7 @@ def _rejudge(store, kernel_ids: list[int], where: tuple, policy, build_timeout, 
     executor, device, gpus, address = where
     on = judge_devices(executor, device, gpus, address)
     cache = cache_dir or runtime.cache_dir()
-    options = JudgeOptions(devices=on, policy=policy, limits=Limits(build=build_timeout), spares=1,
+    options = JudgeOptions(devices=on, policy=policy, limits=WorkerLimits(build=build_timeout), spares=1,
                            executor=executor, ray_address=address)
     note(f"judging {len(kernel_ids)} kernels on {', '.join(on)}{' of the Ray cluster' if executor == 'ray' else ''} "
          "(Ctrl-C keeps every verdict already in)")

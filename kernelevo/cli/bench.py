@@ -7,6 +7,7 @@ as the field writes it; the other commands read benches back, read-only.
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -19,7 +20,7 @@ from kernelevo.cli.common import (ArchiveOpt, BaselineOpt, CacheDirOpt, Children
                                   JsonOpt, ModelForOpt, ModelOpt, NcuOpt, PlateauOpt, PolicyOpt, ProfileTopOpt, RayAddressOpt,
                                   EXIT_INTERRUPTED, SeedOpt, ShapesOpt, TimingSecondsOpt, TrialsOpt, check_choice,
                                   duration, emit,
-                                  fail, models_text, opened, say, search_options)
+                                  fail, models_text, opened, say, search_options, SearchArgs)
 from kernelevo.formats import FORMAT_CHOICES
 
 
@@ -35,6 +36,21 @@ class _RunByDefault(TyperGroup):
 bench_app = typer.Typer(cls=_RunByDefault, no_args_is_help=True,
                         help="Run a suite of tasks and report fast_p (`kernelevo bench SUITE` is `bench run SUITE`); "
                              "compare, show, list and report benches.")
+
+
+@dataclass(frozen=True)
+class BenchArgs:
+    """The arguments of `kernelevo bench run`: each task's search's, the limits per task and of the suite."""
+
+    suite: Path
+    search: SearchArgs
+    tasks: Optional[str]
+    candidates: Optional[Path]
+    max_cost_usd: Optional[float]
+    max_cost_usd_per_task: Optional[float]
+    max_llm_calls_per_task: Optional[int]
+    max_wall_time_per_task: Optional[str]
+    as_json: bool
 
 
 @bench_app.command()
@@ -76,29 +92,37 @@ def run(
     as_json: JsonOpt = False,
 ) -> None:
     """Search every task of SUITE (or score given candidates) and print the table and fast_p."""
-    _run(locals())
+    search = SearchArgs(model=model, model_for=model_for, device=device, gpus=gpus, executor=executor,
+                        ray_address=ray_address, fmt=fmt, generations=generations, plateau=plateau, children=children,
+                        islands=islands, concurrency=concurrency, profile_top=profile_top, ncu=ncu, seed=seed,
+                        policy=policy, trials=trials, shapes=shapes, compile_baseline=compile_baseline,
+                        baseline=baseline, timing_seconds=timing_seconds, resume=resume, archive=archive, out=out,
+                        config=config, cache_dir=cache_dir)
+    _run(BenchArgs(suite=suite, search=search, tasks=tasks, candidates=candidates, max_cost_usd=max_cost_usd,
+                   max_cost_usd_per_task=max_cost_usd_per_task, max_llm_calls_per_task=max_llm_calls_per_task,
+                   max_wall_time_per_task=max_wall_time_per_task, as_json=as_json))
 
 
-def _options(args: dict[str, Any]) -> Any:
+def _options(args: BenchArgs) -> Any:
     from kernelevo.evolution import budget
     from kernelevo.evolution.drivers.bench import BenchOptions
 
-    check_choice("--policy", args["policy"], ("mixed", "strict"))
-    check_choice("--shapes", args["shapes"], ("general", "exact"))
-    if args["fmt"] is not None:
-        check_choice("--format", args["fmt"], FORMAT_CHOICES)
-    if args["candidates"] is not None and not args["candidates"].is_dir():
-        fail(f"--candidates {args['candidates']}: no such folder of <task>__<label>.py files")
-    limits = budget.Limits(max_cost_usd=args["max_cost_usd_per_task"], max_llm_calls=args["max_llm_calls_per_task"],
-                           max_wall_s=duration(args["max_wall_time_per_task"]), generations=args["generations"],
-                           plateau_generations=args["plateau"])
-    extra = {"models": ("(given candidates)",)} if args["candidates"] else {}
-    search = search_options(args, args["suite"], limits, **extra)
-    return BenchOptions(suite=args["suite"], search=search, tasks_glob=args["tasks"], candidates=args["candidates"],
-                        max_cost_usd=args["max_cost_usd"], resume=args["resume"])
+    check_choice("--policy", args.search.policy, ("mixed", "strict"))
+    check_choice("--shapes", args.search.shapes, ("general", "exact"))
+    if args.search.fmt is not None:
+        check_choice("--format", args.search.fmt, FORMAT_CHOICES)
+    if args.candidates is not None and not args.candidates.is_dir():
+        fail(f"--candidates {args.candidates}: no such folder of <task>__<label>.py files")
+    limits = budget.BudgetLimits(max_cost_usd=args.max_cost_usd_per_task, max_llm_calls=args.max_llm_calls_per_task,
+                                 max_wall_s=duration(args.max_wall_time_per_task), generations=args.search.generations,
+                                 plateau_generations=args.search.plateau)
+    extra = {"models": ("(given candidates)",)} if args.candidates else {}
+    search = search_options(args.search, args.suite, limits, **extra)
+    return BenchOptions(suite=args.suite, search=search, tasks_glob=args.tasks, candidates=args.candidates,
+                        max_cost_usd=args.max_cost_usd, resume=args.search.resume)
 
 
-def _run(args: dict[str, Any]) -> None:
+def _run(args: BenchArgs) -> None:
     """Run the bench with a live view; every way it ends leaves a line saying what to do next."""
     from kernelevo.agent.client import Stop
     from kernelevo.cli.views.bench import LiveBench
@@ -121,7 +145,7 @@ def _run(args: dict[str, Any]) -> None:
         sys.exit(EXIT_INTERRUPTED)
     except OSError as exc:
         fail(f"{exc.strerror or exc}: {exc.filename or ''} (a full disk or an unwritable archive?)")
-    _finish(options, outcome.bench_id, args["as_json"])
+    _finish(options, outcome.bench_id, args.as_json)
 
 
 def _finish(options: Any, bench_id: str, as_json: bool) -> None:

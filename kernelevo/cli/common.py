@@ -11,6 +11,7 @@ import json
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Optional
 
@@ -286,31 +287,80 @@ def baseline_choice(given: Optional[str], config: Any) -> str:
     return chosen
 
 
-def search_options(args: dict[str, Any], task: Path, limits: Any, **extra: Any) -> Any:
+@dataclass(frozen=True)
+class SearchArgs:
+    """The arguments `optimize` and `bench` share: what each task's search is built from (search_options)."""
+
+    model: Optional[list[str]]
+    model_for: Optional[list[str]]
+    device: Optional[str]
+    gpus: str
+    executor: Optional[str]
+    ray_address: Optional[str]
+    fmt: Optional[str]
+    generations: int
+    plateau: int
+    children: int
+    islands: int
+    concurrency: int
+    profile_top: int
+    ncu: bool
+    seed: int
+    policy: str
+    trials: int
+    shapes: str
+    compile_baseline: bool
+    baseline: Optional[str]
+    timing_seconds: float
+    resume: Optional[str]
+    archive: Optional[Path]
+    out: Path
+    config: Optional[Path]
+    cache_dir: Optional[Path]
+
+
+def search_options(args: SearchArgs, task: Path, limits: Any, **extra: Any) -> Any:
     """OptimizeOptions of one task's search from a command's arguments (optimize's, or bench's for
     each task): config, devices, format, search settings, judge settings, archive and output."""
     from kernelevo import runtime
     from kernelevo.evolution.options import OptimizeOptions, SearchSettings
-    from kernelevo.judge.measure.timing import TimingConfig
+    from kernelevo.judge.api import TimingConfig
 
-    config = config_or_fail(args["config"])
-    executor = executor_choice(args["executor"], config)
-    on = judge_devices(executor, args["device"], args["gpus"], args["ray_address"])
-    fmt = args["fmt"] or config.format()
+    config = config_or_fail(args.config)
+    executor = executor_choice(args.executor, config)
+    on = judge_devices(executor, args.device, args.gpus, args.ray_address)
+    fmt = args.fmt or config.format()
     if on == ("cpu",) and fmt in ("nvrtc", "inline"):
         fail(f"--format {fmt} needs a GPU; on the CPU kernels are written in C (--format c), or in Triton "
              "(--format triton or auto: checked in Triton's interpreter, not timed)")
-    settings = SearchSettings(children_per_generation=args["children"], islands=args["islands"],
-                              llm_concurrency=args["concurrency"], profile_per_generation=args["profile_top"],
-                              ncu=args["ncu"])
-    resuming = bool(args.get("resume"))
-    baseline = baseline_choice(args.get("baseline"), config)
-    models = extra.pop("models", None) or model_names(args["model"], config, resuming)
-    pins = model_pins(args["model_for"], config, resuming)
+    settings = SearchSettings(children_per_generation=args.children, islands=args.islands,
+                              llm_concurrency=args.concurrency, profile_per_generation=args.profile_top,
+                              ncu=args.ncu)
+    resuming = bool(args.resume)
+    baseline = baseline_choice(args.baseline, config)
+    models = extra.pop("models", None) or model_names(args.model, config, resuming)
+    pins = model_pins(args.model_for, config, resuming)
     return OptimizeOptions(task_path=task, models=models, model_for=pins, devices=on,
-                           archive_path=config.archive_path(args["archive"]), out_dir=args["out"],
-                           cache_dir=args["cache_dir"] or runtime.cache_dir(), fmt=fmt, limits=limits,
-                           settings=settings, seed=args["seed"], policy=args["policy"], trials=args["trials"],
-                           compile_baseline=args["compile_baseline"], baseline=baseline, shapes=args["shapes"],
-                           config_path=args["config"], timing=TimingConfig(max_seconds=args["timing_seconds"]),
-                           executor=executor, ray_address=args["ray_address"], **extra)
+                           archive_path=config.archive_path(args.archive), out_dir=args.out,
+                           cache_dir=args.cache_dir or runtime.cache_dir(), fmt=fmt, limits=limits,
+                           settings=settings, seed=args.seed, policy=args.policy, trials=args.trials,
+                           compile_baseline=args.compile_baseline, baseline=baseline, shapes=args.shapes,
+                           config_path=args.config, timing=TimingConfig(max_seconds=args.timing_seconds),
+                           executor=executor, ray_address=args.ray_address, **extra)
+
+
+@dataclass(frozen=True)
+class OptimizeArgs:
+    """The arguments of `kernelevo optimize`: the search's, the run's limits, and those of --parts (whole.py
+    runs a model in parts)."""
+
+    task: Path
+    search: SearchArgs
+    max_cost_usd: Optional[float]
+    max_llm_calls: Optional[int]
+    max_wall_time: Optional[str]
+    seed_from: tuple[Path, ...]
+    force: bool
+    parts: Optional[int]
+    parts_dir: Optional[Path]
+    min_speedup: float

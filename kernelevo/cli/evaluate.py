@@ -43,7 +43,7 @@ def evaluate(
 ) -> None:
     """Judge one candidate: is it correct, how fast is it, against eager and torch.compile?"""
     from kernelevo import runtime
-    from kernelevo.judge.api import Judge, JudgeOptions, Limits
+    from kernelevo.judge.api import Judge, JudgeOptions, WorkerLimits
     from kernelevo.tasks import TaskError, load_task
 
     if not candidate.is_file():
@@ -58,7 +58,7 @@ def evaluate(
     if dev == "cpu":
         _refuse_cuda_only(candidate)
     options = JudgeOptions(devices=(dev,), trials=trials, seed=seed, compile_baseline=compile_baseline,
-                           limits=Limits(build=build_timeout, run=run_timeout), policy=policy, shapes=shapes)
+                           limits=WorkerLimits(build=build_timeout, run=run_timeout), policy=policy, shapes=shapes)
     from rich.console import Console
 
     status = Console(stderr=True)

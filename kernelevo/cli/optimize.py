@@ -14,8 +14,8 @@ from kernelevo.cli.common import (BaselineOpt, CacheDirOpt, ChildrenOpt, Compile
                                   ExecutorOpt,
                                   FormatOpt, GenerationsOpt, GpusOpt, IslandsOpt, ModelForOpt, ModelOpt, NcuOpt, PlateauOpt,
                                   PolicyOpt, ProfileTopOpt, RayAddressOpt, SeedOpt, ShapesOpt, TimingSecondsOpt,
-                                  TrialsOpt, EXIT_INTERRUPTED, check_choice, duration, fail, models_text, say,
-                                  search_options)
+                                  TrialsOpt, EXIT_INTERRUPTED, OptimizeArgs, SearchArgs, check_choice, duration, fail,
+                                  models_text, say, search_options)
 from kernelevo.formats import FORMAT_CHOICES
 
 
@@ -62,32 +62,40 @@ def optimize(
                                "of the task's speed of light (otherwise the run stops before its first call)"),
 ) -> None:
     """Search for a faster, verified kernel for TASK; writes <task>_kernelevo.py and archives every try."""
-    run_optimize(locals())  # one dict of the arguments by name: easier to check and pass on than 27 parameters
+    search = SearchArgs(model=model, model_for=model_for, device=device, gpus=gpus, executor=executor,
+                        ray_address=ray_address, fmt=fmt, generations=generations, plateau=plateau, children=children,
+                        islands=islands, concurrency=concurrency, profile_top=profile_top, ncu=ncu, seed=seed,
+                        policy=policy, trials=trials, shapes=shapes, compile_baseline=compile_baseline,
+                        baseline=baseline, timing_seconds=timing_seconds, resume=resume, archive=archive, out=out,
+                        config=config, cache_dir=cache_dir)
+    run_optimize(OptimizeArgs(task=task, search=search, max_cost_usd=max_cost_usd, max_llm_calls=max_llm_calls,
+                              max_wall_time=max_wall_time, seed_from=tuple(seed_from), force=force, parts=parts,
+                              parts_dir=parts_dir, min_speedup=min_speedup))
 
 
-def _check(args: dict[str, Any]) -> None:
+def _check(args: OptimizeArgs) -> None:
     """The checks that need no config and no device, so a typo fails before anything is loaded."""
-    if not args["task"].is_file():
-        fail(f"{args['task']}: no such file; give the path of a KernelBench-format task .py file")
-    check_choice("--policy", args["policy"], ("mixed", "strict"))
-    check_choice("--shapes", args["shapes"], ("general", "exact"))
-    if args["fmt"] is not None:  # None: the format the device defaults to
-        check_choice("--format", args["fmt"], FORMAT_CHOICES)
-    for path in args["seed_from"]:
+    if not args.task.is_file():
+        fail(f"{args.task}: no such file; give the path of a KernelBench-format task .py file")
+    check_choice("--policy", args.search.policy, ("mixed", "strict"))
+    check_choice("--shapes", args.search.shapes, ("general", "exact"))
+    if args.search.fmt is not None:  # None: the format the device defaults to
+        check_choice("--format", args.search.fmt, FORMAT_CHOICES)
+    for path in args.seed_from:
         if not path.is_file():
             fail(f"--seed-from {path}: no such archive file")
 
 
-def _options(args: dict[str, Any]) -> Any:
+def _options(args: OptimizeArgs) -> Any:
     """OptimizeOptions from the command's arguments, after every check that can fail early."""
     from kernelevo.evolution import budget
 
     _check(args)
-    limits = budget.Limits(max_cost_usd=args["max_cost_usd"], max_llm_calls=args["max_llm_calls"],
-                           max_wall_s=duration(args["max_wall_time"]), generations=args["generations"],
-                           plateau_generations=args["plateau"])
-    return search_options(args, args["task"], limits, seed_from=tuple(args["seed_from"]), resume=args["resume"],
-                          force=args["force"])
+    limits = budget.BudgetLimits(max_cost_usd=args.max_cost_usd, max_llm_calls=args.max_llm_calls,
+                                 max_wall_s=duration(args.max_wall_time), generations=args.search.generations,
+                                 plateau_generations=args.search.plateau)
+    return search_options(args.search, args.task, limits, seed_from=args.seed_from, resume=args.search.resume,
+                          force=args.force)
 
 
 def _echo(options: Any) -> None:
@@ -104,7 +112,7 @@ def _echo(options: Any) -> None:
         + (f", resuming {options.resume}" if options.resume else ""))
 
 
-def run_optimize(args: dict[str, Any]) -> None:
+def run_optimize(args: OptimizeArgs) -> None:
     """Run the search with live progress; every way it ends leaves a line saying what to do next."""
     from kernelevo.agent.client import Stop
     from kernelevo.evolution.loop import optimize as search
@@ -113,7 +121,7 @@ def run_optimize(args: dict[str, Any]) -> None:
 
     options = _options(args)
     _echo(options)
-    if args["parts"]:
+    if args.parts:
         from kernelevo.cli.whole import run_parts
 
         return run_parts(args, options)

@@ -11,8 +11,8 @@ from typing import Any, Optional
 import typer
 
 from kernelevo.cli.common import (EXIT_INTERRUPTED, ArchiveOpt, BaselineOpt, CacheDirOpt, CompileBaselineOpt, ConfigOpt,
-                                  JsonOpt, SeedOpt, ShapesOpt, TimingSecondsOpt, TrialsOpt, baseline_choice,
-                                  check_choice, config_or_fail, fail, resolve_device, say)
+                                  JsonOpt, OptimizeArgs, SeedOpt, ShapesOpt, TimingSecondsOpt, TrialsOpt,
+                                  baseline_choice, check_choice, config_or_fail, fail, resolve_device, say)
 
 
 def assemble(
@@ -39,7 +39,9 @@ def assemble(
 
     if not model.is_file():
         fail(f"{model}: no such file; give the model file that `kernelevo split` split")
-    options = judge_settings(locals(), resolve_device(device))
+    options = judge_settings(model, out, resolve_device(device), seed=seed, trials=trials, shapes=shapes,
+                             compile_baseline=compile_baseline, baseline=baseline, timing_seconds=timing_seconds,
+                             archive=archive, config=config, cache_dir=cache_dir)
     try:
         data = assemble_model(model, bench, out, options, min_speedup)
     except (TaskError, ValueError) as exc:
@@ -47,21 +49,21 @@ def assemble(
     show(data, as_json)
 
 
-def judge_settings(args: dict[str, Any], device: str) -> Any:
+def judge_settings(model: Path, out: Path, device: str, *, seed: int, trials: int, shapes: str,
+                   compile_baseline: bool, baseline: Optional[str], timing_seconds: float, archive: Optional[Path],
+                   config: Optional[Path], cache_dir: Optional[Path]) -> Any:
     """OptimizeOptions that carry only what the judge of a whole model reads."""
     from kernelevo import runtime
     from kernelevo.evolution.options import OptimizeOptions
-    from kernelevo.judge.measure.timing import TimingConfig
+    from kernelevo.judge.api import TimingConfig
 
-    check_choice("--shapes", args["shapes"], ("general", "exact"))
-    config = config_or_fail(args["config"])
-    return OptimizeOptions(task_path=args["model"], models=(), devices=(device,),
-                           archive_path=config.archive_path(args["archive"]), out_dir=args["out"].parent,
-                           cache_dir=args["cache_dir"] or runtime.cache_dir(), seed=args["seed"],
-                           trials=args["trials"], shapes=args["shapes"],
-                           compile_baseline=args["compile_baseline"],
-                           baseline=baseline_choice(args["baseline"], config),
-                           timing=TimingConfig(max_seconds=args["timing_seconds"]))
+    check_choice("--shapes", shapes, ("general", "exact"))
+    settings = config_or_fail(config)
+    return OptimizeOptions(task_path=model, models=(), devices=(device,),
+                           archive_path=settings.archive_path(archive), out_dir=out.parent,
+                           cache_dir=cache_dir or runtime.cache_dir(), seed=seed, trials=trials, shapes=shapes,
+                           compile_baseline=compile_baseline, baseline=baseline_choice(baseline, settings),
+                           timing=TimingConfig(max_seconds=timing_seconds))
 
 
 def show(data: dict, as_json: bool) -> None:
@@ -73,7 +75,7 @@ def show(data: dict, as_json: bool) -> None:
     print_assembly(data)
 
 
-def run_parts(args: dict[str, Any], options: Any) -> None:
+def run_parts(args: OptimizeArgs, options: Any) -> None:
     """`optimize MODEL.py --parts N`: split, search the parts as a bench, assemble; every way it
     ends leaves a line saying what to do next."""
     from kernelevo.agent.client import Stop
@@ -82,20 +84,20 @@ def run_parts(args: dict[str, Any], options: Any) -> None:
     from kernelevo.tasks import TaskError
     from kernelevo.cli.views.bench import LiveBench
 
-    model = Path(args["task"])
-    parts_dir = args["parts_dir"] or Path(args["out"]) / f"{model.stem}_parts"
-    out_file = Path(args["out"]) / f"{model.stem}_kernelevo.py"
+    model = Path(args.task)
+    parts_dir = args.parts_dir or Path(args.search.out) / f"{model.stem}_parts"
+    out_file = Path(args.search.out) / f"{model.stem}_kernelevo.py"
     total = options.limits.max_cost_usd  # the model's whole budget, shared by the parts' time
     search = dataclasses.replace(options, limits=dataclasses.replace(options.limits, max_cost_usd=None), resume=None)
     try:
         with LiveBench(f"kernelevo: {model.name} in parts") as live:
-            data = optimize_model(search, args["parts"], parts_dir, out_file, total, resume=args["resume"],
-                                  min_speedup=args["min_speedup"], on_progress=live, on_status=live.status)
+            data = optimize_model(search, args.parts, parts_dir, out_file, total, resume=args.search.resume,
+                                  min_speedup=args.min_speedup, on_progress=live, on_status=live.status)
     except (BenchError, Stop, TaskError, ValueError) as exc:
         fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
     except KeyboardInterrupt as exc:
         bench_id = getattr(exc, "run_id", None)
-        how = (f"`kernelevo optimize {model} --parts {args['parts']} --parts-dir {parts_dir} --resume {bench_id}`"
+        how = (f"`kernelevo optimize {model} --parts {args.parts} --parts-dir {parts_dir} --resume {bench_id}`"
                if bench_id else "a new run")
         typer.echo(f"stopped: every part's search is stored and resumable; continue with {how}", err=True)
         sys.exit(EXIT_INTERRUPTED)
