@@ -11,6 +11,7 @@ sub-package owns one step a candidate passes, in this order:
   comparison and its tolerances, and the dynamic anti-cheat guards and kernel policy that watch it;
 - measure/: the clock (interleaved timing to a stated precision), cross-checks of the timings, the
   CPU's timing hold, compiler resources, speed of light and Nsight Compute.
-verdicts.py turns what went wrong into a verdict with a stable reason id; every package uses it.
-Imports go downward only: api -> run -> measure -> trials -> static/verdicts.
+verdicts.py turns what went wrong into a verdict with a stable reason id; job.py is the record of what a
+worker is asked to do, built by api and read by run/ and trials/; every package uses those two.
+Imports go downward only: api -> run -> measure -> trials -> static/verdicts/job.
 """

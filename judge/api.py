@@ -21,7 +21,7 @@ from pathlib import Path
 from kernelevo.judge import verdicts
 from kernelevo.judge.run.executor import WorkerLimits, LocalExecutor
 from kernelevo.formats import detect_format
-from kernelevo.judge.run.job import Job
+from kernelevo.judge.job import Job
 from kernelevo.judge.trials.probe import IMPLAUSIBLE_SPEEDUP
 from kernelevo.judge.measure.timing import TimingConfig
 from kernelevo.judge.measure.timing import combined as timing_combined

@@ -4,7 +4,7 @@ are in test_generality.py (fixtures/general/out_of_bounds__*) and, on a GPU, tes
 import pytest
 
 from kernelevo.judge.run import bounds
-from kernelevo.judge.run.job import Job
+from kernelevo.judge.job import Job
 
 from conftest import FIXTURES
 

@@ -4,7 +4,7 @@ import pytest
 
 from kernelevo.judge.api import Judge, JudgeOptions
 from kernelevo.judge.run.executor import WorkerLimits, LocalExecutor, least_busy
-from kernelevo.judge.run.job import Job
+from kernelevo.judge.job import Job
 from kernelevo.judge.trials.probe import IMPLAUSIBLE_SPEEDUP
 from kernelevo.judge.measure.timing import TimingConfig
 from kernelevo.tasks import load_task

@@ -375,7 +375,7 @@ def test_suspicions_reject_nothing_and_go_to_the_trials():
     """A graph cache keyed by the input's address that keeps the input and its static output: found
     on its lines, as a suspicion, and the judge's static step rejects nothing for it."""
     from kernelevo.judge.run import jobs
-    from kernelevo.judge.run.job import Job
+    from kernelevo.judge.job import Job
 
     honest = FIXTURES / "honest" / "dynamic" / "input_cache__graph_static_input.py"
     task = (FIXTURES / "cuda" / "task_relu.py").read_text()

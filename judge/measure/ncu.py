@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from kernelevo.judge.trials.policy import _short
-from kernelevo.judge.run.job import Job
+from kernelevo.judge.job import Job
 from kernelevo.evaluation import NcuKernel
 
 RANGE = "kernelevo_profile"

@@ -9,7 +9,7 @@ from typing import Any
 
 from kernelevo.judge.measure import timing
 from kernelevo.judge.measure.kernels import breakdown
-from kernelevo.judge.run.job import Job
+from kernelevo.judge.job import Job
 from kernelevo.judge.run.jobs import _compiled, _input_sets, _load_task, _loop, _timing_config, forward, \
     torch_device_name
 from kernelevo.judge.trials import inputs

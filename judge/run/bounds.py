@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelevo.runtime.c import SANITIZE_VARIABLE
-from kernelevo.judge.run.job import Job
+from kernelevo.judge.job import Job
 
 MARK = "KERNELEVO-BOUNDS-SHAPE: "  # what the checked process (run/bounds_target.py) writes before each shape
 DONE = "KERNELEVO-BOUNDS-DONE"  # ... and after the last

@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from kernelevo.judge.run.job import Job
+from kernelevo.judge.job import Job
 
 
 def _say(text: str) -> None:

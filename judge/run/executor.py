@@ -30,7 +30,7 @@ from pathlib import Path
 from kernelevo.judge import verdicts
 from kernelevo.judge.measure import hold
 from kernelevo.judge.run import sandbox
-from kernelevo.judge.run.job import Job
+from kernelevo.judge.job import Job
 
 
 @dataclass(frozen=True)

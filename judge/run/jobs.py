@@ -15,7 +15,7 @@ from kernelevo.judge import static, verdicts
 from kernelevo.judge.measure import crosscheck, loop, resources, timing
 from kernelevo.judge.trials import correctness, guards, inputs, policy
 from kernelevo.judge.run import bounds, triton_jobs
-from kernelevo.judge.run.job import Job
+from kernelevo.judge.job import Job
 from kernelevo.tasks import TaskError, load_module
 
 forward = correctness.forward

@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from kernelevo.judge.run.job import Job
+from kernelevo.judge.job import Job
 
 
 def main() -> None:

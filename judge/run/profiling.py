@@ -17,7 +17,7 @@ from pathlib import Path
 from kernelevo.judge.measure import ncu, resources, sol
 from kernelevo.judge.measure.kernels import breakdown
 from kernelevo.judge.run import jobs, sandbox
-from kernelevo.judge.run.job import Job
+from kernelevo.judge.job import Job
 from kernelevo.judge.trials import guards, policy
 from kernelevo.evaluation import Profile
 

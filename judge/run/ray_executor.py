@@ -29,7 +29,7 @@ import threading
 from pathlib import Path
 
 from kernelevo.judge.run.executor import WorkerLimits, Spread, Worker, device_lock, drive
-from kernelevo.judge.run.job import Job
+from kernelevo.judge.job import Job
 
 RETRIES = 1  # a job whose worker or node is lost runs once more; lost again, it gets a verdict
 INSTALL = 'ray is not installed: pip install -e ".[ray]" (on the driver and on every node of the cluster)'

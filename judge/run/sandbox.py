@@ -33,7 +33,7 @@ from typing import Callable, Mapping
 
 from kernelevo.evaluation import Confinement
 from kernelevo.judge.run import landlock, seccomp
-from kernelevo.judge.run.job import Job
+from kernelevo.judge.job import Job
 
 ENV_NAMES = frozenset({
     "PATH", "LANG", "LANGUAGE", "TZ", "TERM", "USER", "LOGNAME", "PYTHONPATH", "PYTHONHOME", "PYTHONHASHSEED",

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from kernelevo.judge.run.job import Job
+    from kernelevo.judge.job import Job
 
 # Why a Triton candidate on the CPU gets a verdict but no speedup: the interpreter runs each program
 # of the grid in NumPy, one after another, which says nothing of the kernel's speed on a GPU.

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from kernelevo.judge.run.job import Job
+    from kernelevo.judge.job import Job
 
 
 def _pin(variable: str) -> None:
@@ -173,7 +173,7 @@ def main() -> None:
     channel = Channel(event_fd, device)
     info = _prepare_device(device)
     channel.send("ready", **info, confinement=dataclasses.asdict(confinement))
-    from kernelevo.judge.run.job import Job
+    from kernelevo.judge.job import Job
 
     job = sandbox.localize(Job.from_dict(channel.receive()))
     _job_environment(job, device)

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from kernelevo.judge import verdicts
-from kernelevo.judge.run.job import Job
+from kernelevo.judge.job import Job
 from kernelevo.judge.trials import compare, generality, guards, inputs, reference, shapes
 from kernelevo.judge.trials.reference import Rebuilt, Reference, Skip
 from kernelevo.judge.trials.shapes import describe

@@ -1,4 +1,5 @@
-"""The job record: what the judge asks a worker process to do (the worker's side is jobs.py).
+"""The job record: what the judge asks a worker process to do (the worker's side is run/jobs.py); read by
+run/ and trials/ alike, so it sits beside verdicts.py at the top of the room.
 
 A Job is built by the judge's door (api.Judge), carries the task's and the candidate's sources with
 the judge's settings, and goes to a fresh worker process: pickled to a Ray task, and as one JSON line
