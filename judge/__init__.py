@@ -13,5 +13,6 @@ sub-package owns one step a candidate passes, in this order:
   CPU's timing hold, compiler resources, speed of light and Nsight Compute.
 verdicts.py turns what went wrong into a verdict with a stable reason id; job.py is the record of what a
 worker is asked to do, built by api and read by run/ and trials/; every package uses those two.
-Imports go downward only: api -> run -> measure -> trials -> static/verdicts/job.
+results.py turns a worker's result into the caller's Evaluation, with the parent's second opinions.
+Imports go downward only: api -> results/run -> measure -> trials -> static/verdicts/job.
 """

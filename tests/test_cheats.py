@@ -127,7 +127,7 @@ def test_parent_audit_of_worker_reports():
 
 
 def test_second_opinions():
-    from kernelevo.judge.api import crosscheck_eager, judge_remeasure
+    from kernelevo.judge.results import crosscheck_eager, judge_remeasure
 
     result = {"verdict": "ok", "speedup_eager": 30.0, "timing": {"eager": {"median_ms": 3.0}}, "evidence": {}}
     baseline = {"timing": {"eager": {"median_ms": 1.0}}}
