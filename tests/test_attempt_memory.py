@@ -13,7 +13,12 @@ from llm_server import ScriptedServer, Step, request_text
 
 from test_optimize import GOOD, KERNELS, USAGE, cli, environment, optimize_args
 
-SLOW = KERNELS["slow"]
+# The slow kernel walking its columns 64 times over: far slower than GOOD however the machine is loaded (with
+# one of 2 cores busy, GOOD's OpenMP regions wait for a descheduled thread, and the plain slow kernel, single
+# threaded, once measured faster than GOOD: it became the best, and no later prompt was on kernel 1).
+SLOW = KERNELS["slow"].replace("    for (int64_t c = 0; c < cols; c++) {",
+                               "    for (int rep = 0; rep < 64; rep++)\n    for (int64_t c = 0; c < cols; c++) {")
+assert SLOW != KERNELS["slow"]
 # Real edits of the slow kernel, each slower than GOOD: not copies (the code changes), never faster.
 SLOWER = [SLOW,
           SLOW.replace("y[r * cols + c] = v > 0.0f ? v : 0.0f;", "y[r * cols + c] = v < 0.0f ? 0.0f : v;"),

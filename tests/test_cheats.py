@@ -35,8 +35,10 @@ def judges(cache_dir):
 
     def get(policy: str) -> Judge:
         if policy not in made:
+            # A generous run limit: with another process on one of 2 cores, a C candidate's OpenMP regions
+            # wait for a descheduled thread, and its checks took 30 times as long as on a quiet machine.
             options = JudgeOptions(devices=("cpu",), compile_baseline=False, timing=FAST, policy=policy,
-                                   limits=WorkerLimits(build=120, run=30), concurrency=2)
+                                   limits=WorkerLimits(build=120, run=180), concurrency=2)
             made[policy] = Judge(cache_dir, options)
         return made[policy]
 

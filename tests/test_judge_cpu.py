@@ -14,11 +14,16 @@ CPU = FIXTURES / "cpu"
 FAST = TimingConfig(min_reps=10, max_seconds=0.3, target_rel_ci=0.02)
 
 
+# A generous run limit: with another process on one of 2 cores, a C candidate's OpenMP regions wait for a
+# descheduled thread, and its checks took 30 times as long as on a quiet machine (7.6 s against 0.23 s).
+# The hang alone is judged under a short one (HANG_LIMIT), by a judge of its own.
+OPTIONS = dict(devices=("cpu",), compile_baseline=False, timing=FAST, concurrency=2)
+HANG_LIMIT = 15
+
+
 @pytest.fixture(scope="module")
 def judge(cache_dir):
-    options = JudgeOptions(devices=("cpu",), compile_baseline=False, timing=FAST,
-                           limits=WorkerLimits(build=120, run=15), concurrency=2)
-    with Judge(cache_dir, options) as j:
+    with Judge(cache_dir, JudgeOptions(**OPTIONS, limits=WorkerLimits(build=120, run=180))) as j:
         yield j
 
 
@@ -45,9 +50,10 @@ EXPECTED = {
 
 
 @pytest.fixture(scope="module")
-def verdicts(judge, task):
-    futures = {name: judge.submit(task, CPU / name) for name in EXPECTED}
-    return {name: f.result(timeout=300) for name, f in futures.items()}
+def verdicts(judge, task, cache_dir):
+    with Judge(cache_dir, JudgeOptions(**OPTIONS, limits=WorkerLimits(build=120, run=HANG_LIMIT))) as short:
+        futures = {name: (short if name == "hang_c.py" else judge).submit(task, CPU / name) for name in EXPECTED}
+        return {name: f.result(timeout=900) for name, f in futures.items()}
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -101,8 +107,8 @@ def test_hang_is_killed_at_its_limit(verdicts):
     """Killed for running past the 15 s limit, and not before it. (How soon after it is the machine's
     load: no clock bound is asserted.)"""
     e = verdicts["hang_c.py"]
-    assert "no verdict within 15 s of run" in e.message and "killed" in e.message, e.message
-    assert e.wall_s >= 15, e.wall_s
+    assert f"no verdict within {HANG_LIMIT} s of run" in e.message and "killed" in e.message, e.message
+    assert e.wall_s >= HANG_LIMIT, e.wall_s
 
 
 def test_unwritten_row_caught_on_other_shapes(judge, task):
