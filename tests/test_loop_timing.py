@@ -7,7 +7,7 @@ import pytest
 from kernelevo.agent.prompting import HOST_BOUND, Opponent, Variant, opponent, variant
 from kernelevo.evaluation import Evaluation, LoopTiming
 from kernelevo.evolution.drivers.bench import _speedup_against
-from kernelevo.judge.api import _loop_figures
+from kernelevo.judge.results import _loop_figures
 from kernelevo.judge.measure import loop
 
 torch = pytest.importorskip("torch")
