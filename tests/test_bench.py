@@ -5,6 +5,7 @@ suite scored from given candidate files, the two benches compared, and the suite
 import json
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -79,9 +80,12 @@ def _kill_after_first_task(tmp: Path, proc: subprocess.Popen) -> str:
         time.sleep(0.2)
         if not (tmp / "archive.sqlite").exists():
             continue
-        with Archive.open_readonly(tmp / "archive.sqlite") as store:
-            benches = store.benches()
-            rows = store.bench_tasks(benches[0]["id"]) if benches else []
+        try:
+            with Archive.open_readonly(tmp / "archive.sqlite") as store:
+                benches = store.benches()
+                rows = store.bench_tasks(benches[0]["id"]) if benches else []
+        except sqlite3.OperationalError:  # the file is there before its first migration has committed
+            continue
         if any(r["status"] == "done" for r in rows) and any(r["run_id"] and r["status"] != "done" for r in rows):
             proc.send_signal(signal.SIGKILL)
             proc.wait()

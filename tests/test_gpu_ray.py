@@ -64,7 +64,7 @@ def test_a_cuda_job_whose_ray_worker_is_killed_is_judged_anyway(cluster, tmp_pat
                            trials=2, executor="ray", ray_address=cluster.address)
     with Judge(tmp_path / "cache", options) as judge:
         future = judge.submit(load_task(TASKS / f"{NAME}.py"), candidate)
-        worker, _ = kill_its_ray_worker(set())
+        worker, _ = kill_its_ray_worker(set(), cluster.kernelevo_cache)
         evaluation = future.result(timeout=600)
     deadline = time.monotonic() + 5
     while Path(f"/proc/{worker}").exists() and time.monotonic() < deadline:
@@ -124,11 +124,11 @@ def test_ctrl_c_frees_every_gpu_of_the_cluster(cluster, tmp_path):
                              *ray_args(tmp_path, "--max-llm-calls", "20")],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        err = interrupt_once_judging(proc, wait_s=180)
+        err = interrupt_once_judging(proc, cluster.kernelevo_cache, wait_s=180)
     finally:
         proc.kill()
         server.close()
     assert proc.returncode == 130, err.decode()[-2000:]
-    available, total = freed(cluster.address, "GPU")
+    available, total = freed(cluster.address, "GPU", cluster.kernelevo_cache)
     assert available == total == gpu_count()
     record("ctrl_c", {"exit": proc.returncode, "gpus_free": available})

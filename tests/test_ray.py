@@ -38,6 +38,7 @@ def local_cluster(cache: Path, head: dict, others: tuple[dict, ...] = ()):
     for node in others:
         nodes.add_node(**node)
     nodes.wait_for_nodes()
+    nodes.kernelevo_cache = cache  # where its judge workers keep their cache: how a test finds its own
     try:
         yield nodes
     finally:
@@ -63,13 +64,15 @@ def judge_options(cluster):
                         ray_address=cluster.address, timing=TimingConfig(min_reps=10, max_seconds=0.2))
 
 
-def judge_workers(under_ray: bool = False) -> list[tuple[int, int]]:
-    """(pid, parent pid) of every kernelevo judge worker process on this machine; `under_ray`: only
-    those whose parent is a Ray worker (its process title starts with ray::)."""
-    found = []
+def judge_workers(under: Path, under_ray: bool = False) -> list[tuple[int, int]]:
+    """(pid, parent pid) of every kernelevo judge worker process on this machine whose judge cache is
+    in the folder `under` (a test's own: other tests may be judging alongside, under pytest -n);
+    `under_ray`: only those whose parent is a Ray worker (its process title starts with ray::)."""
+    found, mine = [], f"KERNELEVO_CACHE_DIR={Path(under).resolve()}".encode()
     for entry in Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and b"kernelevo.judge.run.worker" in (entry / "cmdline").read_bytes():
+            if entry.name.isdigit() and b"kernelevo.judge.run.worker" in (entry / "cmdline").read_bytes() \
+                    and any(v.startswith(mine) for v in (entry / "environ").read_bytes().split(b"\0")):
                 parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
                 if not under_ray or Path(f"/proc/{parent}/cmdline").read_bytes().startswith(b"ray::"):
                     found.append((int(entry.name), parent))
@@ -78,12 +81,12 @@ def judge_workers(under_ray: bool = False) -> list[tuple[int, int]]:
     return found
 
 
-def kill_its_ray_worker(killed: set[int]) -> tuple[int, int]:
+def kill_its_ray_worker(killed: set[int], under: Path) -> tuple[int, int]:
     """Wait for a judge worker driven by a Ray worker not killed yet, and SIGKILL that Ray worker
     (as a lost node would end it); (judge worker, Ray worker) pids."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        for worker, parent in judge_workers(under_ray=True):
+        for worker, parent in judge_workers(under, under_ray=True):
             if parent not in killed:
                 os.kill(parent, signal.SIGKILL)
                 killed.add(parent)
@@ -102,7 +105,7 @@ def judge_slow_build(cluster, tmp_path, kills: int):
     killed: set[int] = set()
     with Judge(tmp_path / "cache", judge_options(cluster)) as judge:
         future = judge.submit(load_task(TASK), candidate)
-        workers = [kill_its_ray_worker(killed) for _ in range(kills)]
+        workers = [kill_its_ray_worker(killed, cluster.kernelevo_cache) for _ in range(kills)]
         evaluation = future.result(timeout=300)
         live = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
     deadline = time.monotonic() + 5
@@ -170,23 +173,23 @@ def test_optimize_and_bench_on_the_cluster(cluster, tmp_path):
     assert [r["verdict"] for r in rows] == ["ok", "ok"] and bench["config"]["executor"] == "ray"
 
 
-def interrupt_once_judging(proc: subprocess.Popen, wait_s: float = 120) -> bytes:
+def interrupt_once_judging(proc: subprocess.Popen, under: Path, wait_s: float = 120) -> bytes:
     """Send Ctrl-C to `proc` once a judge worker under a Ray worker exists; its stderr."""
     deadline = time.monotonic() + wait_s
-    while not judge_workers(under_ray=True) and time.monotonic() < deadline and proc.poll() is None:
+    while not judge_workers(under, under_ray=True) and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
-    assert judge_workers(under_ray=True), proc.stderr.read().decode()[-2000:] if proc.poll() is not None else "none"
+    assert judge_workers(under, under_ray=True), proc.stderr.read().decode()[-2000:] if proc.poll() is not None else "none"
     proc.send_signal(signal.SIGINT)
     return proc.communicate(timeout=120)[1]
 
 
-def freed(address: str, resource: str) -> tuple[float, float]:
+def freed(address: str, resource: str, under: Path) -> tuple[float, float]:
     """Once no judge process is left: (available, total) of `resource` on the cluster, waiting up to 20 s
     for the interrupted jobs' resources to come back."""
     deadline = time.monotonic() + 20
-    while judge_workers() and time.monotonic() < deadline:
+    while judge_workers(under) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not judge_workers()
+    assert not judge_workers(under)
     ray.init(address=address, ignore_reinit_error=True, logging_level="ERROR", log_to_driver=False)
     total = ray.cluster_resources()[resource]
     deadline = time.monotonic() + 20
@@ -207,9 +210,9 @@ def test_ctrl_c_leaves_the_cluster_clean(cluster, tmp_path):
                              *ray_args(tmp_path, "--max-llm-calls", "20")], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        err = interrupt_once_judging(proc)
+        err = interrupt_once_judging(proc, cluster.kernelevo_cache)
     finally:
         proc.kill()
         server.close()
     assert proc.returncode == 130, err.decode()[-2000:]
-    assert freed(cluster.address, "CPU") == (2, 2)
+    assert freed(cluster.address, "CPU", cluster.kernelevo_cache) == (2, 2)
