@@ -71,7 +71,7 @@ def run_task(task: str, folder: Path, calls: int, device: str) -> dict:
     args = [str(Path(sys.executable).parent / "kernelevo"), "optimize", str(SUITE / f"{task}.py"), "--format", "auto",
             "--device", device, "--model", "scripted", "--config", str(config), "--archive", str(folder / "a.sqlite"),
             "--out", str(folder / "out"), "--max-llm-calls", str(calls), "--generations", "4", "--children", "4",
-            "--islands", "2", "--concurrency", "2", "--seed", "1", "--no-ncu"]
+            "--islands", "2", "--concurrency", "2", "--seed", "1", "--no-ncu", "--force"]
     started = time.monotonic()
     try:
         done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=900)

@@ -187,6 +187,21 @@ def test_compile_baseline_cached(cache_dir, task):
     assert final.speedup_compile != second.speedup_compile
 
 
+def test_a_zygote_that_died_is_started_again(cache_dir, task):
+    """Workers are forked from a process that imported torch once (judge/run/zygote.py). If it dies
+    between jobs (the OOM killer, a kill), the next job's worker comes from a new one."""
+    import os
+
+    with Judge(cache_dir, JudgeOptions(**{**OPTIONS, "concurrency": 1}, trials=1)) as judge:
+        first = judge.evaluate(task, CPU / "ok_c.py")
+        zygote = judge.executor.pools["cpu"].zygote._proc
+        os.kill(zygote.pid, 9)
+        zygote.wait()
+        second = judge.evaluate(task, CPU / "ok_c.py")
+        assert judge.executor.pools["cpu"].zygote._proc.pid != zygote.pid
+    assert (first.verdict, second.verdict) == ("ok", "ok"), second.message
+
+
 ORPHAN = r'''
 import os, signal, sys, time
 from kernelevo.judge.api import Judge, JudgeOptions

@@ -5,6 +5,7 @@ The GPU versions (an inline candidate's host C++, a Triton candidate on the devi
 test_gpu_sandbox.py."""
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -14,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from kernelevo.judge.api import Judge, JudgeOptions
 from kernelevo.judge.run import landlock, sandbox, seccomp
+from kernelevo.tasks import load_task
 
 from conftest import FIXTURES, run_cli
 
@@ -89,6 +92,25 @@ def test_a_candidate_that_hides_its_reach_takes_nothing(tmp_path, fixture):
     assert {"socket", "open"} <= refused, verdict["evidence"]
     assert "socket(AF_INET, SOCK_STREAM)" in verdict["message"] and "/outside/loot" in verdict["message"]
     assert verdict["evidence"]["verdict_before"] == "ok"  # right on every input: only the sandbox stopped it
+
+
+def test_a_forked_worker_holds_nothing_of_the_process_that_forked_it(tmp_path, monkeypatch):
+    """Workers are forked by a zygote that imported torch once (judge/run/zygote.py): seen from inside, a
+    worker's folder, import path and environment are its own, and no descriptor leads back to the zygote
+    (a socket to it would let a candidate ask for an unconfined process)."""
+    monkeypatch.setenv("WORK_LLM_SECRET", KEYS["WORK_LLM_SECRET"])
+    with Judge(tmp_path / "cache", JudgeOptions(devices=("cpu",), compile_baseline=False)) as judge:
+        e = judge.evaluate(load_task(FIXTURES / "cpu" / "task_scale.py"), FIXTURES / "sandbox" / "inside_view.py")
+    found = re.search(r"VIEW (\{.*?\})(\n|$)", f"{e.message}\n{e.excerpt}")
+    assert found, (e.verdict, e.message, e.excerpt)
+    view = json.loads(found.group(1))
+    seen = dict(part.split("=", 1) for part in view["c"].split("|") if not part.startswith("fd="))
+    fds = dict(part[3:].split(":", 1) for part in view["c"].split("|") if part.startswith("fd="))
+    assert "kernelevo.judge.run.zygote" in seen["cmd"], seen  # forked, not started anew
+    assert Path(view["cwd"]).parent == (tmp_path / "cache" / "scratch").resolve() and view["path0"] == view["cwd"]
+    assert not [target for target in fds.values() if target.startswith("socket:")], fds
+    environ, shown = set(seen["env"].split(",")), set(seen["shown"].split(","))
+    assert "WORK_LLM_SECRET" not in environ | shown and {"KERNELEVO_SANDBOX", "HOME", "TMPDIR"} <= environ
 
 
 def test_the_worker_environment_is_an_allowlist(monkeypatch, tmp_path):

@@ -18,8 +18,6 @@ import json
 import os
 import secrets
 import select
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -29,7 +27,7 @@ from pathlib import Path
 
 from kernelevo.judge import verdicts
 from kernelevo.judge.measure import hold
-from kernelevo.judge.run import sandbox
+from kernelevo.judge.run import sandbox, zygote
 from kernelevo.judge.job import Job
 
 
@@ -50,7 +48,7 @@ class Worker:
     """One child process and its two pipes: jobs and 'go' in on stdin, events out on a fd; it runs
     in a sandbox (sandbox.py) whose supervisor lives here."""
 
-    def __init__(self, device: str, cache_dir: Path, pinning: dict[str, str]):
+    def __init__(self, device: str, cache_dir: Path, pinning: dict[str, str], forks: zygote.Zygote | None = None):
         _prepare_once()
         read_fd, write_fd = os.pipe()
         log_dir = Path(cache_dir) / "logs"
@@ -59,11 +57,10 @@ class Worker:
         self.device = device
         self.sandbox = sandbox.prepare(Path(cache_dir), Path(self.log.name), _child_env(device, pinning))
         try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "kernelevo.judge.run.worker", _child_device(device), str(write_fd)],
-                stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT,
-                pass_fds=(write_fd, self.sandbox.child_end.fileno()), start_new_session=True,
-                env=self.sandbox.env, cwd=self.sandbox.plan.scratch)
+            self.proc = zygote.launch(_child_device(device), write_fd, self.sandbox, self.log, forks)
+        except BaseException:
+            self.sandbox.remove()
+            raise
         finally:
             os.close(write_fd)
         self.sandbox.spawned()
@@ -116,6 +113,8 @@ class Worker:
             os.killpg(self.proc.pid, 9)
         with contextlib.suppress(Exception):
             self.proc.wait(timeout=10)
+        with contextlib.suppress(Exception):
+            self.proc.stdin.close()
         with contextlib.suppress(OSError):
             os.close(self._fd)
         with contextlib.suppress(OSError):
@@ -218,15 +217,19 @@ class WorkerPool:
     def __init__(self, device: str, cache_dir: Path, spares: int, limits: WorkerLimits, pinning: dict[str, str]):
         self.device, self.cache_dir, self.spares, self.limits = device, cache_dir, spares, limits
         self.pinning = pinning
+        self.zygote = zygote.Zygote(device, cache_dir, _child_env(device, pinning), limits.startup)
         self._idle: deque[Worker] = deque()
         self._lock = threading.Lock()
         self.info: dict | None = None
         self._fill()
 
+    def _new(self) -> Worker:
+        return Worker(self.device, self.cache_dir, self.pinning, self.zygote)
+
     def _fill(self) -> None:
         with self._lock:
             while len(self._idle) < self.spares:
-                self._idle.append(Worker(self.device, self.cache_dir, self.pinning))
+                self._idle.append(self._new())
 
     def describe(self) -> dict:
         """What a worker reported of this device; starts one (kept for the next job) if needed."""
@@ -240,7 +243,7 @@ class WorkerPool:
         with self._lock:
             worker = self._idle.popleft() if self._idle else None
         if worker is None:
-            worker = Worker(self.device, self.cache_dir, self.pinning)
+            worker = self._new()
         self._fill()
         try:
             self.info = worker.wait_ready(self.limits.startup)
@@ -254,6 +257,7 @@ class WorkerPool:
         with self._lock:
             while self._idle:
                 self._idle.popleft().kill()
+        self.zygote.close()
 
 
 def least_busy(outstanding: dict[str, int], last_chosen: dict[str, int]) -> str:

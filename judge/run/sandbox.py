@@ -116,13 +116,19 @@ def prepare(cache: Path, log: Path, extra: Mapping[str, str]) -> Parent:
         folder.mkdir(parents=True, exist_ok=True)
     ours, theirs = socket.socketpair()
     plan = Plan(str(scratch), str(cache), str(Path(log).resolve()), tuple(_import_roots()), theirs.fileno())
+    env = environment(cache, scratch, extra)
+    env[PLAN] = json.dumps(dataclasses.asdict(plan))
+    return Parent(plan, env, ours, theirs)
+
+
+def environment(cache: Path, scratch: Path, extra: Mapping[str, str]) -> dict[str, str]:
+    """The allowlisted variables of this process, `extra`, and home and temporary folders in `scratch`."""
     env = {k: v for k, v in os.environ.items() if passes(k)}
     env.update(extra)
     env.update(HOME=str(scratch / "home"), TMPDIR=str(scratch / "tmp"), XDG_CACHE_HOME=str(scratch / "home"),
                PYTHONDONTWRITEBYTECODE="1", PYTORCH_KERNEL_CACHE_PATH=str(cache / "torch-kernels"),
                TRITON_HOME=str(scratch / "home"), KERNELEVO_CACHE_DIR=str(cache))
-    env[PLAN] = json.dumps(dataclasses.asdict(plan))
-    return Parent(plan, env, ours, theirs)
+    return env
 
 
 def _import_roots() -> list[str]:

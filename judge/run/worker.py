@@ -29,6 +29,8 @@ def _pin(variable: str) -> None:
     cores = os.environ.get(variable)
     if cores:
         os.sched_setaffinity(0, {int(c) for c in cores.split(",")})
+        if variable == "KERNELEVO_BUILD_CPUS" and "torch" in sys.modules:  # forked (zygote.py): OpenMP
+            sys.modules["torch"].set_num_threads(len(os.sched_getaffinity(0)))  # counted all cores at import
 
 
 class Channel:
