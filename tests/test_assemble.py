@@ -120,7 +120,7 @@ def test_optimize_in_parts_splits_searches_assembles_and_verifies(tmp_path):
         done = cli(["optimize", str(MODELS / "mlp_stack.py"), "--parts", "2", "--min-speedup", "0", "--device", "cpu",
                     "--model", "scripted", "--config", str(tmp_path / "kernelevo.toml"),
                     "--archive", str(tmp_path / "archive.sqlite"), "--out", str(tmp_path / "out"),
-                    "--children", "2", "--generations", "1", "--max-llm-calls", "4", "--concurrency", "2",
+                    "--children", "1", "--generations", "1", "--max-llm-calls", "2", "--concurrency", "2",
                     "--timing-seconds", "0.2", "--trials", "2", "--no-compile-baseline", "--seed", "1"], env)
     finally:
         server.close()

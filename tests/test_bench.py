@@ -45,8 +45,8 @@ def replies(body: dict) -> Step:
 
 def bench_args(tmp: Path, *extra: str) -> list[str]:
     return ["bench", str(tmp / "suite"), "--device", "cpu", "--model", "scripted", "--config", str(tmp / "kernelevo.toml"),
-            "--archive", str(tmp / "archive.sqlite"), "--out", str(tmp / "out"), "--children", "2",
-            "--generations", "1", "--max-llm-calls-per-task", "3", "--concurrency", "2", "--timing-seconds", "0.2",
+            "--archive", str(tmp / "archive.sqlite"), "--out", str(tmp / "out"), "--children", "1",
+            "--generations", "1", "--max-llm-calls-per-task", "2", "--concurrency", "2", "--timing-seconds", "0.2",
             "--trials", "2", "--no-compile-baseline", "--seed", "1", *extra]
 
 

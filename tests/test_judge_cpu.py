@@ -168,7 +168,7 @@ def test_workers_build_in_parallel(cache_dir, task, tmp_path):
 
 
 def test_compile_baseline_cached(cache_dir, task):
-    options = JudgeOptions(devices=("cpu",), compile_baseline=True, timing=FAST, trials=1)
+    options = JudgeOptions(devices=("cpu",), compile_baseline=True, timing=FAST, trials=1, bounds="off")
     with Judge(cache_dir, options) as judge:
         first = judge.evaluate(task, CPU / "ok_c.py")
     assert first.speedup_compile is not None and first.compiled is not None

@@ -217,7 +217,7 @@ class WorkerPool:
     def __init__(self, device: str, cache_dir: Path, spares: int, limits: WorkerLimits, pinning: dict[str, str]):
         self.device, self.cache_dir, self.spares, self.limits = device, cache_dir, spares, limits
         self.pinning = pinning
-        self.zygote = zygote.Zygote(device, cache_dir, _child_env(device, pinning), limits.startup)
+        self.zygote = zygote.acquire(device, cache_dir, _child_env(device, pinning), limits.startup)
         self._idle: deque[Worker] = deque()
         self._lock = threading.Lock()
         self.info: dict | None = None
@@ -257,7 +257,7 @@ class WorkerPool:
         with self._lock:
             while self._idle:
                 self._idle.popleft().kill()
-        self.zygote.close()
+        zygote.release(self.zygote)
 
 
 def least_busy(outstanding: dict[str, int], last_chosen: dict[str, int]) -> str:

@@ -20,6 +20,7 @@ exits; a worker whose zygote died exits within a second (worker._die_with_parent
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -81,6 +82,7 @@ class Zygote:
 
     def __init__(self, device: str, cache_dir: Path, extra: dict[str, str], startup: float):
         self.device, self.cache_dir, self.extra, self.startup = device, Path(cache_dir).resolve(), extra, startup
+        self.key = ""  # how it was started, for acquire()
         self._scratch = self.cache_dir / "scratch" / f"zygote-{secrets.token_hex(6)}"
         self.log = self.cache_dir / "logs" / f"{self._scratch.name}.log"
         self._proc: subprocess.Popen | None = None
@@ -118,7 +120,8 @@ class Zygote:
     def close(self) -> None:
         with self._lock:
             if self._socket is not None:
-                self._socket.shutdown(socket.SHUT_RDWR)  # it reads end of input: kills its children, exits
+                with contextlib.suppress(OSError):  # it reads end of input: kills its children, exits
+                    self._socket.shutdown(socket.SHUT_RDWR)
                 self._socket.close()
             if self._proc is not None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
@@ -181,6 +184,47 @@ class Zygote:
                     self._live.discard(message["exited"])
                     self._exits[message["exited"]] = message["code"]
                 self._changed.notify_all()
+
+
+_kept: dict[str, Zygote] = {}  # per device, the zygote the last closed judge of this process left
+_kept_lock = threading.Lock()
+
+
+def acquire(device: str, cache_dir: Path, extra: dict[str, str], startup: float) -> Zygote:
+    """A zygote for a new judge: the one a closed judge left, if it would be started the same way now
+    (device, cache and the environment it would get), else a new one. A bench runs one judge per task;
+    each would otherwise import torch again (2.5 s on 2 cores)."""
+    from kernelevo.judge.run import sandbox
+
+    key = json.dumps([device, str(Path(cache_dir).resolve()), sorted(extra.items()),
+                      sorted((k, v) for k, v in os.environ.items() if sandbox.passes(k))])
+    with _kept_lock:
+        kept = _kept.pop(device, None)
+    if kept is not None and kept.key == key:
+        return kept
+    if kept is not None:
+        kept.close()
+    made = Zygote(device, cache_dir, extra, startup)
+    made.key = key
+    return made
+
+
+def release(zygote: Zygote) -> None:
+    """A judge is done with `zygote`: kept for the next judge of this process (one per device), the one
+    kept before closed. What is kept is closed at exit; if this process dies, it exits on its own."""
+    with _kept_lock:
+        previous, _kept[zygote.device] = _kept.get(zygote.device), zygote
+    if previous is not None and previous is not zygote:
+        previous.close()
+
+
+@atexit.register
+def _close_kept() -> None:
+    with _kept_lock:
+        kept = list(_kept.values())
+        _kept.clear()
+    for zygote in kept:
+        zygote.close()
 
 
 # --- in the zygote -------------------------------------------------------------------------------
