@@ -27,26 +27,7 @@ def _has_cuda() -> bool:
         return False
 
 
-# Under pytest -n 2 --dist loadfile (the README's command) each file goes whole to the next free worker.
-# pytest-xdist hands them out by their number of tests, most first, so the end-to-end files (few tests,
-# minutes each) came last and one worker ran them alone for the suite's last minutes. Here files go in
-# collection order (pytest_configure), and the longest are collected first.
-LONGEST_FIRST = ("test_ray.py", "test_assemble.py", "test_judge_cpu.py", "test_optimize.py", "test_bench.py",
-                 "test_triton.py", "test_suite.py")
-
-
-def _longest_first(item) -> int:
-    name = item.path.name
-    return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
-
-
-def pytest_configure(config):
-    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist's --no-loadscope-reorder
-        config.option.loadscopereorder = False
-
-
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=_longest_first)  # stable: each file keeps its own order
     if _has_cuda():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")
