@@ -34,6 +34,10 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
+from typing import IO, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kernelevo.judge.run.sandbox import Parent
 
 MAX_MESSAGE = 1 << 20  # a request holds a worker's environment and sandbox plan: some kB
 
@@ -52,12 +56,11 @@ class Forked:
         if code is None:
             raise subprocess.TimeoutExpired(f"judge worker {self.pid}", timeout or 0)
         self.returncode = code
-        with contextlib.suppress(OSError):
-            self.stdin.close()
         return code
 
 
-def launch(device: str, event_fd: int, parent, log, zygote: Zygote | None):
+def launch(device: str, event_fd: int, parent: Parent, log: IO[bytes],
+           zygote: Zygote | None) -> subprocess.Popen | Forked:
     """A judge worker for `device` in the sandbox `parent` (sandbox.Parent), its output to `log`: forked by
     `zygote`, or started as a new interpreter where there is none (a Ray node runs one job per task)."""
     argv = [device, str(event_fd)]
@@ -80,9 +83,9 @@ def launch(device: str, event_fd: int, parent, log, zygote: Zygote | None):
 class Zygote:
     """The judging process's end of one device's zygote: started on first use, started again if it died."""
 
-    def __init__(self, device: str, cache_dir: Path, extra: dict[str, str], startup: float):
+    def __init__(self, device: str, cache_dir: Path, extra: dict[str, str], startup: float, key: str = ""):
         self.device, self.cache_dir, self.extra, self.startup = device, Path(cache_dir).resolve(), extra, startup
-        self.key = ""  # how it was started, for acquire()
+        self.key = key  # how it is started, for acquire()
         self._scratch = self.cache_dir / "scratch" / f"zygote-{secrets.token_hex(6)}"
         self.log = self.cache_dir / "logs" / f"{self._scratch.name}.log"
         self._proc: subprocess.Popen | None = None
@@ -204,9 +207,7 @@ def acquire(device: str, cache_dir: Path, extra: dict[str, str], startup: float)
         return kept
     if kept is not None:
         kept.close()
-    made = Zygote(device, cache_dir, extra, startup)
-    made.key = key
-    return made
+    return Zygote(device, cache_dir, extra, startup, key)
 
 
 def release(zygote: Zygote) -> None:
