@@ -13,6 +13,7 @@ import concurrent.futures
 import dataclasses
 import hashlib
 import json
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -81,6 +82,22 @@ def __getattr__(name: str):
     from kernelevo.judge.run import ray_executor
 
     return getattr(ray_executor, _RAY[name])
+
+
+def write_once(path: Path, data: bytes) -> bytes:
+    """Write `path` whole or not at all, never replacing it; what it holds afterwards. Two judges
+    sharing a cache may measure one baseline at once: had the second replaced the first's file, the
+    first would take the change for a candidate's tampering (audit_files) and reject an honest kernel."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+    partial.write_bytes(data)
+    try:
+        os.link(partial, path)  # fails if the file exists: the first judge's measurement stays
+        return data
+    except FileExistsError:
+        return path.read_bytes()
+    finally:
+        partial.unlink()
 
 
 def make_executor(options: JudgeOptions, cache_dir: Path):
@@ -243,10 +260,8 @@ class Judge:
 
     def _store(self, path: Path, future: concurrent.futures.Future) -> None:
         if future.exception() is None and future.result().get("verdict") == "ok":
-            path.parent.mkdir(parents=True, exist_ok=True)
-            text = json.dumps(future.result(), indent=1)
-            path.write_text(text)
-            self._known[path.name] = hashlib.sha256(text.encode()).hexdigest()
+            kept = write_once(path, json.dumps(future.result(), indent=1).encode())
+            self._known[path.name] = hashlib.sha256(kept).hexdigest()
 
     def _second_opinion(self, task: Task, job: Job, device: str, result: dict, baseline: dict | None) -> dict:
         """Cross-checks of a passing result that need another process: eager's time beside the

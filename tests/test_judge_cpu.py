@@ -187,6 +187,21 @@ def test_compile_baseline_cached(cache_dir, task):
     assert final.speedup_compile != second.speedup_compile
 
 
+def test_two_judges_measuring_one_baseline_at_once_take_no_honest_kernel_for_a_tamperer(tmp_path, task):
+    """Two runs sharing a cache may measure a task's baseline at the same time. The file is written
+    once, never replaced: had the second run's write replaced the first's, the first would have seen
+    its baseline change under a candidate (audit_files) and rejected an honest kernel as tampering."""
+    options = JudgeOptions(**{**OPTIONS, "concurrency": 1}, trials=1)
+    with Judge(tmp_path, options) as first, Judge(tmp_path, options) as second:
+        for judge in (first, second):
+            judge.executor.device_info("cpu")  # started, so that both ask before either has measured
+        measured = [f.result(timeout=300) for f in [j.prefetch_baseline(task, "cpu") for j in (first, second)]]
+        judged = [j.evaluate(task, CPU / "ok_c.py") for j in (first, second)]
+    assert [m["verdict"] for m in measured] == ["ok", "ok"] and measured[0] != measured[1]  # measured twice
+    assert [(e.verdict, e.reason) for e in judged] == [("ok", ""), ("ok", "")], [e.message for e in judged]
+    assert len(list((tmp_path / "baselines").iterdir())) == 1  # one file, no partial one left behind
+
+
 def test_a_zygote_that_died_is_started_again(cache_dir, task):
     """Workers are forked from a process that imported torch once (judge/run/zygote.py). If it dies
     between jobs (the OOM killer, a kill), the next job's worker comes from a new one."""
