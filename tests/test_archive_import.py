@@ -77,7 +77,8 @@ def test_rejudge_on_the_cpu_keeps_claims_and_stores_the_judges_verdicts(tmp_path
     db = tmp_path / "archive.sqlite"
     args = ("--task", str(tmp_path), "--device", "cpu", "--cache-dir", str(tmp_path / "cache"))
     first, _ = imported(folder, db, *args)  # imported, not judged
-    report, err = imported(folder, db, "--rejudge", *args)  # judges what was imported and never judged
+    # judges what was imported and never judged; eager only (torch.compile's opponent: test_baseline)
+    report, err = imported(folder, db, "--rejudge", "--no-compile-baseline", "--trials", "3", *args)
     assert report["imported"] == [] and report["already_there"] == 2
     verdicts = {r["kernel_id"]: r for r in report["rejudged"]}
     cheat, honest = sorted(first["imported"])  # files are read in name order
@@ -88,6 +89,9 @@ def test_rejudge_on_the_cpu_keeps_claims_and_stores_the_judges_verdicts(tmp_path
         honest_row, cheat_row = store.kernel(honest), store.kernel(cheat)
         stones = store.stepping_stones(task_hash=source_hash((tmp_path / "task_scale.py").read_text()))
     assert [e["purpose"] for e in honest_row["evaluations"]] == ["rejudge"]
+    assert honest_row["evaluations"][0]["speedup_compile"] is None  # as asked
+    # --trials 3: three fresh draws, then the fixed checks (test_judge_cpu counts 5 + 8 under the default)
+    assert honest_row["evaluations"][0]["data"]["correctness"]["trials"] == 3 + 8
     assert honest_row["stepping_stone"] and "rejudged ok" in honest_row["stone_reason"]
     assert not cheat_row["stepping_stone"] and [s["id"] for s in stones] == [honest]
     third, err = imported(folder, db, "--rejudge", *args)

@@ -154,7 +154,8 @@ def test_optimize_and_bench_on_the_cluster(cluster, tmp_path):
     benched = cli(["bench", str(suite), "--candidates", str(candidates), *ray_args(tmp_path)], env)
     assert benched.returncode == 0, benched.stderr[-3000:]
     imported = cli(["archive", "import", str(candidates), "--task", str(suite), "--rejudge", "--executor", "ray",
-                    "--device", "cpu", "--archive", str(tmp_path / "imported.sqlite"), "--json"], env)
+                    "--device", "cpu", "--archive", str(tmp_path / "imported.sqlite"), "--json", "--trials", "2",
+                    "--no-compile-baseline", "--timing-seconds", "0.2"], env)
     assert imported.returncode == 0, imported.stderr[-3000:]
     rejudged = json.loads(imported.stdout)["rejudged"]
     assert sorted(r["verdict"] for r in rejudged) == ["ok", "ok"]

@@ -11,9 +11,9 @@ from typing import Optional
 import typer
 
 from kernelevo.cli.archive import archive_app
-from kernelevo.cli.common import (ArchiveOpt, CacheDirOpt, ConfigOpt, ExecutorOpt, JsonOpt, RayAddressOpt, archive_path,
-                                  check_choice, config_or_fail, emit, executor_choice, fail, judge_devices, note,
-                                  opened, task_ids)
+from kernelevo.cli.common import (ArchiveOpt, CacheDirOpt, CompileBaselineOpt, ConfigOpt, ExecutorOpt, JsonOpt,
+                                  RayAddressOpt, TimingSecondsOpt, TrialsOpt, archive_path, check_choice, config_or_fail,
+                                  emit, executor_choice, fail, judge_devices, note, opened, task_ids)
 
 
 @archive_app.command()
@@ -92,6 +92,9 @@ def import_(
     ray_address: RayAddressOpt = None,
     policy: str = typer.Option("mixed", help="with --rejudge: mixed or strict (see kernelevo evaluate)"),
     build_timeout: float = typer.Option(900.0, help="with --rejudge: seconds allowed to build one kernel"),
+    trials: TrialsOpt = 5,
+    compile_baseline: CompileBaselineOpt = True,
+    timing_seconds: TimingSecondsOpt = 1.5,
     cache_dir: CacheDirOpt = None,
     archive: ArchiveOpt = None,
     config: ConfigOpt = None,
@@ -111,8 +114,13 @@ def import_(
         judged = []
         if rejudge:
             todo = imported + [k for k in known if _never_judged(store, k)]
-            where = (executor_choice(executor, config_or_fail(config)), device, gpus, ray_address)
-            judged = _rejudge(store, todo, where, policy, build_timeout, cache_dir)
+            if not todo:
+                note("nothing to rejudge")
+            else:  # the devices are looked for (a cluster joined) only when there is something to judge
+                chosen = executor_choice(executor, config_or_fail(config))
+                options = _judge_options(chosen, judge_devices(chosen, device, gpus, ray_address), policy,
+                                         build_timeout, trials, compile_baseline, timing_seconds, ray_address)
+                judged = _rejudge(store, todo, options, cache_dir)
     if as_json:
         emit({"archive": str(path), "imported": imported, "already_there": len(known), "skipped": skipped,
               "rejudged": [vars(r) for r in judged]}, "json")
@@ -125,22 +133,24 @@ def _never_judged(store, kernel_id: int) -> bool:
     return kernel["origin"] == "import" and not kernel["evaluations"]
 
 
-def _rejudge(store, kernel_ids: list[int], where: tuple, policy, build_timeout, cache_dir) -> list:
-    """Judge the kernels; `where`: (executor, --device, --gpus, --ray-address)."""
+def _judge_options(executor: str, on: tuple[str, ...], policy: str, build_timeout: float, trials: int,
+                   compile_baseline: bool, timing_seconds: float, address: Optional[str]):
+    from kernelevo.judge.api import JudgeOptions, TimingConfig, WorkerLimits
+
+    return JudgeOptions(devices=on, policy=policy, limits=WorkerLimits(build=build_timeout), spares=1, trials=trials,
+                        compile_baseline=compile_baseline, timing=TimingConfig(max_seconds=timing_seconds),
+                        executor=executor, ray_address=address)
+
+
+def _rejudge(store, kernel_ids: list[int], options, cache_dir: Optional[Path]) -> list:
+    """Judge the kernels under `options` (JudgeOptions)."""
     from kernelevo import runtime
     from kernelevo.evolution.drivers.rejudge import rejudge
-    from kernelevo.judge.api import Judge, JudgeOptions, WorkerLimits
+    from kernelevo.judge.api import Judge
 
-    if not kernel_ids:
-        note("nothing to rejudge")
-        return []
-    executor, device, gpus, address = where
-    on = judge_devices(executor, device, gpus, address)
     cache = cache_dir or runtime.cache_dir()
-    options = JudgeOptions(devices=on, policy=policy, limits=WorkerLimits(build=build_timeout), spares=1,
-                           executor=executor, ray_address=address)
-    note(f"judging {len(kernel_ids)} kernels on {', '.join(on)}{' of the Ray cluster' if executor == 'ray' else ''} "
-         "(Ctrl-C keeps every verdict already in)")
+    ray = " of the Ray cluster" if options.executor == "ray" else ""
+    note(f"judging {len(kernel_ids)} kernels on {', '.join(options.devices)}{ray} (Ctrl-C keeps every verdict already in)")
 
     def tell(r) -> None:
         speed = f"{r.speedup_eager:.2f}x" if r.speedup_eager is not None else "-"
