@@ -66,6 +66,7 @@ def test_a_cuda_job_whose_ray_worker_is_killed_is_judged_anyway(cluster, tmp_pat
         future = judge.submit(load_task(TASKS / f"{NAME}.py"), candidate)
         worker, _ = kill_its_ray_worker(set(), cluster.kernelevo_cache)
         evaluation = future.result(timeout=600)
+    ray.shutdown()  # this process's Ray job ends, and the zygotes its idle Ray workers keep with it (test_ray)
     deadline = time.monotonic() + 5
     while Path(f"/proc/{worker}").exists() and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -64,21 +64,30 @@ def judge_options(cluster):
                         ray_address=cluster.address, timing=TimingConfig(min_reps=10, max_seconds=0.2))
 
 
-def judge_workers(under: Path, under_ray: bool = False) -> list[tuple[int, int]]:
-    """(pid, parent pid) of every kernelevo judge worker process on this machine whose judge cache is
-    in the folder `under` (a test's own: other tests may be judging alongside, under pytest -n);
-    `under_ray`: only those whose parent is a Ray worker (its process title starts with ray::)."""
+def judge_workers(under: Path, under_ray: bool = False, kinds: tuple[str, ...] = ("worker",)) -> list[tuple[int, int]]:
+    """(pid, driver pid) of every kernelevo judge worker process on this machine whose judge cache is in
+    the folder `under` (a test's own: other tests may be judging alongside, under pytest -n). Its driver
+    is the process that started it: its parent, or its zygote's parent where it was forked from one
+    (judge/run/zygote.py). `under_ray`: only those driven by a Ray worker (its title starts with ray::);
+    `kinds`: ("worker", "zygote") also counts the zygotes."""
     found, mine = [], f"KERNELEVO_CACHE_DIR={Path(under).resolve()}".encode()
     for entry in Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and b"kernelevo.judge.run.worker" in (entry / "cmdline").read_bytes() \
+            if entry.name.isdigit() and any(f"kernelevo.judge.run.{k}".encode() in (entry / "cmdline").read_bytes()
+                                            for k in kinds) \
                     and any(v.startswith(mine) for v in (entry / "environ").read_bytes().split(b"\0")):
-                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-                if not under_ray or Path(f"/proc/{parent}/cmdline").read_bytes().startswith(b"ray::"):
-                    found.append((int(entry.name), parent))
+                driver = _parent(int(entry.name))
+                if b"kernelevo.judge.run.zygote" in Path(f"/proc/{driver}/cmdline").read_bytes():
+                    driver = _parent(driver)
+                if not under_ray or Path(f"/proc/{driver}/cmdline").read_bytes().startswith(b"ray::"):
+                    found.append((int(entry.name), driver))
         except (OSError, IndexError, ValueError):
             continue
     return found
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
 def kill_its_ray_worker(killed: set[int], under: Path) -> tuple[int, int]:
@@ -108,6 +117,9 @@ def judge_slow_build(cluster, tmp_path, kills: int):
         workers = [kill_its_ray_worker(killed, cluster.kernelevo_cache) for _ in range(kills)]
         evaluation = future.result(timeout=300)
         live = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    # This process's Ray job ends here: its idle Ray workers, and the zygotes they keep for their next
+    # task (judge/run/ray_executor.py), go with it, as they do when a kernelevo run exits.
+    ray.shutdown()
     deadline = time.monotonic() + 5
     while any(Path(f"/proc/{w}").exists() for w, _ in workers) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -185,12 +197,12 @@ def interrupt_once_judging(proc: subprocess.Popen, under: Path, wait_s: float = 
 
 
 def freed(address: str, resource: str, under: Path) -> tuple[float, float]:
-    """Once no judge process is left: (available, total) of `resource` on the cluster, waiting up to 20 s
-    for the interrupted jobs' resources to come back."""
+    """Once no judge process is left (workers and their zygotes): (available, total) of `resource` on the
+    cluster, waiting up to 20 s for the interrupted jobs' resources to come back."""
     deadline = time.monotonic() + 20
-    while judge_workers(under) and time.monotonic() < deadline:
+    while judge_workers(under, kinds=("worker", "zygote")) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not judge_workers(under)
+    assert not judge_workers(under, kinds=("worker", "zygote"))
     ray.init(address=address, ignore_reinit_error=True, logging_level="ERROR", log_to_driver=False)
     total = ray.cluster_resources()[resource]
     deadline = time.monotonic() + 20

@@ -101,12 +101,14 @@ def test_a_forked_worker_holds_nothing_of_the_process_that_forked_it(tmp_path, m
     monkeypatch.setenv("WORK_LLM_SECRET", KEYS["WORK_LLM_SECRET"])
     with Judge(tmp_path / "cache", JudgeOptions(devices=("cpu",), compile_baseline=False)) as judge:
         e = judge.evaluate(load_task(FIXTURES / "cpu" / "task_scale.py"), FIXTURES / "sandbox" / "inside_view.py")
+        zygote = judge.executor.pools["cpu"].zygote._proc.pid
     found = re.search(r"VIEW (\{.*?\})(\n|$)", f"{e.message}\n{e.excerpt}")
     assert found, (e.verdict, e.message, e.excerpt)
     view = json.loads(found.group(1))
     seen = dict(part.split("=", 1) for part in view["c"].split("|") if not part.startswith("fd="))
     fds = dict(part[3:].split(":", 1) for part in view["c"].split("|") if part.startswith("fd="))
-    assert "kernelevo.judge.run.zygote" in seen["cmd"], seen  # forked, not started anew
+    assert view["parent"] == zygote, (view, zygote)  # forked, not started anew
+    assert "-m kernelevo.judge.run.worker cpu " in seen["cmd"], seen  # and named so (ps, pkill -f), not as its zygote
     assert Path(view["cwd"]).parent == (tmp_path / "cache" / "scratch").resolve() and view["path0"] == view["cwd"]
     assert not [target for target in fds.values() if target.startswith("socket:")], fds
     environ, shown = set(seen["env"].split(",")), set(seen["shown"].split(","))

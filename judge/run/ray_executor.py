@@ -2,8 +2,8 @@
 
 Each job is a Ray task that needs one GPU (on the CPU backend, one CPU). On the node Ray picks,
 the task does what LocalExecutor does on this machine: it starts a judge worker process for the
-GPU Ray gave it, drives the job through it under the same limits (`executor.drive`) and kills it
-afterwards. So candidate code runs only in that child process, never in a Ray worker or in the
+GPU Ray gave it (forked from a zygote the Ray worker process keeps between tasks), drives the job
+through it under the same limits (`executor.drive`) and kills it afterwards. So candidate code runs only in that child process, never in a Ray worker or in the
 driver. The task returns a result dict; the driver alone writes the archive.
 
 Where timings meet: a candidate's speedup comes from eager timed beside it in its own process,
@@ -14,7 +14,9 @@ each baseline once per GPU model and torch version and reuses it for every node 
 
 Faults: a job whose Ray worker or node is lost runs once more (Ray's own retry); lost twice, it
 gets a runtime_error verdict instead of hanging the run. Ctrl-C cancels the jobs in flight; Ray
-kills their workers, whose judge processes follow (they watch their parent).
+kills their workers, whose judge processes follow (they watch their parent). An idle Ray worker keeps
+its zygote (no CUDA context, no GPU held) for its next task; the zygote goes when Ray ends that
+worker, at the latest when the run's Ray job ends.
 
 A GPU is held for the whole job, build included: a build of the default format (NVRTC) takes a
 fraction of a second, so the GPU idles little; inline builds take seconds more.
@@ -28,7 +30,7 @@ import socket
 import threading
 from pathlib import Path
 
-from kernelevo.judge.run.executor import WorkerLimits, Spread, Worker, device_lock, drive
+from kernelevo.judge.run.executor import Spread, WorkerLimits, WorkerPool, device_lock, drive
 from kernelevo.judge.job import Job
 
 RETRIES = 1  # a job whose worker or node is lost runs once more; lost again, it gets a verdict
@@ -88,19 +90,25 @@ def _node_cache() -> Path:
 
 def _on_node(backend: str, limits: WorkerLimits, job: Job | None) -> dict:
     """Start a judge worker for the device Ray gave this task, run `job` through it (None: only
-    read what it reports of its device), kill it; the result says where it ran."""
+    read what it reports of its device), kill it; the result says where it ran. The worker is forked
+    from this Ray worker process's zygote (zygote.py), kept for its next task: Ray reuses the process,
+    and a worker started anew would import torch again (3 s of CPU)."""
     import ray
 
     cache = _node_cache()
     # Ray set CUDA_VISIBLE_DEVICES to the GPU it gave: the child sees it as cuda:0.
     device = f"cuda:{ray.get_gpu_ids()[0]}" if backend == "cuda" else "cpu"
-    worker = Worker("cuda:0" if backend == "cuda" else "cpu", cache, {})
+    pool = WorkerPool("cuda:0" if backend == "cuda" else "cpu", cache, 0, limits, {})
     try:
-        info = worker.wait_ready(limits.startup)
-        result = dict(info) if job is None else \
-            drive(worker, dataclasses.replace(job, cache_dir=str(cache)), limits, lambda: device_lock(cache, device))
+        worker = pool.take()
+        info = pool.info or {}
+        try:
+            result = dict(info) if job is None else \
+                drive(worker, dataclasses.replace(job, cache_dir=str(cache)), limits, lambda: device_lock(cache, device))
+        finally:
+            worker.kill()
     finally:
-        worker.kill()
+        pool.close()
     result.setdefault("device_name", info.get("device_name", ""))
     result.setdefault("torch_version", info.get("torch", ""))
     return {**result, "node": f"{socket.gethostname()}/{device}", "node_id": ray.get_runtime_context().get_node_id()}

@@ -304,6 +304,8 @@ def _become_worker(request: dict, fds: list[int]) -> None:
         os.chdir(request["cwd"])
         tempfile.tempdir = None  # computed again from this worker's TMPDIR
         sys.argv = [sys.argv[0], *request["argv"]]
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            _retitle(request["argv"])
         from kernelevo.judge.run import worker
 
         worker.main()  # ends with os._exit
@@ -319,6 +321,22 @@ def _become_worker(request: dict, fds: list[int]) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
     os._exit(code)
+
+
+def _retitle(argv: list[str]) -> None:
+    """Make this process's command line (/proc/PID/cmdline: ps, pkill -f, a cluster's process list) read as
+    a worker's, not the zygote's it was forked with, by writing over the memory the kernel reads it from.
+    The module's name has the same length; the arguments are written too where they fit."""
+    fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+    start, end = int(fields[45]), int(fields[46])  # arg_start and arg_end, fields 48 and 49 of stat
+    parts = Path("/proc/self/cmdline").read_bytes().split(b"\0")[:-1]
+    at = parts.index(b"kernelevo.judge.run.zygote")
+    title = b"\0".join([*parts[:at], b"kernelevo.judge.run.worker", *(a.encode() for a in argv)]) + b"\0"
+    if len(title) > end - start:
+        title = b"\0".join([*parts[:at], b"kernelevo.judge.run.worker", *parts[at + 1:]]) + b"\0"
+    with open("/proc/self/mem", "r+b", buffering=0) as memory:
+        memory.seek(start)
+        memory.write(title.ljust(end - start, b"\0"))
 
 
 def _place(fds: list[int], targets: list[int]) -> None:
