@@ -119,3 +119,44 @@ def test_a_cpu_interval_is_at_least_the_spread_between_processes():
     assert low == pytest.approx(2.0 * (1 - CPU_REPEAT_REL)) and high == pytest.approx(2.0 * (1 + CPU_REPEAT_REL))
     assert reported(2.0, [1.99, 2.01], None, cpu=False) == [1.99, 2.01]
     assert reported(2.0, [1.5, 2.6], None, cpu=True) == [1.5, 2.6]  # already wider
+
+
+class ScriptedClock:
+    """A CPU clock that gives each timed call the next of the times it was handed."""
+
+    cuda = False
+
+    def __init__(self, times: list[float]):
+        self.times = iter(times)
+
+    def time_batch(self, fns):
+        for _, fn in fns:
+            fn()
+        return [(fns[0][0], next(self.times))]
+
+
+def _fresh_against_control(control: list[float], fresh: list[float]) -> dict:
+    """fresh_values on calls timed as scripted, pair by pair (a control, then a fresh call)."""
+    from kernelevo.judge.measure.crosscheck import fresh_values
+
+    sources = [[torch.randn(4, 8)] for _ in range(3)]
+    clock = ScriptedClock([t for pair in zip(control, fresh) for t in pair])
+    return fresh_values(lambda a: a[0] * 2, lambda a: a[0] * 2, clock, sources, timed_ms=0.07, rounds=len(control) // 8)
+
+
+def test_a_cache_is_slower_on_fresh_values_in_every_pair():
+    from kernelevo.judge.trials.guards import Rejected
+
+    with pytest.raises(Rejected) as caught:
+        _fresh_against_control([0.07] * 8, [2.5] * 8)
+    assert caught.value.reason == "cached_result" and "slower in 8 of 8 pairs" in caught.value.message
+
+
+def test_a_loaded_cpu_fast_or_slow_at_random_is_not_taken_for_a_cache():
+    """An honest OpenMP kernel on a loaded 2-core machine: each call 0.07 ms, or ~100 times that when a
+    thread is descheduled at its barrier. Seen in CI: no fresh call of the first batches fast while one
+    control was; the fastest of each alone then pointed at a cache."""
+    slow = [2.5, 6.9, 7.1, 3.0, 6.8, 7.0, 2.9, 6.95] * 3
+    control = [0.07, *slow[1:8], 7.0, 0.08, *slow[10:]]  # two controls fast, every fresh call slow
+    evidence = _fresh_against_control(control, slow)
+    assert evidence["pairs"] == 24 and evidence["pairs_fresh_slower"] == 2  # the minima alone: 2.5 against 0.07
