@@ -203,6 +203,24 @@ def test_two_judges_measuring_one_baseline_at_once_take_no_honest_kernel_for_a_t
     assert not list((cache_dir / "baselines").glob(".*"))  # no partial file left behind
 
 
+def test_a_judging_process_slow_to_note_the_go_takes_no_honest_worker_for_a_forger(judge, task, monkeypatch):
+    """A worker may claim no more device time than the judging process saw pass (executor.audit). On a
+    loaded machine that process was once descheduled for 64 ms right after sending `go`, and an honest
+    result was rejected as forged_report: its clock must start before `go` is sent."""
+    from kernelevo.judge.run.executor import Worker
+
+    send = Worker.send
+
+    def slow_after_go(self, message):
+        send(self, message)
+        if isinstance(message, dict) and message.get("go"):
+            time.sleep(3)  # the worker runs its trials and timing meanwhile
+
+    monkeypatch.setattr(Worker, "send", slow_after_go)
+    e = judge.evaluate(task, CPU / "ok_c.py")
+    assert (e.verdict, e.reason) == ("ok", ""), e.message
+
+
 def test_a_zygote_that_died_is_started_again(cache_dir, task):
     """Workers are forked from a process that imported torch once (judge/run/zygote.py). If it dies
     between jobs (the OOM killer, a kill), the next job's worker comes from a new one."""

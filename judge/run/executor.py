@@ -302,8 +302,10 @@ def _follow(worker: Worker, job: Job, limits: WorkerLimits, hold_device, hold_ma
                 if event["event"] == "gpu" and granted is None:
                     held.enter_context(hold_device())
                     phase, deadline = "run", worker.clock() + limits.run
-                    worker.send({"go": True, "token": token})
+                    # before `go`: descheduled between the two (64 ms once, loaded), this process would
+                    # count less device time than the worker, whose clock starts at `go` (audit)
                     granted = time.monotonic()
+                    worker.send({"go": True, "token": token})
                 elif event["event"] == "quiet" and granted is not None and released is None:
                     machine.close()
                     waited = machine.enter_context(hold_machine()) if hold_machine else 0.0
