@@ -3,8 +3,9 @@
 Each job is a Ray task that needs one GPU (on the CPU backend, one CPU). On the node Ray picks,
 the task does what LocalExecutor does on this machine: it starts a judge worker process for the
 GPU Ray gave it (forked from a zygote the Ray worker process keeps between tasks), drives the job
-through it under the same limits (`executor.drive`) and kills it afterwards. So candidate code runs only in that child process, never in a Ray worker or in the
-driver. The task returns a result dict; the driver alone writes the archive.
+through it under the same limits (`executor.drive`) and kills it afterwards. So candidate code runs
+only in that child process, never in a Ray worker or in the driver. The task returns a result dict;
+the driver alone writes the archive.
 
 Where timings meet: a candidate's speedup comes from eager timed beside it in its own process,
 and the cached baseline it is combined with is keyed by the GPU model and torch version the
