@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -89,15 +90,16 @@ def write_once(path: Path, data: bytes) -> bytes:
     sharing a cache may measure one baseline at once: had the second replaced the first's file, the
     first would take the change for a candidate's tampering (audit_files) and reject an honest kernel."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
-    partial.write_bytes(data)
+    fd, partial = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")  # as runtime.write_atomic, which replaces
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
     try:
         os.link(partial, path)  # fails if the file exists: the first judge's measurement stays
         return data
     except FileExistsError:
         return path.read_bytes()
     finally:
-        partial.unlink()
+        os.unlink(partial)
 
 
 def make_executor(options: JudgeOptions, cache_dir: Path):

@@ -73,8 +73,10 @@ def judge_workers(under: Path, under_ray: bool = False, kinds: tuple[str, ...] =
     found, mine = [], f"KERNELEVO_CACHE_DIR={Path(under).resolve()}".encode()
     for entry in Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and any(f"kernelevo.judge.run.{k}".encode() in (entry / "cmdline").read_bytes()
-                                            for k in kinds) \
+            if not entry.name.isdigit():
+                continue
+            command = (entry / "cmdline").read_bytes()
+            if any(f"kernelevo.judge.run.{k}".encode() in command for k in kinds) \
                     and any(v.startswith(mine) for v in (entry / "environ").read_bytes().split(b"\0")):
                 driver = _parent(int(entry.name))
                 if b"kernelevo.judge.run.zygote" in Path(f"/proc/{driver}/cmdline").read_bytes():
