@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from kernelevo.judge.api import Judge, JudgeOptions
+from kernelevo.judge.measure.timing import TimingConfig
 from kernelevo.judge.run import landlock, sandbox, seccomp
 from kernelevo.tasks import load_task
 
@@ -113,6 +114,22 @@ def test_a_forked_worker_holds_nothing_of_the_process_that_forked_it(tmp_path, m
     assert not [target for target in fds.values() if target.startswith("socket:")], fds
     environ, shown = set(seen["env"].split(",")), set(seen["shown"].split(","))
     assert "WORK_LLM_SECRET" not in environ | shown and {"KERNELEVO_SANDBOX", "HOME", "TMPDIR"} <= environ
+
+
+def test_a_candidate_cannot_rewrite_the_code_torch_compile_made_for_its_opponent(tmp_path):
+    """torch.compile loads the code it finds in its cache as it is. A candidate that could write there would
+    slow the compiled reference of every later baseline or final judgement (or run its own code in it):
+    the opponent's caches are written only by baseline workers, and read by candidates (sandbox.OPPONENT)."""
+    task, cache = load_task(FIXTURES / "cpu" / "task_softmax.py"), tmp_path / "cache"
+    with Judge(cache, JudgeOptions(devices=("cpu",), timing=TimingConfig(min_reps=5, max_seconds=0.2))) as judge:
+        assert "compiled" in judge.baseline(task, "cpu")["timing"]
+        made = {p: p.read_bytes() for p in cache.rglob("*.py") if b"def call(" in p.read_bytes()}
+        e = judge.evaluate(task, FIXTURES / "sandbox" / "poison_opponent_c.py")
+    if e.confinement is None or e.confinement.unconfined:
+        pytest.skip(f"this machine leaves the worker unconfined: {e.confinement}")
+    assert made, "torch.compile wrote no code for the reference"
+    assert {p: p.read_bytes() for p in made} == made
+    assert (e.verdict, e.reason) == ("rejected", "io_access") and "/opponent/" in e.message, (e.verdict, e.message)
 
 
 def test_the_worker_environment_is_an_allowlist(monkeypatch, tmp_path):

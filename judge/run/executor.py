@@ -48,14 +48,15 @@ class Worker:
     """One child process and its two pipes: jobs and 'go' in on stdin, events out on a fd; it runs
     in a sandbox (sandbox.py) whose supervisor lives here."""
 
-    def __init__(self, device: str, cache_dir: Path, pinning: dict[str, str], forks: zygote.Zygote | None = None):
+    def __init__(self, device: str, cache_dir: Path, pinning: dict[str, str], forks: zygote.Zygote | None = None,
+                 opponent: bool = False):
         _prepare_once()
         read_fd, write_fd = os.pipe()
         log_dir = Path(cache_dir) / "logs"
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log = tempfile.NamedTemporaryFile(dir=log_dir, prefix="worker-", suffix=".log", delete=False)
         self.device = device
-        self.sandbox = sandbox.prepare(Path(cache_dir), Path(self.log.name), _child_env(device, pinning))
+        self.sandbox = sandbox.prepare(Path(cache_dir), Path(self.log.name), _child_env(device, pinning), opponent)
         try:
             self.proc = zygote.launch(_child_device(device), write_fd, self.sandbox, self.log, forks)
         except BaseException:
@@ -223,8 +224,8 @@ class WorkerPool:
         self.info: dict | None = None
         self._fill()
 
-    def _new(self) -> Worker:
-        return Worker(self.device, self.cache_dir, self.pinning, self.zygote)
+    def _new(self, opponent: bool = False) -> Worker:
+        return Worker(self.device, self.cache_dir, self.pinning, self.zygote, opponent)
 
     def _fill(self) -> None:
         with self._lock:
@@ -239,11 +240,14 @@ class WorkerPool:
                 self._idle.appendleft(worker)
         return self.info
 
-    def take(self) -> Worker:
+    def take(self, job: Job | None = None) -> Worker:
+        """A worker for `job`: a spare, or for a job that runs no candidate code (a baseline's) one of
+        its own, whose sandbox writes the opponent's caches (sandbox.OPPONENT) and no candidate's."""
+        opponent = job is not None and job.kind == "baseline"
         with self._lock:
-            worker = self._idle.popleft() if self._idle else None
+            worker = self._idle.popleft() if self._idle and not opponent else None
         if worker is None:
-            worker = self._new()
+            worker = self._new(opponent)
         self._fill()
         try:
             self.info = worker.wait_ready(self.limits.startup)
@@ -387,7 +391,7 @@ class LocalExecutor(Spread):
         return future
 
     def _run(self, job: Job, device: str) -> dict:
-        worker = self.pools[device].take()
+        worker = self.pools[device].take(job)
         self._busy.add(worker)
         started = time.monotonic()
         try:

@@ -101,7 +101,7 @@ def _on_node(backend: str, limits: WorkerLimits, job: Job | None) -> dict:
     device = f"cuda:{ray.get_gpu_ids()[0]}" if backend == "cuda" else "cpu"
     pool = WorkerPool("cuda:0" if backend == "cuda" else "cpu", cache, 0, limits, {})
     try:
-        worker = pool.take()
+        worker = pool.take(job)
         info = pool.info or {}
         try:
             result = dict(info) if job is None else \

@@ -46,6 +46,12 @@ SECRET_WORDS = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSIO
 # What of the judge's cache a worker writes: the builds of each format, Triton's and inductor's caches, the
 # device's measured peaks. Not baselines (the judging process writes those), locks or logs.
 CACHE_WRITES = ("nvrtc", "c", "inline", "inline-lean", "triton", "inductor", "calibration", "torch-kernels")
+# The opponent's caches (torch.compile's code and Triton kernels, torch's own kernel cache), per task: only
+# a worker that runs no candidate code (a baseline job's) writes there. torch.compile loads the code it
+# finds in its cache as it is, so a candidate that could write there would slow the compiled reference
+# it is measured against (or run its own code in the opponent's process).
+OPPONENT = "opponent"
+OPPONENT_WRITES = (OPPONENT, "calibration")
 SYSTEM_READS = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc", "/opt", "/proc", "/sys",
                 "/dev", "/run", "/var/run", "/nix/store")
 DEVICE_FILES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/nvidia*",
@@ -74,9 +80,11 @@ class Plan:
     log: str
     read: tuple[str, ...] = ()
     channel: int = -1
+    opponent: bool = False  # a worker for jobs that run no candidate code: it writes the opponent's caches
 
     def write_roots(self) -> list[Path]:
-        return [Path(self.scratch), *(Path(self.cache) / name for name in CACHE_WRITES), Path("/dev/shm")]
+        names = OPPONENT_WRITES if self.opponent else CACHE_WRITES
+        return [Path(self.scratch), *(Path(self.cache) / name for name in names), Path("/dev/shm")]
 
     def write_files(self) -> list[Path]:
         return [Path(self.log), *(Path(p) for pattern in DEVICE_FILES for p in glob.glob(pattern))]
@@ -107,15 +115,16 @@ class Parent:
         shutil.rmtree(self.plan.scratch, ignore_errors=True)
 
 
-def prepare(cache: Path, log: Path, extra: Mapping[str, str]) -> Parent:
+def prepare(cache: Path, log: Path, extra: Mapping[str, str], opponent: bool = False) -> Parent:
     """A new worker's sandbox, before it is spawned (pass `child_end` to it). `extra` holds the variables
-    set for the worker on top of the allowlisted ones (its device, its cores, its allocator)."""
+    set for the worker on top of the allowlisted ones (its device, its cores, its allocator). `opponent`:
+    the worker will run no candidate code, and writes the opponent's caches instead of the candidates'."""
     cache = Path(cache).resolve()
     scratch = cache / "scratch" / secrets.token_hex(6)
-    for folder in (scratch / "home", scratch / "tmp", *(cache / name for name in CACHE_WRITES)):
+    for folder in (scratch / "home", scratch / "tmp", *(cache / name for name in CACHE_WRITES + OPPONENT_WRITES)):
         folder.mkdir(parents=True, exist_ok=True)
     ours, theirs = socket.socketpair()
-    plan = Plan(str(scratch), str(cache), str(Path(log).resolve()), tuple(_import_roots()), theirs.fileno())
+    plan = Plan(str(scratch), str(cache), str(Path(log).resolve()), tuple(_import_roots()), theirs.fileno(), opponent)
     env = environment(cache, scratch, extra)
     env[PLAN] = json.dumps(dataclasses.asdict(plan))
     return Parent(plan, env, ours, theirs)
@@ -178,6 +187,26 @@ def describe(filtered: str, version: int, held: set[str], variables: int) -> Con
         else "unconfined: this kernel offers no Landlock (Linux 5.13 or later, enabled)",
         network="; ".join(network) or "unconfined: neither seccomp nor Landlock's TCP rules (Linux 6.7) here",
         processes="; ".join(processes) or "unconfined: neither seccomp nor Landlock here")
+
+
+def opponent_environment(job: Job) -> None:
+    """In the worker, before the job's code runs: torch.compile's and torch's kernel caches for the task's
+    reference. A baseline job (no candidate code) uses the task's opponent folder; a compile_beside job,
+    whose candidate runs in the same process as the compiled reference, a copy of it in its scratch folder,
+    so that the reference compiles from what only baseline jobs wrote (and nothing it does there lasts)."""
+    from kernelevo.tasks import source_hash
+
+    folder = Path(job.cache_dir) / OPPONENT / source_hash(job.task_source)[:16]
+    if job.kind == "compile_beside":
+        scratch = Path(json.loads(os.environ[PLAN])["scratch"]) if os.environ.get(PLAN) else Path(os.getcwd())
+        copy = scratch / OPPONENT
+        if folder.is_dir():
+            shutil.copytree(folder, copy, symlinks=True)
+        folder = copy
+    for variable, name in (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton"),
+                           ("PYTORCH_KERNEL_CACHE_PATH", "torch-kernels")):
+        (folder / name).mkdir(parents=True, exist_ok=True)
+        os.environ[variable] = str(folder / name)
 
 
 def localize(job: Job) -> Job:

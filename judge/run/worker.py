@@ -129,7 +129,7 @@ def _warm_profiler(device: str) -> None:
 
 def _job_environment(job: Job, device: str) -> None:
     """Per-candidate build and cache directories, set before the candidate's code runs."""
-    from kernelevo.judge.run import triton_jobs
+    from kernelevo.judge.run import sandbox, triton_jobs
 
     cache = Path(job.cache_dir)
     triton_jobs.environment(cache, triton_jobs.interpreted(job, device))
@@ -137,6 +137,8 @@ def _job_environment(job: Job, device: str) -> None:
     built = job.candidate_hash if job.candidate_hash is not None else "none"  # a baseline job has no candidate
     os.environ["TORCH_EXTENSIONS_DIR"] = str(cache / "inline" / built[:24])
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "inductor")
+    if job.kind in ("baseline", "compile_beside"):  # the compiled reference: from caches no candidate wrote
+        sandbox.opponent_environment(job)
     os.environ.setdefault("MAX_JOBS", str(job.build_jobs))
     if job.format == "inline":
         from kernelevo.judge.run import inline
