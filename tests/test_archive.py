@@ -79,6 +79,34 @@ def test_migrations_recorded_and_reopen_is_noop(tmp_path):
             "embeddings", "events", "migrations"} <= tables
 
 
+def test_a_new_archive_is_never_seen_before_its_tables(tmp_path, monkeypatch):
+    """A run creating its archive while another process reads it (`archive ls`, a test polling the
+    file): while the schema is being made, the file is not there yet; once it is, it reads."""
+    from kernelevo.archive.store import connection
+
+    path, migrating, go_on = tmp_path / "a.sqlite", threading.Event(), threading.Event()
+    migrate = connection.Store._migrate
+
+    def slow_migrate(self):
+        migrating.set()
+        assert go_on.wait(30)
+        migrate(self)
+
+    monkeypatch.setattr(connection.Store, "_migrate", slow_migrate)
+    opened = []
+    creator = threading.Thread(target=lambda: opened.append(Archive.open(path)))
+    creator.start()
+    assert migrating.wait(30)
+    with pytest.raises(FileNotFoundError):
+        Archive.open_readonly(path)
+    go_on.set()
+    creator.join(30)
+    with Archive.open_readonly(path) as reader:
+        assert reader.applied_migrations() == [name for name, _ in MIGRATIONS]
+    opened[0].close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.sqlite"]  # no partial file left beside it
+
+
 def test_wal_and_foreign_keys(archive, run):
     raw = sqlite3.connect(archive.path)
     assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # persistent, read from the file

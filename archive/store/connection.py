@@ -9,7 +9,10 @@ and one connection keeps the writes of one process serialised without leaning on
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import sqlite3
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -39,6 +42,8 @@ class Store:
         """Open (creating it and its folder if needed) and bring the schema up to date."""
         path = Path(path).expanduser()
         path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists():
+            cls._create(path)
         # isolation_level=None: no implicit transactions; single statements commit at once and
         # multi-statement writes say BEGIN IMMEDIATE themselves
         conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None,
@@ -51,6 +56,28 @@ class Store:
             conn.close()
             raise
         return archive
+
+    @classmethod
+    def _create(cls, path: Path) -> None:
+        """A new archive appears whole: its schema is made under a temporary name and linked into place,
+        so that a reader (`archive ls` beside a starting run, a test polling it) never finds the file
+        before its tables. A file another process linked first is kept; where the file system has no
+        hard links, the archive is made in place, as `open` does with an existing file."""
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".new")
+        os.close(fd)
+        try:
+            fresh = cls(sqlite3.connect(tmp, isolation_level=None), Path(tmp), readonly=False)
+            try:
+                fresh._setup(("journal_mode=WAL", "synchronous=NORMAL"))
+                fresh._migrate()
+            finally:
+                fresh.close()  # the last connection: its write-ahead log is folded into the file
+            with contextlib.suppress(OSError):  # FileExistsError: another's came first; others: no links
+                os.link(tmp, path)
+        finally:
+            for leftover in (tmp, f"{tmp}-wal", f"{tmp}-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(leftover)
 
     @classmethod
     def open_readonly(cls, path: str | Path) -> Self:
