@@ -234,7 +234,7 @@ def test_torch_layers_copied_by_the_encoder_and_an_attention_call_become_tasks(t
     assert "        out = super().forward(query, key, key, need_weights=False)\n        return out[0]\n" in \
         (tmp_path / "multihead_attention.py").read_text()
     assert "drop (Dropout): does no work (returns its input unchanged, or a view of it); left out" in data["notes"]
-    assert data["covered"] >= 0.8 and data["covered"] == pytest.approx(sum(t["share"] for t in tasks.values()), abs=1e-3)
+    assert 0 < data["covered"] <= 1 and data["covered"] == pytest.approx(sum(t["share"] for t in tasks.values()), abs=1e-3)
     _rebuilds_every_site(tmp_path, data, MODELS / "encoder.py")
 
 
@@ -247,8 +247,25 @@ def test_an_lstm_built_with_keywords_is_a_task_returning_what_the_model_uses(tmp
     text = (tmp_path / "lstm.py").read_text()
     assert "super().__init__(args_0, args_1, args_2, batch_first=batch_first, dropout=dropout)" in text
     assert "        out = super().forward(input, (hx_0, hx_1))\n" in text and "        return out[0]\n" in text
-    assert data["covered"] >= 0.8
+    assert 0 < data["covered"] <= 1 and data["covered"] == pytest.approx(lstm["share"], abs=1e-3)
     _rebuilds_every_site(tmp_path, data, MODELS / "recurrent.py")
+
+
+def test_a_part_counts_its_fastest_forward_and_a_parent_the_sum_of_its_parts():
+    """Times per forward as a loaded machine gives them: each forward slowed somewhere else. The model's
+    fastest whole forward (10 ms) was never clean; built from its fastest parts it is 7 ms, as unloaded.
+    A container that is never called keeps its own time (none), whatever its children took."""
+    import torch.nn as nn
+
+    from kernelevo.evolution.drivers.parts.record import Site, _fastest_parts
+
+    root, a, b, box, c = nn.Identity(), nn.Identity(), nn.Identity(), nn.Identity(), nn.Identity()
+    sites = {"": Site("", root, calls=1, children=["a", "b", "box"]), "a": Site("a", a, calls=1),
+             "b": Site("b", b, calls=1), "box": Site("box", box, children=["box.c"]), "box.c": Site("box.c", c, calls=1)}
+    per_forward = {id(root): [10.0, 10.0, 10.0], id(a): [6.0, 3.0, 3.0], id(b): [3.0, 6.0, 3.0],
+                   id(box): [0.0, 0.0, 0.0], id(c): [0.5, 0.4, 0.6]}
+    assert _fastest_parts(sites, per_forward, "") == pytest.approx(1.0 + 3.0 + 3.0)  # root's own: 10-9, 10-9, 10-6
+    assert (sites["a"].ms, sites["b"].ms, sites["box"].ms, sites["box.c"].ms) == (3.0, 3.0, 0.0, 0.4)
 
 
 def test_parts_stop_at_the_share_of_time_asked(tmp_path):

@@ -266,8 +266,25 @@ def _time_sites(model, sites: dict[str, Site], inputs: list, sync) -> None:
             model(*inputs)
             for key in by_module:
                 per_forward.setdefault(key, []).append(spent.get(key, 0.0))
-    for key, site in by_module.items():
-        site.ms = min(per_forward[key])
+    _fastest_parts(sites, per_forward, "")
+
+
+def _fastest_parts(sites: dict[str, Site], per_forward: dict[int, list[float]], path: str) -> float:
+    """A site's ms: the fastest of its own time (outside its submodules) plus its submodules' ms, bottom up.
+    Each part counts its fastest forward and a parent is the sum of its parts: on a loaded machine a whole
+    forward seldom runs without another process taking its core somewhere, while each small part often
+    does, so the fastest whole forward against the fastest parts read 0.49 of a model covered (2 cores,
+    one kept busy) where a quiet run read over 0.8."""
+    site = sites[path]
+    children = [c for c in site.children if c in sites]
+    parts = sum(_fastest_parts(sites, per_forward, c) for c in children)
+    mine = per_forward[id(site.module)]
+    inside = [sum(per_forward[id(sites[c].module)][f] for c in children) for f in range(len(mine))]
+    if site.calls and all(i <= t for t, i in zip(mine, inside)):  # its submodules ran within its calls
+        site.ms = min(t - i for t, i in zip(mine, inside)) + parts
+    else:  # a container never called, or submodules called from elsewhere too: its own fastest forward
+        site.ms = min(mine)
+    return site.ms
 
 
 @contextlib.contextmanager
