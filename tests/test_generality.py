@@ -79,8 +79,10 @@ def test_cuda_fixtures_get_their_verdicts(cache_dir):
 def test_failures_name_the_shape_or_range_that_broke_them(verdicts):
     tail = verdicts["shape_specific__no_tail_c.py"].message
     assert tail.startswith("derived shape (inner dimension 1024 -> 1021: float32[64, 1021])")
-    # the unwritten tail shows as poison or as stale values, whichever block malloc hands out
-    assert ("never written" in tail or "relative L2 error" in tail) and "correct only on the task's own shapes" in tail
+    # the unwritten tail shows as poison or as stale values, whichever block malloc hands out; stale values
+    # may be NaN or inf (seen once in a quiet clean-clone run: "output has NaN/inf where the reference does not")
+    stale = ("relative L2 error", "NaN/inf where the reference does not")
+    assert ("never written" in tail or any(s in tail for s in stale)) and "correct only on the task's own shapes" in tail
     rows = verdicts["shape_specific__row_tiles_c.py"].message
     assert "leading dimension 64 -> 61" in rows and "float32[61, 1024]" in rows
     naive = verdicts["value_range__no_max_c.py"].message
