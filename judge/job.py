@@ -40,6 +40,11 @@ class Job:
     build_jobs: int = 4  # parallel compiler jobs of an inline build (MAX_JOBS), where not set already
     cache_dir: str = ""  # set by the executor: the judge's cache on the machine that runs the job
 
+    @property
+    def runs_candidate(self) -> bool:
+        """Whether the job's worker runs candidate code: every kind but a baseline's (sandbox.OPPONENT)."""
+        return self.kind != "baseline"
+
     def to_dict(self) -> dict:
         """The job as JSON-friendly values (what crosses to the worker process)."""
         return dataclasses.asdict(self)

@@ -243,7 +243,7 @@ class WorkerPool:
     def take(self, job: Job | None = None) -> Worker:
         """A worker for `job`: a spare, or for a job that runs no candidate code (a baseline's) one of
         its own, whose sandbox writes the opponent's caches (sandbox.OPPONENT) and no candidate's."""
-        opponent = job is not None and job.kind == "baseline"
+        opponent = job is not None and not job.runs_candidate
         with self._lock:
             worker = self._idle.popleft() if self._idle and not opponent else None
         if worker is None:
@@ -291,7 +291,7 @@ def drive(worker: Worker, job: Job, limits: WorkerLimits, hold_device, hold_mach
     result = _follow(worker, job, limits, hold_device, hold_machine)
     if worker.info and worker.info.get("confinement"):
         result["confinement"] = worker.info["confinement"]  # said before any candidate code ran
-    return sandbox.judged(result, worker.sandbox.refusals(), candidate=job.kind != "baseline")
+    return sandbox.judged(result, worker.sandbox.refusals(), candidate=job.runs_candidate)
 
 
 def _follow(worker: Worker, job: Job, limits: WorkerLimits, hold_device, hold_machine) -> dict:

@@ -189,6 +189,11 @@ def describe(filtered: str, version: int, held: set[str], variables: int) -> Con
         processes="; ".join(processes) or "unconfined: neither seccomp nor Landlock here")
 
 
+def _scratch() -> Path | None:
+    """In a worker: its scratch folder, as the plan says (None: started without one)."""
+    return Path(json.loads(os.environ[PLAN])["scratch"]) if os.environ.get(PLAN) else None
+
+
 def opponent_environment(job: Job) -> None:
     """In the worker, before the job's code runs: torch.compile's and torch's kernel caches for the task's
     reference. A baseline job (no candidate code) uses the task's opponent folder; a compile_beside job,
@@ -198,8 +203,7 @@ def opponent_environment(job: Job) -> None:
 
     folder = Path(job.cache_dir) / OPPONENT / source_hash(job.task_source)[:16]
     if job.kind == "compile_beside":
-        scratch = Path(json.loads(os.environ[PLAN])["scratch"]) if os.environ.get(PLAN) else Path(os.getcwd())
-        copy = scratch / OPPONENT
+        copy = (_scratch() or Path(os.getcwd())) / OPPONENT
         if folder.is_dir():
             shutil.copytree(folder, copy, symlinks=True)
         folder = copy
@@ -213,7 +217,7 @@ def localize(job: Job) -> Job:
     """The job with its task's and candidate's sources written into the worker's scratch folder, under
     their own file names, and their paths pointing there: tools that read a module's file (torch.compile's
     tracer, inspect) find the source that was executed, and the user's folders need not be readable."""
-    scratch = Path(json.loads(os.environ[PLAN])["scratch"]) if os.environ.get(PLAN) else None
+    scratch = _scratch()
     if scratch is None:
         return job
     moved = {}
