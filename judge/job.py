@@ -17,7 +17,7 @@ from kernelevo.judge.measure.timing import TimingConfig
 
 @dataclass(frozen=True)
 class Job:
-    kind: str = "candidate"  # candidate, baseline, remeasure, compile_beside or profile (worker.main)
+    kind: str = "candidate"  # candidate, check, baseline, remeasure, compile_beside or profile (worker.main)
     task_source: str = ""
     task_path: str = ""
     seed: int = 0
@@ -39,11 +39,13 @@ class Job:
     eager_ms: float | None = None
     build_jobs: int = 4  # parallel compiler jobs of an inline build (MAX_JOBS), where not set already
     cache_dir: str = ""  # set by the executor: the judge's cache on the machine that runs the job
+    peer: str = ""  # a check job: the candidate worker's own folder (its file of outputs on the CPU)
 
     @property
     def runs_candidate(self) -> bool:
-        """Whether the job's worker runs candidate code: every kind but a baseline's (sandbox.OPPONENT)."""
-        return self.kind != "baseline"
+        """Whether the job's worker runs candidate code: every kind but a baseline's (sandbox.OPPONENT) and
+        a check's (the checker holds the reference and compares: trials/checker.py)."""
+        return self.kind not in ("baseline", "check")
 
     def to_dict(self) -> dict:
         """The job as JSON-friendly values (what crosses to the worker process)."""

@@ -56,7 +56,7 @@ def crosscheck_eager(result: dict, baseline: dict | None, device: str, tolerance
 def judge_remeasure(result: dict, second: dict, kind: str, limit: float, tolerance: float, device: str) -> dict:
     """Accept an implausible speedup only if a fresh process with another timer agrees."""
     evidence = {**result.get("evidence", {}), "implausible_above": limit, "task_kind": kind}
-    if second.get("verdict") != "ok":
+    if second.get("verdict") != "ok" or not isinstance(second.get("speedup"), (int, float)):
         return {**result, "verdict": "rejected", "reason": "timing_mismatch",
                 "message": f"a speedup of {result['speedup_eager']:.1f}x (above {limit:g}x for a {kind} task) could "
                            f"not be re-measured: {second.get('message', '')}", "evidence": evidence}

@@ -173,6 +173,7 @@ class Confinement:
     files: str = ""  # what it may read and write
     network: str = ""
     processes: str = ""  # other processes: ptrace, their memory, signals
+    comparison: str = ""  # where the candidate's outputs were compared with the reference's
 
     @property
     def unconfined(self) -> tuple[str, ...]:

@@ -388,7 +388,7 @@ def test_probes_never_compute_the_output_of_a_trials_own_inputs():
     """The reference's output for a trial's inputs must not exist before the candidate runs: in freed
     memory it could hand an output the candidate never writes the right values (seen once in about
     twenty runs of the row-tile fixture). So the judge probes the reference on shuffled copies."""
-    from kernelevo.judge.trials.correctness import Reference
+    from kernelevo.judge.trials.reference import Reference
 
     seen = []
 

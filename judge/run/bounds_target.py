@@ -30,7 +30,7 @@ def main() -> None:
 
     from kernelevo.judge.run import worker
     from kernelevo.judge.run.bounds import DONE, MARK
-    from kernelevo.judge.trials import correctness, inputs, shapes
+    from kernelevo.judge.trials import checker, correctness, inputs, shapes
     from kernelevo.tasks import load_module
 
     if device.startswith("cuda"):
@@ -40,7 +40,7 @@ def main() -> None:
     cls = load_module(job.candidate_source, job.candidate_path, "candidate").ModelNew
     init = tuple(task.get_init_inputs())
     base = inputs.trial_inputs(task.get_inputs, 0, job.seed, device, "as given")[0]
-    roles = correctness.plan_shapes(task, device) if job.shapes == "general" else None
+    roles = checker.plan_shapes(task, device) if job.shapes == "general" else None
     found = shapes.variants(base, roles)[0] if roles is not None else []
     runs = [("the task's own shape", init, base, shapes.describe(base))]
     extra = getattr(task, "get_test_inputs", None)

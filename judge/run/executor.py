@@ -16,7 +16,6 @@ import dataclasses
 import fcntl
 import json
 import os
-import secrets
 import select
 import tempfile
 import threading
@@ -28,6 +27,7 @@ from pathlib import Path
 from kernelevo.judge import verdicts
 from kernelevo.judge.measure import hold
 from kernelevo.judge.run import sandbox, zygote
+from kernelevo.judge.run.drive import WorkerDied, audit, drive  # noqa: F401 - the executor's names, as before
 from kernelevo.judge.job import Job
 
 
@@ -40,8 +40,6 @@ class WorkerLimits:
     run: float = 120.0  # correctness + timing, once the worker holds the device
 
 
-class WorkerDied(Exception):
-    pass
 
 
 class Worker:
@@ -79,19 +77,28 @@ class Worker:
 
     def next_event(self, deadline: float) -> dict:
         """The next event; raises TimeoutError past the deadline (on `clock`), WorkerDied at EOF."""
-        while b"\n" not in self._buffer:
+        while (event := self.buffered()) is None:
             left = deadline - self.clock()
             if left <= 0:
                 raise TimeoutError
             ready, _, _ = select.select([self._fd], [], [], left)
-            if not ready:
-                continue
-            chunk = os.read(self._fd, 65536)
-            if not chunk:
-                raise WorkerDied
-            self._buffer += chunk
+            if ready:
+                self.read_some()
+        return event
+
+    def buffered(self) -> dict | None:
+        """An event already read in whole, if any."""
+        if b"\n" not in self._buffer:
+            return None
         line, self._buffer = self._buffer.split(b"\n", 1)
         return json.loads(line)
+
+    def read_some(self) -> None:
+        """What the worker wrote since; WorkerDied at its end."""
+        chunk = os.read(self._fd, 65536)
+        if not chunk:
+            raise WorkerDied(self)
+        self._buffer += chunk
 
     def wait_ready(self, limit: float) -> dict:
         if self.info is None:
@@ -122,37 +129,6 @@ class Worker:
             self.log.close()
             os.unlink(self.log.name)
         self.sandbox.remove()
-
-
-def audit(result: dict, token: str | None, expected: str, granted: float | None,
-          released: float | None = None) -> dict:
-    """Check a worker's result against what this process saw, with its own clock.
-
-    The candidate's code runs inside the worker, so in principle it can write to the event pipe
-    too. A passing result must repeat the token sent with `go` (which code that ran before it
-    cannot know), and cannot claim more device time than elapsed here between `go` and the
-    result. The device time on record is this process's measurement (from `go` to the worker's
-    `release`, or to its result), not the worker's.
-    """
-    claims_time = result.get("verdict") == "ok" or "timing" in result
-    if granted is None:
-        if claims_time:
-            return _forged("a passing result arrived before the worker was given the device")
-        return result
-    if token != expected:
-        return _forged("a result line without the token the judge sent with the device")
-    elapsed = time.monotonic() - granted
-    timed_ms = sum((result.get("samples_ms") or {}).values())
-    claimed = max(float(result.get("device_s") or 0.0), timed_ms / 1000)
-    if claimed > 1.05 * elapsed + 0.05:
-        return _forged(f"the worker reported {claimed:.3f} s of device time, but only {elapsed:.3f} s passed",
-                       {"reported_s": claimed, "elapsed_s": elapsed})
-    result.pop("samples_ms", None)
-    return {**result, "device_s": (released or time.monotonic()) - granted}
-
-
-def _forged(message: str, evidence: dict | None = None) -> dict:
-    return {"verdict": "rejected", "reason": "forged_report", "message": message, "evidence": evidence or {}}
 
 
 def _child_device(device: str) -> str:
@@ -257,6 +233,12 @@ class WorkerPool:
             raise RuntimeError(f"judge worker for {self.device} failed to start: {verdicts.tail(log, 5)}") from exc
         return worker
 
+    def checker(self) -> Worker:
+        """A new process for a candidate job's checker (trials/checker.py): it runs no candidate code,
+        so its sandbox is a baseline's. Its start (a CUDA context) overlaps the candidate's build: the
+        job's events say when it is ready (drive.py)."""
+        return self._new(opponent=True)
+
     def close(self) -> None:
         with self._lock:
             while self._idle:
@@ -281,60 +263,6 @@ def device_lock(cache_dir: Path, device: str):
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def drive(worker: Worker, job: Job, limits: WorkerLimits, hold_device, hold_machine=None) -> dict:
-    """Send the job, follow its events, enforce the limits; always return a result dict, with what
-    held the worker (`confinement`) and what its sandbox refused (a candidate's `io_access`).
-    `hold_device()` is the context that gives this worker the device for its run phase;
-    `hold_machine()`, where given, the one that pauses every other worker while it times on the CPU."""
-    result = _follow(worker, job, limits, hold_device, hold_machine)
-    if worker.info and worker.info.get("confinement"):
-        result["confinement"] = worker.info["confinement"]  # said before any candidate code ran
-    return sandbox.judged(result, worker.sandbox.refusals(), candidate=job.runs_candidate)
-
-
-def _follow(worker: Worker, job: Job, limits: WorkerLimits, hold_device, hold_machine) -> dict:
-    phase, deadline = "build", worker.clock() + limits.build
-    token, granted, released = secrets.token_hex(16), None, None
-    trial = ""  # the correctness trial under way: a crash or hang there names its shape
-    with contextlib.ExitStack() as held, contextlib.ExitStack() as machine:
-        try:
-            worker.send(job.to_dict())
-            while True:
-                event = worker.next_event(deadline)
-                if event["event"] == "gpu" and granted is None:
-                    held.enter_context(hold_device())
-                    phase, deadline = "run", worker.clock() + limits.run
-                    # before `go`: descheduled between the two (64 ms once, loaded), this process would
-                    # count less device time than the worker, whose clock starts at `go` (audit)
-                    granted = time.monotonic()
-                    worker.send({"go": True, "token": token})
-                elif event["event"] == "quiet" and granted is not None and released is None:
-                    machine.close()
-                    waited = machine.enter_context(hold_machine()) if hold_machine else 0.0
-                    worker.send({"quiet": True, "waited_s": waited})
-                elif event["event"] == "loud":
-                    machine.close()
-                elif event["event"] == "release" and granted is not None and released is None:
-                    machine.close()
-                    held.close()  # the worker finishes on the CPU; the device may go to the next
-                    released = time.monotonic()
-                elif event["event"] == "trial":
-                    trial = f" ({event.get('label', '')})"
-                elif event["event"] == "result":
-                    result = {k: v for k, v in event.items() if k not in ("event", "token")}
-                    return audit(result, event.get("token"), token, granted, released)
-        except TimeoutError:
-            limit = limits.build if phase == "build" else limits.run
-            return {"verdict": "timeout", "reason": f"{phase}_timeout",
-                    "message": f"no verdict within {limit:.0f} s of {phase}{trial}; the process was killed",
-                    "excerpt": verdicts.tail(worker.log_text())}
-        except (WorkerDied, BrokenPipeError):
-            worker.proc.wait()
-            failure = verdicts.classify_exit(worker.proc.returncode, worker.log_text(), phase + trial)
-            return {"verdict": failure.verdict, "reason": failure.reason,
-                    "message": failure.message, "excerpt": failure.excerpt}
 
 
 class Spread:
@@ -371,7 +299,8 @@ class LocalExecutor(Spread):
                       for d in devices}
         workers = concurrency or max(1, min(8, (os.cpu_count() or 2) - 1)) * len(devices)
         self._threads = concurrent.futures.ThreadPoolExecutor(max_workers=workers)
-        self._busy: set[Worker] = set()
+        self._busy: set[Worker] = set()  # candidates' (and baselines') workers running a job
+        self._checking: set[Worker] = set()  # their checkers
         super().__init__(devices)
 
     def device_info(self, device: str) -> dict:
@@ -391,15 +320,22 @@ class LocalExecutor(Spread):
         return future
 
     def _run(self, job: Job, device: str) -> dict:
-        worker = self.pools[device].take(job)
+        pool = self.pools[device]
+        worker = pool.take(job)
+        checker = pool.checker() if job.kind == "candidate" else None
         self._busy.add(worker)
+        if checker is not None:
+            self._checking.add(checker)
         started = time.monotonic()
         try:
             result = drive(worker, job, self.limits, lambda: device_lock(self.cache_dir, device),
-                           None if device.startswith("cuda") else lambda: hold.machine(worker.proc.pid))
+                           None if device.startswith("cuda") else lambda: hold.machine(worker.proc.pid), checker)
         finally:
             self._busy.discard(worker)
-            worker.kill()
+            self._checking.discard(checker)
+            for w in (worker, checker):
+                if w is not None:
+                    w.kill()
         result["wall_s"] = time.monotonic() - started
         result.setdefault("device_name", worker.info.get("device_name", ""))
         result.setdefault("torch_version", worker.info.get("torch", ""))
@@ -408,7 +344,7 @@ class LocalExecutor(Spread):
     def close(self, cancel: bool = False) -> None:
         """Wait for submitted jobs, or with `cancel` (Ctrl-C, an error) kill them at once."""
         if cancel:
-            for worker in list(self._busy):
+            for worker in [*self._busy, *self._checking]:
                 worker.kill()
         self._threads.shutdown(wait=True, cancel_futures=True)
         for pool in self.pools.values():

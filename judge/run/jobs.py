@@ -105,7 +105,6 @@ def run_candidate(job: Job, device: str, channel) -> dict:
     result["notes"] += suspicions
     result["resources"] = [dataclasses.asdict(r) for r in resources.collect()]
     channel.send("built", build_s=result["build_s"])
-    planned = _plan_shapes(task, job, device)  # on shapes alone: no device time spent on it
     channel.acquire_device()  # from here on this worker has the device to itself
     acquired = time.perf_counter()
     try:
@@ -113,8 +112,7 @@ def run_candidate(job: Job, device: str, channel) -> dict:
             failed = _first_call(task, candidate, job, device, result)
             if failed:
                 return failed
-        return _check_and_time(task, reference, candidate, job, device, result, integrity, threads, channel, acquired,
-                               planned)
+        return _check_and_time(task, reference, candidate, job, device, result, integrity, threads, channel, acquired)
     finally:
         result.setdefault("device_s", time.perf_counter() - acquired)  # set at release when it got that far
 
@@ -135,19 +133,8 @@ def _first_call(task, candidate, job: Job, device: str, result: dict) -> dict | 
     return None
 
 
-def _plan_shapes(task, job: Job, device: str):
-    """The derived shapes (correctness.plan_shapes), or None to plan them once the device is held."""
-    if job.shapes != "general":
-        return None
-    try:
-        return correctness.plan_shapes(task, device)
-    except Exception:  # noqa: BLE001 - the task's own code on meta tensors: the trials plan with real ones
-        return None
-
-
 def _check_and_time(task, reference, candidate, job: Job, device: str, result: dict,
-                    integrity: guards.Integrity, threads: guards.ThreadWatch, channel, acquired: float,
-                    planned=None) -> dict:
+                    integrity: guards.Integrity, threads: guards.ThreadWatch, channel, acquired: float) -> dict:
     evidence: dict[str, Any] = {}
     phases = evidence["phases_s"] = {}
     result.update(policy=job.policy, evidence=evidence)
@@ -159,14 +146,18 @@ def _check_and_time(task, reference, candidate, job: Job, device: str, result: d
         phases[name], clock = round(now - clock, 4), now
 
     try:
-        checked = correctness.check(task, reference, candidate, job, device, threads,
-                                    lambda label: channel.send("trial", label=label), planned)
-        result["notes"] = [*result.get("notes", []), *checked.pop("checks", [])]
-        evidence["trial_s"] = checked.pop("trial_s", {})
-        result.update(checked)
+        # The checker (trials/checker.py) sends each trial's inputs and compares what comes back; its
+        # verdict, not anything this process says, is the one the judging process takes.
+        side = correctness.Side(task, reference, candidate, job, device, threads)
+        checked = side.follow(channel.receive, lambda message: channel.send("to_checker", message=message))
         phase("correctness")
-        if checked["verdict"] != "ok":
+        if not checked.get("ok"):
+            result.update({k: checked.get(k) or "" for k in ("verdict", "reason", "message")})
+            if result["verdict"] in ("", "ok"):
+                result.update(verdict="runtime_error", reason="checker", message="the checker gave no verdict")
             return result
+        checked = {"stateful": bool(checked.get("stateful"))}
+        result.update(verdict="ok", reason="", message="")  # as far as this process can tell: the checker decides
         integrity.verify("the correctness trials")
         _bounds(job, device, result, evidence)
         phase("bounds")
@@ -180,7 +171,7 @@ def _check_and_time(task, reference, candidate, job: Job, device: str, result: d
             return _untimed(result, integrity, threads, channel, acquired, phase)
         with channel.quiet():
             measured = _time_and_crosscheck(reference, candidate, sets, task, job, device, evidence, phase,
-                                            checked.get("stateful", False))
+                                            checked["stateful"])
             result["loop"] = _loop({"candidate": lambda a: forward(candidate, a),
                                     "eager": lambda a: forward(reference, a)}, sets, device, ("eager", "candidate"))
             phase("loop")
@@ -245,6 +236,14 @@ def _time_and_crosscheck(reference, candidate, sets: list, task, job: Job, devic
     measured = timing.measure(fns, sets, device, config, ratios=(("eager", "candidate"),))
     phase("timing")
     with torch.no_grad():
+        # The reference ran here only now, timed beside the candidate (the checker computes it for the
+        # trials): a candidate that caught it there, and calls it instead of computing, does so here.
+        watch = guards.ReferenceWatch(reference)
+        try:
+            with watch.candidate_running():
+                forward(candidate, sets[0])
+        finally:
+            watch.remove()
         if device.startswith("cuda"):  # first: escaped work also corrupts what the other checks see
             plain = {"candidate": lambda a: forward(candidate, a), "eager": fns["eager"]}
             evidence["host_clock"] = crosscheck.host_clock(plain, sets[0])

@@ -102,12 +102,16 @@ def _on_node(backend: str, limits: WorkerLimits, job: Job | None) -> dict:
     pool = WorkerPool("cuda:0" if backend == "cuda" else "cpu", cache, 0, limits, {})
     try:
         worker = pool.take(job)
+        checker = pool.checker() if job is not None and job.kind == "candidate" else None
         info = pool.info or {}
         try:
             result = dict(info) if job is None else \
-                drive(worker, dataclasses.replace(job, cache_dir=str(cache)), limits, lambda: device_lock(cache, device))
+                drive(worker, dataclasses.replace(job, cache_dir=str(cache)), limits, lambda: device_lock(cache, device),
+                      checker=checker)
         finally:
-            worker.kill()
+            for w in (worker, checker):
+                if w is not None:
+                    w.kill()
     finally:
         pool.close()
     result.setdefault("device_name", info.get("device_name", ""))

@@ -194,6 +194,11 @@ def _scratch() -> Path | None:
     return Path(json.loads(os.environ[PLAN])["scratch"]) if os.environ.get(PLAN) else None
 
 
+def scratch_folder() -> Path:
+    """In a worker: the folder it may write (its scratch folder, else where it runs)."""
+    return _scratch() or Path(os.getcwd())
+
+
 def opponent_environment(job: Job) -> None:
     """In the worker, before the job's code runs: torch.compile's and torch's kernel caches for the task's
     reference. A baseline job (no candidate code) uses the task's opponent folder; a compile_beside job,

@@ -182,9 +182,10 @@ def main() -> None:
     job = sandbox.localize(Job.from_dict(channel.receive()))
     _job_environment(job, device)
     from kernelevo.judge.run import baseline, jobs, profiling
+    from kernelevo.judge.trials import checker
 
     started = time.perf_counter()
-    run = {"baseline": baseline.run, "remeasure": jobs.run_remeasure,
+    run = {"baseline": baseline.run, "check": checker.run_check, "remeasure": jobs.run_remeasure,
            "compile_beside": jobs.run_compile_beside, "profile": profiling.run_profile}.get(job.kind, jobs.run_candidate)
     result = run(job, device, channel)
     result["worker_s"] = time.perf_counter() - started

@@ -244,8 +244,12 @@ def _warm(device: str) -> None:
 
     with contextlib.suppress(ImportError):
         import triton  # noqa: F401
+    if device.startswith("cuda"):
+        with contextlib.suppress(ImportError):  # the checker's shared memory (trials/arena.py): no context made
+            from cuda.bindings import runtime  # noqa: F401
     from kernelevo.judge.job import Job  # noqa: F401
     from kernelevo.judge.run import baseline, jobs, landlock, profiling, sandbox, seccomp, worker  # noqa: F401
+    from kernelevo.judge.trials import checker  # noqa: F401
 
     assert not torch.cuda.is_initialized(), "a zygote must not create a CUDA context"
 

@@ -1,0 +1,235 @@
+"""Driving one job through its worker (and, for a candidate, its checker): send the job, follow the
+events, relay the trials between the two, enforce the limits, and make the result.
+
+A candidate job has two processes: the worker, which runs the candidate, and the checker
+(trials/checker.py), which holds the reference, hands over each trial's inputs and compares what
+comes back. They never talk directly: the checker's `to_worker` events are written to the worker's
+input here, the worker's `to_checker` events to the checker's. Only the checker's verdict on
+correctness counts; the worker's result gives the rest (build, timing, its own checks), and where it
+is not `ok` it stands, since a worker can only make its own verdict worse.
+"""
+from __future__ import annotations
+
+import contextlib
+import secrets
+import select
+import time
+
+from kernelevo.judge import verdicts
+from kernelevo.judge.run import sandbox
+from kernelevo.judge.job import Job
+
+COMPARED = "in a checker process that never loaded candidate code"
+
+
+class WorkerDied(Exception):
+    def __init__(self, worker=None):
+        super().__init__()
+        self.worker = worker
+
+
+def audit(result: dict, token: str | None, expected: str, granted: float | None,
+          released: float | None = None) -> dict:
+    """Check a worker's result against what this process saw, with its own clock.
+
+    The candidate's code runs inside the worker, so in principle it can write to the event pipe
+    too. A passing result must repeat the token sent with `go` (which code that ran before it
+    cannot know), and cannot claim more device time than elapsed here between `go` and the
+    result. The device time on record is this process's measurement (from `go` to the worker's
+    `release`, or to its result), not the worker's.
+    """
+    claims_time = result.get("verdict") == "ok" or "timing" in result
+    if granted is None:
+        if claims_time:
+            return _forged("a passing result arrived before the worker was given the device")
+        return result
+    if token != expected:
+        return _forged("a result line without the token the judge sent with the device")
+    elapsed = time.monotonic() - granted
+    timed_ms = sum((result.get("samples_ms") or {}).values())
+    claimed = max(float(result.get("device_s") or 0.0), timed_ms / 1000)
+    if claimed > 1.05 * elapsed + 0.05:
+        return _forged(f"the worker reported {claimed:.3f} s of device time, but only {elapsed:.3f} s passed",
+                       {"reported_s": claimed, "elapsed_s": elapsed})
+    result.pop("samples_ms", None)
+    return {**result, "device_s": (released or time.monotonic()) - granted}
+
+
+def _forged(message: str, evidence: dict | None = None) -> dict:
+    return {"verdict": "rejected", "reason": "forged_report", "message": message, "evidence": evidence or {}}
+
+
+def drive(worker, job: Job, limits, hold_device, hold_machine=None, checker=None) -> dict:
+    """Send the job, follow its events, enforce the limits; always return a result dict, with what
+    held the worker (`confinement`) and what its sandbox refused (a candidate's `io_access`).
+    `hold_device()` is the context that gives this worker the device for its run phase;
+    `hold_machine()`, where given, the one that pauses every other worker while it times on the CPU.
+    `checker`: the checker's process for a candidate job (executor.WorkerPool.checker)."""
+    follow = _Follow(worker, job, limits, checker)
+    result = follow.run(hold_device, hold_machine)
+    if checker is not None:
+        result = merge(result, follow.checked)
+    if worker.info and worker.info.get("confinement"):
+        result["confinement"] = worker.info["confinement"]  # said before any candidate code ran
+        if checker is not None:
+            result["confinement"] = {**result["confinement"], "comparison": COMPARED}
+    return sandbox.judged(result, worker.sandbox.refusals(), candidate=job.runs_candidate)
+
+
+def merge(result: dict, checked: dict | None) -> dict:
+    """The worker's result with the checker's verdict on correctness: the checker's where it is not
+    `ok`; the worker's own where that is not `ok` (no better than it says); else both together."""
+    if checked is None:
+        if result.get("verdict") != "ok":
+            return result
+        return _forged("a passing result arrived before the checker had compared the candidate's outputs "
+                       "(the trials it sent were not all answered)", {"worker_claimed": result.get("verdict")})
+    if checked.get("verdict") != "ok":
+        kept = {k: result[k] for k in ("build_s", "resources", "device_s", "worker_s", "policy") if k in result}
+        notes = [n for n in result.get("notes", []) if n]
+        return {**kept, **checked, "notes": notes}
+    if result.get("verdict") != "ok":
+        return result
+    evidence = {**(result.get("evidence") or {}), "trial_s": checked.get("trial_s", {}),
+                "checker": checked.get("checker", {})}
+    return {**result, "correctness": checked["correctness"], "shapes": checked.get("shapes"),
+            "notes": [*result.get("notes", []), *checked.get("checks", [])], "evidence": evidence}
+
+
+class _Follow:
+    """One job's events, from its worker and its checker, until the worker's result."""
+
+    def __init__(self, worker, job: Job, limits, checker=None):
+        self.worker, self.job, self.limits, self.checker = worker, job, limits, checker
+        self.checked: dict | None = None
+        self.phase, self.deadline = "build", worker.clock() + limits.build
+        self.token, self.granted, self.released = secrets.token_hex(16), None, None
+        self.trial = ""  # the correctness trial under way: a crash or hang there names its shape
+        self.answered = False  # the worker's result is in: its end of the pipe closing is expected
+        # The device is given only once the checker is prepared too, so that its start (a CUDA context,
+        # the reference, the shape plan) is not paid from held device time.
+        self.prepared = checker is None
+        self.asked = False  # the worker asked for the device
+
+    def run(self, hold_device, hold_machine) -> dict:
+        with contextlib.ExitStack() as held, contextlib.ExitStack() as machine:
+            try:
+                self.worker.send(self.job.to_dict())
+                if self.checker is not None:
+                    self.checker.send(self._check_job().to_dict())
+                while True:
+                    who, event = self._next()
+                    if who is self.checker:
+                        self._from_checker(event)
+                        event = {"event": "checker"}  # the grant may have waited for it
+                    done = self._from_worker(event, held, machine, hold_device, hold_machine)
+                    if done is not None:
+                        return self._finish(done)
+            except TimeoutError:
+                limit = self.limits.build if self.phase == "build" else self.limits.run
+                return {"verdict": "timeout", "reason": f"{self.phase}_timeout",
+                        "message": f"no verdict within {limit:.0f} s of {self.phase}{self.trial}; the process was killed",
+                        "excerpt": verdicts.tail(self.worker.log_text())}
+            except (WorkerDied, BrokenPipeError) as exc:
+                return self._died(getattr(exc, "worker", None))
+
+    def _check_job(self) -> Job:
+        import dataclasses
+
+        # the checker never sees the candidate's source; it learns where the worker writes its outputs
+        return dataclasses.replace(self.job, kind="check", candidate_source=None, candidate_path=None,
+                                   candidate_hash=None, peer=self.worker.sandbox.plan.scratch)
+
+    def _next(self):
+        """(who, event): the next event of the worker or the checker, the checker's first."""
+        while True:
+            for who in (self.checker, self.worker):
+                if who is not None and (event := who.buffered()) is not None:
+                    return who, event
+            left = self.deadline - self.worker.clock()
+            if left <= 0:
+                raise TimeoutError
+            live = [w for w in (self.worker, self.checker) if w is not None and not getattr(w, "ended", False)]
+            ready, _, _ = select.select([w._fd for w in live], [], [], left)
+            for w in live:
+                if w._fd in ready:
+                    try:
+                        w.read_some()
+                    except WorkerDied:
+                        expected = self.answered if w is self.worker else self.checked is not None
+                        if not expected or not [x for x in live if x is not w]:
+                            raise
+                        w.ended = True  # each exits once it has said its last
+
+    def _from_checker(self, event: dict) -> None:
+        kind = event.get("event")
+        if kind == "ready":
+            self.checker.info = event
+        elif kind == "prepared":  # its reference built and its shapes planned: it is ready for the trials
+            self.prepared = True
+        elif kind == "trial":
+            self.trial = f" ({event.get('label', '')})"
+        elif kind == "to_worker":
+            self.worker.send(event.get("message"))
+        elif kind == "result":
+            self.checked = {k: v for k, v in event.items() if k not in ("event", "token")}
+
+    def _from_worker(self, event: dict, held, machine, hold_device, hold_machine) -> dict | None:
+        kind = event.get("event")
+        if kind == "gpu" and self.granted is None:
+            self.asked = True
+        if self.asked and self.prepared and self.granted is None:
+            held.enter_context(hold_device())
+            self.phase, self.deadline = "run", self.worker.clock() + self.limits.run
+            # before `go`: descheduled between the two (64 ms once, loaded), this process would
+            # count less device time than the worker, whose clock starts at `go` (audit)
+            self.granted = time.monotonic()
+            self.worker.send({"go": True, "token": self.token})
+            if self.checker is not None:
+                self.checker.send({"go": True})
+        elif kind == "to_checker" and self.checker is not None:
+            self.checker.send({"answer": event.get("message")})
+        elif kind == "quiet" and self.granted is not None and self.released is None:
+            machine.close()
+            waited = machine.enter_context(hold_machine()) if hold_machine else 0.0
+            self.worker.send({"quiet": True, "waited_s": waited})
+        elif kind == "loud":
+            machine.close()
+        elif kind == "release" and self.granted is not None and self.released is None:
+            machine.close()
+            held.close()  # the worker finishes on the CPU; the device may go to the next
+            self.released = time.monotonic()
+        elif kind == "trial":
+            self.trial = f" ({event.get('label', '')})"
+        elif kind == "result":
+            result = {k: v for k, v in event.items() if k not in ("event", "token")}
+            return audit(result, event.get("token"), self.token, self.granted, self.released)
+        return None
+
+    def _finish(self, result: dict) -> dict:
+        """The worker's result; where it passed, the checker's verdict too. An honest worker answers every
+        trial before it goes on, so by now the checker has ended or is ending; one still waiting for an
+        answer gets none (its input closes) and ends without a verdict."""
+        self.answered = True
+        if self.checker is None or result.get("verdict") != "ok":
+            return result
+        with contextlib.suppress(OSError):
+            self.checker.proc.stdin.close()
+        while self.checked is None:
+            try:
+                who, event = self._next()
+            except (WorkerDied, TimeoutError):
+                break
+            if who is self.checker:
+                self._from_checker(event)
+        return result
+
+    def _died(self, who) -> dict:
+        if who is not None and who is self.checker:
+            return {"verdict": "runtime_error", "reason": "checker",
+                    "message": f"the checker's process ended before its verdict{self.trial}",
+                    "excerpt": verdicts.tail(self.checker.log_text())}
+        self.worker.proc.wait()
+        failure = verdicts.classify_exit(self.worker.proc.returncode, self.worker.log_text(), self.phase + self.trial)
+        return {"verdict": failure.verdict, "reason": failure.reason,
+                "message": failure.message, "excerpt": failure.excerpt}
