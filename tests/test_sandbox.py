@@ -97,8 +97,9 @@ def test_a_candidate_that_hides_its_reach_takes_nothing(tmp_path, fixture):
 
 def test_a_forked_worker_holds_nothing_of_the_process_that_forked_it(tmp_path, monkeypatch):
     """Workers are forked by a zygote that imported torch once (judge/run/zygote.py): seen from inside, a
-    worker's folder, import path and environment are its own, and no descriptor leads back to the zygote
-    (a socket to it would let a candidate ask for an unconfined process)."""
+    worker's folder and environment are its own, its folder (which the candidate writes) is not on its import
+    path, and no descriptor leads back to the zygote (a socket to it would let a candidate ask for an
+    unconfined process)."""
     monkeypatch.setenv("WORK_LLM_SECRET", KEYS["WORK_LLM_SECRET"])
     with Judge(tmp_path / "cache", JudgeOptions(devices=("cpu",), compile_baseline=False)) as judge:
         e = judge.evaluate(load_task(FIXTURES / "cpu" / "task_scale.py"), FIXTURES / "sandbox" / "inside_view.py")
@@ -110,7 +111,7 @@ def test_a_forked_worker_holds_nothing_of_the_process_that_forked_it(tmp_path, m
     fds = dict(part[3:].split(":", 1) for part in view["c"].split("|") if part.startswith("fd="))
     assert view["parent"] == zygote, (view, zygote)  # forked, not started anew
     assert "-m kernelevo.judge.run.worker cpu " in seen["cmd"], seen  # and named so (ps, pkill -f), not as its zygote
-    assert Path(view["cwd"]).parent == (tmp_path / "cache" / "scratch").resolve() and view["path0"] == view["cwd"]
+    assert Path(view["cwd"]).parent == (tmp_path / "cache" / "scratch").resolve() and not view["cwd_on_path"]
     assert not [target for target in fds.values() if target.startswith("socket:")], fds
     environ, shown = set(seen["env"].split(",")), set(seen["shown"].split(","))
     assert "WORK_LLM_SECRET" not in environ | shown and {"KERNELEVO_SANDBOX", "HOME", "TMPDIR"} <= environ

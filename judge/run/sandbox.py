@@ -135,8 +135,10 @@ def environment(cache: Path, scratch: Path, extra: Mapping[str, str]) -> dict[st
     env = {k: v for k, v in os.environ.items() if passes(k)}
     env.update(extra)
     env.update(HOME=str(scratch / "home"), TMPDIR=str(scratch / "tmp"), XDG_CACHE_HOME=str(scratch / "home"),
-               PYTHONDONTWRITEBYTECODE="1", PYTORCH_KERNEL_CACHE_PATH=str(cache / "torch-kernels"),
+               PYTHONDONTWRITEBYTECODE="1", PYTORCH_KERNEL_CACHE_PATH=str(scratch / "home" / "torch-kernels"),
                TRITON_HOME=str(scratch / "home"), KERNELEVO_CACHE_DIR=str(cache))
+    if "PYTHONPATH" in env:  # an empty or relative entry is the current folder: a worker's is its own to write
+        env["PYTHONPATH"] = os.pathsep.join(p for p in env["PYTHONPATH"].split(os.pathsep) if os.path.isabs(p))
     return env
 
 
@@ -314,7 +316,7 @@ def probe(folder: Path) -> dict:
     listener.settimeout(0.5)
     parent = prepare(folder / "cache", folder / "probe.log", {})
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "kernelevo.judge.run.sandbox", str(outside),
+        proc = subprocess.Popen([sys.executable, "-s", "-P", "-m", "kernelevo.judge.run.sandbox", str(outside),
                                  str(listener.getsockname()[1])], stdout=subprocess.PIPE, text=True,
                                 pass_fds=(parent.child_end.fileno(),), env=parent.env, cwd=parent.plan.scratch)
         parent.spawned()

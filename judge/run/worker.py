@@ -1,6 +1,6 @@
 """The judge's child process: one candidate (or one baseline) per process, then exit.
 
-    python -m kernelevo.judge.run.worker DEVICE EVENT_FD
+    python -s -P -m kernelevo.judge.run.worker DEVICE EVENT_FD
 
 It starts, imports torch and creates its CUDA context before any job exists (so a pool can keep
 it warm), says `ready`, then reads one job as a JSON line on stdin. It reports progress and the
