@@ -79,8 +79,10 @@ def build_latency(fmt: str, count: int, cache: Path) -> dict:
 
 _BUILD = r"""
 import os, sys, time, torch
+from pathlib import Path
 from kernelevo.judge.run import inline
 from kernelevo.tasks import load_module
+inline.prepare(Path(os.environ["KERNELEVO_CACHE_DIR"]), inline.torch_include(), torch.__version__)  # as the judge does
 inline.install()
 os.environ["TORCH_EXTENSIONS_DIR"] = sys.argv[3]
 task = load_module(open(sys.argv[1]).read(), sys.argv[1], "task")

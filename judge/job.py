@@ -39,6 +39,7 @@ class Job:
     eager_ms: float | None = None
     build_jobs: int = 4  # parallel compiler jobs of an inline build (MAX_JOBS), where not set already
     cache_dir: str = ""  # set by the executor: the judge's cache on the machine that runs the job
+    build_dir: str = ""  # set by the executor as it sends the job: where its builds go (sandbox.Parent.assign)
 
     @property
     def runs_candidate(self) -> bool:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from kernelevo.judge import verdicts
 from kernelevo.judge.measure import hold
-from kernelevo.judge.run import sandbox, zygote
+from kernelevo.judge.run import inline, sandbox, zygote
 from kernelevo.judge.job import Job
 
 
@@ -288,6 +288,9 @@ def drive(worker: Worker, job: Job, limits: WorkerLimits, hold_device, hold_mach
     held the worker (`confinement`) and what its sandbox refused (a candidate's `io_access`).
     `hold_device()` is the context that gives this worker the device for its run phase;
     `hold_machine()`, where given, the one that pauses every other worker while it times on the CPU."""
+    job = worker.sandbox.assign(job)  # its build folder, lent to this worker until it is killed
+    if job.format == "inline":  # the derived headers its build reads, which no worker may write
+        inline.prepare_for(Path(job.cache_dir), worker.info or {})
     result = _follow(worker, job, limits, hold_device, hold_machine)
     if worker.info and worker.info.get("confinement"):
         result["confinement"] = worker.info["confinement"]  # said before any candidate code ran
