@@ -79,8 +79,10 @@ def build_latency(fmt: str, count: int, cache: Path) -> dict:
 
 _BUILD = r"""
 import os, sys, time, torch
+from pathlib import Path
 from kernelevo.judge.run import inline
 from kernelevo.tasks import load_module
+inline.prepare(Path(os.environ["KERNELEVO_CACHE_DIR"]), inline.torch_include(), torch.__version__)  # as the judge does
 inline.install()
 os.environ["TORCH_EXTENSIONS_DIR"] = sys.argv[3]
 task = load_module(open(sys.argv[1]).read(), sys.argv[1], "task")
@@ -268,6 +270,8 @@ def main() -> None:
     parser.add_argument("--input-sets", type=int, default=JudgeOptions.input_sets, help="input sets rotated in timing")
     parser.add_argument("--cache", type=Path, help="cache directory [default: a new temporary one]")
     parser.add_argument("--bounds", default="final", help="the bounds trial (judge/run/bounds.py): final, all or off")
+    parser.add_argument("--no-compile-baseline", action="store_true",
+                        help="baselines time eager only (throughput and verdicts need no torch.compile)")
     parser.add_argument("--skip", nargs="*", default=[],
                         help="parts to skip: launch build inline triton throughput repeat agree profile")
     args = parser.parse_args()
@@ -294,7 +298,8 @@ def main() -> None:
     if "build" not in args.skip and "triton" not in args.skip:
         report["build_triton"] = build_latency("triton", args.builds, cache)
         save()
-    options = JudgeOptions(devices=(args.device,), spares=4, input_sets=args.input_sets, bounds=args.bounds)
+    options = JudgeOptions(devices=(args.device,), spares=4, input_sets=args.input_sets, bounds=args.bounds,
+                           compile_baseline=not args.no_compile_baseline)
     report["bounds"] = options.bounds
     with Judge(cache, options) as judge:
         for task in tasks.values():  # baselines once per task, outside every measurement below

@@ -53,7 +53,7 @@ def test_the_cpu_checker_preloads_asan_and_builds_with_it(tmp_path):
     argv, env, checker = bounds.command(tmp_path / "job.json", "cpu")
     assert checker == "AddressSanitizer" and env["LD_PRELOAD"].split()[0] == bounds.asan_runtime()
     assert "libstdc++" in env["LD_PRELOAD"] and env["KERNELEVO_C_SANITIZE"] == "address"
-    assert argv[1:3] == ["-m", "kernelevo.judge.run.bounds_target"]
+    assert argv[1:5] == ["-s", "-P", "-m", "kernelevo.judge.run.bounds_target"]  # its folder is not on its import path
 
 
 @pytest.mark.skipif(bounds.asan_runtime() is None, reason="the C compiler has no AddressSanitizer runtime")

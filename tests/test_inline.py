@@ -4,6 +4,7 @@ The end-to-end tests compile real C++ extensions on the CPU (torch's load_inline
 fallback and no-fallback paths are exercised as the judge's worker uses them.
 """
 import inspect
+from pathlib import Path
 
 import pytest
 import torch
@@ -24,7 +25,13 @@ torch::Tensor f(torch::Tensor x) {
 
 @pytest.fixture
 def torch_include():
-    return inline._torch_include()
+    return inline.torch_include()
+
+
+@pytest.fixture
+def root(cache_dir, torch_include):
+    """The derived headers, as the judging process prepares them before an inline job (executor.drive)."""
+    return inline.prepare(cache_dir, torch_include, torch.__version__)
 
 
 def lean(torch_include, **arguments):
@@ -32,32 +39,45 @@ def lean(torch_include, **arguments):
     return inline.lean_arguments(arguments, torch_include, torch.__version__)
 
 
-def test_lean_arguments_keep_line_numbers(cache_dir, torch_include):
+def included(args: dict, line: str) -> str:
+    """The text of the header an `#include <...>` line of the lean arguments names."""
+    relative = line.split("<")[1].rstrip(">")
+    return next(Path(d, relative).read_text() for d in args["extra_include_paths"] if Path(d, relative).exists())
+
+
+def test_lean_arguments_keep_line_numbers(root, torch_include):
     args = lean(torch_include, cpp_sources="torch::Tensor f(torch::Tensor x);", cuda_sources=KERNEL,
                 functions=["f"], extra_include_paths=["/opt/x"])
     assert args["no_implicit_headers"] is True
-    assert args["extra_include_paths"][0] == "/opt/x" and len(args["extra_include_paths"]) == 2
+    assert args["extra_include_paths"][0] == "/opt/x" and args["extra_include_paths"][2] == str(root)
     cuda = "\n".join(args["cuda_sources"])
     # torch prepends three lines to the .cu and one to main.cpp; the lean build does the same.
     assert cuda.count("\n") == KERNEL.count("\n") + 3
     assert "torch/extension.h" not in cuda and "ATen/cuda/CUDAContext.h" in cuda
     assert len(args["cpp_sources"]) == 2
-    root = inline.lean_include_dir(torch_include, torch.__version__)
-    prelude = (root / args["cuda_sources"][0].split("<")[1].rstrip(">")).read_text()
+    prelude = included(args, args["cuda_sources"][0])
     assert "kernelevo_lean/ops/empty_like.h" in prelude and "pybind" not in prelude
-    main = (root / args["cpp_sources"][0].split("<")[1].rstrip(">")).read_text()
+    main = included(args, args["cpp_sources"][0])
     assert "torch/csrc/utils/pybind.h" in main
+    assert not list(root.rglob("prelude_*")), "a source's prelude is its own build's, not the shared headers'"
 
 
-def test_lean_op_header_drops_only_the_preamble(cache_dir, torch_include):
-    root = inline.lean_include_dir(torch_include, torch.__version__)
-    path = inline._op_header(torch_include, root, "zeros_like")
+def test_lean_op_header_drops_only_the_preamble(root):
+    path = inline._op_header(root, "zeros_like")
     text = (root / path).read_text()
     assert "ATen/Context.h" not in text and "ATen/ops/zeros_like_ops.h" in text
     assert "inline at::Tensor zeros_like(" in text
-    assert inline._op_header(torch_include, root, "not_an_aten_function") is None
+    assert inline._op_header(root, "not_an_aten_function") is None
+    assert inline._op_header(root, "zeros_like_ops") is None  # only the functions' own headers
     names = (root / "kernelevo_lean" / "torch_names.h").read_text()
     assert "namespace torch" in names and "using namespace at" in names
+
+
+def test_without_the_prepared_headers_the_build_is_torchs_own(tmp_path, monkeypatch, torch_include):
+    """A worker writes no shared header: where the judging process prepared none, the source is built as written."""
+    monkeypatch.setenv("KERNELEVO_CACHE_DIR", str(tmp_path))
+    assert lean(torch_include, cpp_sources="torch::Tensor f(torch::Tensor x);") is None
+    assert not (tmp_path / inline.LEAN).exists()
 
 
 @pytest.mark.parametrize("arguments", [
@@ -65,19 +85,17 @@ def test_lean_op_header_drops_only_the_preamble(cache_dir, torch_include):
     {"cpp_sources": "int f();", "no_implicit_headers": True},
     {"cpp_sources": "int f();", "use_pch": True},
 ])
-def test_lean_not_used_where_it_cannot_hold(cache_dir, torch_include, arguments):
+def test_lean_not_used_where_it_cannot_hold(root, torch_include, arguments):
     assert lean(torch_include, **arguments) is None
 
 
-def test_using_namespace_torch_finds_bare_calls(cache_dir, torch_include):
+def test_using_namespace_torch_finds_bare_calls(root, torch_include):
     args = lean(torch_include, cpp_sources="using namespace torch;\nTensor f(Tensor x) { return zeros_like(x); }")
-    root = inline.lean_include_dir(torch_include, torch.__version__)
-    main = (root / args["cpp_sources"][0].split("<")[1].rstrip(">")).read_text()
-    assert "kernelevo_lean/ops/zeros_like.h" in main
+    assert "kernelevo_lean/ops/zeros_like.h" in included(args, args["cpp_sources"][0])
 
 
 @pytest.fixture
-def counted_builds(monkeypatch, tmp_path):
+def counted_builds(monkeypatch, tmp_path, root):
     """load_inline with the lean wrapper installed over a counter of real torch builds."""
     real = cpp_extension.load_inline
     real = getattr(real, "__wrapped__", real)

@@ -4,6 +4,7 @@ import time
 import pytest
 
 from kernelevo.judge.api import Judge, JudgeOptions
+from kernelevo.judge.run import builds
 from kernelevo.judge.run.executor import WorkerLimits
 from kernelevo.judge.measure.timing import TimingConfig
 from kernelevo.tasks import load_task
@@ -142,10 +143,23 @@ def test_inline_cpp_extension_counts_as_own_kernel(judge, task):
 
 def test_build_cached_by_source_hash(judge, task, cache_dir):
     judge.evaluate(task, CPU / "ok_c.py")
-    built = {p: p.stat().st_mtime_ns for p in (cache_dir / "c").glob("*.so")}
+    own = builds.folder(cache_dir, (CPU / "ok_c.py").read_text()) / "c"  # the candidate's own build folder
+    built = {p: p.stat().st_mtime_ns for p in own.glob("*.so")}
     again = judge.evaluate(task, CPU / "ok_c.py")
     assert again.ok and built  # the same source: the library is loaded again, not built again
-    assert {p: p.stat().st_mtime_ns for p in (cache_dir / "c").glob("*.so")} == built
+    assert {p: p.stat().st_mtime_ns for p in own.glob("*.so")} == built
+    assert not any("rebuilt" in note for note in again.notes), again.notes
+
+
+def test_a_kept_build_that_is_not_what_was_built_is_built_again(judge, task, cache_dir):
+    """A library in a candidate's build folder that is not the one its record names (rewritten since) is
+    not loaded: it is built again, and the verdict says so."""
+    source = (CPU / "ok_c.py").read_text()
+    assert judge.evaluate(task, CPU / "ok_c.py").ok
+    for library in (builds.folder(cache_dir, source) / "c").glob("*.so"):
+        library.write_bytes(library.read_bytes() + b"\0")
+    again = judge.evaluate(task, CPU / "ok_c.py")
+    assert again.ok and any("cache entry did not match its source" in note for note in again.notes), again.notes
 
 
 def test_workers_build_in_parallel(cache_dir, task, tmp_path):

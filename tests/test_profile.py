@@ -153,6 +153,8 @@ def test_sol_dtype_picks_its_peak():
 
 def test_sol_peaks_calibrate_once_then_cached(tmp_path):
     path = sol.calibration_path(tmp_path, "Test CPU", torch.__version__)
+    unkept, measured = sol.peaks(tmp_path, "cpu", "Test CPU", store=False)  # as a candidate's profile job
+    assert measured and unkept["bandwidth"] > 0 and not path.exists()
     first, measured = sol.peaks(tmp_path, "cpu", "Test CPU")
     assert measured and path.is_file()
     assert first["bandwidth"] > 0 and set(first["flops"]) == {"float32", "float64"}
@@ -256,12 +258,13 @@ COPY_C = ROOT / "benchmarks" / "tasks" / "candidates" / "device_copy__c.py"
 
 @pytest.fixture(scope="module")
 def shared_cache(tmp_path_factory) -> Path:
-    """One cache for the judge and the CLI below: the CPU is calibrated once."""
+    """One cache for the judge and the CLI below: the CPU is calibrated once (by the baseline: no worker
+    that runs candidate code keeps a calibration, sandbox.OPPONENT_WRITES)."""
     return tmp_path_factory.mktemp("profile-cache")
 
 
 def test_judge_profiles_a_c_candidate_on_the_cpu(shared_cache):
-    options = JudgeOptions(devices=("cpu",), compile_baseline=False, trials=2,
+    options = JudgeOptions(devices=("cpu",), compile_baseline=False, trials=2, sol=True,
                            timing=TimingConfig(min_reps=5, max_seconds=1.0, target_rel_ci=0.05))
     with Judge(shared_cache, options) as judge:
         e = judge.evaluate(load_task(COPY_TASK), COPY_C, profile=True)

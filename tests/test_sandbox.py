@@ -3,9 +3,11 @@ socket calls are judged through the CLI with fake keys in its environment, a lis
 and a folder outside the judge's; nothing may reach either, and the verdict names what was refused.
 The GPU versions (an inline candidate's host C++, a Triton candidate on the device) are in
 test_gpu_sandbox.py."""
+import contextlib
 import json
 import os
 import re
+import secrets
 import shutil
 import socket
 import subprocess
@@ -17,7 +19,7 @@ import pytest
 
 from kernelevo.judge.api import Judge, JudgeOptions
 from kernelevo.judge.measure.timing import TimingConfig
-from kernelevo.judge.run import landlock, sandbox, seccomp
+from kernelevo.judge.run import builds, landlock, sandbox, seccomp, zygote
 from kernelevo.tasks import load_task
 
 from conftest import FIXTURES, run_cli
@@ -97,8 +99,9 @@ def test_a_candidate_that_hides_its_reach_takes_nothing(tmp_path, fixture):
 
 def test_a_forked_worker_holds_nothing_of_the_process_that_forked_it(tmp_path, monkeypatch):
     """Workers are forked by a zygote that imported torch once (judge/run/zygote.py): seen from inside, a
-    worker's folder, import path and environment are its own, and no descriptor leads back to the zygote
-    (a socket to it would let a candidate ask for an unconfined process)."""
+    worker's folder and environment are its own, its folder (which the candidate writes) is not on its import
+    path, and no descriptor leads back to the zygote (a socket to it would let a candidate ask for an
+    unconfined process)."""
     monkeypatch.setenv("WORK_LLM_SECRET", KEYS["WORK_LLM_SECRET"])
     with Judge(tmp_path / "cache", JudgeOptions(devices=("cpu",), compile_baseline=False)) as judge:
         e = judge.evaluate(load_task(FIXTURES / "cpu" / "task_scale.py"), FIXTURES / "sandbox" / "inside_view.py")
@@ -110,7 +113,7 @@ def test_a_forked_worker_holds_nothing_of_the_process_that_forked_it(tmp_path, m
     fds = dict(part[3:].split(":", 1) for part in view["c"].split("|") if part.startswith("fd="))
     assert view["parent"] == zygote, (view, zygote)  # forked, not started anew
     assert "-m kernelevo.judge.run.worker cpu " in seen["cmd"], seen  # and named so (ps, pkill -f), not as its zygote
-    assert Path(view["cwd"]).parent == (tmp_path / "cache" / "scratch").resolve() and view["path0"] == view["cwd"]
+    assert Path(view["cwd"]).parent == (tmp_path / "cache" / "scratch").resolve() and not view["cwd_on_path"]
     assert not [target for target in fds.values() if target.startswith("socket:")], fds
     environ, shown = set(seen["env"].split(",")), set(seen["shown"].split(","))
     assert "WORK_LLM_SECRET" not in environ | shown and {"KERNELEVO_SANDBOX", "HOME", "TMPDIR"} <= environ
@@ -130,6 +133,67 @@ def test_a_candidate_cannot_rewrite_the_code_torch_compile_made_for_its_opponent
     assert made, "torch.compile wrote no code for the reference"
     assert {p: p.read_bytes() for p in made} == made
     assert (e.verdict, e.reason) == ("rejected", "io_access") and "/opponent/" in e.message, (e.verdict, e.message)
+
+
+PLANTED = {"planted.txt", "sitecustomize.py", "torch.py", "triton.py"}
+
+
+def _planted(root: Path, token: str) -> list[Path]:
+    """Files under `root` that the planting fixture wrote (its modules name the test's marker)."""
+    found = []
+    for path in root.rglob("*"):
+        if path.is_file() and (path.name in PLANTED or path.parent.name == "kernelevo" and path.name == "__init__.py"):
+            with contextlib.suppress(OSError):
+                if path.name == "planted.txt" or token.encode() in path.read_bytes():
+                    found.append(path)
+    return found
+
+
+def test_a_candidate_cannot_plant_builds_or_modules_for_later_judgements(tmp_path):
+    """What is judged is what the source builds to: a candidate that writes into every folder of the cache it
+    reaches, with modules a process importing from there would run and its own library as an honest source's
+    build, changes nothing of a later judgement. Its builds went to its own folder (sandbox: the job's build
+    folder, keyed by the judge's secret), the shared and the opponent's folders and the calibration stayed
+    unwritten, and nothing it planted was loaded by a later worker, a fresh zygote or the compiled baseline."""
+    token = f"kernelevo-planted-{secrets.token_hex(6)}"
+    marker = Path("/dev/shm") / f"{token}.loaded"
+    source = (FIXTURES / "sandbox" / "plant_build_c.py").read_text().replace("@MARK@", str(marker))
+    planter = tmp_path / "plant_build_c.py"
+    planter.write_text(source)
+    honest = FIXTURES / "general" / "softmax_ok_c.py"
+    assert source.split('VICTIM = r"""', 1)[1].split('"""', 1)[0] in honest.read_text(), "VICTIM is not its source"
+    task, cache = load_task(FIXTURES / "cpu" / "task_softmax.py"), tmp_path / "cache"
+    options = JudgeOptions(devices=("cpu",), timing=TimingConfig(min_reps=5, max_seconds=0.2))
+    try:
+        with Judge(cache, options) as judge:
+            assert "compiled" in judge.baseline(task, "cpu")["timing"]
+            before = judge.evaluate(task, honest)
+            planted = judge.evaluate(task, planter)
+        if planted.confinement is None or planted.confinement.unconfined:
+            pytest.skip(f"this machine leaves the worker unconfined: {planted.confinement}")
+        own = builds.folder(cache.resolve(), source)
+        assert planted.verdict == "ok" or (planted.verdict, planted.reason) == ("rejected", "io_access"), \
+            (planted.verdict, planted.message)
+        assert _planted(own, token), "the fixture planted nothing in its own build folder"
+        reached = [p for p in _planted(cache, token) if own.resolve() not in p.resolve().parents]
+        assert not reached, reached
+        for kept in (cache / "baselines").glob("*.json"):
+            kept.unlink()  # the opponent is compiled and timed again, from what is in its folders now
+        zygote._close_kept()  # and the next judge's workers come from a new zygote
+        with Judge(cache, options) as judge:
+            assert "compiled" in judge.baseline(task, "cpu")["timing"]
+            after = judge.evaluate(task, honest)
+        assert not marker.exists(), f"loaded: {marker.read_text()}"
+        assert (before.verdict, after.verdict) == ("ok", "ok"), (after.verdict, after.message)
+    finally:
+        marker.unlink(missing_ok=True)
+        for name in ("sitecustomize.py", "torch.py", "triton.py", "kernelevo/__init__.py"):
+            path = Path("/dev/shm") / name
+            with contextlib.suppress(OSError):
+                if token.encode() in path.read_bytes():
+                    path.unlink()
+        with contextlib.suppress(OSError):
+            (Path("/dev/shm") / "kernelevo").rmdir()
 
 
 def test_the_worker_environment_is_an_allowlist(monkeypatch, tmp_path):

@@ -57,7 +57,7 @@ def command(ncu: str, log: Path, job_file: Path, device: str) -> list[str]:
     metrics = list(METRICS.values()) + [_STALL.format(r) for r in STALL_REASONS]
     return [ncu, "--csv", "--page", "raw", "--log-file", str(log), "--clock-control", "none",
             "--metrics", ",".join(metrics), "--nvtx", "--nvtx-include", f"{RANGE}/",
-            sys.executable, "-m", "kernelevo.judge.run.ncu_target", str(job_file), device]
+            sys.executable, "-s", "-P", "-m", "kernelevo.judge.run.ncu_target", str(job_file), device]
 
 
 def parse(text: str) -> list[NcuKernel]:

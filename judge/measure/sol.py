@@ -87,8 +87,10 @@ def calibration_path(cache_dir: Path, device_name: str, torch_version: str) -> P
     return Path(cache_dir) / "calibration" / f"{slug(device_name, torch_version)}.json"
 
 
-def peaks(cache_dir: Path, device: str, device_name: str) -> tuple[dict, bool]:
-    """(peaks, measured now?): the cached calibration for this device model, measured if missing."""
+def peaks(cache_dir: Path, device: str, device_name: str, store: bool = True) -> tuple[dict, bool]:
+    """(peaks, measured now?): the cached calibration for this device model, measured if missing, and
+    kept for the next only with `store`: prompts show these peaks, so only a process that runs no
+    candidate code (a baseline's) writes them (sandbox.OPPONENT_WRITES)."""
     import torch
 
     from kernelevo.runtime import write_atomic
@@ -101,7 +103,8 @@ def peaks(cache_dir: Path, device: str, device_name: str) -> tuple[dict, bool]:
             pass  # a broken cache file is measured again
     data = calibrate(device)
     data.update(device_name=device_name, torch=torch.__version__, measured_at=time.strftime("%Y-%m-%d %H:%M"))
-    write_atomic(path, json.dumps(data, indent=1).encode())
+    if store:
+        write_atomic(path, json.dumps(data, indent=1).encode())
     return data, True
 
 

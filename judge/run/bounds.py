@@ -114,7 +114,8 @@ def applies(job: Job, device: str) -> str:
 
 def command(job_file: Path, device: str) -> tuple[list[str], dict, str] | str:
     """(argv, environment, checker) of the checked process, or why there is none."""
-    target = [sys.executable, "-m", "kernelevo.judge.run.bounds_target", str(job_file), device]
+    # -s -P: it starts in a folder the candidate may write, and its HOME is one: neither is on its import path
+    target = [sys.executable, "-s", "-P", "-m", "kernelevo.judge.run.bounds_target", str(job_file), device]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if device.startswith("cuda"):
         tool = compute_sanitizer()

@@ -1,6 +1,6 @@
 """The process the bounds trial checks (judge/run/bounds.py):
 
-    python -m kernelevo.judge.run.bounds_target JOB_FILE DEVICE
+    python -s -P -m kernelevo.judge.run.bounds_target JOB_FILE DEVICE
 
 started by a judge worker under a memory checker: compute-sanitizer's memcheck on a GPU (the
 caching allocator off, so every tensor is its own allocation with nothing after it to read), or

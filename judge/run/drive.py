@@ -15,8 +15,10 @@ import secrets
 import select
 import time
 
+from pathlib import Path
+
 from kernelevo.judge import verdicts
-from kernelevo.judge.run import sandbox
+from kernelevo.judge.run import inline, sandbox
 from kernelevo.judge.job import Job
 
 COMPARED = "in a checker process that never loaded candidate code"
@@ -65,6 +67,9 @@ def drive(worker, job: Job, limits, hold_device, hold_machine=None, checker=None
     `hold_device()` is the context that gives this worker the device for its run phase;
     `hold_machine()`, where given, the one that pauses every other worker while it times on the CPU.
     `checker`: the checker's process for a candidate job (executor.WorkerPool.checker)."""
+    job = worker.sandbox.assign(job)  # its build folder, lent to this worker until it is killed
+    if job.format == "inline":  # the derived headers its build reads, which no worker may write
+        inline.prepare_for(Path(job.cache_dir), worker.info or {})
     follow = _Follow(worker, job, limits, checker)
     result = follow.run(hold_device, hold_machine)
     if checker is not None:
@@ -138,7 +143,7 @@ class _Follow:
 
         # the checker never sees the candidate's source; it learns where the worker writes its outputs
         return dataclasses.replace(self.job, kind="check", candidate_source=None, candidate_path=None,
-                                   candidate_hash=None, peer=self.worker.sandbox.plan.scratch)
+                                   candidate_hash=None, build_dir="", peer=self.worker.sandbox.plan.scratch)
 
     def _next(self):
         """(who, event): the next event of the worker or the checker, the checker's first."""

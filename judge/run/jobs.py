@@ -11,6 +11,7 @@ import dataclasses
 import time
 from typing import Any
 
+from kernelevo import runtime
 from kernelevo.judge import static, verdicts
 from kernelevo.judge.measure import crosscheck, loop, resources, timing
 from kernelevo.judge.trials import correctness, guards, inputs, policy
@@ -88,7 +89,8 @@ def _build(job: Job, task, device: str, integrity: guards.Integrity, threads: gu
         guards.check_not_reference(cls, candidate, task.Model)
     except guards.Rejected as r:
         return _rejected(r, build_s=build_s)
-    return reference, candidate, {"build_s": build_s, "notes": [note]}
+    # a kept binary that was not what its record said was built again (kernelevo.runtime.kept): say so
+    return reference, candidate, {"build_s": build_s, "notes": [note, *runtime.REBUILT]}
 
 
 def run_candidate(job: Job, device: str, channel) -> dict:

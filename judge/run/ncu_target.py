@@ -1,6 +1,6 @@
 """The process Nsight Compute profiles (judge/measure/ncu.py):
 
-    python -m kernelevo.judge.run.ncu_target JOB_FILE DEVICE
+    python -s -P -m kernelevo.judge.run.ncu_target JOB_FILE DEVICE
 
 It builds the reference and the candidate exactly as the judge's worker does (same seed, same
 build and extension folders, so nothing is compiled again), calls the candidate twice to warm

@@ -37,7 +37,7 @@ def run_profile(job: Job, device: str, channel) -> dict:
         work = sol.count_work(reference, args)
         own = policy.own_kernel_names(job.candidate_source)
         with channel.quiet():  # the calibration and the per-kernel times are timings too
-            peaks, _ = sol.peaks(Path(job.cache_dir), device, name)
+            peaks, _ = sol.peaks(Path(job.cache_dir), device, name, store=False)  # a candidate's process
             cand, cand_ms = breakdown(lambda: jobs.forward(candidate, args), device, own)
             ref, ref_ms = breakdown(lambda: jobs.forward(reference, args), device, set())
         found = resources.collect()

@@ -7,7 +7,9 @@ nothing worth stealing and is confined before any candidate code exists:
   home and temporary folders are its own scratch folder. The judging process keeps the keys, and scrubs
   them from the block the kernel shows as /proc/PID/environ (scrub_environment_block);
 - files (Landlock): read and execute only the system's folders, Python's and kernelevo's, CUDA's and
-  the judge's cache; write only its scratch folder, the cache's build folders, its log and device files;
+  the folders of the judge's cache it uses (not the cache's root: the build key is there, builds.py);
+  write only its scratch folder (where its job's build folder is lent, builds.py), its log and device
+  files; a baseline's worker also the opponent's caches and the device's calibration;
 - network (seccomp, and Landlock's TCP rules): no socket of any family, no TCP bind or connect;
 - processes (Landlock, seccomp): no ptrace, no memory of another process, no signal out of the sandbox.
 What held is recorded per part (evaluation.Confinement), and "unconfined: why" where nothing did.
@@ -32,26 +34,31 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from kernelevo.evaluation import Confinement
-from kernelevo.judge.run import landlock, seccomp
+from kernelevo.judge.run import builds, landlock, seccomp
 from kernelevo.judge.job import Job
 
 ENV_NAMES = frozenset({
     "PATH", "LANG", "LANGUAGE", "TZ", "TERM", "USER", "LOGNAME", "PYTHONPATH", "PYTHONHOME", "PYTHONHASHSEED",
     "VIRTUAL_ENV", "CONDA_PREFIX", "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "C_INCLUDE_PATH",
     "CPLUS_INCLUDE_PATH", "CC", "CXX", "CFLAGS", "CXXFLAGS", "LDFLAGS", "MAX_JOBS", "KERNELEVO_CACHE_DIR",
-    "KERNELEVO_BUILD_CPUS", "KERNELEVO_TIMING_CPU", "KERNELEVO_SANDBOX_READ"})
+    "KERNELEVO_BUILD_DIR", "KERNELEVO_BUILD_CPUS", "KERNELEVO_TIMING_CPU", "KERNELEVO_SANDBOX_READ"})
 ENV_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "NV_", "NVCC_", "NCCL_", "NVSHMEM_", "CUBLAS", "CUDNN_", "TORCH_",
                 "TORCHINDUCTOR_", "PYTORCH_", "TRITON_", "OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "MALLOC_")
 SECRET_WORDS = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE", re.I)
-# What of the judge's cache a worker writes: the builds of each format, Triton's and inductor's caches, the
-# device's measured peaks. Not baselines (the judging process writes those), locks or logs.
-CACHE_WRITES = ("nvrtc", "c", "inline", "inline-lean", "triton", "inductor", "calibration", "torch-kernels")
-# The opponent's caches (torch.compile's code and Triton kernels, torch's own kernel cache), per task: only
-# a worker that runs no candidate code (a baseline job's) writes there. torch.compile loads the code it
-# finds in its cache as it is, so a candidate that could write there would slow the compiled reference
-# it is measured against (or run its own code in the opponent's process).
+# The judge's cache seen by a worker: it reads the derived headers of inline builds (inline.py), the
+# opponent's caches and the device's calibration; its job's builds are lent into its scratch folder
+# (builds.py). Not the cache's root, whose keys, baselines, locks, logs, other workers' folders and
+# other candidates' builds are the judging process's.
+CACHE_READS = ("inline-lean", "opponent", "calibration")
+TRUSTED = "scratch-trusted"  # the folders of workers that run no candidate code (baselines, checkers)
+# The opponent's caches (torch.compile's code and Triton kernels, torch's own kernel cache), per task, and
+# the device's measured peaks (shown in prompts): only a worker that runs no candidate code (a baseline
+# job's) writes there. torch.compile loads the code it finds in its cache as it is, so a candidate that
+# could write there would slow the compiled reference it is measured against (or run its own code in the
+# opponent's process).
 OPPONENT = "opponent"
 OPPONENT_WRITES = (OPPONENT, "calibration")
+BUILD = "build"  # in a worker's scratch folder: its job's build folder, lent (builds.py) or its own
 SYSTEM_READS = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc", "/opt", "/proc", "/sys",
                 "/dev", "/run", "/var/run", "/nix/store")
 DEVICE_FILES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/nvidia*",
@@ -83,8 +90,14 @@ class Plan:
     opponent: bool = False  # a worker for jobs that run no candidate code: it writes the opponent's caches
 
     def write_roots(self) -> list[Path]:
-        names = OPPONENT_WRITES if self.opponent else CACHE_WRITES
+        names = OPPONENT_WRITES if self.opponent else ()
         return [Path(self.scratch), *(Path(self.cache) / name for name in names), Path("/dev/shm")]
+
+    def cache_reads(self) -> list[Path]:
+        # Every worker reads the folders of processes that run no candidate code (a checker's inputs, on
+        # the CPU); those read the candidates' folders too (a worker's outputs, trials/arena.py).
+        names = CACHE_READS + (TRUSTED,) + (("scratch",) if self.opponent else ())
+        return [Path(self.cache) / name for name in names]
 
     def write_files(self) -> list[Path]:
         return [Path(self.log), *(Path(p) for pattern in DEVICE_FILES for p in glob.glob(pattern))]
@@ -100,6 +113,7 @@ class Parent:
     channel: socket.socket
     child_end: socket.socket
     supervisor: seccomp.Supervisor | None = None
+    lent: Path | None = None  # the build folder lent to its job (builds.lend), until it is given back
 
     def spawned(self) -> None:
         """Once the worker holds its end: serve its notified calls."""
@@ -110,8 +124,24 @@ class Parent:
     def refusals(self) -> list[seccomp.Refusal]:
         return list(self.supervisor.refusals) if self.supervisor else []
 
+    def assign(self, job: Job) -> Job:
+        """The job as its worker gets it, with its build folder: a candidate's own (builds.folder), lent
+        into the worker's scratch folder; a job with no candidate builds in the scratch folder."""
+        own = Path(self.plan.scratch) / BUILD
+        if self.plan.opponent or not job.runs_candidate or job.candidate_source is None:
+            own.mkdir(exist_ok=True)
+            return dataclasses.replace(job, build_dir=str(own))
+        place = builds.folder(Path(self.plan.cache), job.candidate_source)
+        built = builds.lend(place, own)
+        self.lent = place if built == place else None
+        return dataclasses.replace(job, build_dir=str(built))
+
     def remove(self) -> None:
         self.child_end.close()
+        if self.lent is not None:
+            with contextlib.suppress(OSError):
+                builds.give_back(self.lent, Path(self.plan.scratch) / BUILD)
+            self.lent = None
         shutil.rmtree(self.plan.scratch, ignore_errors=True)
 
 
@@ -120,8 +150,9 @@ def prepare(cache: Path, log: Path, extra: Mapping[str, str], opponent: bool = F
     set for the worker on top of the allowlisted ones (its device, its cores, its allocator). `opponent`:
     the worker will run no candidate code, and writes the opponent's caches instead of the candidates'."""
     cache = Path(cache).resolve()
-    scratch = cache / "scratch" / secrets.token_hex(6)
-    for folder in (scratch / "home", scratch / "tmp", *(cache / name for name in CACHE_WRITES + OPPONENT_WRITES)):
+    scratch = cache / (TRUSTED if opponent else "scratch") / secrets.token_hex(6)
+    made = CACHE_READS + OPPONENT_WRITES + (TRUSTED, "scratch")  # a folder read must exist as the rules are made
+    for folder in (scratch / "home", scratch / "tmp", *(cache / name for name in made)):
         folder.mkdir(parents=True, exist_ok=True)
     ours, theirs = socket.socketpair()
     plan = Plan(str(scratch), str(cache), str(Path(log).resolve()), tuple(_import_roots()), theirs.fileno(), opponent)
@@ -131,12 +162,15 @@ def prepare(cache: Path, log: Path, extra: Mapping[str, str], opponent: bool = F
 
 
 def environment(cache: Path, scratch: Path, extra: Mapping[str, str]) -> dict[str, str]:
-    """The allowlisted variables of this process, `extra`, and home and temporary folders in `scratch`."""
+    """The allowlisted variables of this process, `extra`, and home, temporary and build folders in
+    `scratch` (a job's are set when it comes: worker._job_environment)."""
     env = {k: v for k, v in os.environ.items() if passes(k)}
     env.update(extra)
     env.update(HOME=str(scratch / "home"), TMPDIR=str(scratch / "tmp"), XDG_CACHE_HOME=str(scratch / "home"),
-               PYTHONDONTWRITEBYTECODE="1", PYTORCH_KERNEL_CACHE_PATH=str(cache / "torch-kernels"),
+               PYTHONDONTWRITEBYTECODE="1", PYTORCH_KERNEL_CACHE_PATH=str(scratch / "home" / "torch-kernels"),
                TRITON_HOME=str(scratch / "home"), KERNELEVO_CACHE_DIR=str(cache))
+    if "PYTHONPATH" in env:  # an empty or relative entry is the current folder: a worker's is its own to write
+        env["PYTHONPATH"] = os.pathsep.join(p for p in env["PYTHONPATH"].split(os.pathsep) if os.path.isabs(p))
     return env
 
 
@@ -238,9 +272,9 @@ def localize(job: Job) -> Job:
 
 def read_roots(plan: Plan) -> list[Path]:
     """What a worker may read: the system's folders, Python's, kernelevo's, the paths its tools and
-    libraries come from, CUDA's, the judge's cache, and what the parent imports from."""
+    libraries come from, CUDA's, the folders of the judge's cache it uses, and what the parent imports from."""
     roots = [*SYSTEM_READS, sys.prefix, sys.base_prefix, sys.exec_prefix,
-             os.path.dirname(os.path.realpath(sys.executable)), *sys.path, *plan.read, plan.cache]
+             os.path.dirname(os.path.realpath(sys.executable)), *sys.path, *plan.read, *plan.cache_reads()]
     roots += [p for name in ("PATH", "LD_LIBRARY_PATH", "KERNELEVO_SANDBOX_READ")
               for p in os.environ.get(name, "").split(os.pathsep)]
     roots += [os.environ.get(name, "") for name in ("CUDA_HOME", "CUDA_PATH")]
@@ -319,7 +353,7 @@ def probe(folder: Path) -> dict:
     listener.settimeout(0.5)
     parent = prepare(folder / "cache", folder / "probe.log", {})
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "kernelevo.judge.run.sandbox", str(outside),
+        proc = subprocess.Popen([sys.executable, "-s", "-P", "-m", "kernelevo.judge.run.sandbox", str(outside),
                                  str(listener.getsockname()[1])], stdout=subprocess.PIPE, text=True,
                                 pass_fds=(parent.child_end.fileno(),), env=parent.env, cwd=parent.plan.scratch)
         parent.spawned()

@@ -24,12 +24,12 @@ def interpreted(job: Job, device: str) -> bool:
     return job.format == "triton" and not device.startswith("cuda")
 
 
-def environment(cache: Path, interpreting: bool = False) -> None:
-    """Before the candidate is imported: Triton's cache inside kernelevo's (its keys hash each
+def environment(build: Path, interpreting: bool = False) -> None:
+    """Before the candidate is imported: Triton's cache in the job's build folder (its keys hash each
     kernel's source, so a changed kernel recompiles). On the CPU the worker turned Triton's
     interpreter on when it started (worker.main): triton's own library kernels are decorated when
     triton is imported, which happens before any job."""
-    os.environ["TRITON_CACHE_DIR"] = str(cache / "triton")
+    os.environ["TRITON_CACHE_DIR"] = str(build / "triton")
     if interpreting:
         _autotune_in_interpreter()
 

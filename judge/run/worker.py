@@ -1,6 +1,6 @@
 """The judge's child process: one candidate (or one baseline) per process, then exit.
 
-    python -m kernelevo.judge.run.worker DEVICE EVENT_FD
+    python -s -P -m kernelevo.judge.run.worker DEVICE EVENT_FD
 
 It starts, imports torch and creates its CUDA context before any job exists (so a pool can keep
 it warm), says `ready`, then reads one job as a JSON line on stdin. It reports progress and the
@@ -87,7 +87,10 @@ def _prepare_device(device: str) -> dict:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
-    info = {"torch": torch.__version__, "device": device}
+    from kernelevo.judge.run import inline
+
+    # torch's headers: the judging process derives the lean ones of inline builds from them (inline.prepare)
+    info = {"torch": torch.__version__, "device": device, "torch_include": str(inline.torch_include())}
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
         torch.empty(1, device=device)  # create the context now, outside any measured phase
@@ -128,15 +131,19 @@ def _warm_profiler(device: str) -> None:
 
 
 def _job_environment(job: Job, device: str) -> None:
-    """Per-candidate build and cache directories, set before the candidate's code runs."""
+    """The job's build folder for every build and cache of its code, set before the candidate's code runs:
+    kernelevo.runtime's modules, load_inline's extensions, Triton's and torch.compile's caches, torch's
+    kernel cache. A candidate's is its own (sandbox.Parent.assign): no other source's process writes it."""
     from kernelevo.judge.run import sandbox, triton_jobs
+    from kernelevo.runtime import BUILD_VARIABLE
 
     cache = Path(job.cache_dir)
-    triton_jobs.environment(cache, triton_jobs.interpreted(job, device))
-    os.environ["KERNELEVO_CACHE_DIR"] = str(cache)
-    built = job.candidate_hash if job.candidate_hash is not None else "none"  # a baseline job has no candidate
-    os.environ["TORCH_EXTENSIONS_DIR"] = str(cache / "inline" / built[:24])
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "inductor")
+    build = Path(job.build_dir) if job.build_dir else (sandbox._scratch() or cache) / sandbox.BUILD
+    triton_jobs.environment(build, triton_jobs.interpreted(job, device))
+    os.environ.update({"KERNELEVO_CACHE_DIR": str(cache), BUILD_VARIABLE: str(build),
+                       "TORCH_EXTENSIONS_DIR": str(build / "inline"),
+                       "TORCHINDUCTOR_CACHE_DIR": str(build / "inductor"),
+                       "PYTORCH_KERNEL_CACHE_PATH": str(build / "torch-kernels")})
     if job.kind in ("baseline", "compile_beside"):  # the compiled reference: from caches no candidate wrote
         sandbox.opponent_environment(job)
     os.environ.setdefault("MAX_JOBS", str(job.build_jobs))
@@ -182,10 +189,10 @@ def main() -> None:
     job = sandbox.localize(Job.from_dict(channel.receive()))
     _job_environment(job, device)
     from kernelevo.judge.run import baseline, jobs, profiling
-    from kernelevo.judge.trials import checker
+    from kernelevo.judge.run import check
 
     started = time.perf_counter()
-    run = {"baseline": baseline.run, "check": checker.run_check, "remeasure": jobs.run_remeasure,
+    run = {"baseline": baseline.run, "check": check.run_check, "remeasure": jobs.run_remeasure,
            "compile_beside": jobs.run_compile_beside, "profile": profiling.run_profile}.get(job.kind, jobs.run_candidate)
     result = run(job, device, channel)
     result["worker_s"] = time.perf_counter() - started

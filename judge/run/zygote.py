@@ -1,6 +1,6 @@
 """Judge workers forked from a process that imported torch once, instead of each importing it again.
 
-    python -m kernelevo.judge.run.zygote DEVICE CONTROL_FD
+    python -s -P -m kernelevo.judge.run.zygote DEVICE CONTROL_FD
 
 Each worker used to start as a new interpreter: `import torch` and, on the CPU, the profiler's first
 start cost about 3 s of CPU a worker on a quiet 2-core machine (5 to 7 s with the other core busy),
@@ -64,9 +64,9 @@ def launch(device: str, event_fd: int, parent: Parent, log: IO[bytes],
     """A judge worker for `device` in the sandbox `parent` (sandbox.Parent), its output to `log`: forked by
     `zygote`, or started as a new interpreter where there is none (a Ray node runs one job per task)."""
     argv = [device, str(event_fd)]
-    if zygote is None:
+    if zygote is None:  # -s -P: its folder and HOME, which the candidate may write, are not on its import path
         return subprocess.Popen(
-            [sys.executable, "-m", "kernelevo.judge.run.worker", *argv], stdin=subprocess.PIPE, stdout=log,
+            [sys.executable, "-s", "-P", "-m", "kernelevo.judge.run.worker", *argv], stdin=subprocess.PIPE, stdout=log,
             stderr=subprocess.STDOUT, pass_fds=(event_fd, parent.child_end.fileno()), start_new_session=True,
             env=parent.env, cwd=parent.plan.scratch)
     stdin_r, stdin_w = os.pipe()
@@ -98,7 +98,7 @@ class Zygote:
         self._exits: dict[int, int] = {}
 
     def spawn(self, argv: list[str], env: dict[str, str], cwd: str, fds: dict[int, int], stdin_fd: int) -> Forked:
-        """Fork a worker running `python -m kernelevo.judge.run.worker *argv` with `env` in `cwd`, each
+        """Fork a worker running `python -s -P -m kernelevo.judge.run.worker *argv` with `env` in `cwd`, each
         descriptor of `fds` (its number in the worker -> the descriptor here) in place."""
         targets = sorted(fds)
         request = json.dumps({"argv": argv, "env": env, "cwd": cwd, "targets": targets}).encode()
@@ -141,9 +141,11 @@ class Zygote:
         for folder in (self._scratch / "home", self._scratch / "tmp", self.log.parent):
             folder.mkdir(parents=True, exist_ok=True)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        with open(self.log, "ab") as log:  # in its own folder, not the user's: sys.path[0] is where it starts
+        # -s -P: neither the current folder nor a user site under HOME on sys.path (a module there would be
+        # imported before the installed one): a worker's are its scratch folder, which its candidate writes
+        with open(self.log, "ab") as log:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "kernelevo.judge.run.zygote", self.device, str(theirs.fileno())],
+                [sys.executable, "-s", "-P", "-m", "kernelevo.judge.run.zygote", self.device, str(theirs.fileno())],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, pass_fds=(theirs.fileno(),),
                 start_new_session=True, cwd=self._scratch,  # its own session: Ctrl-C reaches the judge, not it
                 env=sandbox.environment(self.cache_dir, self._scratch, self.extra))
@@ -249,7 +251,7 @@ def _warm(device: str) -> None:
             from cuda.bindings import runtime  # noqa: F401
     from kernelevo.judge.job import Job  # noqa: F401
     from kernelevo.judge.run import baseline, jobs, landlock, profiling, sandbox, seccomp, worker  # noqa: F401
-    from kernelevo.judge.trials import checker  # noqa: F401
+    from kernelevo.judge.run import check  # noqa: F401
 
     assert not torch.cuda.is_initialized(), "a zygote must not create a CUDA context"
 
@@ -303,9 +305,7 @@ def _become_worker(request: dict, fds: list[int]) -> None:
         _place(fds, request["targets"])
         os.environ.clear()
         os.environ.update(request["env"])
-        if sys.path and sys.path[0] == os.getcwd():  # as `python -m` in the worker's folder would have it
-            sys.path[0] = request["cwd"]
-        os.chdir(request["cwd"])
+        os.chdir(request["cwd"])  # not on sys.path (-s -P, as a started worker): the candidate writes there
         tempfile.tempdir = None  # computed again from this worker's TMPDIR
         sys.argv = [sys.argv[0], *request["argv"]]
         with contextlib.suppress(OSError, ValueError, IndexError):

@@ -15,24 +15,15 @@ cached by address or tensor identity comes out stale there, and is `input_cache`
 """
 from __future__ import annotations
 
-import contextlib
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from kernelevo.judge.job import Job
-from kernelevo.judge.trials import arena, compare, generality, guards, inputs, reference, shapes
+from kernelevo.judge.trials import arena, compare, generality, guards, handback, inputs, reference, shapes
 from kernelevo.judge.trials.reference import Reference, Skip
 from kernelevo.judge.trials.shapes import describe
 
-# Trials that check the candidate beyond the benchmark's own weights, values and shapes: a
-# mismatch there gets its own reason, and a hint on what kind of kernel fails that way.
-GENERAL = {
-    "weights": ("weight_specific", "correct only with the default-initialised weights"),
-    "range": ("value_range", "numerically fragile at magnitudes the reference handles"),
-    "shape": ("shape_specific", "correct only on the task's own shapes"),
-}
 WHERE = "a checker process that never loaded candidate code"
 
 
@@ -40,21 +31,13 @@ WHERE = "a checker process that never loaded candidate code"
 class Trial:
     args: list
     label: str  # says what was drawn: "trial 3 (scaled x1/8)", "derived shape (...)"
-    kind: str = "draw"  # draw, test, or one of GENERAL's keys
+    kind: str = "draw"  # draw, test, or one of handback.GENERAL's keys
     init: tuple | None = None  # constructor arguments both models are rebuilt with (a derived shape)
     shown: str = ""  # what the shape report lists for it; else its inputs' shapes
 
     @property
     def shapes(self) -> str:
         return self.shown or describe(self.args)
-
-
-class Ended(Exception):
-    """The worker's answer ends the trials with a verdict that is not `ok` (a crash, a refusal)."""
-
-    def __init__(self, result: dict):
-        super().__init__(result.get("message", ""))
-        self.result = result
 
 
 class Refused(Exception):
@@ -105,17 +88,17 @@ class Checker:
             except Refused as refused:
                 self.report["refused"].append(f"{trial.shapes}: {refused}")
                 continue
-            except Ended as ended:
+            except handback.Ended as ended:
                 return ended.result
             except guards.Rejected as r:
                 if trial.kind == "shape" and r.reason in ("uninitialized_output", "inputs_modified"):
                     # the same kernel passed these checks on the task's own shapes: a wrong answer here
                     mismatch = compare.Mismatch(r.reason, r.message.removeprefix(f"{trial.label}: "))
-                    return _incorrect(mismatch, trial, trials + 1)
+                    return handback.incorrect(mismatch, trial, trials + 1)
                 return {"verdict": "rejected", "reason": r.reason, "message": r.message, "evidence": r.evidence}
             trials += 1
             if isinstance(result, compare.Mismatch):
-                return _incorrect(result, trial, trials)
+                return handback.incorrect(result, trial, trials)
             if trial.kind in ("draw", "test", "shape") and trial.shapes not in self.report["supported"]:
                 self.report["supported"].append(trial.shapes)
             if worst is None or result.rel_l2 >= worst[0].rel_l2:
@@ -180,9 +163,9 @@ class Checker:
     def _tell(self, message: dict) -> dict:
         answer = self.ask(message)
         if not isinstance(answer, dict):
-            raise Ended(_protocol("an answer that is not a message"))
+            raise handback.Ended(handback.protocol("an answer that is not a message"))
         if "failed" in answer or "rejected" in answer:
-            raise Ended(_worker_verdict(answer))
+            raise handback.Ended(handback.worker_verdict(answer))
         return answer
 
     # ---- one trial ---------------------------------------------------------------------------
@@ -206,7 +189,7 @@ class Checker:
         answer, outs, after = self._hand_over(t, trial, originals, expected, ref_args)
         if answer.get("refused") is not None:
             if trial.kind != "shape":  # only a derived shape may be refused
-                raise Ended(_worker_verdict({"failed": {"verdict": "runtime_error", "reason": "exception",
+                raise handback.Ended(handback.worker_verdict({"failed": {"verdict": "runtime_error", "reason": "exception",
                                                         "message": str(answer["refused"])}}))
             raise Refused(str(answer["refused"])[:300])
         changed = guards.changed_inputs(originals, after)
@@ -216,7 +199,7 @@ class Checker:
                                   "place; inputs must be left as they were", {"inputs": changed})
         out = outs if isinstance(expected, (list, tuple)) else (outs[0] if len(outs) == 1 else outs)
         try:
-            _check_written(out, expected, trial.label)
+            handback.check_written(out, expected, trial.label)
             unwritten = None
         except guards.Rejected as r:
             unwritten = r
@@ -229,8 +212,8 @@ class Checker:
                                       "returned and changed afterwards: its work runs outside the call")
             if unwritten:
                 raise unwritten
-            _check_cached(out, expected, self.state, trial.label)
-        self.state.update(previous_values=(_values(out), _values(expected)), sizes=_nbytes(expected))
+            handback.check_cached(out, expected, self.state, trial.label)
+        self.state.update(previous_values=(handback.values(out), handback.values(expected)), sizes=handback.nbytes(expected))
         return result
 
     def _hand_over(self, t: int, trial: Trial, originals: list, expected, ref_args: list):
@@ -238,7 +221,7 @@ class Checker:
         outputs and the inputs as the call left them."""
         import torch
 
-        same_place = t == 1 and self.state["places"] is not None and _fits(self.state["places"], originals)
+        same_place = t == 1 and self.state["places"] is not None and handback.fits(self.state["places"], originals)
         need = arena.nbytes(originals) + arena.nbytes(list(compare.flatten(expected))) * 2 + 4 * arena.ALIGN
         self._ensure(need)
         descs = self.state["places"] if same_place else None
@@ -255,8 +238,8 @@ class Checker:
         sync(self.device)
         message = {"check": "trial", "index": t, "label": trial.label, "kind": trial.kind,
                    "args": descs, "same_place": same_place, "init": arena.encode(trial.init) if trial.init else None,
-                   "expect": _specs(expected), "single": not isinstance(expected, (list, tuple)), "aliases": guards.aliased_inputs(expected, ref_args),
-                   "sizes": self.state["sizes"] + _nbytes(originals),
+                   "expect": handback.specs(expected), "single": not isinstance(expected, (list, tuple)), "aliases": guards.aliased_inputs(expected, ref_args),
+                   "sizes": self.state["sizes"] + handback.nbytes(originals),
                    "out": {"offset": out_start, "size": out.flat.numel()}}
         if not self.sent_arena:
             message["arena"], self.sent_arena = self.memory.info(), True
@@ -266,23 +249,23 @@ class Checker:
             return answer, [], originals
         if isinstance(self.memory, arena.HostFile):  # the worker's own file holds what it hands back
             out = self._peer_file(answer.get("file"))
-            after = _read(out, answer.get("inputs_after"), self.device)
+            after = handback.read(out, answer.get("inputs_after"), self.device)
         else:  # in place, in the checker's memory
             after = inputs.clone_inputs([arena.rebuild(self.region, d) for d in descs])
-        return answer, _read(out, answer.get("outputs"), self.device), after
+        return answer, handback.read(out, answer.get("outputs"), self.device), after
 
     def _peer_file(self, file) -> arena.Region:
         """The worker's file of outputs: a name of its folder, not a path it chooses."""
         import os
 
         if not isinstance(file, dict) or not isinstance(file.get("number"), int) or not self.job.peer:
-            raise Ended(_protocol("no file of outputs"))
+            raise handback.Ended(handback.protocol("no file of outputs"))
         path = arena.Path(self.job.peer) / f"arena-out-{file['number']}"
         try:
             size = min(int(file.get("size", 0)), os.stat(path).st_size)
             memory = arena.HostFile(path, size, create=False, writable=False)
         except (OSError, ValueError) as exc:
-            raise Ended(_protocol(f"a file of outputs the checker cannot read ({exc})")) from exc
+            raise handback.Ended(handback.protocol(f"a file of outputs the checker cannot read ({exc})")) from exc
         self.peer_files.append(memory)
         return arena.Region(memory.flat)
 
@@ -294,58 +277,6 @@ class Checker:
         self.memory = self.memory.grown(max(need, 2 * self.memory.flat.numel()))
         self.region = arena.Region(self.memory.flat)
         self.state["places"], self.sent_arena = None, False
-
-
-def _fits(descs: list, values: list) -> bool:
-    import torch
-
-    if len(descs) != len(values):
-        return False
-    for d, v in zip(descs, values):
-        if isinstance(v, torch.Tensor) != (isinstance(d, dict) and d.get("t") == "tensor"):
-            return False
-        if isinstance(v, torch.Tensor) and (list(v.shape) != d["shape"] or arena._name(v.dtype) != d["dtype"]):
-            return False
-    return True
-
-
-def _read(region: arena.Region, descs, device: str) -> list:
-    """Copies of the values the worker describes, each checked to lie in `region` (what it writes there
-    later changes nothing), on the device it says the candidate returned them on. A tensor the worker
-    could not place (larger than the room the checker gave) comes back as a meta tensor of its shape,
-    which the comparison rejects by its shape."""
-    import torch
-
-    if not isinstance(descs, list):
-        raise Ended(_protocol("no outputs"))
-    values = []
-    for d in descs:
-        try:
-            if isinstance(d, dict) and d.get("t") == "tensor" and d.get("offset") is None:
-                values.append(torch.empty([int(x) for x in d["shape"]], dtype=arena.dtype_of(d["dtype"]),
-                                          device="meta"))
-                continue
-            value = arena.rebuild(region, d)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise Ended(_protocol(f"a descriptor the checker cannot read ({exc})")) from exc
-        if isinstance(value, torch.Tensor):
-            claimed = d.get("device") if isinstance(d, dict) else None
-            if claimed == "cpu":
-                value = value.to("cpu", copy=True)
-            elif claimed in (None, device.split(":")[0]):
-                value = value.to(device, copy=True)
-            else:
-                value = torch.empty_like(value, device="meta")
-        values.append(value)
-    return values
-
-
-def _specs(expected) -> list:
-    """What the worker's structural checks need to know of each expected output: no values."""
-    import torch
-
-    return [{"shape": list(e.shape), "stride": list(e.stride()), "dtype": arena._name(e.dtype)}
-            if isinstance(e, torch.Tensor) else None for e in compare.flatten(expected)]
 
 
 def _rebuilt_reference(task, init: tuple, seed: int, device: str) -> Reference:
@@ -374,140 +305,3 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _protocol(what: str) -> dict:
-    return {"verdict": "rejected", "reason": "forged_report",
-            "message": f"the candidate's process answered the checker with {what}"}
-
-
-def _worker_verdict(answer: dict) -> dict:
-    """A verdict the worker reported (a failure or a rejection of its own): never `ok`, so it may stand."""
-    data = answer.get("failed") or answer.get("rejected")
-    if not isinstance(data, dict):
-        return _protocol("a verdict it did not spell out")
-    verdict = "rejected" if "rejected" in answer else str(data.get("verdict") or "runtime_error")
-    if verdict == "ok":
-        return _protocol("a failure whose verdict is ok")
-    return {"verdict": verdict, "reason": str(data.get("reason", "")), "message": str(data.get("message", "")),
-            "excerpt": str(data.get("excerpt", "")), "evidence": data.get("evidence") or {}}
-
-
-def _nbytes(out) -> list[int]:
-    import torch
-
-    return [t.untyped_storage().nbytes() for t in compare.flatten(out) if isinstance(t, torch.Tensor)]
-
-
-def _values(out) -> list:
-    import torch
-
-    return [t.detach().clone() if isinstance(t, torch.Tensor) else t for t in compare.flatten(out)]
-
-
-def _check_written(out, expected, label: str) -> None:
-    """Elements that still hold the poison's bits (all set: a NaN in every floating dtype) were
-    never written by the candidate."""
-    import torch
-
-    views = {8: torch.int64, 4: torch.int32, 2: torch.int16}
-    for o, e in zip(compare.flatten(out), compare.flatten(expected)):
-        if not (isinstance(o, torch.Tensor) and o.is_floating_point() and o.element_size() in views
-                and isinstance(e, torch.Tensor) and o.shape == e.shape and o.dtype == e.dtype
-                and o.device.type == e.device.type):
-            continue
-        bits = o.detach().contiguous().view(views[o.element_size()]) == -1
-        if not bool(bits.any()):  # the common case, in one pass
-            continue
-        unwritten = int((bits & ~torch.isnan(e.detach())).sum())
-        if unwritten:
-            raise guards.Rejected("uninitialized_output", f"{label}: {unwritten} of {o.numel()} output elements were "
-                                  "never written (they still hold the bits the judge filled free memory with): "
-                                  "an output must be computed, not taken from unused memory",
-                                  {"unwritten": unwritten, "numel": o.numel()})
-
-
-def _check_cached(out, expected, state: dict, label: str) -> None:
-    """A wrong output equal to the candidate's previous one, where the reference's changed."""
-    import torch
-
-    if state["previous_values"] is None:
-        return
-    before, before_ref = state["previous_values"]
-    now = compare.flatten(out)
-    same = len(before) == len(now) and all(isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
-                                           and a.shape == b.shape and a.device == b.device and torch.equal(a, b)
-                                           for a, b in zip(before, now))
-    ref_same = all(torch.equal(a, b) for a, b in zip(before_ref, compare.flatten(expected))
-                   if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape)
-    if not same or ref_same:
-        return
-    if state.get("same_place_last"):
-        raise guards.Rejected("input_cache", f"{label}: the candidate returned its previous result after its "
-                              "inputs' memory was rewritten in place (same tensors, same addresses, version "
-                              "counters unchanged): a result cached by tensor identity; results must be computed "
-                              "on every call", {"same_storage": True, "version_moved": False})
-    raise guards.Rejected("cached_result", f"{label}: the candidate returned its previous result for new "
-                          "inputs: results must be computed on every call")
-
-
-def _incorrect(m: compare.Mismatch, trial: Trial, trials: int) -> dict:
-    label = trial.label
-    where = f"{label}, index {m.index}" if m.index else label
-    reason, hint = GENERAL.get(trial.kind, (m.reason, ""))
-    return {"verdict": "incorrect", "reason": reason, "message": f"{label}: {m.message}" + (f" ({hint})" if hint else ""),
-            "excerpt": "", "correctness": dict(trials=trials, passed=trials - 1, rel_l2=m.rel_l2,
-                                               max_abs=m.max_abs, max_rel=m.max_rel, where=where,
-                                               tolerance=m.tolerance)}
-
-
-def run_check(job: Job, device: str, channel) -> dict:
-    """A check job (the checker's process, worker.main): build the reference, plan the derived shapes
-    while the candidate builds, and once the judging process says go (the candidate's worker holds the
-    device), drive the trials. The worker hears the verdict's outline at the end; the judging process
-    takes this result."""
-    import torch
-
-    from kernelevo.judge.run import sandbox
-    from kernelevo.tasks import load_module
-
-    task = load_module(job.task_source, job.task_path, "task")
-    inputs.seed_all(job.seed)  # as inputs.build_models builds the reference the worker copies weights from
-    model = task.Model(*tuple(task.get_init_inputs())).to(device)
-    planned = None
-    if job.shapes == "general":
-        try:
-            planned = plan_shapes(task, device)
-        except Exception:  # noqa: BLE001 - the task's own code on meta tensors: the trials plan with real ones
-            planned = None
-    first = inputs.draw(task.get_inputs, "meta" if device.startswith("cuda") else device)
-    memory = arena.checker_memory(device, 4 * arena.nbytes(first) + (1 << 20), sandbox.scratch_folder())
-    channel.send("prepared")  # the judging process gives the candidate the device only now
-    channel.receive()  # go: the candidate's worker holds the device
-
-    def ask(message: dict) -> dict:
-        channel.send("to_worker", message=message)
-        reply = channel.receive()
-        return reply.get("answer") if isinstance(reply, dict) else None
-
-    checker = Checker(task, job, device, model, ask, memory, lambda label: channel.send("trial", label=label))
-    try:
-        with torch.no_grad():
-            result = checker.run(planned)
-    except Exception as exc:  # noqa: BLE001 - the reference failing on a trial is the run's failure, as before
-        from kernelevo.judge import verdicts
-
-        failure = verdicts.classify_run(exc)
-        result = {"verdict": failure.verdict, "reason": failure.reason, "message": failure.message,
-                  "excerpt": failure.excerpt}
-    # where the comparison ran and how the outputs crossed, for the verdict's evidence
-    result["checker"] = {"where": WHERE, "memory": "CUDA IPC" if isinstance(checker.memory, arena.CudaMemory) else "file",
-                         "trials_s": result.get("trial_s", {})}
-    outline = {k: result.get(k) for k in ("verdict", "reason", "message")}
-    channel.send("to_worker", message={"check": "end", "ok": result["verdict"] == "ok",
-                                       "stateful": bool(result.get("stateful")), **outline})
-    channel.send_result(result)
-    # Stay until the candidate's worker is done (the judging process then closes this one's input): ending
-    # now would tear down this CUDA context, and the memory the worker maps, while the candidate is timed.
-    with contextlib.suppress(SystemExit, OSError):
-        while True:
-            channel.receive()
-    os._exit(0)

@@ -22,9 +22,46 @@ class LaunchError(RuntimeError):
 
 
 def cache_dir() -> Path:
-    """Where compiled modules are kept: $KERNELEVO_CACHE_DIR, else ~/.cache/kernelevo."""
+    """The cache's root: $KERNELEVO_CACHE_DIR, else ~/.cache/kernelevo."""
     root = os.environ.get("KERNELEVO_CACHE_DIR") or Path.home() / ".cache" / "kernelevo"
     return Path(root)
+
+
+BUILD_VARIABLE = "KERNELEVO_BUILD_DIR"
+# Cache entries found not to be what their record says they were built to, and built again: the judge
+# shows these in its verdict's notes.
+REBUILT: list[str] = []
+
+
+def build_dir() -> Path:
+    """Where compiled modules are kept: $KERNELEVO_BUILD_DIR (in the judge, the folder of the candidate
+    being judged, which no other source's process may write), else the cache's root."""
+    return Path(os.environ.get(BUILD_VARIABLE) or cache_dir())
+
+
+def _record(path: Path) -> Path:
+    return path.with_name(path.name + ".built")
+
+
+def keep_built(path: Path, key: str) -> None:
+    """Write beside the binary at `path` what it was built from (`key`) and its own digest (`kept`)."""
+    data = path.read_bytes()
+    write_atomic(_record(path), f"{key} {hashlib.sha256(data).hexdigest()}\n".encode())
+
+
+def kept(path: Path, key: str) -> bool:
+    """Whether the binary at `path` is the build of `key` that keep_built recorded. A file there that is
+    not (rewritten, or put there without its record) is noted in REBUILT: the caller builds it again."""
+    if not path.exists():
+        return False
+    try:
+        stored = _record(path).read_text().split()
+        ok = stored == [key, hashlib.sha256(path.read_bytes()).hexdigest()]
+    except OSError:
+        ok = False
+    if not ok:
+        REBUILT.append(f"rebuilt {path.name}: cache entry did not match its source")
+    return ok
 
 
 def slug(*parts: str) -> str:

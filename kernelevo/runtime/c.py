@@ -8,7 +8,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ._common import CompileError, LaunchError, digest, pack_values, c_functions, cache_dir
+from ._common import CompileError, LaunchError, build_dir, c_functions, digest, keep_built, kept, pack_values
 
 _c_modules: dict[str, "CModule"] = {}
 C_FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-fopenmp", "-std=c11")
@@ -76,12 +76,12 @@ def compiler_command() -> str:
 
 
 def compile_c(source: str, options: tuple[str, ...] = ()) -> tuple[Path, str]:
-    """Compile C source to a shared library in the cache; return (path, compiler log)."""
+    """Compile C source to a shared library in the build folder (build_dir); return (path, compiler log)."""
     cc = _c_compiler()
     flags = (*C_FLAGS, *options, *(SANITIZE_FLAGS if os.environ.get(SANITIZE_VARIABLE) == "address" else ()))
     key = digest(source, cc, " ".join(flags))
-    path = cache_dir() / "c" / f"{key}.so"
-    if path.exists():
+    path = build_dir() / "c" / f"{key}.so"
+    if kept(path, key):
         return path, ""
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
@@ -94,6 +94,7 @@ def compile_c(source: str, options: tuple[str, ...] = ()) -> tuple[Path, str]:
         if proc.returncode != 0:
             raise CompileError(Path(cc).name, (proc.stderr or proc.stdout).strip())
         os.replace(out, path)
+    keep_built(path, key)
     return path, proc.stderr.strip()
 
 

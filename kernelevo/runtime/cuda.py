@@ -6,7 +6,8 @@ import os
 import struct
 import threading
 
-from ._common import CompileError, LaunchError, digest, pack_values, write_atomic, cache_dir, cuda_kernels
+from ._common import (CompileError, LaunchError, build_dir, cuda_kernels, digest, keep_built, kept, pack_values,
+                      write_atomic)
 
 _nvrtc_lock = threading.Lock()
 _cuda_modules: dict[str, "CudaModule"] = {}
@@ -194,15 +195,16 @@ class CudaModule:
         if arch in self._cubins:
             return self._cubins[arch]
         key = digest(self.source, arch, " ".join(self.options), nvrtc_version())
-        path = cache_dir() / "nvrtc" / f"{key}.cubin"
+        path = build_dir() / "nvrtc" / f"{key}.cubin"
         log_path = path.with_suffix(".log")
-        if path.exists():
+        if kept(path, key):
             cubin = path.read_bytes()
             self.log = log_path.read_text() if log_path.exists() else ""
         else:
             cubin, self.log = compile_cubin(self.source, arch, self.options)
             write_atomic(path, cubin)
             write_atomic(log_path, self.log.encode())
+            keep_built(path, key)
         self._cubins[arch] = cubin
         return cubin
 
