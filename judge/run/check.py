@@ -3,7 +3,6 @@ code; it builds the reference, plans the derived shapes while the candidate buil
 process says go (the candidate's worker then holds the device) drives the trials and reports the verdict."""
 from __future__ import annotations
 
-import contextlib
 import os
 
 from kernelevo.judge.job import Job
@@ -11,11 +10,51 @@ from kernelevo.judge.trials import arena, inputs
 from kernelevo.judge.trials.checker import WHERE, Checker, plan_shapes
 
 
-def run_check(job: Job, device: str, channel) -> dict:
-    """A check job (the checker's process, worker.main): build the reference, plan the derived shapes
-    while the candidate builds, and once the judging process says go (the candidate's worker holds the
-    device), drive the trials. The worker hears the verdict's outline at the end; the judging process
-    takes this result."""
+class Done(Exception):
+    """The judging process says the job is over (its worker has reported, or is gone)."""
+
+
+def serve(job: Job, device: str, channel) -> None:
+    """The checker's process, as worker.main starts it with its first check job: one job after another.
+    It never loads candidate code, so it is kept from job to job (executor.WorkerPool.checker): its CUDA
+    context is made once, not beside every candidate being timed. After each job it waits for `done`,
+    says `idle`, and frees what the job's worker could map only then (that worker is gone by its next job)."""
+    try:
+        _serve(job, device, channel)
+    except SystemExit:  # the judging process closed this one's input: no teardown to wait for
+        os._exit(0)
+
+
+def _serve(job: Job, device: str, channel) -> None:
+    import torch
+
+    from kernelevo.judge.run import sandbox
+
+    while True:
+        try:
+            _one(job, device, channel)
+            _receive(channel)  # only `done` ends a job
+        except Done:
+            pass
+        channel.send("idle")
+        job = sandbox.localize(Job.from_dict(channel.receive()))  # the next job; the end of input ends this process
+        arena.release()  # the last job's worker is gone by now
+        if device.startswith("cuda"):
+            torch.cuda.empty_cache()
+
+
+def _receive(channel) -> dict:
+    message = channel.receive()
+    if isinstance(message, dict) and message.get("done"):
+        raise Done
+    return message
+
+
+def _one(job: Job, device: str, channel):
+    """One check job: build the reference, plan the derived shapes while the candidate builds, and once
+    the judging process says go (the candidate's worker then holds the device) drive the trials. The
+    worker hears the verdict's outline at the end; the judging process takes this result. Its arenas are
+    freed once the job's worker is gone (arena.release)."""
     import torch
 
     from kernelevo.judge.run import sandbox
@@ -33,11 +72,15 @@ def run_check(job: Job, device: str, channel) -> dict:
     first = inputs.draw(task.get_inputs, "meta" if device.startswith("cuda") else device)
     memory = arena.checker_memory(device, 4 * arena.nbytes(first) + (1 << 20), sandbox.scratch_folder())
     channel.send("prepared")  # the judging process gives the candidate the device only now
-    channel.receive()  # go: the candidate's worker holds the device
+    _receive(channel)  # go: the candidate's worker holds the device
 
     def ask(message: dict) -> dict:
         channel.send("to_worker", message=message)
-        reply = channel.receive()
+        try:
+            reply = _receive(channel)
+        except Done:
+            return {"failed": {"verdict": "rejected", "reason": "forged_report",
+                               "message": "the candidate's process reported a result before answering every trial"}}
         return reply.get("answer") if isinstance(reply, dict) else None
 
     checker = Checker(task, job, device, model, ask, memory, lambda label: channel.send("trial", label=label))
@@ -57,9 +100,3 @@ def run_check(job: Job, device: str, channel) -> dict:
     channel.send("to_worker", message={"check": "end", "ok": result["verdict"] == "ok",
                                        "stateful": bool(result.get("stateful")), **outline})
     channel.send_result(result)
-    # Stay until the candidate's worker is done (the judging process then closes this one's input): ending
-    # now would tear down this CUDA context, and the memory the worker maps, while the candidate is timed.
-    with contextlib.suppress(SystemExit, OSError):
-        while True:
-            channel.receive()
-    os._exit(0)

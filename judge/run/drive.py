@@ -22,6 +22,7 @@ from kernelevo.judge.run import inline, sandbox
 from kernelevo.judge.job import Job
 
 COMPARED = "in a checker process that never loaded candidate code"
+SETTLE_S = 30.0  # how long a checker may take to end a job it was told is over
 
 
 class WorkerDied(Exception):
@@ -73,6 +74,7 @@ def drive(worker, job: Job, limits, hold_device, hold_machine=None, checker=None
     follow = _Follow(worker, job, limits, checker)
     result = follow.run(hold_device, hold_machine)
     if checker is not None:
+        checker.reusable = follow.settle()  # the executor keeps it for the next job only then
         result = merge(result, follow.checked)
     if worker.info and worker.info.get("confinement"):
         result["confinement"] = worker.info["confinement"]  # said before any candidate code ran
@@ -121,7 +123,7 @@ class _Follow:
             try:
                 self.worker.send(self.job.to_dict())
                 if self.checker is not None:
-                    self.checker.send(self._check_job().to_dict())
+                    self._tell_checker(self._check_job().to_dict())
                 while True:
                     who, event = self._next()
                     if who is self.checker:
@@ -137,6 +139,12 @@ class _Follow:
                         "excerpt": verdicts.tail(self.worker.log_text())}
             except (WorkerDied, BrokenPipeError) as exc:
                 return self._died(getattr(exc, "worker", None))
+
+    def _tell_checker(self, message: dict) -> None:
+        try:
+            self.checker.send(message)
+        except (BrokenPipeError, OSError) as exc:
+            raise WorkerDied(self.checker) from exc
 
     def _check_job(self) -> Job:
         import dataclasses
@@ -191,9 +199,9 @@ class _Follow:
             self.granted = time.monotonic()
             self.worker.send({"go": True, "token": self.token})
             if self.checker is not None:
-                self.checker.send({"go": True})
+                self._tell_checker({"go": True})
         elif kind == "to_checker" and self.checker is not None:
-            self.checker.send({"answer": event.get("message")})
+            self._tell_checker({"answer": event.get("message")})
         elif kind == "quiet" and self.granted is not None and self.released is None:
             machine.close()
             waited = machine.enter_context(hold_machine()) if hold_machine else 0.0
@@ -213,21 +221,29 @@ class _Follow:
 
     def _finish(self, result: dict) -> dict:
         """The worker's result; where it passed, the checker's verdict too. An honest worker answers every
-        trial before it goes on, so by now the checker has ended or is ending; one still waiting for an
-        answer gets none (its input closes) and ends without a verdict."""
+        trial before it goes on, so by now the checker has given it; one still waiting for an answer
+        hears that the job is over (settle) and ends it without an `ok`."""
         self.answered = True
-        if self.checker is None or result.get("verdict") != "ok":
-            return result
-        with contextlib.suppress(OSError):
-            self.checker.proc.stdin.close()
-        while self.checked is None:
-            try:
-                who, event = self._next()
-            except (WorkerDied, TimeoutError):
-                break
-            if who is self.checker:
-                self._from_checker(event)
         return result
+
+    def settle(self) -> bool:
+        """Tell the checker the job is over and read what it still says, up to its `idle`: it is then
+        ready for the next job (True). One that does not get there soon is not kept."""
+        if self.checker is None:
+            return False
+        deadline = time.monotonic() + SETTLE_S
+        try:
+            self.checker.send({"done": True})
+            while True:
+                while (event := self.checker.buffered()) is None:
+                    left = deadline - time.monotonic()
+                    if left <= 0 or not select.select([self.checker._fd], [], [], left)[0]:
+                        return False
+                    self.checker.read_some()
+                if event.get("event") == "idle":  # what came before (a verdict on a job already over) is moot
+                    return True
+        except (WorkerDied, OSError):
+            return False
 
     def _died(self, who) -> dict:
         if who is not None and who is self.checker:

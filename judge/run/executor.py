@@ -17,6 +17,7 @@ import fcntl
 import json
 import os
 import select
+import subprocess
 import tempfile
 import threading
 import time
@@ -196,6 +197,7 @@ class WorkerPool:
         self.pinning = pinning
         self.zygote = zygote.acquire(device, cache_dir, _child_env(device, pinning), limits.startup)
         self._idle: deque[Worker] = deque()
+        self._checkers: list[Worker] = []  # checkers kept between jobs
         self._lock = threading.Lock()
         self.info: dict | None = None
         self._fill()
@@ -234,16 +236,42 @@ class WorkerPool:
         return worker
 
     def checker(self) -> Worker:
-        """A new process for a candidate job's checker (trials/checker.py): it runs no candidate code,
-        so its sandbox is a baseline's. Its start (a CUDA context) overlaps the candidate's build: the
-        job's events say when it is ready (drive.py)."""
+        """A process for a candidate job's checker (trials/checker.py, run/check.py): one kept from an
+        earlier job, else a new one. It runs no candidate code, so its sandbox is a baseline's and it may
+        serve one job after another: its CUDA context is made once, not beside each candidate being timed.
+        A new one's start overlaps the candidate's build: the job's events say when it is ready (drive.py)."""
+        with self._lock:
+            while self._checkers:
+                kept = self._checkers.pop()
+                if _alive(kept.proc):  # its zygote may have died since, and it with it
+                    return kept
+                kept.kill()
         return self._new(opponent=True)
+
+    def keep(self, checker: Worker) -> None:
+        """A checker that ended its job cleanly (drive.py: settle), for the next one; else it is killed."""
+        if not getattr(checker, "reusable", False) or not _alive(checker.proc):
+            checker.kill()
+            return
+        checker.reusable = False
+        with self._lock:
+            self._checkers.append(checker)
 
     def close(self) -> None:
         with self._lock:
             while self._idle:
                 self._idle.popleft().kill()
+            while self._checkers:
+                self._checkers.pop().kill()
         zygote.release(self.zygote)
+
+
+def _alive(proc) -> bool:
+    try:
+        proc.wait(timeout=0)
+    except subprocess.TimeoutExpired:
+        return True
+    return False
 
 
 def least_busy(outstanding: dict[str, int], last_chosen: dict[str, int]) -> str:
@@ -333,9 +361,9 @@ class LocalExecutor(Spread):
         finally:
             self._busy.discard(worker)
             self._checking.discard(checker)
-            for w in (worker, checker):
-                if w is not None:
-                    w.kill()
+            worker.kill()
+            if checker is not None:
+                pool.keep(checker)  # after its job's worker is gone: the memory it shared goes only now
         result["wall_s"] = time.monotonic() - started
         result.setdefault("device_name", worker.info.get("device_name", ""))
         result.setdefault("torch_version", worker.info.get("torch", ""))

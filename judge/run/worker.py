@@ -192,7 +192,7 @@ def main() -> None:
     from kernelevo.judge.run import check
 
     started = time.perf_counter()
-    run = {"baseline": baseline.run, "check": check.run_check, "remeasure": jobs.run_remeasure,
+    run = {"baseline": baseline.run, "check": check.serve, "remeasure": jobs.run_remeasure,
            "compile_beside": jobs.run_compile_beside, "profile": profiling.run_profile}.get(job.kind, jobs.run_candidate)
     result = run(job, device, channel)
     result["worker_s"] = time.perf_counter() - started

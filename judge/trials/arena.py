@@ -146,11 +146,22 @@ class HostFile:
     def info(self) -> dict:
         return {"kind": "file", "path": str(self.path), "size": self.size}
 
+    def close(self) -> None:
+        """Unmap and remove the file (the checker's side, once the job's worker is gone)."""
+        import contextlib
+
+        self.flat = None
+        with contextlib.suppress(BufferError, ValueError):
+            self.map.close()
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+
     def grown(self, size: int) -> "HostFile":
         """A larger file beside this one, under the next number; this one stays as it is."""
         stem, _, number = self.path.name.rpartition("-")
-        _kept.append(self)
-        return HostFile(self.path.with_name(f"{stem}-{int(number) + 1}"), size, create=True)
+        grown = HostFile(self.path.with_name(f"{stem}-{int(number) + 1}"), size, create=True)
+        _kept.append(grown)
+        return grown
 
 
 class CudaMemory:
@@ -180,9 +191,10 @@ class CudaMemory:
         return {"kind": "ipc", "handle": self.handle, "size": self.size}
 
     def grown(self, size: int) -> "CudaMemory":
-        """A larger allocation; this one is kept, never freed, while the worker may still map it."""
-        _kept.append(self)
-        return CudaMemory(size)
+        """A larger allocation; this one is kept while the worker may still map it (release)."""
+        grown = CudaMemory(size)
+        _kept.append(grown)
+        return grown
 
     def close(self) -> None:
         err = (self._runtime.cudaIpcCloseMemHandle(self.ptr) if self.opened else self._runtime.cudaFree(self.ptr))[0]
@@ -201,18 +213,31 @@ def _ok(err, what: str) -> None:
         raise RuntimeError(f"{what} failed: {err}")
 
 
-_kept: list = []  # arenas replaced by larger ones: alive until the process ends
+_kept: list = []  # the checker's arenas of the job under way: alive until the job's worker is gone (release)
+
+
+def release() -> None:
+    """Free the arenas of a finished job (its worker is gone)."""
+    while _kept:
+        _kept.pop().close()
 
 
 def checker_memory(device: str, size: int, folder: Path):
     """The checker's arena: device memory shared through CUDA IPC on a GPU (a file on the CPU, or where
     cuda-python cannot share memory here)."""
+    import secrets
+
     if device.startswith("cuda"):
         try:
-            return CudaMemory(size)
+            memory = CudaMemory(size)
         except (ImportError, RuntimeError, AttributeError):
-            pass
-    return HostFile(Path(folder) / "arena-in-0", size, create=True)
+            memory = None
+        if memory is not None:
+            _kept.append(memory)
+            return memory
+    memory = HostFile(Path(folder) / f"arena-in-{secrets.token_hex(4)}-0", size, create=True)
+    _kept.append(memory)
+    return memory
 
 
 def open_shared(info: dict, writable: bool = True):
