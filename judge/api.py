@@ -22,6 +22,7 @@ from pathlib import Path
 
 from kernelevo.judge import verdicts
 from kernelevo.judge.run.executor import WorkerLimits, LocalExecutor
+from kernelevo.judge.run.drive import BUILDS, COMPARED  # noqa: F401 - what the doctor says of every verdict
 from kernelevo.formats import detect_format
 from kernelevo.judge.job import Job
 from kernelevo.judge.trials.probe import IMPLAUSIBLE_SPEEDUP

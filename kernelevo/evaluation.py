@@ -174,6 +174,7 @@ class Confinement:
     network: str = ""
     processes: str = ""  # other processes: ptrace, their memory, signals
     comparison: str = ""  # where the candidate's outputs were compared with the reference's
+    builds: str = ""  # where its builds went, and how a kept build was checked
 
     @property
     def unconfined(self) -> tuple[str, ...]:

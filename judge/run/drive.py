@@ -22,6 +22,8 @@ from kernelevo.judge.run import inline, sandbox
 from kernelevo.judge.job import Job
 
 COMPARED = "in a checker process that never loaded candidate code"
+BUILDS = ("in a folder of the candidate's own, named by a secret the judging process keeps; a kept library or "
+          "cubin that is not what its record says is built again")
 SETTLE_S = 30.0  # how long a checker may take to end a job it was told is over
 
 
@@ -79,7 +81,7 @@ def drive(worker, job: Job, limits, hold_device, hold_machine=None, checker=None
     if worker.info and worker.info.get("confinement"):
         result["confinement"] = worker.info["confinement"]  # said before any candidate code ran
         if checker is not None:
-            result["confinement"] = {**result["confinement"], "comparison": COMPARED}
+            result["confinement"] = {**result["confinement"], "comparison": COMPARED, "builds": BUILDS}
     return sandbox.judged(result, worker.sandbox.refusals(), candidate=job.runs_candidate)
 
 

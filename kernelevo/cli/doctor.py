@@ -102,7 +102,7 @@ def _sandbox() -> dict:
     connect to 127.0.0.1 from a process confined as a judge worker is."""
     import tempfile
 
-    from kernelevo.judge.api import sandbox_probe
+    from kernelevo.judge.api import BUILDS, COMPARED, sandbox_probe
 
     with tempfile.TemporaryDirectory(prefix="kernelevo-doctor-") as folder:
         found = sandbox_probe(Path(folder))
@@ -111,7 +111,9 @@ def _sandbox() -> dict:
                                       ("a connect to 127.0.0.1", found["connected"])) if did]
     tried = f"; got through: {', '.join(escaped)}" if escaped else \
         "; a write outside its folders and a connect to 127.0.0.1 were refused"
-    return {"ok": not confinement.unconfined and not escaped, "detail": confinement.summary() + tried,
+    confinement = dataclasses.replace(confinement, comparison=COMPARED, builds=BUILDS)
+    return {"ok": not confinement.unconfined and not escaped,
+            "detail": f"{confinement.summary()}{tried}; outputs compared {COMPARED}; builds {BUILDS}",
             "parts": dataclasses.asdict(confinement),
             "fix": "a Linux kernel with Landlock (5.13 or later; 6.7 for its TCP rules) and seccomp: elsewhere "
                    "candidates run unconfined, and every verdict says so"}
