@@ -284,14 +284,7 @@ def _rebuilt_reference(task, init: tuple, seed: int, device: str) -> Reference:
     with the same redrawn weights the worker gives its candidate (reference.Rebuilt's other half)."""
     import torch
 
-    try:
-        inputs.seed_all(seed)
-        model = task.Model(*init).to(device)
-    except torch.OutOfMemoryError as exc:  # the judge's own memory, not the candidate's fault
-        raise Skip("no device memory left to build the models again") from exc
-    except Exception as exc:  # noqa: BLE001 - meta built it, the device could not
-        raise Skip(f"the reference cannot be built so on the device ({type(exc).__name__})") from exc
-    ref = Reference(model, probes=False)
+    ref = Reference(reference.build(task, init, seed, device), probes=False)
     with torch.no_grad():
         generality.redraw(ref.model, None, {}, seed)
     ref.sync()

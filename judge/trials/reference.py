@@ -130,6 +130,19 @@ class Skip(Exception):
         self.why = why
 
 
+def build(task, init: tuple, seed: int, device: str):
+    """The reference built with `init` under `seed` on `device`, or Skip where it cannot be."""
+    import torch
+
+    try:
+        inputs.seed_all(seed)
+        return task.Model(*init).to(device)
+    except torch.OutOfMemoryError as exc:  # the judge's own memory, not the candidate's fault
+        raise Skip("no device memory left to build the models again") from exc
+    except Exception as exc:  # noqa: BLE001 - meta built it, the device could not
+        raise Skip(f"the reference cannot be built so on the device ({type(exc).__name__})") from exc
+
+
 class Rebuilt:
     """Both models built again with a derived shape's constructor arguments, under the same seed and
     with redrawn weights, watched like the task's own: used for that one trial."""
@@ -137,13 +150,7 @@ class Rebuilt:
     def __init__(self, task, candidate, init: tuple, seed: int, device: str):
         import torch
 
-        try:
-            inputs.seed_all(seed)
-            reference = task.Model(*init).to(device)
-        except torch.OutOfMemoryError as exc:  # the judge's own memory, not the candidate's fault
-            raise Skip("no device memory left to build the models again") from exc
-        except Exception as exc:  # noqa: BLE001 - meta built it, the device could not
-            raise Skip(f"the reference cannot be built so on the device ({type(exc).__name__})") from exc
+        reference = build(task, init, seed, device)
         inputs.seed_all(seed)
         built = type(candidate)(*init)  # an exception here is the candidate refusing the construction
         inputs.copy_weights(reference, built)
