@@ -119,6 +119,7 @@ class _Follow:
         # the reference, the shape plan) is not paid from held device time.
         self.prepared = checker is None
         self.asked = False  # the worker asked for the device
+        self.ending = False  # the checker has ended the trials
 
     def run(self, hold_device, hold_machine) -> dict:
         with contextlib.ExitStack() as held, contextlib.ExitStack() as machine:
@@ -185,7 +186,10 @@ class _Follow:
         elif kind == "trial":
             self.trial = f" ({event.get('label', '')})"
         elif kind == "to_worker":
-            self.worker.send(event.get("message"))
+            message = event.get("message")
+            if isinstance(message, dict) and message.get("check") == "end":
+                self.ending = True  # its verdict follows: the worker may answer before it is read
+            self.worker.send(message)
         elif kind == "result":
             self.checked = {k: v for k, v in event.items() if k not in ("event", "token")}
 
@@ -226,6 +230,14 @@ class _Follow:
         trial before it goes on, so by now the checker has given it; one still waiting for an answer
         hears that the job is over (settle) and ends it without an `ok`."""
         self.answered = True
+        deadline = time.monotonic() + SETTLE_S
+        while self.checker is not None and self.checked is None and self.ending and time.monotonic() < deadline:
+            try:
+                who, event = self._next()
+            except (WorkerDied, TimeoutError):
+                break
+            if who is self.checker:
+                self._from_checker(event)
         return result
 
     def settle(self) -> bool:
