@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from kernelevo.judge.job import Job
 from kernelevo.judge.trials import arena, compare, generality, guards, handback, inputs, reference, shapes
+from kernelevo.judge.trials.correctness import sync
 from kernelevo.judge.trials.reference import Reference, Skip
 from kernelevo.judge.trials.shapes import describe
 
@@ -71,7 +72,6 @@ class Checker:
         self.checks: list[str] = []
         self.state = {"previous_values": None, "sizes": [], "places": None, "stateful": False}
         self.sent_arena = False
-        self.peer_files: list = []
 
     def run(self, planned=None) -> dict:
         """All trials; the result fields of a correctness verdict, `ok` or not."""
@@ -266,8 +266,7 @@ class Checker:
             memory = arena.HostFile(path, size, create=False, writable=False)
         except (OSError, ValueError) as exc:
             raise handback.Ended(handback.protocol(f"a file of outputs the checker cannot read ({exc})")) from exc
-        self.peer_files.append(memory)
-        return arena.Region(memory.flat)
+        return arena.Region(memory.flat)  # read into copies at once (handback.read): the mapping may go
 
     def _ensure(self, need: int) -> None:
         """An arena of at least `need` bytes; a bigger one replaces it (the old one stays mapped by the
@@ -289,12 +288,5 @@ def _rebuilt_reference(task, init: tuple, seed: int, device: str) -> Reference:
         generality.redraw(ref.model, None, {}, seed)
     ref.sync()
     return ref
-
-
-def sync(device: str) -> None:
-    import torch
-
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
 
 
