@@ -21,6 +21,22 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 
+def _clock(e) -> dict:
+    """The checker's clock against the worker's figures (trials/clock.py): per call, and the speedup over eager."""
+    clock = e.evidence.get("clock") or {}
+    out = {k: clock.get(k) for k in ("confirmed", "why", "calls", "candidate_ms", "eager_ms") if k in clock}
+    if e.reason in ("forged_report", "escaped_work"):
+        out["message"] = e.message
+        out.update({k: e.evidence[k] for k in ("claimed_ms", "speedup_eager") if k in e.evidence})
+    if e.candidate and clock.get("candidate_ms"):
+        out["claimed_ms"] = e.candidate.median_ms
+        out["seen_over_claimed"] = round(clock["candidate_ms"] / e.candidate.median_ms, 3)
+    if e.speedup_eager and clock.get("candidate_ms") and clock.get("eager_ms"):
+        out["speedup_claimed"] = round(e.speedup_eager, 3)
+        out["speedup_seen"] = round(clock["eager_ms"] / clock["candidate_ms"], 3)
+    return out
+
+
 def main() -> None:
     import torch
 
@@ -44,7 +60,8 @@ def main() -> None:
               "method": __doc__, "seconds": round(time.monotonic() - started, 1),
               "verdicts": {name: [e.verdict, e.reason] for name, e in judged.items()},
               "comparison": {name: e.confinement.comparison if e.confinement else "" for name, e in judged.items()},
-              "checker_memory": {name: (e.evidence.get("checker") or {}).get("memory", "") for name, e in judged.items()}}
+              "checker_memory": {name: (e.evidence.get("checker") or {}).get("memory", "") for name, e in judged.items()},
+              "clock": {name: _clock(e) for name, e in judged.items()}}
     if args.against:
         old = json.loads(args.against.read_text())
         before = old.get("verdicts") or old.get("verdicts_after") or {}

@@ -40,6 +40,7 @@ class Job:
     build_jobs: int = 4  # parallel compiler jobs of an inline build (MAX_JOBS), where not set already
     cache_dir: str = ""  # set by the executor: the judge's cache on the machine that runs the job
     peer: str = ""  # a check job: the candidate worker's own folder (its file of outputs on the CPU)
+    peer_pid: int = 0  # a check job: the candidate worker's process, whose threads' CPU time it reads
     build_dir: str = ""  # set by the executor as it sends the job: where its builds go (sandbox.Parent.assign)
 
     @property

@@ -49,9 +49,11 @@ def test_gpu_cheat_rejected_with_its_reason(judged, name):
     assert e.speedup_eager is None
 
 
-def test_side_stream_evidence_is_event_against_wall_time(judged):
-    clock = judged["escaped_work__side_stream.py"].evidence
-    assert clock["wall_ms"] > clock["event_ms"] + clock["escaped_ms"] * 0.9 > 0
+def test_side_stream_is_caught_in_the_checkers_timed_block(judged):
+    """Work on a stream that does not wait for the caller's runs ahead of the checker's gate, on inputs not
+    yet written: its outputs there are wrong, though every trial's were right."""
+    e = judged["escaped_work__side_stream.py"]
+    assert "the checker's timed block, call" in e.message, e.message
 
 
 def test_joined_side_stream_with_host_overhead_passes(judged):

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from kernelevo.judge import verdicts
 from kernelevo.judge.run import inline, sandbox
+from kernelevo.judge.trials import clock
 from kernelevo.judge.job import Job
 
 COMPARED = "in a checker process that never loaded candidate code"
@@ -99,10 +100,16 @@ def merge(result: dict, checked: dict | None) -> dict:
         return {**kept, **checked, "notes": notes}
     if result.get("verdict") != "ok":
         return result
+    timed = checked.get("clock")
+    if (disbelieved := clock.judge(result, timed)) is not None:
+        return disbelieved
     evidence = {**(result.get("evidence") or {}), "trial_s": checked.get("trial_s", {}),
-                "checker": checked.get("checker", {})}
+                "checker": checked.get("checker", {}), "clock": timed or {}}
+    notes = [*result.get("notes", []), *checked.get("checks", [])]
+    if timed and not timed.get("confirmed") and "timing" in result:
+        notes.append(f"times not confirmed by the checker's clock: {timed.get('why', '')}")
     return {**result, "correctness": checked["correctness"], "shapes": checked.get("shapes"),
-            "notes": [*result.get("notes", []), *checked.get("checks", [])], "evidence": evidence}
+            "notes": notes, "evidence": evidence}
 
 
 class _Follow:
@@ -154,7 +161,8 @@ class _Follow:
 
         # the checker never sees the candidate's source; it learns where the worker writes its outputs
         return dataclasses.replace(self.job, kind="check", candidate_source=None, candidate_path=None,
-                                   candidate_hash=None, build_dir="", peer=self.worker.sandbox.plan.scratch)
+                                   candidate_hash=None, build_dir="", peer=self.worker.sandbox.plan.scratch,
+                                   peer_pid=int(getattr(getattr(self.worker, "proc", None), "pid", 0) or 0))
 
     def _next(self):
         """(who, event): the next event of the worker or the checker, the checker's first."""

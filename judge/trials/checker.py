@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from kernelevo.judge.job import Job
-from kernelevo.judge.trials import arena, compare, generality, guards, handback, inputs, reference, shapes
+from kernelevo.judge.trials import arena, clock, compare, generality, guards, handback, inputs, reference, shapes
 from kernelevo.judge.trials.correctness import sync
 from kernelevo.judge.trials.reference import Reference, Skip
 from kernelevo.judge.trials.shapes import describe
@@ -77,7 +77,7 @@ class Checker:
         """All trials; the result fields of a correctness verdict, `ok` or not."""
         first = inputs.trial_inputs(self.task.get_inputs, 0, self.job.seed, self.device, "as given")[0]
         stateful = self.state["stateful"] = self.ref.keeps_state(first)
-        trials, worst, spent, clock = 0, None, {}, time.perf_counter()
+        trials, worst, spent, mark = 0, None, {}, time.perf_counter()
         for t, trial in enumerate(self._trials(planned)):
             self.on_trial(trial.label)
             try:
@@ -104,16 +104,30 @@ class Checker:
             if worst is None or result.rel_l2 >= worst[0].rel_l2:
                 worst = (result, trial.label)
             now = time.perf_counter()
-            spent[trial.kind] = round(spent.get(trial.kind, 0.0) + now - clock, 4)
-            clock = now
+            spent[trial.kind] = round(spent.get(trial.kind, 0.0) + now - mark, 4)
+            mark = now
         match, label = worst
         where = f"{label}, index {match.index}" if match.index else label
         if stateful:
             self.checks.append("the reference keeps state across calls: outputs are compared only in lockstep with it")
+        clocked = self._clock()
+        if "verdict" in clocked:
+            return clocked["verdict"]
+        spent["clock"] = round(time.perf_counter() - mark, 4)
         return {"verdict": "ok", "reason": "", "message": "", "shapes": self.report, "checks": self.checks,
-                "stateful": stateful, "trial_s": spent, "correctness": dict(
+                "stateful": stateful, "trial_s": spent, "clock": clocked, "correctness": dict(
             trials=trials, passed=trials, rel_l2=match.rel_l2, max_abs=match.max_abs,
             max_rel=match.max_rel, where=where, tolerance=match.tolerance)}
+
+    def _clock(self) -> dict:
+        """The checker's own clock on a block of the candidate's calls (trials/clock.py); a wrong output
+        there, or the worker's failure, as {"verdict": ...}."""
+        try:
+            return clock.confirm(self)
+        except handback.Ended as ended:
+            return {"verdict": ended.result}
+        except Exception as exc:  # noqa: BLE001 - the judge's own failure costs the confirmation, not the verdict
+            return {"confirmed": False, "why": f"the checker's clock failed: {type(exc).__name__}: {exc}"[:300]}
 
     # ---- the plan ----------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ import time
 
 from kernelevo.judge import verdicts
 from kernelevo.judge.job import Job
-from kernelevo.judge.trials import arena, compare, generality, guards, reference
+from kernelevo.judge.trials import arena, compare, gate, generality, guards, reference
 
 forward = reference.forward
 
@@ -42,6 +42,8 @@ class Side:
         self.previous_out: list = []
         self.live = None  # (the last output as returned, its snapshot), for the checker's second look
         self.files = 0
+        self.block = None  # the clock's block: (gate.Block, outputs' descriptors, their file, inputs, rooms)
+        self.block_failure: dict | None = None
 
     def follow(self, receive, send) -> dict:
         """Answer the checker until it ends the trials; its last word: {"ok", "stateful", and its verdict}."""
@@ -60,6 +62,15 @@ class Side:
                     send({"done": True})
                 elif kind == "again":
                     send({"changed": self.again()})
+                elif kind == "clock":
+                    send(self.clock(message))
+                    if self.block is not None and not self.block[0].cuda:
+                        try:  # on the CPU the calls wait on the gate here, after `armed`
+                            self._clock_calls()
+                        except Exception as exc:  # noqa: BLE001 - told at clock_end
+                            self.block_failure = self._failure(exc, "clock", "the checker's timed block")
+                elif kind == "clock_end":
+                    send(self.clock_end())
                 else:
                     send({"failed": {"verdict": "runtime_error", "reason": "judge_error",
                                      "message": f"the worker got a message it does not know: {str(message)[:80]}"}})
@@ -93,6 +104,72 @@ class Side:
             return self._failure(exc, kind, label)
         self.args = args
         return self._hand_back(out, args, message["out"])
+
+    def clock(self, message: dict) -> dict:
+        """Queue the checker's timed block (trials/clock.py): on a GPU the wait on its gate, every call with
+        its output copied where the checker said, and the done flag, all before answering `armed`."""
+        if message.get("arena"):
+            self.memory = arena.open_shared(message["arena"], writable=False)
+            self.region = arena.Region(self.memory.flat)
+        try:
+            block = gate.Block(message, self.device)
+        except (OSError, RuntimeError, ImportError, AttributeError) as exc:
+            return {"unavailable": str(exc)[:300]}
+        sets = [[_on(arena.rebuild(self.region, d), self.device) for d in descs] for descs in message["sets"]]
+        rooms = list(message["out"])
+        self.block = (block, [], None, sets, rooms)
+        if not block.cuda:  # the file its outputs go to, its pages touched now: a first write's fault is not a call's
+            memory = arena.HostFile(arena.Path(".").resolve() / f"arena-out-{self.files}",
+                                    sum(int(r["size"]) for r in rooms), create=True)
+            memory.flat.fill_(0)
+            self.block = (block, [], (memory, {"number": self.files, "size": memory.size}), sets, rooms)
+            self.files += 1
+            return {"armed": True}
+        try:
+            block.hold()
+            self._clock_calls(held=True)
+        except Exception as exc:  # noqa: BLE001 - a failure in the block: the gate opened from here, then the verdict
+            block.words[gate.GATE // 4] = block.gate
+            return self._failure(exc, "clock", "the checker's timed block")
+        return {"armed": True}
+
+    def _clock_calls(self, held: bool = False) -> None:
+        import torch
+
+        block, placed, file, sets, rooms = self.block
+        if not held:
+            block.hold()
+        if not block.cuda:
+            memory = file[0]
+            whole = arena.Region(memory.flat)
+        with torch.no_grad():
+            for args, room in zip(sets, rooms):
+                outs = compare.flatten(forward(self.candidate, args))
+                if block.cuda:
+                    start = int(room["offset"])
+                    region = arena.Region(self.memory.flat[start:start + int(room["size"])], start)
+                    placed.append(_place_all(region, list(outs)))
+                else:
+                    placed.append(_place_all(whole, list(outs)))
+        block.finish()  # on the CPU, no msync after: the checker reads the same pages, and counts this thread's time
+
+    def clock_end(self) -> dict:
+        """The block finished: where each call's outputs are (its device errors, if any, are its verdict)."""
+        if self.block is None:
+            return {"failed": {"verdict": "runtime_error", "reason": "judge_error", "message": "no block was queued"}}
+        block, placed, file, _, _ = self.block
+        self.block = None
+        file = file[1] if file is not None else None
+        if self.block_failure is not None:
+            block.close()
+            return self.block_failure
+        try:
+            sync(self.device)
+        except Exception as exc:  # noqa: BLE001
+            return self._failure(exc, "clock", "the checker's timed block")
+        finally:
+            block.close()
+        return {"outputs": placed, "file": file}
 
     def _model(self, init):
         """The candidate, or for a derived shape one built again with its constructor arguments."""

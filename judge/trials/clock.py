@@ -1,0 +1,346 @@
+"""Times confirmed from outside the candidate's process: the checker's clock on a block of its calls.
+
+The worker times the candidate (measure/timing.py) with events or a host clock in its own process,
+where native code can patch the clock (cudaEventElapsedTime, clock_gettime) or slow the eager
+reference it is timed beside. So the checker, after the trials, has the worker queue a block of
+calls behind a gate (trials/gate.py): each call on a set of inputs the checker writes only once the
+block is queued, each output copied where the checker says. The checker opens the gate and reads
+its own clock until the block's last act shows; it then checks every call's output (a skipped call
+is a wrong output), and times, the same way in its own process, the reference on the same inputs
+and a block of the copies alone. `judge` sets the worker's figures against these.
+
+What this cannot see: a worker that starts the block before its gate opens gains at most the time
+the checker takes to write the inputs, since no input exists before. Where the gate could not hold
+the block (the candidate waits for the device inside its call: a synchronise, a `.item()`), the
+checker opens it after FORCE_S and the block's time includes the host's: a bound, not a measure.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+from kernelevo.judge.measure import timing
+from kernelevo.judge.trials import arena, compare, gate, handback, inputs
+from kernelevo.judge.trials.reference import forward
+
+CALLS = 8  # per block: several calls, each on its own inputs, so that the gate's latency is noise
+BUDGET = {"cuda": 1 << 30, "cpu": 1 << 27}  # bytes of inputs and outputs one block may take
+FORCE_S = 0.5  # the gate opens by itself after this: a block that cannot be queued whole
+WAIT_S = 60.0  # for the block's done flag once the gate is open
+NAP_S = 0.0002  # between the checker's looks at the flag, on the CPU
+# What a block can say of one call, on a GPU. Measured on an H100 (2026-11-28, 34 honest verdicts,
+# benchmarks/results/clock_survey-H100-2026-11-28.json): a call in the worker's block took 1.00 to
+# 2.56 times its timed figure, 0 to 52 us more (not the shared memory, not the copies: measured apart;
+# the device's clocks after idling are suspected), while the checker's own eager block matched the
+# eager figure within 5 %. So a call is taken to need at least max(seen - SLACK_MS, seen / SPAN).
+SLACK_MS, SPAN = 0.06, 3.0
+# A claim beyond that bound by more than this factor is disbelieved: the honest ones stayed within 0.85
+# of it, the slowed reference claimed 2.7 times it.
+BEYOND = 1.25
+# On the CPU a block's wall time is no measure: other processes' load, and the judge's own builds beside
+# it, moved a C kernel's calls there to 2-3x its timed figure (2026-11-28, 2 cores). What the kernel counts
+# of the thread that makes the calls is: see _main_thread_ms.
+# The CPU time the kernel counts for that thread in the block, a call, may exceed a timed call by what
+# placing its outputs costs (65 us measured for 128 KiB) and its spinning at a thread pool's barriers.
+THREAD_SLACK_MS = 1.0
+
+
+def confirm(checker) -> dict:
+    """The clock evidence of one candidate, or why there is none: {"confirmed", "why" | figures}."""
+    import torch
+
+    device = checker.device
+    if not gate.available():
+        return {"confirmed": False, "why": "no shared memory (/dev/shm) for the checker's gate here"}
+    if checker.state["stateful"]:
+        return {"confirmed": False, "why": "the reference keeps state: extra calls would leave the lockstep"}
+    first = checker.job.trials + 100
+    sets = [checker._plain(first)]
+    expected = forward(checker.ref.model, inputs.clone_inputs(sets[0]))
+    out_bytes = arena.nbytes(list(compare.flatten(expected)))
+    per_call = arena.nbytes(sets[0]) + out_bytes + 2 * arena.ALIGN
+    calls = max(1, min(CALLS, BUDGET["cuda" if device.startswith("cuda") else "cpu"] // max(per_call, 1)))
+    sets += [checker._plain(first + i) for i in range(1, calls)]
+    with torch.no_grad():
+        refs = [checker.ref(inputs.clone_inputs(s)) for s in sets]  # (expected, exact, finite) each
+    return _Block(checker, sets, refs, out_bytes).run()
+
+
+@dataclass(frozen=True)
+class _Call:
+    """A call of the timed block, as a verdict names it (handback.incorrect reads these two)."""
+    label: str
+    kind: str = "clock"
+
+
+class _Block:
+    def __init__(self, checker, sets: list, refs: list, out_bytes: int):
+        self.checker, self.sets, self.refs, self.out_bytes = checker, sets, refs, out_bytes
+        self.device, self.calls = checker.device, len(sets)
+        self.lock, self.opened, self.forced = threading.Lock(), None, False
+        self.threads: dict | None = None  # on the CPU: the worker's threads' CPU time (ns) as the gate opened
+
+    def run(self) -> dict:
+        checker = self.checker
+        checker._ensure(sum(arena.nbytes(s) for s in self.sets) + self.calls * (self.out_bytes + 2 * arena.ALIGN))
+        region = arena.Region(checker.memory.flat)
+        descs = []
+        for s in self.sets:  # placed to learn where, then poisoned: no input exists before the block is queued
+            descs.append([region.place(v) for v in s])
+            region.used = arena._aligned(region.used)
+        rooms, start = [], arena._aligned(region.used)
+        for i in range(self.calls):
+            rooms.append({"offset": start + i * arena._aligned(self.out_bytes + arena.ALIGN),
+                          "size": arena._aligned(self.out_bytes + arena.ALIGN)})
+        checker.memory.flat[:start + self.calls * rooms[0]["size"]].fill_(255)
+        checker.state["places"] = None  # the trials' memory is overwritten
+        _sync(self.device)
+        page = gate.Page()
+        try:
+            return self._timed(page, region, descs, rooms)
+        finally:
+            if self.opened is None:  # a block still queued (the checker failed midway) must not hold the worker
+                page.open_gate()
+            page.close()
+
+    def _timed(self, page, region, descs: list, rooms: list) -> dict:
+        checker = self.checker
+        message = {"check": "clock", "sets": descs, "out": rooms, **page.message()}
+        if not checker.sent_arena:
+            message["arena"], checker.sent_arena = checker.memory.info(), True
+        timer = threading.Timer(FORCE_S, self._open, (page, region, descs, True))
+        timer.start()
+        try:
+            answer = checker._tell(message)
+        finally:
+            timer.cancel()
+        page.unlink()  # both ends have it open: no other process may find it from here on
+        if answer.get("unavailable"):
+            self._open(page, region, descs)  # nothing waits on it; the inputs were never written
+            return {"confirmed": False, "why": f"the worker could not hold a block: {str(answer['unavailable'])[:200]}"}
+        opened = self._open(page, region, descs)
+        shown = page.wait_done(WAIT_S, 0.0 if self.device.startswith("cuda") else NAP_S)
+        threads = None if self.threads is None else _threads_ns(self.checker.job.peer_pid)  # at once: before clock_end
+        end = checker._tell({"check": "clock_end"})
+        if shown is None:
+            return {"confirmed": False, "why": f"the block's last act did not show within {WAIT_S:.0f} s"}
+        wrong = self._check_outputs(end, rooms)
+        if wrong is not None:
+            return wrong
+        block_ms = (shown - opened) / 1e6
+        busiest = _main_thread_ms(self.checker.job.peer_pid, self.threads, threads)
+        watch = None if self.device.startswith("cuda") else timing.LoadWatch()
+        copy_ms = self._own_block(lambda i: self.refs[i][0], rooms)
+        eager_ms = self._own_block(lambda i: forward(checker.ref.model, self.sets[i]), rooms)
+        load = watch.stop() if watch is not None else None
+        figures = {"calls": self.calls, "block_ms": round(block_ms, 4),
+                   "candidate_ms": round((block_ms - copy_ms) / self.calls, 5),
+                   "eager_ms": round((eager_ms - copy_ms) / self.calls, 5), "copy_ms": round(copy_ms / self.calls, 5),
+                   "device": "cuda" if self.device.startswith("cuda") else "cpu"}
+        if busiest is not None:
+            figures["thread_ms"] = round(busiest / self.calls, 5)
+        if copy_ms != copy_ms or eager_ms != eager_ms:  # NaN: the checker's own block could not be queued whole
+            return {"confirmed": False, "why": "the checker's own block could not be queued whole", **figures}
+        if not self.device.startswith("cuda") and busiest is None:
+            return {"confirmed": False, "why": "more than one of the worker's threads ran in the block, or their CPU "
+                    "time could not be read: on the CPU only one busy thread's time is a measure", **figures}
+        if load and load["loaded"]:
+            figures["load"] = load  # beside the checker's own blocks: its eager figure is the worse for it
+        if self.forced:
+            return {"confirmed": False, "why": "the candidate's calls waited for the device while they were queued "
+                    f"(the gate opened by itself after {FORCE_S:.1f} s): the block's time includes the host's", **figures}
+        return {"confirmed": True, **figures}
+
+    def _open(self, page, region, descs: list, forced: bool = False) -> int:
+        """Write the block's inputs and open its gate, once (the timer's thread or this one): the checker's
+        clock at the opening (ns)."""
+        with self.lock:
+            if self.opened is None:
+                for d, values in zip(descs, self.sets):
+                    for desc, value in zip(d, values):
+                        if isinstance(desc, dict) and desc.get("t") == "tensor":
+                            arena.rebuild(region, desc).copy_(value)
+                _sync(self.device)
+                self.threads = None if self.device.startswith("cuda") else _threads_ns(self.checker.job.peer_pid)
+                self.forced, self.opened = forced, page.open_gate()
+            return self.opened
+
+    def _check_outputs(self, end: dict, rooms: list) -> dict | None:
+        """Every call's output, compared with the reference's: a call skipped or computed elsewhere shows."""
+        outputs = end.get("outputs")
+        if not isinstance(outputs, list) or len(outputs) != self.calls:
+            raise handback.Ended(handback.protocol("no outputs for the clock's block"))
+        whole = self._peer(end) if isinstance(self.checker.memory, arena.HostFile) else None
+        for i, (descs, room, (expected, exact, _)) in enumerate(zip(outputs, rooms, self.refs)):
+            if whole is not None:
+                region = whole
+            else:
+                start = int(room["offset"])
+                region = arena.Region(self.checker.memory.flat[start:start + int(room["size"])], start)
+            got = handback.read(region, descs, self.device)
+            out = got if isinstance(expected, (list, tuple)) else (got[0] if len(got) == 1 else got)
+            floor = compare.reference_error(expected, exact) if exact is not None else 0.0
+            result = compare.compare(out, expected, exact, floor)
+            if isinstance(result, compare.Mismatch):
+                label = f"the checker's timed block, call {i + 1} of {self.calls}"
+                if _poisoned(got, expected):
+                    return {"confirmed": False, "verdict": {
+                        "verdict": "rejected", "reason": "escaped_work", "evidence": {"clock_call": i + 1},
+                        "message": f"{label}: NaN where the reference has none, though every trial was right: its work "
+                                   "read the inputs before the checker wrote them, so it does not wait for the stream "
+                                   "it is called on (a side stream not joined to it)"}}
+                return {"confirmed": False, "verdict": handback.incorrect(result, _Call(label), 1)}
+        return None
+
+    def _peer(self, end: dict):
+        return self.checker._peer_file(end.get("file"))
+
+    def _own_block(self, make, rooms: list) -> float:
+        """Milliseconds of a block of this process's own, timed as the worker's: each call's output
+        copied into its room, the host's queueing kept out by the same gate (on a GPU)."""
+        region = arena.Region(self.checker.memory.flat)
+
+        def one(i: int) -> None:
+            out = [t for t in compare.flatten(make(i)) if hasattr(t, "data_ptr")]
+            at = int(rooms[i]["offset"])
+            for t in out:
+                region.tensor(at, list(t.shape), t.dtype).copy_(t)
+                at += arena._aligned(t.numel() * t.element_size())
+
+        import torch
+
+        if not self.device.startswith("cuda"):
+            return self._cpu_block(make, rooms)
+        with torch.no_grad():
+            for i in range(self.calls):  # the allocator then holds every block the gated pass asks for: a
+                one(i)  # cudaMalloc there may wait for the device, which waits for the gate (seen: a hang)
+            _sync(self.device)
+            page = gate.Page()
+            fired: list[int] = []  # queueing stuck all the same: no hang, and no figure
+            timer = threading.Timer(FORCE_S, lambda: (fired.append(1), page.open_gate()))
+            try:
+                block = gate.Block(page.message(), self.device)
+                try:
+                    block.hold()
+                    timer.start()
+                    for i in range(self.calls):
+                        one(i)
+                    block.finish()
+                    timer.cancel()
+                    opened = page.open_gate()
+                    shown = page.wait_done(WAIT_S)
+                    _sync(self.device)
+                finally:
+                    timer.cancel()
+                    block.close()
+            finally:
+                page.close()
+        if fired or shown is None:
+            return float("nan")
+        return (shown - opened) / 1e6
+
+    def _cpu_block(self, make, rooms: list) -> float:
+        """The CPU's twin of the worker's block, made as the worker makes it (correctness.Side.clock): one
+        pass, each output placed by the same code into a file of this process's own whose pages were touched
+        first. A placement there costs tens of microseconds, as much as a small call: alike on both sides."""
+        import torch
+
+        from kernelevo.judge.trials.correctness import _place_all
+
+        size = sum(int(r["size"]) for r in rooms)
+        folder = self.checker.memory.path.parent  # the checker's own folder, where its arena is
+        memory = arena.HostFile(folder / f"clock-{gate.secrets.token_hex(4)}", size, create=True)
+        try:
+            memory.flat.fill_(0)
+            whole = arena.Region(memory.flat)
+            with torch.no_grad():
+                start = time.perf_counter_ns()
+                for i in range(self.calls):
+                    _place_all(whole, list(compare.flatten(make(i))))
+                return (time.perf_counter_ns() - start) / 1e6
+        finally:
+            memory.close()
+
+
+def _poisoned(got: list, expected) -> bool:
+    """Whether an output holds NaN where the reference's has none: what computing on the poisoned inputs
+    (all bits set, NaN in every floating dtype) gives."""
+    import torch
+
+    for o, e in zip(got, compare.flatten(expected)):
+        if (isinstance(o, torch.Tensor) and isinstance(e, torch.Tensor) and o.is_floating_point()
+                and o.shape == e.shape and o.device.type != "meta"):
+            if bool((torch.isnan(o) & ~torch.isnan(e.to(o.device))).any()):
+                return True
+    return False
+
+
+def _threads_ns(pid: int) -> dict[int, int] | None:
+    """CPU time (ns) of each thread of process `pid`, as the kernel counts it (schedstat); None if unread."""
+    if pid <= 0:
+        return None
+    out = {}
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                out[int(task)] = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return out
+
+
+def _main_thread_ms(pid: int, before: dict | None, after: dict | None) -> float | None:
+    """The CPU time (ms) the worker's main thread, the one that makes the calls, ran meanwhile, where no other
+    thread of it ran a quarter as long (torch's pool copying an output ran 7 % of it); else None. No thread runs longer than the wall clock, so the calls took
+    at least this long however loaded the machine was. Not so with a thread pool at work: at its barriers
+    each thread spins for a descheduled other, and on a loaded machine that is time no call needed."""
+    if before is None or after is None or pid not in before or pid not in after:
+        return None
+    main = after[pid] - before[pid]
+    if any(after[t] - before.get(t, 0) > 0.25 * main for t in after if t != pid):
+        return None
+    return main / 1e6
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def judge(result: dict, clock: dict | None) -> dict | None:
+    """`timing_mismatch` where the worker's figures are beyond what the checker's clock allows; else None.
+    `result`: the worker's passing result; `clock`: confirm's evidence."""
+    claimed = ((result.get("timing") or {}).get("candidate") or {}).get("median_ms")
+    busiest = (clock or {}).get("thread_ms")
+    if claimed and busiest is not None and claimed * BEYOND < busiest - THREAD_SLACK_MS:
+        # what the kernel counted of the worker's own thread: no load makes a thread run longer
+        return _mismatch(f"the worker's clock says the candidate takes {claimed:.4f} ms a call, but the thread that "
+                         f"made its calls ran {busiest:.4f} ms a call in the checker's timed block of {clock['calls']} "
+                         "calls (CPU time, as the kernel counts it)",
+                         {"clock": clock, "claimed_ms": claimed})
+    if not clock or not clock.get("confirmed"):
+        return None
+    speedup, seen, eager = result.get("speedup_eager"), clock["candidate_ms"], clock["eager_ms"]
+    if not claimed or not speedup or seen <= 0 or eager <= 0:
+        return None
+    evidence = {"clock": clock, "claimed_ms": claimed, "speedup_eager": speedup}
+    said = (f"the checker's clock saw {clock['calls']} calls on fresh inputs take {seen:.4f} ms each and the "
+            f"reference, in the checker's own process, {eager:.4f} ms")
+    if clock["device"] != "cuda":  # a CPU block's wall clock is no measure: only its busy thread's time above
+        return None
+    least = max(seen - SLACK_MS, seen / SPAN)
+    if claimed * BEYOND < least:
+        return _mismatch(f"the worker's clock says the candidate takes {claimed:.4f} ms a call, but {said}: a call "
+                         f"needs at least {least:.4f} ms", evidence)
+    if speedup > BEYOND * eager / least + 0.1:
+        return _mismatch(f"the worker's timing puts the candidate at {speedup:.2f}x eager, but {said}: at most "
+                         f"{eager / least:.2f}x (eager slowed where the candidate runs, or its time understated)", evidence)
+    return None
+
+
+def _mismatch(message: str, evidence: dict) -> dict:
+    return {"verdict": "rejected", "reason": "timing_mismatch", "message": message, "evidence": evidence}

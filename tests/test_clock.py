@@ -1,0 +1,97 @@
+"""The checker's clock (judge/trials/clock.py): its gate on the CPU, and its rule replayed over the figures
+an H100 recorded (benchmarks/results/clock_survey-H100-2026-11-28.json)."""
+import json
+import threading
+
+import pytest
+
+from kernelevo.judge.trials import clock, gate
+
+from conftest import ROOT
+
+SURVEY = json.loads((ROOT / "benchmarks" / "results" / "clock_survey-H100-2026-11-28.json").read_text())
+RECORDED = {name: c for name, c in SURVEY["clock"].items()
+            if c.get("confirmed") and ("claimed_ms" in c or "speedup_eager" in c)}
+
+
+def _claim(ms: float, speedup: float) -> dict:
+    return {"verdict": "ok", "timing": {"candidate": {"median_ms": ms}}, "speedup_eager": speedup}
+
+
+def _seen(c: dict) -> dict:
+    return {"confirmed": True, "calls": c["calls"], "candidate_ms": c["candidate_ms"], "eager_ms": c["eager_ms"],
+            "device": "cuda"}
+
+
+def _figures(c: dict) -> tuple[float, float]:
+    return c["claimed_ms"], c.get("speedup_claimed") or c["speedup_eager"]
+
+
+@pytest.mark.skipif(not gate.available(), reason="no /dev/shm")
+def test_a_block_waits_for_the_gate_and_its_flag_shows_on_the_checkers_clock():
+    page = gate.Page()
+    block = gate.Block(page.message(), "cpu")
+    order = []
+
+    def calls():
+        block.hold()
+        order.append("ran")
+        block.finish()
+
+    worker = threading.Thread(target=calls)
+    worker.start()
+    try:
+        assert page.wait_done(0.2) is None and order == []  # held: nothing ran before the gate opened
+        opened = page.open_gate()
+        shown = page.wait_done(10.0)
+        assert shown is not None and shown >= opened and order == ["ran"]
+    finally:
+        worker.join(10)
+        block.close()
+        page.close()
+    assert not page.path.exists()
+
+
+def test_the_honest_figures_an_h100_recorded_stand():
+    honest = {n: c for n, c in RECORDED.items() if not n.startswith("timing_mismatch")}
+    assert len(honest) >= 25
+    for name, c in honest.items():
+        assert clock.judge(_claim(*_figures(c)), _seen(c)) is None, name
+
+
+def test_the_slowed_reference_an_h100_recorded_is_a_timing_mismatch():
+    c = RECORDED["timing_mismatch__slowed_reference.py"]
+    said = clock.judge(_claim(*_figures(c)), _seen(c))
+    assert said["reason"] == "timing_mismatch" and "eager" in said["message"]
+
+
+@pytest.mark.parametrize("name", sorted(n for n in RECORDED if not n.startswith("timing_mismatch")))
+def test_a_time_understated_four_times_is_refused_on_every_recorded_kernel(name):
+    """What the rule can see: a worker whose clock reads a quarter of each call (its speedup four times
+    what it is), on every kernel the H100 timed. Half is not always seen (elementwise_chain's 2x is not)."""
+    ms, speedup = _figures(RECORDED[name])
+    said = clock.judge(_claim(ms / 4, speedup * 4), _seen(RECORDED[name]))
+    assert said is not None and said["reason"] == "timing_mismatch", name
+
+
+def test_what_the_checker_could_not_confirm_decides_nothing():
+    c = next(iter(RECORDED.values()))
+    assert clock.judge(_claim(1e-6, 1e6), {**_seen(c), "confirmed": False, "why": "busy"}) is None
+
+
+def test_on_the_cpu_only_the_busy_threads_time_decides():
+    """A CPU block's wall time moves with the machine's load; the CPU time the kernel counted of the worker's
+    one busy thread does not: a call cannot have taken less than that."""
+    seen = {"confirmed": True, "calls": 8, "candidate_ms": 5.0, "eager_ms": 2.0, "device": "cpu"}
+    assert clock.judge(_claim(0.1, 20.0), seen) is None  # wall time alone: no verdict on the CPU
+    assert clock.judge(_claim(0.2, 1.0), {**seen, "thread_ms": 1.2}) is None  # within the slack
+    said = clock.judge(_claim(0.2, 1.0), {**seen, "confirmed": False, "thread_ms": 2.0})
+    assert said["reason"] == "timing_mismatch" and "calls ran 2.0000 ms" in said["message"]
+
+
+def test_the_bound_is_the_thread_that_made_the_calls_where_it_ran_alone():
+    before = {7: 0, 8: 0}
+    assert clock._main_thread_ms(7, before, {7: 3_000_000, 8: 100_000}) == 3.0
+    assert clock._main_thread_ms(7, before, {7: 3_000_000, 8: 900_000}) is None  # a pool at work: no bound
+    assert clock._main_thread_ms(7, before, {7: 3_000_000, 8: 600_000}) == 3.0
+    assert clock._main_thread_ms(7, None, {7: 1}) is None and clock._main_thread_ms(9, before, before) is None
