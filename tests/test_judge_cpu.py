@@ -82,6 +82,11 @@ def test_ok_has_times_and_correctness(verdicts):
     low, high = e.speedup_eager_ci  # its width on a busy CI machine says little
     assert 0 < low <= e.speedup_eager <= high
     assert any("copied all 2 reference weights" in n for n in e.notes)
+    # the checker's clock timed a block of its calls; on the CPU it confirms only where the calling thread ran
+    # alone (this kernel is OpenMP), and says why not otherwise
+    clock = e.evidence["clock"]
+    assert clock["calls"] >= 1 and clock["device"] == "cpu" and (clock["confirmed"] or clock["why"]), clock
+    assert clock["confirmed"] or any(n.startswith("times not confirmed by the checker's clock") for n in e.notes)
 
 
 def test_failures_explain_themselves(verdicts):

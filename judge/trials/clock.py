@@ -130,7 +130,7 @@ class _Block:
         if wrong is not None:
             return wrong
         block_ms = (shown - opened) / 1e6
-        busiest = _main_thread_ms(self.checker.job.peer_pid, self.threads, threads)
+        calling = _main_thread_ms(self.checker.job.peer_pid, self.threads, threads)
         watch = None if self.device.startswith("cuda") else timing.LoadWatch()
         copy_ms = self._own_block(lambda i: self.refs[i][0], rooms)
         eager_ms = self._own_block(lambda i: forward(checker.ref.model, self.sets[i]), rooms)
@@ -139,11 +139,11 @@ class _Block:
                    "candidate_ms": round((block_ms - copy_ms) / self.calls, 5),
                    "eager_ms": round((eager_ms - copy_ms) / self.calls, 5), "copy_ms": round(copy_ms / self.calls, 5),
                    "device": "cuda" if self.device.startswith("cuda") else "cpu"}
-        if busiest is not None:
-            figures["thread_ms"] = round(busiest / self.calls, 5)
+        if calling is not None:
+            figures["thread_ms"] = round(calling / self.calls, 5)
         if copy_ms != copy_ms or eager_ms != eager_ms:  # NaN: the checker's own block could not be queued whole
             return {"confirmed": False, "why": "the checker's own block could not be queued whole", **figures}
-        if not self.device.startswith("cuda") and busiest is None:
+        if not self.device.startswith("cuda") and calling is None:
             return {"confirmed": False, "why": "more than one of the worker's threads ran in the block, or their CPU "
                     "time could not be read: on the CPU only one busy thread's time is a measure", **figures}
         if load and load["loaded"]:
@@ -315,11 +315,11 @@ def judge(result: dict, clock: dict | None) -> dict | None:
     """`timing_mismatch` where the worker's figures are beyond what the checker's clock allows; else None.
     `result`: the worker's passing result; `clock`: confirm's evidence."""
     claimed = ((result.get("timing") or {}).get("candidate") or {}).get("median_ms")
-    busiest = (clock or {}).get("thread_ms")
-    if claimed and busiest is not None and claimed * BEYOND < busiest - THREAD_SLACK_MS:
+    calling = (clock or {}).get("thread_ms")
+    if claimed and calling is not None and claimed * BEYOND < calling - THREAD_SLACK_MS:
         # what the kernel counted of the worker's own thread: no load makes a thread run longer
         return _mismatch(f"the worker's clock says the candidate takes {claimed:.4f} ms a call, but the thread that "
-                         f"made its calls ran {busiest:.4f} ms a call in the checker's timed block of {clock['calls']} "
+                         f"made its calls ran {calling:.4f} ms a call in the checker's timed block of {clock['calls']} "
                          "calls (CPU time, as the kernel counts it)",
                          {"clock": clock, "claimed_ms": claimed})
     if not clock or not clock.get("confirmed"):
