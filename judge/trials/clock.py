@@ -10,7 +10,9 @@ is a wrong output), and times, the same way in its own process, the reference on
 and a block of the copies alone. `judge` sets the worker's figures against these.
 
 What this cannot see: a worker that starts the block before its gate opens gains at most the time
-the checker takes to write the inputs, since no input exists before. Where the gate could not hold
+the checker takes to write the inputs, since no input exists before. Not closed yet: the done word's
+value is in the worker's message, so native code there can write it from the host before the calls end,
+and finish them before `clock_end` is answered; the outputs should be read at the moment the word shows. Where the gate could not hold
 the block (the candidate waits for the device inside its call: a synchronise, a `.item()`), the
 checker opens it after FORCE_S and the block's time includes the host's: a bound, not a measure.
 """
