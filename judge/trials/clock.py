@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from kernelevo.judge.measure import timing
 from kernelevo.judge.trials import arena, compare, gate, handback, inputs
+from kernelevo.judge.trials.correctness import _place_all, sync
 from kernelevo.judge.trials.reference import forward
 
 CALLS = 8  # per block: several calls, each on its own inputs, so that the gate's latency is noise
@@ -60,13 +61,13 @@ def confirm(checker) -> dict:
         return {"confirmed": False, "why": "the reference keeps state: extra calls would leave the lockstep"}
     first = checker.job.trials + 100
     sets = [checker._plain(first)]
-    expected = forward(checker.ref.model, inputs.clone_inputs(sets[0]))
-    out_bytes = arena.nbytes(list(compare.flatten(expected)))
-    per_call = arena.nbytes(sets[0]) + out_bytes + 2 * arena.ALIGN
-    calls = max(1, min(CALLS, BUDGET["cuda" if device.startswith("cuda") else "cpu"] // max(per_call, 1)))
-    sets += [checker._plain(first + i) for i in range(1, calls)]
     with torch.no_grad():
-        refs = [checker.ref(inputs.clone_inputs(s)) for s in sets]  # (expected, exact, finite) each
+        refs = [checker.ref(inputs.clone_inputs(sets[0]))]  # (expected, exact, finite) each
+        out_bytes = arena.nbytes(list(compare.flatten(refs[0][0])))
+        per_call = arena.nbytes(sets[0]) + out_bytes + 2 * arena.ALIGN
+        calls = max(1, min(CALLS, BUDGET["cuda" if device.startswith("cuda") else "cpu"] // max(per_call, 1)))
+        sets += [checker._plain(first + i) for i in range(1, calls)]
+        refs += [checker.ref(inputs.clone_inputs(s)) for s in sets[1:]]
     return _Block(checker, sets, refs, out_bytes).run()
 
 
@@ -98,7 +99,7 @@ class _Block:
                           "size": arena._aligned(self.out_bytes + arena.ALIGN)})
         checker.memory.flat[:start + self.calls * rooms[0]["size"]].fill_(255)
         checker.state["places"] = None  # the trials' memory is overwritten
-        _sync(self.device)
+        sync(self.device)
         page = gate.Page()
         try:
             return self._timed(page, region, descs, rooms)
@@ -164,7 +165,7 @@ class _Block:
                     for desc, value in zip(d, values):
                         if isinstance(desc, dict) and desc.get("t") == "tensor":
                             arena.rebuild(region, desc).copy_(value)
-                _sync(self.device)
+                sync(self.device)
                 self.threads = None if self.device.startswith("cuda") else _threads_ns(self.checker.job.peer_pid)
                 self.forced, self.opened = forced, page.open_gate()
             return self.opened
@@ -218,7 +219,7 @@ class _Block:
         with torch.no_grad():
             for i in range(self.calls):  # the allocator then holds every block the gated pass asks for: a
                 one(i)  # cudaMalloc there may wait for the device, which waits for the gate (seen: a hang)
-            _sync(self.device)
+            sync(self.device)
             page = gate.Page()
             fired: list[int] = []  # queueing stuck all the same: no hang, and no figure
             timer = threading.Timer(FORCE_S, lambda: (fired.append(1), page.open_gate()))
@@ -233,7 +234,7 @@ class _Block:
                     timer.cancel()
                     opened = page.open_gate()
                     shown = page.wait_done(WAIT_S)
-                    _sync(self.device)
+                    sync(self.device)
                 finally:
                     timer.cancel()
                     block.close()
@@ -248,8 +249,6 @@ class _Block:
         pass, each output placed by the same code into a file of this process's own whose pages were touched
         first. A placement there costs tens of microseconds, as much as a small call: alike on both sides."""
         import torch
-
-        from kernelevo.judge.trials.correctness import _place_all
 
         size = sum(int(r["size"]) for r in rooms)
         folder = self.checker.memory.path.parent  # the checker's own folder, where its arena is
@@ -304,13 +303,6 @@ def _main_thread_ms(pid: int, before: dict | None, after: dict | None) -> float 
     if any(after[t] - before.get(t, 0) > 0.25 * main for t in after if t != pid):
         return None
     return main / 1e6
-
-
-def _sync(device: str) -> None:
-    import torch
-
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 def judge(result: dict, clock: dict | None) -> dict | None:
