@@ -10,9 +10,10 @@ is a wrong output), and times, the same way in its own process, the reference on
 and a block of the copies alone. `judge` sets the worker's figures against these.
 
 What this cannot see: a worker that starts the block before its gate opens gains at most the time
-the checker takes to write the inputs, since no input exists before. Not closed yet: the done word's
-value is in the worker's message, so native code there can write it from the host before the calls end,
-and finish them before `clock_end` is answered; the outputs should be read at the moment the word shows. Where the gate could not hold
+the checker takes to write the inputs, since no input exists before. The done word's value is in the
+worker's message, so native code there can write it from the host before the calls end, and finish them
+before `clock_end` is answered: so the outputs are copied the moment the word shows (an honest block's
+are complete by then, in stream order), and compared as they were then. Where the gate could not hold
 the block (the candidate waits for the device inside its call: a synchronise, a `.item()`), the
 checker opens it after FORCE_S and the block's time includes the host's: a bound, not a measure.
 """
@@ -126,10 +127,11 @@ class _Block:
         opened = self._open(page, region, descs)
         shown = page.wait_done(WAIT_S, 0.0 if self.device.startswith("cuda") else NAP_S)
         threads = None if self.threads is None else _threads_ns(self.checker.job.peer_pid)  # at once: before clock_end
+        taken = self._snapshot(rooms, answer.get("file")) if shown is not None else None
         end = checker._tell({"check": "clock_end"})
         if shown is None:
             return {"confirmed": False, "why": f"the block's last act did not show within {WAIT_S:.0f} s"}
-        wrong = self._check_outputs(end, rooms)
+        wrong = self._check_outputs(end, rooms, taken)
         if wrong is not None:
             return wrong
         block_ms = (shown - opened) / 1e6
@@ -170,18 +172,32 @@ class _Block:
                 self.forced, self.opened = forced, page.open_gate()
             return self.opened
 
-    def _check_outputs(self, end: dict, rooms: list) -> dict | None:
-        """Every call's output, compared with the reference's: a call skipped or computed elsewhere shows."""
+    def _snapshot(self, rooms: list, file) -> arena.Region | None:
+        """The block's outputs as they are the moment its done word shows: a copy of the rooms (on the CPU, of
+        the worker's file), read against the descriptors `clock_end` brings. None where there is no file."""
+        if isinstance(self.checker.memory, arena.HostFile):
+            try:
+                flat = self.checker._peer_file(file).flat.clone()
+            except handback.Ended:
+                return None
+            return arena.Region(flat)
+        start, end = int(rooms[0]["offset"]), int(rooms[-1]["offset"]) + int(rooms[-1]["size"])
+        flat = self.checker.memory.flat[start:end].clone()
+        _sync(self.device)
+        return arena.Region(flat, start)
+
+    def _check_outputs(self, end: dict, rooms: list, taken: arena.Region | None) -> dict | None:
+        """Every call's output as it was when the done word showed, compared with the reference's: a call
+        skipped or computed elsewhere shows, and so does a done word written before the calls ended."""
         outputs = end.get("outputs")
-        if not isinstance(outputs, list) or len(outputs) != self.calls:
+        if not isinstance(outputs, list) or len(outputs) != self.calls or taken is None:
             raise handback.Ended(handback.protocol("no outputs for the clock's block"))
-        whole = self._peer(end) if isinstance(self.checker.memory, arena.HostFile) else None
         for i, (descs, room, (expected, exact, _)) in enumerate(zip(outputs, rooms, self.refs)):
-            if whole is not None:
-                region = whole
-            else:
-                start = int(room["offset"])
-                region = arena.Region(self.checker.memory.flat[start:start + int(room["size"])], start)
+            if isinstance(self.checker.memory, arena.HostFile):
+                region = taken
+            else:  # the GPU's rooms, copied at once
+                begin = int(room["offset"]) - taken.start
+                region = arena.Region(taken.flat[begin:begin + int(room["size"])], int(room["offset"]))
             got = handback.read(region, descs, self.device)
             out = got if isinstance(expected, (list, tuple)) else (got[0] if len(got) == 1 else got)
             floor = compare.reference_error(expected, exact) if exact is not None else 0.0
@@ -194,11 +210,25 @@ class _Block:
                         "message": f"{label}: NaN where the reference has none, though every trial was right: its work "
                                    "read the inputs before the checker wrote them, so it does not wait for the stream "
                                    "it is called on (a side stream not joined to it)"}}
+                if self._right_later(descs, room, end, expected, exact):
+                    return {"confirmed": False, "verdict": {
+                        "verdict": "rejected", "reason": "forged_report", "evidence": {"clock_call": i + 1},
+                        "message": f"{label}: its output was not there when the block's done word showed, and was "
+                                   "right afterwards: the word was written before the calls ended"}}
                 return {"confirmed": False, "verdict": handback.incorrect(result, _Call(label), 1)}
         return None
 
-    def _peer(self, end: dict):
-        return self.checker._peer_file(end.get("file"))
+    def _right_later(self, descs, room: dict, end: dict, expected, exact) -> bool:
+        """Whether the output reads right now, after `clock_end`, where it was wrong when the word showed."""
+        if isinstance(self.checker.memory, arena.HostFile):
+            region = self.checker._peer_file(end.get("file"))
+        else:
+            start = int(room["offset"])
+            region = arena.Region(self.checker.memory.flat[start:start + int(room["size"])], start)
+        got = handback.read(region, descs, self.device)
+        out = got if isinstance(expected, (list, tuple)) else (got[0] if len(got) == 1 else got)
+        floor = compare.reference_error(expected, exact) if exact is not None else 0.0
+        return not isinstance(compare.compare(out, expected, exact, floor), compare.Mismatch)
 
     def _own_block(self, make, rooms: list) -> float:
         """Milliseconds of a block of this process's own, timed as the worker's: each call's output
