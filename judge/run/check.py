@@ -32,8 +32,8 @@ def _serve(job: Job, device: str, channel) -> None:
 
     while True:
         try:
-            _one(job, device, channel)
-            _receive(channel)  # only `done` ends a job
+            if not _one(job, device, channel):
+                _receive(channel)  # only `done` ends a job
         except Done:
             pass
         channel.send("idle")
@@ -50,11 +50,12 @@ def _receive(channel) -> dict:
     return message
 
 
-def _one(job: Job, device: str, channel):
+def _one(job: Job, device: str, channel) -> bool:
     """One check job: build the reference, plan the derived shapes while the candidate builds, and once
     the judging process says go (the candidate's worker then holds the device) drive the trials. The
     worker hears the verdict's outline at the end; the judging process takes this result. Its arenas are
-    freed once the job's worker is gone (arena.release)."""
+    freed once the job's worker is gone (arena.release). True where `done` came already (the worker died,
+    or answered no more, while a trial waited): a second one is not coming."""
     import torch
 
     from kernelevo.judge.run import sandbox
@@ -74,11 +75,14 @@ def _one(job: Job, device: str, channel):
     channel.send("prepared")  # the judging process gives the candidate the device only now
     _receive(channel)  # go: the candidate's worker holds the device
 
+    ended = []
+
     def ask(message: dict) -> dict:
         channel.send("to_worker", message=message)
         try:
             reply = _receive(channel)
         except Done:
+            ended.append(True)
             return {"failed": {"verdict": "rejected", "reason": "forged_report",
                                "message": "the candidate's process reported a result before answering every trial"}}
         return reply.get("answer") if isinstance(reply, dict) else None
@@ -100,3 +104,4 @@ def _one(job: Job, device: str, channel):
     channel.send("to_worker", message={"check": "end", "ok": result["verdict"] == "ok",
                                        "stateful": bool(result.get("stateful")), **outline})
     channel.send_result(result)
+    return bool(ended)
