@@ -183,7 +183,7 @@ class _Block:
             return arena.Region(flat)
         start, end = int(rooms[0]["offset"]), int(rooms[-1]["offset"]) + int(rooms[-1]["size"])
         flat = self.checker.memory.flat[start:end].clone()
-        _sync(self.device)
+        sync(self.device)
         return arena.Region(flat, start)
 
     def _check_outputs(self, end: dict, rooms: list, taken: arena.Region | None) -> dict | None:
