@@ -1,6 +1,6 @@
 """The judge's GPU verdicts on its fixtures, recorded: every GPU cheat fixture (tests/fixtures/cheats/cuda),
-the bounds fixtures, the honest GPU fixtures and every CUDA and Triton starter candidate, each judged once
-by one Judge as tests/test_gpu_cheats.py judges them (cuda:0, bounds 'all', run limit 60 s, timing at most
+the bounds fixtures, the honest GPU fixtures, the persisting-L2 fixture (harmless/) and every CUDA and
+Triton starter candidate, each judged once by one Judge as tests/test_gpu_cheats.py judges them (cuda:0, bounds 'all', run limit 60 s, timing at most
 0.5 s, concurrency 8). Run on a GPU machine:
 
     python benchmarks/gpu_verdicts.py --out benchmarks/results/gpu_verdicts-<gpu>-<date>.json [--against OLD.json]
@@ -56,12 +56,14 @@ def main() -> None:
     with Judge(Path(tempfile.mkdtemp(prefix="kernelevo-verdicts-")), JudgeOptions(**suite.OPTIONS)) as judge:
         futures = {p.name: judge.submit(task, p) for p, task in files.items()}
         judged = {name: f.result(timeout=900) for name, f in futures.items()}
+        judged[suite.PERSISTING.name] = judge.evaluate(relu, suite.PERSISTING)  # alone, as the test judges it
     record = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
               "method": __doc__, "seconds": round(time.monotonic() - started, 1),
               "verdicts": {name: [e.verdict, e.reason] for name, e in judged.items()},
               "comparison": {name: e.confinement.comparison if e.confinement else "" for name, e in judged.items()},
               "checker_memory": {name: (e.evidence.get("checker") or {}).get("memory", "") for name, e in judged.items()},
-              "clock": {name: _clock(e) for name, e in judged.items()}}
+              "clock": {name: _clock(e) for name, e in judged.items()},
+              "l2_reset": {name: e.evidence["l2_reset"] for name, e in judged.items() if "l2_reset" in e.evidence}}
     if args.against:
         old = json.loads(args.against.read_text())
         before = old.get("verdicts") or old.get("verdicts_after") or {}

@@ -19,6 +19,7 @@ STARTERS = sorted(p for p in (SUITE / "candidates").glob("*.py") if not p.stem.e
 JOINED = FIXTURES / "cuda" / "side_stream_joined_nvrtc.py"  # honest: a side stream joined back
 GRAPHED = FIXTURES / "honest" / "static" / "input_cache__cuda_graph.py"  # honest: CUDA graphs keyed by placement
 GRAPH_INPUT = FIXTURES / "honest" / "dynamic" / "input_cache__graph_static_input.py"  # flagged, left to the trials
+PERSISTING = FIXTURES / "harmless" / "persisting_l2__window_left_set_nvrtc.py"  # left set; reset before timed calls
 BOUNDS = sorted((FIXTURES / "bounds").glob("*.py"))  # right values on every shape, an index out of bounds
 OPTIONS = dict(devices=("cuda:0",), compile_baseline=False, limits=WorkerLimits(run=60),
                timing=TimingConfig(max_seconds=0.5), concurrency=8, bounds="all")
@@ -39,7 +40,11 @@ def judged(cache_dir):
         futures[GRAPHED.name] = judge.submit(relu, GRAPHED)
         futures.update({p.name: judge.submit(relu, p) for p in BOUNDS})
         futures[GRAPH_INPUT.name] = judge.submit(relu, GRAPH_INPUT)
-        return {name: f.result(timeout=900) for name, f in futures.items()}
+        judged = {name: f.result(timeout=900) for name, f in futures.items()}
+        # Alone, after the others: the L2 set-aside it changes is the device's, and while it changed, others'
+        # gated blocks in the checker's clock were once left unconfirmed (suspected, not proven; l2.py)
+        judged[PERSISTING.name] = judge.evaluate(relu, PERSISTING)
+        return judged
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in CHEATS.glob("*.py")))
@@ -82,6 +87,20 @@ def test_a_graph_cache_keeping_its_input_and_static_output_passes(judged):
     e = judged[GRAPH_INPUT.name]
     assert e.verdict == "ok", (e.reason, e.message, e.evidence)
     assert any(n.startswith("static suspicion (input_cache), left to the trials") for n in e.notes), e.notes
+
+
+def test_a_persisting_l2_window_left_set_is_reset_before_every_timed_call(judged):
+    """A set-aside and a window over its input, set on every call and left set: before each timed call the
+    judge puts both back and returns persisting lines to normal, and says so. Whether its speedup then
+    matches the same kernel's without the window is measured by benchmarks/persisting_l2.py."""
+    e = judged[PERSISTING.name]
+    assert e.verdict == "ok", (e.reason, e.message, e.evidence)
+    reset = e.evidence["l2_reset"]
+    assert "persisting-L2 set-aside" in reset["found"] and "access-policy window" in reset["found"], reset
+    assert reset["calls"] >= e.candidate.n, (reset, e.candidate)  # every timed call of the candidate, at least
+    assert any("returned every persisting L2 line to normal" in n for n in e.notes), e.notes
+    # and nothing is named where no candidate set anything
+    assert not [name for name, h in judged.items() if "l2_reset" in h.evidence and name != PERSISTING.name]
 
 
 @pytest.mark.parametrize("name", [p.name for p in STARTERS])

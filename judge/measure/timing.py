@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kernelevo.evaluation import TimingStats
+from kernelevo.judge.measure import l2
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,7 @@ class Measurement:
     stats: dict[str, TimingStats]
     samples: dict[str, list[float]]
     load: dict | None = None
+    l2: l2.Reset | None = None  # persisting L2 that was left set and reset before timed calls
 
     def ratio(self, numerator: str, denominator: str) -> tuple[float, float]:
         """Median of the per-round ratios numerator/denominator and its relative 95 % half-width."""
@@ -202,6 +204,7 @@ class Clock:
         self.sink = torch.zeros((), dtype=torch.int64 if self.cuda else torch.int32, device=device)
         self.head_start_cycles = 0
         self.cycles_per_ms = _sleep_rate() if self.cuda else 0.0
+        self.l2 = l2.Guard(torch.cuda.current_stream(device).cuda_stream) if self.cuda else None
 
     def set_head_start(self, host_ms: float) -> None:
         """GPU spin before each timed call: twice the host's time per call, within [20 us, 5 ms]."""
@@ -235,6 +238,7 @@ class Clock:
         events = []
         for name, fn in calls:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            self.l2.restore()  # persisting L2 left set would keep this call's data through the flush (l2.py)
             self.flush()
             start.record()
             fn()
@@ -315,7 +319,7 @@ def measure(fns: dict[str, Callable[[list], Any]], input_sets: list[list], devic
             elapsed = time.perf_counter() - started
             if rounds >= config.max_reps or (rounds >= config.min_reps and precise) or elapsed > config.max_seconds:
                 return Measurement({name: dataclasses.replace(s, host_ms=host[name]) for name, s in stats.items()},
-                                   samples, watch.stop() if watch else None)
+                                   samples, watch.stop() if watch else None, clock.l2.reset() if clock.l2 else None)
             batch = min(64, max(4, rounds))
 
 

@@ -197,6 +197,9 @@ def _check_and_time(task, reference, candidate, job: Job, device: str, result: d
         result["evidence"]["load"] = measured.load
         if note := timing.load_note(measured.load):
             result["notes"] = [*result.get("notes", []), note]
+    if measured.l2:
+        result["evidence"]["l2_reset"] = dataclasses.asdict(measured.l2)
+        result["notes"] = [*result.get("notes", []), measured.l2.note()]
     result["samples_ms"] = {name: sum(xs) for name, xs in measured.samples.items()}
     return result
 

@@ -95,6 +95,9 @@ def _prepare_device(device: str) -> dict:
         torch.cuda.set_device(torch.device(device))
         torch.empty(1, device=device)  # create the context now, outside any measured phase
         _warm_profiler(device)
+        from kernelevo.judge.measure import l2
+
+        l2.remember()  # the persisting-L2 set-aside before candidate code: a change is named (l2.py)
         props = torch.cuda.get_device_properties(device)
         # What the prompts say of the device, when the driver has no GPU of its own (a cluster).
         info.update(device_name=props.name, capability=f"{props.major}.{props.minor}",
