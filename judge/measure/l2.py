@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kernelevo.judge.trials.gate import driver_ok
+
 _START: list[int] = []  # the context's set-aside before candidate code ran (remember)
 
 
@@ -41,13 +43,6 @@ def _driver():
     return driver
 
 
-def _ok(result, what: str):
-    err = result[0] if isinstance(result, tuple) else result
-    if int(err) != 0:
-        raise RuntimeError(f"{what} failed: {err}")
-    return result[1] if isinstance(result, tuple) and len(result) > 1 else None
-
-
 def _window_attribute(driver):
     """The access-policy window's attribute id (its enum member was renamed between cuda-python versions)."""
     kind = driver.CUstreamAttrID
@@ -60,7 +55,7 @@ def _window_attribute(driver):
 def remember() -> None:
     """The context's set-aside as it is before any candidate code runs (the worker's start)."""
     driver = _driver()
-    _START[:] = [int(_ok(driver.cuCtxGetLimit(driver.CUlimit.CU_LIMIT_PERSISTING_L2_CACHE_SIZE), "cuCtxGetLimit"))]
+    _START[:] = [int(driver_ok(driver.cuCtxGetLimit(driver.CUlimit.CU_LIMIT_PERSISTING_L2_CACHE_SIZE), "cuCtxGetLimit"))]
 
 
 class Guard:
@@ -79,8 +74,8 @@ class Guard:
 
     def _seen(self, allowed: int | None) -> str | None:
         """What is set beyond an empty window and a set-aside of `allowed` bytes (None: any)."""
-        limit = int(_ok(self.driver.cuCtxGetLimit(self.limit_id), "cuCtxGetLimit"))
-        window = _ok(self.driver.cuStreamGetAttribute(self.stream, self.window_id), "cuStreamGetAttribute")
+        limit = int(driver_ok(self.driver.cuCtxGetLimit(self.limit_id), "cuCtxGetLimit"))
+        window = driver_ok(self.driver.cuStreamGetAttribute(self.stream, self.window_id), "cuStreamGetAttribute")
         size = int(window.accessPolicyWindow.num_bytes)
         left = [f"a persisting-L2 set-aside of {limit} bytes"] if allowed is not None and limit != allowed else []
         if size:
@@ -92,9 +87,9 @@ class Guard:
 
         torch.cuda.synchronize()  # the calls queued so far ran with it; the next one must not
         d = self.driver
-        _ok(d.cuCtxSetLimit(self.limit_id, 0), "cuCtxSetLimit")
-        _ok(d.cuStreamSetAttribute(self.stream, self.window_id, self.window), "cuStreamSetAttribute")
-        _ok(d.cuCtxResetPersistingL2Cache(), "cuCtxResetPersistingL2Cache")
+        driver_ok(d.cuCtxSetLimit(self.limit_id, 0), "cuCtxSetLimit")
+        driver_ok(d.cuStreamSetAttribute(self.stream, self.window_id, self.window), "cuStreamSetAttribute")
+        driver_ok(d.cuCtxResetPersistingL2Cache(), "cuCtxResetPersistingL2Cache")
 
     def restore(self) -> None:
         found = self._seen(0)

@@ -71,6 +71,11 @@ class Region:
             raise ValueError(f"a tensor of {size} bytes at {offset} lies outside its region")
         return self.flat[begin:begin + size].view(dt).view(dims)
 
+    def room(self, room: dict) -> "Region":
+        """The part of this region that a room names ({"offset" (absolute), "size"}), with nothing placed."""
+        begin = int(room["offset"]) - self.start
+        return Region(self.flat[begin:begin + int(room["size"])], int(room["offset"]))
+
     def place(self, value) -> Any:
         """Copy `value`'s tensors in (contiguous), and say where: the descriptor `rebuild` reads."""
         import torch

@@ -193,15 +193,9 @@ class _Block:
         if not isinstance(outputs, list) or len(outputs) != self.calls or taken is None:
             raise handback.Ended(handback.protocol("no outputs for the clock's block"))
         for i, (descs, room, (expected, exact, _)) in enumerate(zip(outputs, rooms, self.refs)):
-            if isinstance(self.checker.memory, arena.HostFile):
-                region = taken
-            else:  # the GPU's rooms, copied at once
-                begin = int(room["offset"]) - taken.start
-                region = arena.Region(taken.flat[begin:begin + int(room["size"])], int(room["offset"]))
+            region = taken if isinstance(self.checker.memory, arena.HostFile) else taken.room(room)  # GPU: copied rooms
             got = handback.read(region, descs, self.device)
-            out = got if isinstance(expected, (list, tuple)) else (got[0] if len(got) == 1 else got)
-            floor = compare.reference_error(expected, exact) if exact is not None else 0.0
-            result = compare.compare(out, expected, exact, floor)
+            result = handback.against(got, expected, exact)
             if isinstance(result, compare.Mismatch):
                 label = f"the checker's timed block, call {i + 1} of {self.calls}"
                 if _poisoned(got, expected):
@@ -223,12 +217,9 @@ class _Block:
         if isinstance(self.checker.memory, arena.HostFile):
             region = self.checker._peer_file(end.get("file"))
         else:
-            start = int(room["offset"])
-            region = arena.Region(self.checker.memory.flat[start:start + int(room["size"])], start)
+            region = self.checker.region.room(room)
         got = handback.read(region, descs, self.device)
-        out = got if isinstance(expected, (list, tuple)) else (got[0] if len(got) == 1 else got)
-        floor = compare.reference_error(expected, exact) if exact is not None else 0.0
-        return not isinstance(compare.compare(out, expected, exact, floor), compare.Mismatch)
+        return not isinstance(handback.against(got, expected, exact), compare.Mismatch)
 
     def _own_block(self, make, rooms: list) -> float:
         """Milliseconds of a block of this process's own, timed as the worker's: each call's output

@@ -14,6 +14,7 @@ counters unmoved): a result cached by address or tensor identity then comes out 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 
 from kernelevo.judge import verdicts
 from kernelevo.judge.job import Job
@@ -42,7 +43,7 @@ class Side:
         self.previous_out: list = []
         self.live = None  # (the last output as returned, its snapshot), for the checker's second look
         self.files = 0
-        self.block = None  # the clock's block: (gate.Block, outputs' descriptors, their file, inputs, rooms)
+        self.queued: _Queued | None = None  # the clock's block, from `clock` to `clock_end`
         self.block_failure: dict | None = None
 
     def follow(self, receive, send) -> dict:
@@ -64,7 +65,7 @@ class Side:
                     send({"changed": self.again()})
                 elif kind == "clock":
                     send(self.clock(message))
-                    if self.block is not None and not self.block[0].cuda:
+                    if self.queued is not None and not self.queued.block.cuda:
                         try:  # on the CPU the calls wait on the gate here, after `armed`
                             self._clock_calls()
                         except Exception as exc:  # noqa: BLE001 - told at clock_end
@@ -117,15 +118,14 @@ class Side:
             return {"unavailable": str(exc)[:300]}
         sets = [[_on(arena.rebuild(self.region, d), self.device) for d in descs] for descs in message["sets"]]
         rooms = list(message["out"])
-        self.block = (block, [], None, sets, rooms)
+        self.queued = _Queued(block, sets, rooms)
         if not block.cuda:  # the file its outputs go to, its pages touched now: a first write's fault is not a call's
             memory = arena.HostFile(arena.Path(".").resolve() / f"arena-out-{self.files}",
                                     sum(int(r["size"]) for r in rooms), create=True)
             memory.flat.fill_(0)
-            file = {"number": self.files, "size": memory.size}
-            self.block = (block, [], (memory, file), sets, rooms)
+            self.queued.memory, self.queued.file = memory, {"number": self.files, "size": memory.size}
             self.files += 1
-            return {"armed": True, "file": file}  # the checker reads it the moment the done word shows
+            return {"armed": True, "file": self.queued.file}  # the checker reads it the moment the done word shows
         try:
             block.hold()
             self._clock_calls(held=True)
@@ -137,30 +137,23 @@ class Side:
     def _clock_calls(self, held: bool = False) -> None:
         import torch
 
-        block, placed, file, sets, rooms = self.block
+        queued = self.queued
+        block = queued.block
         if not held:
             block.hold()
-        if not block.cuda:
-            memory = file[0]
-            whole = arena.Region(memory.flat)
+        whole = None if block.cuda else arena.Region(queued.memory.flat)
         with torch.no_grad():
-            for args, room in zip(sets, rooms):
+            for args, room in zip(queued.sets, queued.rooms):
                 outs = compare.flatten(forward(self.candidate, args))
-                if block.cuda:
-                    start = int(room["offset"])
-                    region = arena.Region(self.memory.flat[start:start + int(room["size"])], start)
-                    placed.append(_place_all(region, list(outs)))
-                else:
-                    placed.append(_place_all(whole, list(outs)))
+                queued.placed.append(_place_all(self.region.room(room) if block.cuda else whole, list(outs)))
         block.finish()  # on the CPU, no msync after: the checker reads the same pages, and counts this thread's time
 
     def clock_end(self) -> dict:
         """The block finished: where each call's outputs are (its device errors, if any, are its verdict)."""
-        if self.block is None:
+        if self.queued is None:
             return {"failed": {"verdict": "runtime_error", "reason": "judge_error", "message": "no block was queued"}}
-        block, placed, file, _, _ = self.block
-        self.block = None
-        file = file[1] if file is not None else None
+        block, placed, file = self.queued.block, self.queued.placed, self.queued.file
+        self.queued = None
         if self.block_failure is not None:
             block.close()
             return self.block_failure
@@ -210,9 +203,7 @@ class Side:
         import torch
 
         if isinstance(self.memory, arena.CudaMemory):
-            start = int(room["offset"])
-            region = arena.Region(self.memory.flat[start:start + int(room["size"])], start)  # fresh: nothing placed
-            answer = {"outputs": _place_all(region, outs)}
+            answer = {"outputs": _place_all(self.region.room(room), outs)}
             sync(self.device)
             return answer
         size = arena.nbytes([o for o in outs if isinstance(o, torch.Tensor)]) + arena.nbytes(args) + arena.ALIGN
@@ -238,6 +229,18 @@ class Side:
                 return {"refused": failure.message}
         return {"failed": {"verdict": failure.verdict, "reason": failure.reason,
                            "message": f"{label}: {failure.message}", "excerpt": failure.excerpt}}
+
+
+@dataclass
+class _Queued:
+    """The clock's block as the worker queued it: its gate, the calls' inputs and rooms, the descriptors of
+    what each call placed, and on the CPU the file the outputs go to (its memory and how the checker names it)."""
+    block: gate.Block
+    sets: list
+    rooms: list
+    placed: list = field(default_factory=list)
+    memory: arena.HostFile | None = None
+    file: dict | None = None
 
 
 def _place_all(region: arena.Region, values: list) -> list:

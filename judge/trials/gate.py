@@ -103,9 +103,9 @@ class Block:
             from cuda.bindings import runtime
 
             address = self.words.__array_interface__["data"][0]
-            _ok(runtime.cudaHostRegister(address, SIZE, runtime.cudaHostRegisterMapped), "cudaHostRegister")
+            driver_ok(runtime.cudaHostRegister(address, SIZE, runtime.cudaHostRegisterMapped), "cudaHostRegister")
             self.registered = address
-            self.device_ptr = int(_ok(runtime.cudaHostGetDevicePointer(address, 0), "cudaHostGetDevicePointer"))
+            self.device_ptr = int(driver_ok(runtime.cudaHostGetDevicePointer(address, 0), "cudaHostGetDevicePointer"))
 
     def hold(self) -> None:
         """Queue the wait on the gate (GPU); on the CPU, wait for it here (up to a minute)."""
@@ -113,7 +113,7 @@ class Block:
             from cuda.bindings import driver
 
             stream = _stream()
-            _ok(driver.cuStreamWaitValue32(stream, self.device_ptr + GATE, self.gate,
+            driver_ok(driver.cuStreamWaitValue32(stream, self.device_ptr + GATE, self.gate,
                                            driver.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_EQ), "cuStreamWaitValue32")
             return
         deadline = time.perf_counter() + 60.0
@@ -126,7 +126,7 @@ class Block:
         if self.cuda:
             from cuda.bindings import driver
 
-            _ok(driver.cuStreamWriteValue32(_stream(), self.device_ptr + DONE, self.done,
+            driver_ok(driver.cuStreamWriteValue32(_stream(), self.device_ptr + DONE, self.done,
                                             driver.CUstreamWriteValue_flags.CU_STREAM_WRITE_VALUE_DEFAULT),
                 "cuStreamWriteValue32")
         else:
@@ -152,7 +152,8 @@ def _stream() -> int:
     return torch.cuda.current_stream().cuda_stream
 
 
-def _ok(result, what: str):
+def driver_ok(result, what: str):
+    """A cuda-python call's result: its value, or a RuntimeError naming `what` where it failed."""
     err = result[0] if isinstance(result, tuple) else result
     if int(err) != 0:
         raise RuntimeError(f"{what} failed: {err}")

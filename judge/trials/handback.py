@@ -66,6 +66,14 @@ def read(region: arena.Region, descs, device: str) -> list:
     return values
 
 
+def against(got: list, expected, exact):
+    """Outputs read back (`read`) compared with the reference's, shaped as the reference returns them (one
+    tensor or a sequence), with its float64 twin's error as the floor: compare.compare's Match or Mismatch."""
+    out = got if isinstance(expected, (list, tuple)) else (got[0] if len(got) == 1 else got)
+    floor = compare.reference_error(expected, exact) if exact is not None else 0.0
+    return compare.compare(out, expected, exact, floor)
+
+
 def specs(expected) -> list:
     """What the worker's structural checks need to know of each expected output: no values."""
     import torch
