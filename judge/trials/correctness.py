@@ -120,11 +120,8 @@ class Side:
         rooms = list(message["out"])
         self.queued = _Queued(block, sets, rooms)
         if not block.cuda:  # the file its outputs go to, its pages touched now: a first write's fault is not a call's
-            memory = arena.HostFile(arena.Path(".").resolve() / f"arena-out-{self.files}",
-                                    sum(int(r["size"]) for r in rooms), create=True)
-            memory.flat.fill_(0)
-            self.queued.memory, self.queued.file = memory, {"number": self.files, "size": memory.size}
-            self.files += 1
+            self.queued.memory, self.queued.file = self._new_file(sum(int(r["size"]) for r in rooms))
+            self.queued.memory.flat.fill_(0)
             return {"armed": True, "file": self.queued.file}  # the checker reads it the moment the done word shows
         try:
             block.hold()
@@ -206,15 +203,18 @@ class Side:
             answer = {"outputs": _place_all(self.region.room(room), outs)}
             sync(self.device)
             return answer
-        size = arena.nbytes([o for o in outs if isinstance(o, torch.Tensor)]) + arena.nbytes(args) + arena.ALIGN
-        folder = arena.Path(".")
-        memory = arena.HostFile(folder.resolve() / f"arena-out-{self.files}", size, create=True)
-        self.files += 1
+        memory, file = self._new_file(arena.nbytes([o for o in outs if isinstance(o, torch.Tensor)])
+                                      + arena.nbytes(args) + arena.ALIGN)
         region = arena.Region(memory.flat)
-        answer = {"outputs": _place_all(region, outs), "inputs_after": _place_all(region, args),
-                  "file": {"number": self.files - 1, "size": memory.size}}
+        answer = {"outputs": _place_all(region, outs), "inputs_after": _place_all(region, args), "file": file}
         memory.map.flush()
         return answer
+
+    def _new_file(self, size: int) -> tuple[arena.HostFile, dict]:
+        """A file of outputs in this worker's own folder, and how the checker names it (Checker._peer_file)."""
+        memory = arena.HostFile(arena.Path(".").resolve() / f"arena-out-{self.files}", size, create=True)
+        self.files += 1
+        return memory, {"number": self.files - 1, "size": memory.size}
 
     def _failure(self, exc: Exception, kind: str, label: str) -> dict:
         """A derived shape's clean refusal (a Python-level exception, the device still healthy) marks the
