@@ -26,6 +26,7 @@ from kernelevo.judge.trials.reference import Reference, Skip
 from kernelevo.judge.trials.shapes import describe
 
 WHERE = "a checker process that never loaded candidate code"
+TIMED_FIRST = 1000  # the timed input sets are drawn as trials TIMED_FIRST, TIMED_FIRST + 1, ... (run/jobs.py)
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,42 @@ class Checker:
                 "stateful": stateful, "trial_s": spent, "clock": clocked, "correctness": dict(
             trials=trials, passed=trials, rel_l2=match.rel_l2, max_abs=match.max_abs,
             max_rel=match.max_rel, where=where, tolerance=match.tolerance)}
+
+    def timed(self, answer) -> dict:
+        """The outputs of the worker's last timed calls, one per input set it timed on, compared with the
+        reference's on the same sets, drawn here from the same seeds (run/jobs.py `_input_sets`). Right while
+        checked and wrong while timed is `inconsistent_output`; the worker's own comparison of them runs
+        where native code of the candidate can change it."""
+        import torch
+
+        timed = answer.get("timed") if isinstance(answer, dict) else None
+        if isinstance(answer, dict) and ("failed" in answer or "rejected" in answer):
+            return handback.worker_verdict(answer)
+        sets = timed.get("sets") if isinstance(timed, dict) else None
+        outputs = timed.get("outputs") if isinstance(timed, dict) else None
+        want = list(range(self.job.input_sets))
+        if not isinstance(sets, list) or sorted(sets) != want or not isinstance(outputs, list) \
+                or len(outputs) != len(sets):
+            return handback.protocol(f"timed outputs for input sets {str(sets)[:40]}, not one for each of {want}")
+        try:
+            region = self._peer_file(timed.get("file"))
+            for i, descs in zip(sets, outputs):
+                args = inputs.trial_inputs(self.task.get_inputs, TIMED_FIRST + i, self.job.seed, self.device,
+                                           "as given")[0]
+                with torch.no_grad():
+                    expected, exact, _ = self.ref(args)
+                outs = handback.read(region, descs, self.device)
+                out = outs if isinstance(expected, (list, tuple)) else (outs[0] if len(outs) == 1 else outs)
+                floor = compare.reference_error(expected, exact, None) if exact is not None else 0.0
+                result = compare.compare(out, expected, exact, floor)
+                if isinstance(result, compare.Mismatch):
+                    return {"verdict": "rejected", "reason": "inconsistent_output",
+                            "message": f"an output of the timed calls (input set {i + 1}) differs from the reference "
+                                       f"({result.message}); it passed when checked",
+                            "evidence": {"mismatch": result.message, "compared": WHERE}}
+        except handback.Ended as ended:
+            return ended.result
+        return {"verdict": "ok", "reason": "", "message": "", "compared": len(sets)}
 
     def _clock(self) -> dict:
         """The checker's own clock on a block of the candidate's calls (trials/clock.py); a wrong output
