@@ -27,6 +27,7 @@ from kernelevo.judge.trials.shapes import describe
 
 WHERE = "a checker process that never loaded candidate code"
 TIMED_FIRST = 1000  # the timed input sets are drawn as trials TIMED_FIRST, TIMED_FIRST + 1, ... (run/jobs.py)
+FRESH_FIRST = 2000  # and the two sources of the fresh-values check's inputs (measure/crosscheck.py)
 
 
 @dataclass(frozen=True)
@@ -121,40 +122,50 @@ class Checker:
             max_rel=match.max_rel, where=where, tolerance=match.tolerance)}
 
     def timed(self, answer) -> dict:
-        """The outputs of the worker's last timed calls, one per input set it timed on, compared with the
-        reference's on the same sets, drawn here from the same seeds (run/jobs.py `_input_sets`). Right while
-        checked and wrong while timed is `inconsistent_output`; the worker's own comparison of them runs
-        where native code of the candidate can change it."""
-        import torch
-
-        timed = answer.get("timed") if isinstance(answer, dict) else None
+        """The outputs of the worker's last timed calls, one per input set it timed on, and of its last
+        fresh-values call, compared with the reference's on the same inputs, drawn here from the same seeds
+        (run/jobs.py `_input_sets`, inputs.refill). Right while checked and wrong while timed is
+        `inconsistent_output`; wrong on new values in the same tensors is `cached_result`. The worker's own
+        comparisons of them run where native code of the candidate can change them."""
         if isinstance(answer, dict) and ("failed" in answer or "rejected" in answer):
             return handback.worker_verdict(answer)
+        timed = answer.get("timed") if isinstance(answer, dict) else None
         sets = timed.get("sets") if isinstance(timed, dict) else None
         outputs = timed.get("outputs") if isinstance(timed, dict) else None
+        fresh = timed.get("fresh") if isinstance(timed, dict) else None
         want = list(range(self.job.input_sets))
         if not isinstance(sets, list) or sorted(sets) != want or not isinstance(outputs, list) \
-                or len(outputs) != len(sets):
-            return handback.protocol(f"timed outputs for input sets {str(sets)[:40]}, not one for each of {want}")
+                or len(outputs) != len(sets) or not isinstance(fresh, dict) or not isinstance(fresh.get("k"), int) \
+                or fresh["k"] < 1:
+            return handback.protocol(f"timed outputs for input sets {str(sets)[:40]} (not one for each of {want}), "
+                                     "or no last fresh-values output")
         try:
             region = self._peer_file(timed.get("file"))
             for i, descs in zip(sets, outputs):
-                args = inputs.trial_inputs(self.task.get_inputs, TIMED_FIRST + i, self.job.seed, self.device,
-                                           "as given")[0]
-                with torch.no_grad():
-                    expected, exact, _ = self.ref(args)
-                outs = handback.read(region, descs, self.device)
-                out = outs if isinstance(expected, (list, tuple)) else (outs[0] if len(outs) == 1 else outs)
-                floor = compare.reference_error(expected, exact, None) if exact is not None else 0.0
-                result = compare.compare(out, expected, exact, floor)
-                if isinstance(result, compare.Mismatch):
-                    return {"verdict": "rejected", "reason": "inconsistent_output",
-                            "message": f"an output of the timed calls (input set {i + 1}) differs from the reference "
-                                       f"({result.message}); it passed when checked",
-                            "evidence": {"mismatch": result.message, "compared": WHERE}}
+                args = self._plain(TIMED_FIRST + i)
+                if (found := self._against(args, handback.read(region, descs, self.device))) is not None:
+                    return _rejected("inconsistent_output", f"an output of the timed calls (input set {i + 1}) "
+                                     f"differs from the reference ({found.message}); it passed when checked", found)
+            sources = [self._plain(FRESH_FIRST + i) for i in range(2)]
+            work = inputs.clone_inputs(sources[0])
+            inputs.refill(work, sources, fresh["k"])
+            if (found := self._against(work, handback.read(region, fresh.get("outputs"), self.device))) is not None:
+                return _rejected("cached_result", "with new values in the same input tensors the output is wrong "
+                                 f"({found.message}): results must not be cached by address", found)
         except handback.Ended as ended:
             return ended.result
-        return {"verdict": "ok", "reason": "", "message": "", "compared": len(sets)}
+        return {"verdict": "ok", "reason": "", "message": "", "compared": len(sets) + 1}
+
+    def _against(self, args: list, outs: list) -> compare.Mismatch | None:
+        """The reference's output on `args` against outputs the worker handed back; the mismatch, if any."""
+        import torch
+
+        with torch.no_grad():
+            expected, exact, _ = self.ref(inputs.clone_inputs(args))
+        out = outs if isinstance(expected, (list, tuple)) else (outs[0] if len(outs) == 1 else outs)
+        floor = compare.reference_error(expected, exact, None) if exact is not None else 0.0
+        result = compare.compare(out, expected, exact, floor)
+        return result if isinstance(result, compare.Mismatch) else None
 
     def _clock(self) -> dict:
         """The checker's own clock on a block of the candidate's calls (trials/clock.py); a wrong output
@@ -327,6 +338,11 @@ class Checker:
         self.memory = self.memory.grown(max(need, 2 * self.memory.flat.numel()))
         self.region = arena.Region(self.memory.flat)
         self.state["places"], self.sent_arena = None, False
+
+
+def _rejected(reason: str, message: str, found: compare.Mismatch) -> dict:
+    return {"verdict": "rejected", "reason": reason, "message": message,
+            "evidence": {"mismatch": found.message, "compared": WHERE}}
 
 
 def _rebuilt_reference(task, init: tuple, seed: int, device: str) -> Reference:

@@ -162,10 +162,11 @@ class Side:
             block.close()
         return {"outputs": placed, "file": file}
 
-    def timed(self, kept: list, sets: list, send, receive) -> dict:
-        """The outputs of the last timed calls (`kept`: (inputs, outputs) pairs) handed to the checker, each
-        with the index of the input set it was called on, in a file of this worker's own (copied off the
-        device); the checker compares them (Checker.timed). Its answer: {"ok", and its verdict where not}."""
+    def timed(self, kept: list, sets: list, fresh: list, send, receive) -> dict:
+        """The outputs of the last timed calls (`kept`: (inputs, outputs) pairs), each with the index of the
+        input set it was called on, and of the last fresh-values call (`fresh`: [(k, outputs)]), handed to the
+        checker in a file of this worker's own (copied off the device); the checker compares them
+        (Checker.timed). Its answer: {"ok", and its verdict where not}."""
         import torch
 
         found = []
@@ -173,16 +174,18 @@ class Side:
             index = next((i for i, s in enumerate(sets) if _same(list(s), list(args))), None)
             if index is not None and index not in [i for i, _ in found]:
                 found.append((index, list(compare.flatten(out))))
-        tensors = [t for _, outs in found for t in outs if isinstance(t, torch.Tensor)]
-        size = arena.nbytes(tensors) + arena.ALIGN * (len(tensors) + 1)
-        memory = arena.HostFile(arena.Path(".").resolve() / f"arena-out-{self.files}", size, create=True)
+        last = [(k, list(compare.flatten(out))) for k, out in fresh[-1:]]
+        tensors = [t for _, outs in found + last for t in outs if isinstance(t, torch.Tensor)]
+        memory = arena.HostFile(arena.Path(".").resolve() / f"arena-out-{self.files}",
+                                arena.nbytes(tensors) + arena.ALIGN * (len(tensors) + 1), create=True)
         file = {"number": self.files, "size": memory.size}
         self.files += 1
         region = arena.Region(memory.flat)
         placed = [_place_all(region, outs) for _, outs in found]
+        handed = {"k": last[0][0], "outputs": _place_all(region, last[0][1])} if last else None
         sync(self.device)
         memory.map.flush()
-        send({"timed": {"sets": [i for i, _ in found], "outputs": placed, "file": file}})
+        send({"timed": {"sets": [i for i, _ in found], "outputs": placed, "fresh": handed, "file": file}})
         answer = receive()
         return answer if isinstance(answer, dict) else {"ok": False, "verdict": "runtime_error",
                                                         "reason": "judge_error", "message": "no answer from the checker"}
