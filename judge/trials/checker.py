@@ -162,9 +162,7 @@ class Checker:
 
         with torch.no_grad():
             expected, exact, _ = self.ref(inputs.clone_inputs(args))
-        out = outs if isinstance(expected, (list, tuple)) else (outs[0] if len(outs) == 1 else outs)
-        floor = compare.reference_error(expected, exact, None) if exact is not None else 0.0
-        result = compare.compare(out, expected, exact, floor)
+        result = handback.against(outs, expected, exact)
         return result if isinstance(result, compare.Mismatch) else None
 
     def _clock(self) -> dict:
