@@ -176,10 +176,7 @@ class Side:
                 found.append((index, list(compare.flatten(out))))
         last = [(k, list(compare.flatten(out))) for k, out in fresh[-1:]]
         tensors = [t for _, outs in found + last for t in outs if isinstance(t, torch.Tensor)]
-        memory = arena.HostFile(arena.Path(".").resolve() / f"arena-out-{self.files}",
-                                arena.nbytes(tensors) + arena.ALIGN * (len(tensors) + 1), create=True)
-        file = {"number": self.files, "size": memory.size}
-        self.files += 1
+        memory, file = self._new_file(arena.nbytes(tensors) + arena.ALIGN * (len(tensors) + 1))
         region = arena.Region(memory.flat)
         placed = [_place_all(region, outs) for _, outs in found]
         handed = {"k": last[0][0], "outputs": _place_all(region, last[0][1])} if last else None
