@@ -102,12 +102,13 @@ def _one(job: Job, device: str, channel) -> bool:
     result["checker"] = {"where": WHERE, "memory": "CUDA IPC" if isinstance(checker.memory, arena.CudaMemory) else "file",
                          "trials_s": result.get("trial_s", {})}
     outline = {k: result.get(k) for k in ("verdict", "reason", "message")}
+    timed = not ended and result["verdict"] == "ok" and not result.get("stateful") \
+        and not triton_jobs.interpreted(job, device)
     channel.send("to_worker", message={"check": "end", "ok": result["verdict"] == "ok",
-                                       "stateful": bool(result.get("stateful")), **outline})
+                                       "stateful": bool(result.get("stateful")), **outline,
+                                       "timed": checker.timed_room() if timed else None})
     channel.send_result(result)
-    if ended or result["verdict"] != "ok" or result.get("stateful") or triton_jobs.interpreted(job, device):
-        return bool(ended)
-    return _timed(checker, channel)
+    return _timed(checker, channel) if timed else bool(ended)
 
 
 def _timed(checker: Checker, channel) -> bool:

@@ -74,6 +74,7 @@ class Checker:
         self.checks: list[str] = []
         self.state = {"previous_values": None, "sizes": [], "places": None, "stateful": False}
         self.sent_arena = False
+        self.timed_at: dict | None = None  # on a GPU, the room the worker copies its timed outputs into
 
     def run(self, planned=None) -> dict:
         """All trials; the result fields of a correctness verdict, `ok` or not."""
@@ -140,7 +141,7 @@ class Checker:
             return handback.protocol(f"timed outputs for input sets {str(sets)[:40]} (not one for each of {want}), "
                                      "or no last fresh-values output")
         try:
-            region = self._peer_file(timed.get("file"))
+            region = self.region.room(self.timed_at) if self.timed_at else self._peer_file(timed.get("file"))
             for i, descs in zip(sets, outputs):
                 args = self._plain(TIMED_FIRST + i)
                 if (found := self._against(args, handback.read(region, descs, self.device))) is not None:
@@ -155,6 +156,25 @@ class Checker:
         except handback.Ended as ended:
             return ended.result
         return {"verdict": "ok", "reason": "", "message": "", "compared": len(sets) + 1}
+
+    def timed_room(self) -> dict | None:
+        """On a GPU, where the worker copies its timed outputs after the timing (correctness.Side.timed): a
+        room of this process's memory sized from the reference's outputs, one for each input set and one for
+        the fresh-values call, and the memory's handle (the worker closes it while it is timed). A copy on the
+        device: through a file on the host, 4 outputs of device_copy's 128 MiB took most of a second a job."""
+        import torch
+
+        if not self.device.startswith("cuda"):
+            return None
+        with torch.no_grad():
+            expected, _, _ = self.ref(inputs.clone_inputs(self._plain(TIMED_FIRST)))
+        outs = list(compare.flatten(expected))
+        size = arena._aligned((self.job.input_sets + 1) * (arena.nbytes(outs) + arena.ALIGN * (len(outs) + 1)))
+        self._ensure(size)
+        self.memory.flat[:size].fill_(255)  # nothing of the trials left where an output is expected
+        self.state["places"], self.sent_arena = None, False
+        self.timed_at = {"offset": 0, "size": size}
+        return {"room": self.timed_at, "arena": self.memory.info()}
 
     def _against(self, args: list, outs: list) -> compare.Mismatch | None:
         """The reference's output on `args` against outputs the worker handed back; the mismatch, if any."""
