@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 def _clock(e) -> dict:
     """The checker's clock against the worker's figures (trials/clock.py): per call, and the speedup over eager."""
     clock = e.evidence.get("clock") or {}
-    out = {k: clock.get(k) for k in ("confirmed", "why", "calls", "candidate_ms", "eager_ms") if k in clock}
+    out = {k: clock.get(k) for k in ("confirmed", "why", "calls", "candidate_ms", "eager_ms", "blocks_ms") if k in clock}
     if e.reason in ("forged_report", "escaped_work"):
         out["message"] = e.message
         out.update({k: e.evidence[k] for k in ("claimed_ms", "speedup_eager") if k in e.evidence})

@@ -95,3 +95,36 @@ def test_the_bound_is_the_thread_that_made_the_calls_where_it_ran_alone():
     assert clock._main_thread_ms(7, before, {7: 3_000_000, 8: 900_000}) is None  # a pool at work: no bound
     assert clock._main_thread_ms(7, before, {7: 3_000_000, 8: 600_000}) == 3.0
     assert clock._main_thread_ms(7, None, {7: 1}) is None and clock._main_thread_ms(9, before, before) is None
+
+
+def _block(ms: float, copy: float = 0.01, eager: float = 0.06, confirmed: bool = True) -> dict:
+    """One GPU block's figures as _Block.run gives them (8 calls)."""
+    return {"confirmed": confirmed, "calls": 8, "block_ms": round((ms + copy) * 8, 6), "candidate_ms": ms,
+            "eager_ms": eager, "copy_ms": copy, "device": "cuda"}
+
+
+def test_a_block_lengthened_by_another_job_is_outvoted_by_two_that_agree():
+    """On an H100 (2026-11-28, concurrency 8) one block of an honest softmax read 0.377 ms a call, 4.6 times
+    the 0.08 its blocks read elsewhere, and the one-block rule refused it: other jobs' kernels share the device
+    in time slices. Blocks are timed until two agree, and the fastest decides."""
+    claim = _claim(0.0407, 1.47)  # row_softmax__nvrtc's timed figures
+    blocks = [_block(0.377), _block(0.0805)]
+    assert clock.judge(claim, blocks[0])["reason"] == "timing_mismatch"  # the lengthened block alone cries wolf
+    assert not clock._agreed(blocks)
+    blocks.append(_block(0.0800))
+    assert clock._agreed(blocks)
+    best = clock._fastest(blocks)
+    assert best["candidate_ms"] == pytest.approx(0.08) and best["blocks_ms"] == [0.377, 0.0805, 0.08]
+    assert clock.judge(claim, best) is None
+
+
+def test_each_figure_is_the_fastest_seen_and_an_unconfirmed_block_decides_nothing():
+    """The copies and the eager calls are blocks too, and lengthened alike: each its own fastest, so that a
+    slow copy block cannot shorten the candidate's figure (it is subtracted) nor a slow eager one widen the bound."""
+    forced = {**_block(0.02), "confirmed": False, "why": "the gate opened by itself"}
+    best = clock._fastest([forced, _block(0.10, copy=0.05, eager=0.20), _block(0.12, copy=0.01, eager=0.06)])
+    assert best["copy_ms"] == 0.01
+    # the fastest block, 0.13 a call, less the fastest copy; not 0.10, the second block less its own slow copy
+    assert best["candidate_ms"] == pytest.approx(0.12)
+    assert best["eager_ms"] == pytest.approx(0.06)
+    assert clock._fastest([forced])["why"] == "the gate opened by itself"

@@ -113,6 +113,9 @@ def test_honest_starter_candidates_pass_every_check(judged, name):
     # the checker's clock timed a block of its calls behind the gate (none waits for the device in a call)
     clock = e.evidence["clock"]
     assert clock["confirmed"] and clock["calls"] >= 1 and clock["candidate_ms"] > 0, clock
+    # the outputs of its last timed calls (one per input set) and of its last fresh-values call, compared again
+    # in the checker
+    assert e.evidence["checker"]["timed_outputs"] == 3 + 1, e.evidence["checker"]
     # the bounds trial saw every index in bounds, or (confined workers) says it could not check
     assert any(n.startswith("bounds trial: compute-sanitizer memcheck saw every index in bounds")
                or n == f"bounds trial skipped: {bounds.SANDBOXED}" for n in e.notes), e.notes

@@ -87,6 +87,9 @@ def test_ok_has_times_and_correctness(verdicts):
     clock = e.evidence["clock"]
     assert clock["calls"] >= 1 and clock["device"] == "cpu" and (clock["confirmed"] or clock["why"]), clock
     assert clock["confirmed"] or any(n.startswith("times not confirmed by the checker's clock") for n in e.notes)
+    # the outputs of its last timed calls (one per input set) and of its last fresh-values call, compared again
+    # in the checker
+    assert e.evidence["checker"]["timed_outputs"] == JudgeOptions().input_sets + 1, e.evidence["checker"]
 
 
 def test_failures_explain_themselves(verdicts):

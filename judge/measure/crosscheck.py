@@ -62,20 +62,8 @@ def timed_outputs(recorder: Recorder, reference: Callable[[list], Any]) -> None:
     recorder.last.clear()
 
 
-def _refill(work: list, sources: list[list], k: int) -> None:
-    """New values in the same tensors: the k-th source set, scaled by a k-dependent factor (k = 0:
-    the first set as it is, the same values every time)."""
-    import torch
-
-    for w, s in zip(work, sources[k % len(sources)]):
-        if isinstance(w, torch.Tensor) and w.shape == s.shape:
-            w.copy_(s)
-            if w.is_floating_point():
-                w.mul_(1 + 0.01 * k)
-
-
 def fresh_values(forward, reference, clock, sources: list[list], timed_ms: float, calls: int = 8,
-                 repeats: int = 0, rounds: int = 3, lockstep: bool = True) -> dict:
+                 repeats: int = 0, rounds: int = 3, lockstep: bool = True, handed: list | None = None) -> dict:
     """Time calls whose inputs change everywhere between calls (fresh) against control calls that
     are measured exactly alike (one call per batch, after the same refill of the same tensors)
     but get the same values every time. A cache keyed by address or by values hits on the
@@ -96,7 +84,9 @@ def fresh_values(forward, reference, clock, sources: list[list], timed_ms: float
     still hit while timed.
 
     `lockstep` False: the reference keeps state across calls and has not seen the candidate's
-    calls here, so the last output cannot be compared with it (the timings still are).
+    calls here, so the last output cannot be compared with it (the timings still are). `handed`, where
+    given, gets (k, output) of the last fresh call: its inputs are `inputs.refill` of `sources` with k, from
+    which the checker, in its own process, compares it again.
 
     Why not against the timed median: the timed loop runs calls back to back, and on a GPU its
     events see device time only, while a lone call here pays its host launch as well. On an H100
@@ -107,7 +97,7 @@ def fresh_values(forward, reference, clock, sources: list[list], timed_ms: float
     fresh: list[float] = []
     control: list[float] = []
     with torch.no_grad():
-        _refill(work, sources, 0)
+        inputs.refill(work, sources, 0)
         for _ in range(repeats):
             forward(work)
         for _ in range(rounds):
@@ -119,6 +109,8 @@ def fresh_values(forward, reference, clock, sources: list[list], timed_ms: float
             out = _time_pairs(forward, clock, work, sources, fresh, control, calls)
         # work holds the last fresh call's inputs
         expected = reference(inputs.clone_inputs(work)) if lockstep else None
+        if handed is not None:
+            handed.append((len(fresh), out))  # the last fill's k: each fresh call's is the count so far
     slower = _slower_pairs(fresh, control, clock.cuda)
     evidence = {"timed_ms": timed_ms, "fresh_values_ms": min(fresh), "fresh_values_median_ms": statistics.median(fresh),
                 "control_ms": min(control), "control_median_ms": statistics.median(control),
@@ -147,7 +139,7 @@ def _time_pairs(forward, clock, work: list, sources: list[list], fresh: list, co
 
     for _ in range(calls):
         for samples, fill in ((control, 0), (fresh, len(fresh) + 1)):  # fresh: never the same values twice
-            _refill(work, sources, fill)
+            inputs.refill(work, sources, fill)
             (_, ms), = clock.time_batch([("candidate", call)])
             samples.append(ms)
     return out

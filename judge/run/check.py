@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 from kernelevo.judge.job import Job
+from kernelevo.judge.run import triton_jobs
 from kernelevo.judge.trials import arena, inputs
 from kernelevo.judge.trials.checker import WHERE, Checker, plan_shapes
 
@@ -101,7 +102,32 @@ def _one(job: Job, device: str, channel) -> bool:
     result["checker"] = {"where": WHERE, "memory": "CUDA IPC" if isinstance(checker.memory, arena.CudaMemory) else "file",
                          "trials_s": result.get("trial_s", {})}
     outline = {k: result.get(k) for k in ("verdict", "reason", "message")}
+    timed = not ended and result["verdict"] == "ok" and not result.get("stateful") \
+        and not triton_jobs.interpreted(job, device)
     channel.send("to_worker", message={"check": "end", "ok": result["verdict"] == "ok",
-                                       "stateful": bool(result.get("stateful")), **outline})
+                                       "stateful": bool(result.get("stateful")), **outline,
+                                       "timed": checker.timed_room() if timed else None})
     channel.send_result(result)
-    return bool(ended)
+    return _timed(checker, channel) if timed else bool(ended)
+
+
+def _timed(checker: Checker, channel) -> bool:
+    """After the timing, the worker hands over the outputs of its last timed calls (correctness.Side.timed);
+    they are compared here (Checker.timed) while it still holds the device, and it hears the outcome. True
+    where `done` came instead: the worker ended without timing (a later check rejected it, or it died)."""
+    import torch
+
+    try:
+        message = _receive(channel)
+    except Done:
+        return True
+    try:
+        with torch.no_grad():
+            verdict = checker.timed(message.get("answer") if isinstance(message, dict) else None)
+    except Exception as exc:  # noqa: BLE001 - the reference failing here is the judge's failure, not the candidate's
+        verdict = {"verdict": "runtime_error", "reason": "judge_error",
+                   "message": f"the checker could not compare the timed outputs: {type(exc).__name__}: {exc}"[:300]}
+    channel.send("timed", **verdict)
+    channel.send("to_worker", message={"check": "timed_end", "ok": verdict["verdict"] == "ok",
+                                       **{k: verdict.get(k) for k in ("verdict", "reason", "message")}})
+    return False

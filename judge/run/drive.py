@@ -78,7 +78,7 @@ def drive(worker, job: Job, limits, hold_device, hold_machine=None, checker=None
     result = follow.run(hold_device, hold_machine)
     if checker is not None:
         checker.reusable = follow.settle()  # the executor keeps it for the next job only then
-        result = merge(result, follow.checked)
+        result = merge(result, follow.checked, follow.timed)
     if worker.info and worker.info.get("confinement"):
         result["confinement"] = worker.info["confinement"]  # said before any candidate code ran
         if checker is not None:
@@ -86,28 +86,34 @@ def drive(worker, job: Job, limits, hold_device, hold_machine=None, checker=None
     return sandbox.judged(result, worker.sandbox.refusals(), candidate=job.runs_candidate)
 
 
-def merge(result: dict, checked: dict | None) -> dict:
-    """The worker's result with the checker's verdict on correctness: the checker's where it is not
-    `ok`; the worker's own where that is not `ok` (no better than it says); else both together."""
+def merge(result: dict, checked: dict | None, timed: dict | None = None) -> dict:
+    """The worker's result with the checker's verdicts, on the trials and on the outputs of the timed calls:
+    the checker's where one is not `ok`; the worker's own where that is not `ok` (no better than it says);
+    else both together. A timed result whose timed outputs the checker did not compare is not taken."""
     if checked is None:
         if result.get("verdict") != "ok":
             return result
         return _forged("a passing result arrived before the checker had compared the candidate's outputs "
                        "(the trials it sent were not all answered)", {"worker_claimed": result.get("verdict")})
-    if checked.get("verdict") != "ok":
-        kept = {k: result[k] for k in ("build_s", "resources", "device_s", "worker_s", "policy") if k in result}
-        notes = [n for n in result.get("notes", []) if n]
-        return {**kept, **checked, "notes": notes}
+    for verdict in (checked, timed):
+        if verdict is not None and verdict.get("verdict") != "ok":
+            kept = {k: result[k] for k in ("build_s", "resources", "device_s", "worker_s", "policy") if k in result}
+            notes = [n for n in result.get("notes", []) if n]
+            return {**kept, **verdict, "notes": notes}
     if result.get("verdict") != "ok":
         return result
-    timed = checked.get("clock")
-    if (disbelieved := clock.judge(result, timed)) is not None:
+    if timed is None and "timing" in result and not checked.get("stateful"):
+        return _forged("a timed result arrived without the outputs of its timed calls, which the checker compares",
+                       {"worker_claimed": result.get("verdict")})
+    clocked = checked.get("clock")
+    if (disbelieved := clock.judge(result, clocked)) is not None:
         return disbelieved
     evidence = {**(result.get("evidence") or {}), "trial_s": checked.get("trial_s", {}),
-                "checker": checked.get("checker", {}), "clock": timed or {}}
+                "checker": {**checked.get("checker", {}), "timed_outputs": (timed or {}).get("compared", 0)},
+                "clock": clocked or {}}
     notes = [*result.get("notes", []), *checked.get("checks", [])]
-    if timed and not timed.get("confirmed") and "timing" in result:
-        notes.append(f"times not confirmed by the checker's clock: {timed.get('why', '')}")
+    if clocked and not clocked.get("confirmed") and "timing" in result:
+        notes.append(f"times not confirmed by the checker's clock: {clocked.get('why', '')}")
     return {**result, "correctness": checked["correctness"], "shapes": checked.get("shapes"),
             "notes": notes, "evidence": evidence}
 
@@ -118,6 +124,7 @@ class _Follow:
     def __init__(self, worker, job: Job, limits, checker=None):
         self.worker, self.job, self.limits, self.checker = worker, job, limits, checker
         self.checked: dict | None = None
+        self.timed: dict | None = None  # the checker's verdict on the outputs of the timed calls
         self.phase, self.deadline = "build", worker.clock() + limits.build
         self.token, self.granted, self.released = secrets.token_hex(16), None, None
         self.trial = ""  # the correctness trial under way: a crash or hang there names its shape
@@ -200,6 +207,8 @@ class _Follow:
             self.worker.send(message)
         elif kind == "result":
             self.checked = {k: v for k, v in event.items() if k not in ("event", "token")}
+        elif kind == "timed":
+            self.timed = {k: v for k, v in event.items() if k not in ("event", "token")}
 
     def _from_worker(self, event: dict, held, machine, hold_device, hold_machine) -> dict | None:
         kind = event.get("event")

@@ -15,6 +15,7 @@ from kernelevo import runtime
 from kernelevo.judge import static, verdicts
 from kernelevo.judge.measure import crosscheck, loop, resources, timing
 from kernelevo.judge.trials import correctness, guards, inputs, policy
+from kernelevo.judge.trials.checker import FRESH_FIRST, TIMED_FIRST
 from kernelevo.judge.run import bounds, triton_jobs
 from kernelevo.judge.job import Job
 from kernelevo.tasks import TaskError, load_module
@@ -172,12 +173,19 @@ def _check_and_time(task, reference, candidate, job: Job, device: str, result: d
         if triton_jobs.interpreted(job, device):
             return _untimed(result, integrity, threads, channel, acquired, phase)
         with channel.quiet():
-            measured = _time_and_crosscheck(reference, candidate, sets, task, job, device, evidence, phase,
-                                            checked["stateful"])
+            measured, kept = _time_and_crosscheck(reference, candidate, sets, task, job, device, evidence, phase,
+                                                  checked["stateful"])
             result["loop"] = _loop({"candidate": lambda a: forward(candidate, a),
                                     "eager": lambda a: forward(reference, a)}, sets, device, ("eager", "candidate"))
             phase("loop")
         threads.verify("timing")
+        if not checked["stateful"]:  # compared by the checker, while this worker still holds the device
+            said = side.timed(kept["timed"], sets, kept["fresh"], lambda message: channel.send("to_checker", message=message),
+                              channel.receive)
+            if not said.get("ok"):
+                result.update({k: said.get(k) or "" for k in ("verdict", "reason", "message")})
+                return result
+            phase("timed_outputs")
         result["device_s"] = time.perf_counter() - acquired
         channel.release_device()  # the idle check needs no GPU: let the next candidate start
         evidence["threads"] = threads.verify_idle()
@@ -232,7 +240,7 @@ def _untimed(result: dict, integrity: guards.Integrity, threads: guards.ThreadWa
 
 
 def _time_and_crosscheck(reference, candidate, sets: list, task, job: Job, device: str,
-                         evidence: dict, phase, stateful: bool) -> timing.Measurement:
+                         evidence: dict, phase, stateful: bool) -> tuple[timing.Measurement, dict[str, list]]:
     import torch
 
     recorder = crosscheck.Recorder(lambda a: forward(candidate, a), keep=len(sets))
@@ -252,18 +260,20 @@ def _time_and_crosscheck(reference, candidate, sets: list, task, job: Job, devic
         if device.startswith("cuda"):  # first: escaped work also corrupts what the other checks see
             plain = {"candidate": lambda a: forward(candidate, a), "eager": fns["eager"]}
             evidence["host_clock"] = crosscheck.host_clock(plain, sets[0])
+        # for the checker (correctness.Side.timed): the last timed outputs, then the last fresh-values output
+        kept: dict[str, list] = {"timed": list(recorder.last), "fresh": []}
         if not stateful:  # the policy check called the candidate alone: no longer in lockstep with it
             crosscheck.timed_outputs(recorder, lambda a: forward(reference, a))
-        fresh = _input_sets(task, job, device, 2, first=2000)
+        fresh = _input_sets(task, job, device, 2, first=FRESH_FIRST)
         clock = timing.Clock(device, config.flush)
         if clock.cuda:  # the same head start as the timed calls, or host launch time counts here alone
             clock.set_head_start(max(s.host_ms or 0.0 for s in measured.stats.values()))
         evidence["fresh_values"] = crosscheck.fresh_values(
             lambda a: forward(candidate, a), lambda a: forward(reference, a), clock, fresh,
             measured.stats["candidate"].median_ms, repeats=measured.stats["candidate"].n // len(sets),
-            lockstep=not stateful)
+            lockstep=not stateful, handed=kept["fresh"])
     phase("crosschecks")
-    return measured
+    return measured, kept
 
 
 def torch_device_name(device: str) -> str:
@@ -288,7 +298,7 @@ def _loop(fns: dict, sets: list, device: str, *over: tuple[str, str]) -> dict:
     return out
 
 
-def _input_sets(task, job: Job, device: str, count: int, first: int = 1000) -> list[list]:
+def _input_sets(task, job: Job, device: str, count: int, first: int = TIMED_FIRST) -> list[list]:
     return [inputs.trial_inputs(task.get_inputs, first + i, job.seed, device, "as given")[0]
             for i in range(count)]
 

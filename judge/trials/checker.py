@@ -26,6 +26,8 @@ from kernelevo.judge.trials.reference import Reference, Skip
 from kernelevo.judge.trials.shapes import describe
 
 WHERE = "a checker process that never loaded candidate code"
+TIMED_FIRST = 1000  # the timed input sets are drawn as trials TIMED_FIRST, TIMED_FIRST + 1, ... (run/jobs.py)
+FRESH_FIRST = 2000  # and the two sources of the fresh-values check's inputs (measure/crosscheck.py)
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,7 @@ class Checker:
         self.checks: list[str] = []
         self.state = {"previous_values": None, "sizes": [], "places": None, "stateful": False}
         self.sent_arena = False
+        self.timed_at: dict | None = None  # on a GPU, the room the worker copies its timed outputs into
 
     def run(self, planned=None) -> dict:
         """All trials; the result fields of a correctness verdict, `ok` or not."""
@@ -118,6 +121,69 @@ class Checker:
                 "stateful": stateful, "trial_s": spent, "clock": clocked, "correctness": dict(
             trials=trials, passed=trials, rel_l2=match.rel_l2, max_abs=match.max_abs,
             max_rel=match.max_rel, where=where, tolerance=match.tolerance)}
+
+    def timed(self, answer) -> dict:
+        """The outputs of the worker's last timed calls, one per input set it timed on, and of its last
+        fresh-values call, compared with the reference's on the same inputs, drawn here from the same seeds
+        (run/jobs.py `_input_sets`, inputs.refill). Right while checked and wrong while timed is
+        `inconsistent_output`; wrong on new values in the same tensors is `cached_result`. The worker's own
+        comparisons of them run where native code of the candidate can change them."""
+        if isinstance(answer, dict) and ("failed" in answer or "rejected" in answer):
+            return handback.worker_verdict(answer)
+        timed = answer.get("timed") if isinstance(answer, dict) else None
+        sets = timed.get("sets") if isinstance(timed, dict) else None
+        outputs = timed.get("outputs") if isinstance(timed, dict) else None
+        fresh = timed.get("fresh") if isinstance(timed, dict) else None
+        want = list(range(self.job.input_sets))
+        if not isinstance(sets, list) or sorted(sets) != want or not isinstance(outputs, list) \
+                or len(outputs) != len(sets) or not isinstance(fresh, dict) or not isinstance(fresh.get("k"), int) \
+                or fresh["k"] < 1:
+            return handback.protocol(f"timed outputs for input sets {str(sets)[:40]} (not one for each of {want}), "
+                                     "or no last fresh-values output")
+        try:
+            region = self.region.room(self.timed_at) if self.timed_at else self._peer_file(timed.get("file"))
+            for i, descs in zip(sets, outputs):
+                args = self._plain(TIMED_FIRST + i)
+                if (found := self._against(args, handback.read(region, descs, self.device))) is not None:
+                    return _rejected("inconsistent_output", f"an output of the timed calls (input set {i + 1}) "
+                                     f"differs from the reference ({found.message}); it passed when checked", found)
+            sources = [self._plain(FRESH_FIRST + i) for i in range(2)]
+            work = inputs.clone_inputs(sources[0])
+            inputs.refill(work, sources, fresh["k"])
+            if (found := self._against(work, handback.read(region, fresh.get("outputs"), self.device))) is not None:
+                return _rejected("cached_result", "with new values in the same input tensors the output is wrong "
+                                 f"({found.message}): results must not be cached by address", found)
+        except handback.Ended as ended:
+            return ended.result
+        return {"verdict": "ok", "reason": "", "message": "", "compared": len(sets) + 1}
+
+    def timed_room(self) -> dict | None:
+        """On a GPU, where the worker copies its timed outputs after the timing (correctness.Side.timed): a
+        room of this process's memory sized from the reference's outputs, one for each input set and one for
+        the fresh-values call, and the memory's handle (the worker closes it while it is timed). A copy on the
+        device: through a file on the host, 4 outputs of device_copy's 128 MiB took most of a second a job."""
+        import torch
+
+        if not self.device.startswith("cuda"):
+            return None
+        with torch.no_grad():
+            expected, _, _ = self.ref(inputs.clone_inputs(self._plain(TIMED_FIRST)))
+        outs = list(compare.flatten(expected))
+        size = arena._aligned((self.job.input_sets + 1) * (arena.nbytes(outs) + arena.ALIGN * (len(outs) + 1)))
+        self._ensure(size)
+        self.memory.flat[:size].fill_(255)  # nothing of the trials left where an output is expected
+        self.state["places"], self.sent_arena = None, False
+        self.timed_at = {"offset": 0, "size": size}
+        return {"room": self.timed_at, "arena": self.memory.info()}
+
+    def _against(self, args: list, outs: list) -> compare.Mismatch | None:
+        """The reference's output on `args` against outputs the worker handed back; the mismatch, if any."""
+        import torch
+
+        with torch.no_grad():
+            expected, exact, _ = self.ref(inputs.clone_inputs(args))
+        result = handback.against(outs, expected, exact)
+        return result if isinstance(result, compare.Mismatch) else None
 
     def _clock(self) -> dict:
         """The checker's own clock on a block of the candidate's calls (trials/clock.py); a wrong output
@@ -290,6 +356,11 @@ class Checker:
         self.memory = self.memory.grown(max(need, 2 * self.memory.flat.numel()))
         self.region = arena.Region(self.memory.flat)
         self.state["places"], self.sent_arena = None, False
+
+
+def _rejected(reason: str, message: str, found: compare.Mismatch) -> dict:
+    return {"verdict": "rejected", "reason": reason, "message": message,
+            "evidence": {"mismatch": found.message, "compared": WHERE}}
 
 
 def _rebuilt_reference(task, init: tuple, seed: int, device: str) -> Reference:

@@ -45,6 +45,7 @@ class Side:
         self.files = 0
         self.queued: _Queued | None = None  # the clock's block, from `clock` to `clock_end`
         self.block_failure: dict | None = None
+        self.timed_at: dict | None = None  # from the checker's `end`: on a GPU, its room for the timed outputs
 
     def follow(self, receive, send) -> dict:
         """Answer the checker until it ends the trials; its last word: {"ok", "stateful", and its verdict}."""
@@ -53,6 +54,7 @@ class Side:
                 message = receive()
                 kind = message.get("check") if isinstance(message, dict) else None
                 if kind == "end":
+                    self.timed_at = message.get("timed")  # on a GPU, where the timed outputs go (Side.timed)
                     if isinstance(self.memory, arena.CudaMemory):
                         self.memory.close()  # the checker's memory: not mapped while the candidate is timed
                     return message
@@ -161,6 +163,36 @@ class Side:
         finally:
             block.close()
         return {"outputs": placed, "file": file}
+
+    def timed(self, kept: list, sets: list, fresh: list, send, receive) -> dict:
+        """The outputs of the last timed calls (`kept`: (inputs, outputs) pairs), each with the index of the
+        input set it was called on, and of the last fresh-values call (`fresh`: [(k, outputs)]), handed to the
+        checker in a file of this worker's own (copied off the device); the checker compares them
+        (Checker.timed). Its answer: {"ok", and its verdict where not}."""
+        import torch
+
+        found = []
+        for args, out in kept:
+            index = next((i for i, s in enumerate(sets) if _same(list(s), list(args))), None)
+            if index is not None and index not in [i for i, _ in found]:
+                found.append((index, list(compare.flatten(out))))
+        last = [(k, list(compare.flatten(out))) for k, out in fresh[-1:]]
+        tensors = [t for _, outs in found + last for t in outs if isinstance(t, torch.Tensor)]
+        if isinstance(self.timed_at, dict) and isinstance(self.timed_at.get("arena"), dict):  # a GPU: the checker's
+            self.memory = arena.open_shared(self.timed_at["arena"])  # memory, copied into on the device
+            region, file = arena.Region(self.memory.flat).room(self.timed_at["room"]), None
+        else:
+            memory, file = self._new_file(arena.nbytes(tensors) + arena.ALIGN * (len(tensors) + 1))
+            region = arena.Region(memory.flat)
+        placed = [_place_all(region, outs) for _, outs in found]
+        handed = {"k": last[0][0], "outputs": _place_all(region, last[0][1])} if last else None
+        sync(self.device)  # no msync on the CPU: the checker maps the same pages
+        if isinstance(self.memory, arena.CudaMemory):
+            self.memory.close()
+        send({"timed": {"sets": [i for i, _ in found], "outputs": placed, "fresh": handed, "file": file}})
+        answer = receive()
+        return answer if isinstance(answer, dict) else {"ok": False, "verdict": "runtime_error",
+                                                        "reason": "judge_error", "message": "no answer from the checker"}
 
     def _model(self, init):
         """The candidate, or for a derived shape one built again with its constructor arguments."""
