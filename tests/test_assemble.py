@@ -236,7 +236,7 @@ def test_an_lstm_of_torch_returning_a_tuple_is_assembled_and_verified_end_to_end
         candidate = Candidate(placed, entry["share"], 1.0, None, 1)
         evaluation = verified(model.source, "recurrent.py", tmp_path / "recurrent_kernelevo.py", [candidate],
                               lambda path: judge.evaluate(model, path, final=True))
-    assert evaluation.verdict == "ok" and candidate.reverted == "", evaluation.message
+    assert evaluation.verdict == "ok" and candidate.reverted == "", (candidate.reverted, evaluation.message)
     module = load_module((tmp_path / "recurrent_kernelevo.py").read_text(), "assembled.py", "candidate")
     torch.manual_seed(5)
     reference = model.make_model()

@@ -89,6 +89,14 @@ def test_on_the_cpu_only_the_busy_threads_time_decides():
     assert said["reason"] == "timing_mismatch" and "calls ran 2.0000 ms" in said["message"]
 
 
+def test_a_thread_slowed_by_a_busy_core_is_no_mismatch_and_a_clock_reading_a_third_is():
+    """An honest C LSTM, timed at 4.13 ms a call, whose thread ran 6.77 ms a call in the block while another
+    test process kept the other core busy (a 2-core VM, 2026-11-28): it was refused, then reverted in place."""
+    seen = {"confirmed": False, "calls": 8, "candidate_ms": 9.0, "eager_ms": 2.0, "device": "cpu", "thread_ms": 6.7696}
+    assert clock.judge(_claim(4.1269, 1.0), seen) is None
+    assert clock.judge(_claim(6.7696 / 3, 1.0), seen)["reason"] == "timing_mismatch"
+
+
 def test_the_bound_is_the_thread_that_made_the_calls_where_it_ran_alone():
     before = {7: 0, 8: 0}
     assert clock._main_thread_ms(7, before, {7: 3_000_000, 8: 100_000}) == 3.0
