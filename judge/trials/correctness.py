@@ -167,8 +167,9 @@ class Side:
     def timed(self, kept: list, sets: list, fresh: list, send, receive) -> dict:
         """The outputs of the last timed calls (`kept`: (inputs, outputs) pairs), each with the index of the
         input set it was called on, and of the last fresh-values call (`fresh`: [(k, outputs)]), handed to the
-        checker in a file of this worker's own (copied off the device); the checker compares them
-        (Checker.timed). Its answer: {"ok", and its verdict where not}."""
+        checker: on a GPU copied into the room of its memory that its `end` named (Checker.timed_room), on the
+        CPU in a file of this worker's own; the checker compares them (Checker.timed). Its answer: {"ok", and
+        its verdict where not}."""
         import torch
 
         found = []
@@ -177,11 +178,11 @@ class Side:
             if index is not None and index not in [i for i, _ in found]:
                 found.append((index, list(compare.flatten(out))))
         last = [(k, list(compare.flatten(out))) for k, out in fresh[-1:]]
-        tensors = [t for _, outs in found + last for t in outs if isinstance(t, torch.Tensor)]
         if isinstance(self.timed_at, dict) and isinstance(self.timed_at.get("arena"), dict):  # a GPU: the checker's
             self.memory = arena.open_shared(self.timed_at["arena"])  # memory, copied into on the device
             region, file = arena.Region(self.memory.flat).room(self.timed_at["room"]), None
         else:
+            tensors = [t for _, outs in found + last for t in outs if isinstance(t, torch.Tensor)]
             memory, file = self._new_file(arena.nbytes(tensors) + arena.ALIGN * (len(tensors) + 1))
             region = arena.Region(memory.flat)
         placed = [_place_all(region, outs) for _, outs in found]
