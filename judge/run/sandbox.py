@@ -185,8 +185,12 @@ def _import_roots() -> list[str]:
     return roots
 
 
-def confine() -> Confinement:
-    """In the worker, before any thread or candidate code exists: apply the plan the parent passed."""
+def confine(launch: Callable[[list[Path], list[Path], list[Path], int], tuple[int, ...]] | None = None
+            ) -> Confinement:
+    """In the worker, before any thread or candidate code exists: apply the plan the parent passed.
+    `launch(read, write, write_files, Landlock ABI)` is called first, with the rules about to hold, where
+    the worker may run candidates and the kernel has Landlock: it forks the bounds trial's launcher
+    (run/launcher.py), which confines itself on its own and returns its filter's listener."""
     raw = os.environ.get(PLAN)
     if not raw:
         why = "unconfined: started without a sandbox plan"
@@ -194,13 +198,15 @@ def confine() -> Confinement:
     data = json.loads(raw)
     plan = Plan(**{**data, "read": tuple(data["read"])})
     os.chdir(plan.scratch)
+    version = landlock.abi()
+    rules = (read_roots(plan), plan.write_roots(), plan.write_files())
+    launcher = launch(*rules, version) if launch is not None and version and not plan.opponent else ()
     channel = socket.socket(fileno=plan.channel)
     try:
-        filtered = seccomp.install(channel)
+        filtered = seccomp.install(channel, launcher)
     finally:
         channel.close()
-    version = landlock.abi()
-    held = landlock.restrict(read_roots(plan), plan.write_roots(), plan.write_files(), version) if version else set()
+    held = landlock.restrict(*rules, version) if version else set()
     global applied
     applied = describe(filtered, version, held, len(os.environ))
     return applied
