@@ -70,3 +70,23 @@ def test_a_checked_process_that_never_ends_is_killed_with_its_children(tmp_path)
               shapes="general", candidate_hash="sleeps")
     outcome = bounds.run(job, "cpu", limit_s=5)  # returns at all: not stuck on the orphan's pipe
     assert outcome.access is None and "not finished within 5 s: indices not checked" in outcome.note
+
+
+def test_the_judging_process_takes_the_launchers_report_not_the_workers_word():
+    """The bounds trial as the launcher reported it to the judging process decides (run/launcher.py); a
+    worker that said every index was in bounds without a report has its note replaced by 'not checked'."""
+    from kernelevo.judge.run import launcher
+
+    job = Job(format="c", bounds=True)
+    said = {"verdict": "ok", "notes": ["bounds trial: AddressSanitizer saw every index in bounds on 5 shapes (1.0 s)",
+                                       "shapes: 5 checked"], "evidence": {"bounds": {"checker": "AddressSanitizer"}}}
+    assert launcher.verdict(said, job, "cpu", None) is said  # no launcher: the worker's word is all there is
+    unheard = launcher.verdict(said, job, "cpu", [])
+    assert unheard["verdict"] == "ok" and "bounds" not in unheard["evidence"]
+    assert unheard["notes"] == ["shapes: 5 checked", "bounds trial: its launcher reported no outcome: indices not checked"]
+    access = bounds.Access("peek", "read", 4, "heap-buffer-overflow", "the task's own shape: float32[4, 8]")
+    report = {"checker": "AddressSanitizer", "access": access.__dict__, "note": "", "seconds": 2.0, "report": "READ of size 4"}
+    seen = launcher.verdict(said, job, "cpu", [report])
+    assert (seen["verdict"], seen["reason"]) == ("rejected", "out_of_bounds") and "`peek`" in seen["message"]
+    assert seen["evidence"]["bounds"]["kernel"] == "peek" and seen["evidence"]["verdict_before"] == "ok"
+    assert launcher.verdict(said, Job(format="c", bounds=False), "cpu", [report]) is said  # not asked for

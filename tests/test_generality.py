@@ -25,7 +25,7 @@ FAST = TimingConfig(min_reps=10, max_seconds=0.3, target_rel_ci=0.02)
 NO_REMEASURE = {kind: 1e9 for kind in IMPLAUSIBLE_SPEEDUP}
 # Judged as a run's final judgement, with the bounds trial (under AddressSanitizer, seconds each): the
 # kernel only that trial catches, and an honest one whose note is checked. The others' subject is shapes.
-BOUNDS_TRIAL = {"out_of_bounds__peeks_past_rows_c.py", "layernorm_ok_c.py"}
+BOUNDS_TRIAL = {"out_of_bounds__peeks_past_rows_c.py", "out_of_bounds__worker_outcome_forged_c.py", "layernorm_ok_c.py"}
 
 
 def header(path, key: str) -> str:

@@ -14,8 +14,10 @@ The launcher is forked first, and
   files the CUDA driver writes, which Landlock alone refuses, and names every refusal);
 - the checked process (run/bounds_target.py) refuses connect() on all its threads before it loads
   anything of the job: it listens and the front end connects, so the candidate in it reaches no socket.
-It takes one job at a time from the worker over a socket pair and answers with the outcome; it ends
-when the worker does. Where the kernel has no Landlock there is no launcher, and the worker runs the
+It takes one job at a time from the worker over a socket pair and answers with the outcome, which it
+first reports to the judging process on the worker's seccomp channel (the worker has closed its end of
+that by the time any candidate code runs). The judging process decides by that report (verdict()): a
+worker that says every index was in bounds is not taken at its word. It ends when the worker does. Where the kernel has no Landlock there is no launcher, and the worker runs the
 trial itself as before (on a GPU it is then skipped: bounds.SANDBOXED).
 """
 from __future__ import annotations
@@ -37,10 +39,11 @@ _DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 WHERE = "the bounds trial's launcher (the candidate's sandbox, UNIX stream sockets let through for its checker)"
 
 
-def start(read: list[Path], write: list[Path], write_files: list[Path], version: int) -> tuple[int, ...]:
+def start(read: list[Path], write: list[Path], write_files: list[Path], version: int, channel: int) -> tuple[int, ...]:
     """In the worker, before its own filter and Landlock (sandbox.confine): fork the launcher. Returns
     its filter's listener, which the worker sends to the judging process with its own (seccomp.install),
-    or () where it has none (it then does not serve)."""
+    or () where it has none (it then does not serve). `channel`: the worker's socket to the judging
+    process, which the worker closes once its filter is set; the launcher keeps it for its reports."""
     global _worker_end
     ours, theirs = socket.socketpair()
     pid = os.fork()
@@ -55,9 +58,9 @@ def start(read: list[Path], write: list[Path], write_files: list[Path], version:
     try:  # the launcher: nothing of the worker's but its log (stdout, stderr) and this socket
         ours.close()
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-        keep = theirs.fileno()
-        os.closerange(3, keep)
-        os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
+        keep = sorted({theirs.fileno(), channel})
+        for low, high in zip([3, *(k + 1 for k in keep)], [*keep, os.sysconf("SC_OPEN_MAX")]):
+            os.closerange(low, high)
         listener = seccomp.install_for_launcher()
         if listener < 0:
             theirs.send(b"none")
@@ -65,15 +68,16 @@ def start(read: list[Path], write: list[Path], write_files: list[Path], version:
         socket.send_fds(theirs, [b"fd"], [listener])
         os.close(listener)
         if "files" in landlock.restrict(read, write, write_files, version):
-            _serve(theirs)
+            _serve(theirs, socket.socket(fileno=channel))
     except BaseException:  # noqa: BLE001 - the worker hears that its launcher is gone; the log says why
         traceback.print_exc()
     finally:
         os._exit(0)
 
 
-def _serve(sock: socket.socket) -> None:
-    """One job after another, until the worker's end closes."""
+def _serve(sock: socket.socket, judging: socket.socket) -> None:
+    """One job after another, until the worker's end closes. Each outcome goes to the worker, which goes on
+    with it, and to the judging process (`judging`), whose copy decides the verdict (verdict())."""
     lines = sock.makefile("r", encoding="utf-8")
     for line in lines:
         request = json.loads(line)
@@ -82,7 +86,9 @@ def _serve(sock: socket.socket) -> None:
             outcome = bounds.Outcome("", None, f"bounds trial not run: no device named {device[:40]!r}", 0.0)
         else:
             outcome = bounds.run(Job.from_dict(request["job"]), device, launched=True)
-        sock.sendall((json.dumps(dataclasses.asdict(outcome)) + "\n").encode())
+        line = (json.dumps(dataclasses.asdict(outcome)) + "\n").encode()
+        judging.sendall(line)
+        sock.sendall(line)
 
 
 def run(job: Job, device: str) -> bounds.Outcome:
@@ -104,3 +110,27 @@ def run(job: Job, device: str) -> bounds.Outcome:
     data = json.loads(line)
     access = bounds.Access(**data["access"]) if data.get("access") else None
     return bounds.Outcome(**{**data, "access": access, "where": WHERE})
+
+
+def verdict(result: dict, job: Job, device: str, reports: list[dict] | None) -> dict:
+    """The worker's result with the bounds trial as its launcher reported it to the judging process, not as
+    the worker says (`reports`: sandbox.Parent.bounds_reports; None where the worker forked no launcher,
+    and the worker's word is all there is). An access it saw is `out_of_bounds` whatever the worker
+    reported; where it reported nothing, no index was checked, whatever the worker's notes say."""
+    if reports is None or not job.bounds or result.get("verdict") != "ok" or bounds.applies(job, device, launched=True):
+        return result
+    notes = [n for n in result.get("notes", []) if not str(n).startswith("bounds trial")]
+    evidence = dict(result.get("evidence") or {})
+    if not reports:
+        evidence.pop("bounds", None)
+        note = "bounds trial: its launcher reported no outcome: indices not checked"
+        return {**result, "notes": [*notes, note], "evidence": evidence}
+    data = reports[-1]
+    access = bounds.Access(**data["access"]) if isinstance(data.get("access"), dict) else None
+    outcome = bounds.Outcome(**{**data, "access": access, "where": WHERE})
+    evidence["bounds"] = {"checker": outcome.checker, "seconds": round(outcome.seconds, 2), "where": WHERE}
+    if access is None:
+        return {**result, "notes": [*notes, outcome.note], "evidence": evidence}
+    evidence["bounds"].update({**dataclasses.asdict(access), "report": outcome.report})
+    return {**result, "verdict": "rejected", "reason": "out_of_bounds", "message": bounds.message(outcome),
+            "notes": notes, "evidence": {**evidence, "verdict_before": "ok"}}

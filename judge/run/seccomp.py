@@ -24,6 +24,7 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import json
 import os
 import platform
 import re
@@ -31,6 +32,7 @@ import select
 import socket
 import struct
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -183,6 +185,9 @@ class Supervisor:
 
     def __init__(self, channel: socket.socket, writable):
         self.refusals: list[Refusal] = []
+        # The bounds trial's launcher (run/launcher.py), where the worker forked one: its listener came with
+        # the worker's, and it reports each outcome here on the same socket, which the worker has closed.
+        self.launched, self.reports = False, []
         self._channel, self._writable = channel, writable
         self._calls = {number: name for name, number in (arch() or (0, {}, 0))[1].items()}
         self._thread = threading.Thread(target=self._serve, daemon=True, name="kernelevo-sandbox")
@@ -192,18 +197,49 @@ class Supervisor:
         try:  # the worker's listener, and its bounds trial launcher's where it forked one
             _, fds, _, _ = socket.recv_fds(self._channel, 16, 2)
         except OSError:
-            return
-        finally:
+            fds = []
+        self.launched = len(fds) == 2
+        if not self.launched:
             self._channel.close()
-        live = set(fds)
+        live, pending = set(fds) | ({self._channel.fileno()} if self.launched else set()), b""
         try:
             while live:
-                for listener in select.select(sorted(live), [], [])[0]:
-                    if not self._next(listener):
-                        live.discard(listener)
+                for fd in select.select(sorted(live), [], [])[0]:
+                    if fd == self._channel.fileno():
+                        pending = self._report(pending)
+                        if pending is None:
+                            live.discard(fd)
+                    elif not self._next(fd):
+                        live.discard(fd)
         finally:
             for fd in fds:
                 os.close(fd)
+            self._channel.close()
+
+    def settled_reports(self, wait_s: float = 2.0) -> list[dict]:
+        """The launcher's reports, once none waits unread (it reports before it answers the worker, so
+        a report the worker acted on is in the socket by the time the worker's result comes)."""
+        deadline = time.monotonic() + wait_s
+        with contextlib.suppress(OSError, ValueError):
+            while self._channel.fileno() >= 0 and select.select([self._channel], [], [], 0)[0] \
+                    and time.monotonic() < deadline:
+                time.sleep(0.01)
+        return list(self.reports)
+
+    def _report(self, pending: bytes) -> bytes | None:
+        """Read the launcher's reports (a JSON line each); None once it has ended."""
+        try:
+            data = self._channel.recv(1 << 16)
+        except OSError:
+            data = b""
+        if not data:
+            return None
+        *lines, pending = (pending + data).split(b"\n")
+        for line in lines:
+            with contextlib.suppress(ValueError):
+                if len(self.reports) < 16:
+                    self.reports.append(json.loads(line))
+        return pending[-(1 << 22):]
 
     def _next(self, listener: int) -> bool:
         """Answer one notified call; False once no process is left under this listener's filter."""
