@@ -119,6 +119,8 @@ def test_a_forked_worker_holds_nothing_of_the_process_that_forked_it(tmp_path, m
     assert len(sockets) <= 1 and (not sockets or len(seen["children"].split()) == 1), (fds, seen["children"])
     environ, shown = set(seen["env"].split(",")), set(seen["shown"].split(","))
     assert "WORK_LLM_SECRET" not in environ | shown and {"KERNELEVO_SANDBOX", "HOME", "TMPDIR"} <= environ
+    # and its OpenMP pool sleeps between parallel regions, so the checker's clock sees one busy thread (clock.py)
+    assert "OMP_WAIT_POLICY" in environ
 
 
 def test_a_candidate_cannot_rewrite_the_code_torch_compile_made_for_its_opponent(tmp_path):
