@@ -88,6 +88,17 @@ def judge_workers(under: Path, under_ray: bool = False, kinds: tuple[str, ...] =
     return found
 
 
+def _described(pid: int) -> str:
+    """A process as `ps` would show it: pid, state, what it waits in, its command line (cut)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        wchan = Path(f"/proc/{pid}/wchan").read_text()
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:160]
+    except OSError as exc:
+        return f"{pid} ({exc.strerror})"
+    return f"{pid} {state} in {wchan or '-'}: {command}"
+
+
 def _parent(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
@@ -195,10 +206,12 @@ def interrupt_once_judging(proc: subprocess.Popen, under: Path, wait_s: float = 
     while not judge_workers(under, under_ray=True) and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
     if not judge_workers(under, under_ray=True):
+        # what each judge process was, and was doing, before the run is killed (once at a suite's end on 2
+        # cores: one worker, driven by a process that was no Ray worker, and the run still timing its baseline)
+        workers = [(_described(pid), _described(driver)) for pid, driver in judge_workers(under, kinds=("worker", "zygote"))]
         ended = proc.poll()
         proc.kill()
         err = proc.communicate(timeout=60)[1].decode()[-2000:]
-        workers = judge_workers(under, kinds=("worker", "zygote"))
         state = f"exited {ended}" if ended is not None else "was still going"
         pytest.fail(f"no judge worker under a Ray worker within {wait_s:.0f} s (the run {state}; judge processes "
                     f"under the cache: {workers}); its stderr: {err}")
