@@ -55,7 +55,7 @@ def start(read: list[Path], write: list[Path], write_files: list[Path], version:
             return ()
         _worker_end = ours
         return tuple(fds)
-    try:  # the launcher: nothing of the worker's but its log (stdout, stderr) and this socket
+    try:  # the launcher: nothing of the worker's but its log (stdout, stderr), this pair and the channel
         ours.close()
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
         keep = sorted({theirs.fileno(), channel})
