@@ -91,7 +91,7 @@ def judge_workers(under: Path, under_ray: bool = False, kinds: tuple[str, ...] =
 def _described(pid: int) -> str:
     """A process as `ps` would show it: pid, state, what it waits in, its command line (cut)."""
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        state = _stat(pid)[0]
         wchan = Path(f"/proc/{pid}/wchan").read_text()
         command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:160]
     except OSError as exc:
@@ -99,8 +99,13 @@ def _described(pid: int) -> str:
     return f"{pid} {state} in {wchan or '-'}: {command}"
 
 
+def _stat(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the command's name: state, parent pid..."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def _parent(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    return int(_stat(pid)[1])
 
 
 def kill_its_ray_worker(killed: set[int], under: Path) -> tuple[int, int]:
