@@ -21,6 +21,7 @@ shape; a missing checker skips the trial and the verdict's notes say so.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -225,6 +226,20 @@ def excerpt(text: str, access: Access, lines: int = 12) -> str:
     """The checker's lines from the access on."""
     start = max(text.find(f"Invalid {access.space}"), text.find(f"AddressSanitizer: {access.space}"))
     return "\n".join(text[max(start, 0):].splitlines()[:lines])
+
+
+def evidence(outcome: Outcome) -> dict:
+    """The verdict's `evidence.bounds`: which checker ran where, how long, and what it saw."""
+    found = {"checker": outcome.checker, "seconds": round(outcome.seconds, 2), "where": outcome.where}
+    if outcome.access is not None:
+        found.update({**dataclasses.asdict(outcome.access), "report": outcome.report})
+    return found
+
+
+def outcome_from(data: dict, where: str) -> Outcome:
+    """An Outcome read back from its JSON form (run/launcher.py sends it so)."""
+    access = Access(**data["access"]) if isinstance(data.get("access"), dict) else None
+    return Outcome(**{**data, "access": access, "where": where})
 
 
 def message(outcome: Outcome) -> str:

@@ -218,11 +218,9 @@ def _bounds(job: Job, device: str, result: dict, evidence: dict) -> None:
     if not job.bounds:
         return
     outcome = launcher.run(job, device)
-    evidence["bounds"] = {"checker": outcome.checker, "seconds": round(outcome.seconds, 2), "where": outcome.where}
+    evidence["bounds"] = bounds.evidence(outcome)
     if outcome.access is not None:
-        raise guards.Rejected("out_of_bounds", bounds.message(outcome),
-                              {"bounds": {**dataclasses.asdict(outcome.access), **evidence["bounds"],
-                                          "report": outcome.report}})
+        raise guards.Rejected("out_of_bounds", bounds.message(outcome), {"bounds": evidence["bounds"]})
     result["notes"] = [*result.get("notes", []), outcome.note]
 
 

@@ -107,9 +107,7 @@ def run(job: Job, device: str) -> bounds.Outcome:
     if not line:
         print("kernelevo: the bounds trial's launcher is gone (its log says why)", file=sys.stderr)
         return bounds.Outcome("", None, "bounds trial not run: its launcher is gone: indices not checked", 0.0)
-    data = json.loads(line)
-    access = bounds.Access(**data["access"]) if data.get("access") else None
-    return bounds.Outcome(**{**data, "access": access, "where": WHERE})
+    return bounds.outcome_from(json.loads(line), WHERE)
 
 
 def verdict(result: dict, job: Job, device: str, reports: list[dict] | None) -> dict:
@@ -125,12 +123,9 @@ def verdict(result: dict, job: Job, device: str, reports: list[dict] | None) -> 
         evidence.pop("bounds", None)
         note = "bounds trial: its launcher reported no outcome: indices not checked"
         return {**result, "notes": [*notes, note], "evidence": evidence}
-    data = reports[-1]
-    access = bounds.Access(**data["access"]) if isinstance(data.get("access"), dict) else None
-    outcome = bounds.Outcome(**{**data, "access": access, "where": WHERE})
-    evidence["bounds"] = {"checker": outcome.checker, "seconds": round(outcome.seconds, 2), "where": WHERE}
-    if access is None:
+    outcome = bounds.outcome_from(reports[-1], WHERE)
+    evidence["bounds"] = bounds.evidence(outcome)
+    if outcome.access is None:
         return {**result, "notes": [*notes, outcome.note], "evidence": evidence}
-    evidence["bounds"].update({**dataclasses.asdict(access), "report": outcome.report})
     return {**result, "verdict": "rejected", "reason": "out_of_bounds", "message": bounds.message(outcome),
             "notes": notes, "evidence": {**evidence, "verdict_before": "ok"}}

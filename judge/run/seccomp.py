@@ -74,13 +74,9 @@ def arch() -> tuple[int, dict[str, int], int] | None:
 def program(notify: bool, stream: bool = False) -> bytes:
     """The BPF filter: its instructions as the kernel reads them (struct sock_filter, 8 bytes each).
     `stream`: UNIX stream sockets are let through too (the bounds trial's launcher, run/launcher.py)."""
-    audit, calls, _ = arch()
+    _, calls, _ = arch()
     deny = _NOTIFY if notify else _ERRNO | errno.EPERM
-    code: list[tuple] = [("ld", 4), ("jeq", audit, "native", None), ("ret", _ERRNO | errno.EPERM),
-                         ("label", "native"), ("ld", 0)]
-    if platform.machine() == "x86_64":
-        code += [("jge", 0x40000000, "foreign", None)]  # x32 calls
-    code += [("jeq", calls["socket"], "socket", None)]
+    code = _native("foreign") + [("jeq", calls["socket"], "socket", None)]
     for name in ("open", "openat"):
         if name in calls:
             code += [("jeq", calls[name], name, None)]
@@ -101,6 +97,16 @@ def program(notify: bool, stream: bool = False) -> bytes:
              ("label", "quiet"), ("ret", QUIET),
              ("label", "foreign"), ("ret", _ERRNO | errno.EPERM)]
     return _assemble(code)
+
+
+def _native(foreign: str) -> list[tuple]:
+    """A filter's start: a call of another ABI is refused (i386), or goes to label `foreign` (x32); the
+    call's number is then loaded."""
+    code: list[tuple] = [("ld", 4), ("jeq", arch()[0], "native", None), ("ret", _ERRNO | errno.EPERM),
+                         ("label", "native"), ("ld", 0)]
+    if platform.machine() == "x86_64":
+        code += [("jge", 0x40000000, foreign, None)]  # x32 calls
+    return code
 
 
 def _assemble(code: list[tuple]) -> bytes:
@@ -135,8 +141,10 @@ def install(channel: socket.socket, also: tuple[int, ...] = ()) -> str:
     `channel`, with the listeners in `also` (the bounds trial's launcher's, run/launcher.py), and all
     are closed here, so that code running later cannot answer for itself. Returns "notify" (refusals
     reported), "errno" (refused by the kernel, unreported) or "" (no filter)."""
-    listener = _set(program(True), _NEW_LISTENER) if arch() is not None else -1
-    filtered = "notify" if listener >= 0 else "errno" if arch() is not None and _set(program(False), 0) >= 0 else ""
+    listener, filtered = -1, ""
+    if arch() is not None:
+        listener = _set(program(True), _NEW_LISTENER)
+        filtered = "notify" if listener >= 0 else "errno" if _set(program(False), 0) >= 0 else ""
     fds = [fd for fd in (listener, *also) if fd >= 0]
     if fds:
         socket.send_fds(channel, [b"fd"], fds)
@@ -157,15 +165,10 @@ def install_for_launcher() -> int:
 def refuse_connect() -> bool:
     """A filter on every thread of this process (TSYNC: threads a preloaded library started too) that
     refuses connect(): the process the bounds trial checks listens for its checker and reaches nothing."""
-    found = arch()
-    if found is None:
+    if arch() is None:
         return False
-    code = [("ld", 4), ("jeq", found[0], "native", None), ("ret", _ERRNO | errno.EPERM),
-            ("label", "native"), ("ld", 0)]
-    if platform.machine() == "x86_64":
-        code += [("jge", 0x40000000, "refuse", None)]
-    code += [("jeq", _CONNECT[platform.machine()], "refuse", None), ("ret", _ALLOW),
-             ("label", "refuse"), ("ret", _ERRNO | errno.EACCES)]
+    code = _native("refuse") + [("jeq", _CONNECT[platform.machine()], "refuse", None), ("ret", _ALLOW),
+                                ("label", "refuse"), ("ret", _ERRNO | errno.EACCES)]
     return _set(_assemble(code), _TSYNC) == 0
 
 
