@@ -30,6 +30,15 @@ def test_a_memcheck_report_names_the_kernel_the_access_and_the_shape():
     assert bounds.parse_memcheck(MEMCHECK.replace("Invalid __global__ read", "Program hit an error")) is None
 
 
+def test_a_checker_error_that_is_no_access_is_named_not_taken_for_in_bounds():
+    """memcheck exits with its error code for errors that are not an invalid access (a misaligned address,
+    an error in a library's kernel): the trial then says what it saw and that no index was checked."""
+    report = MEMCHECK.replace("Invalid __global__ read of size 4 bytes", "Program hit cudaErrorLaunchFailure")
+    assert bounds.parse_memcheck(report) is None
+    assert bounds.first_error("========= COMPUTE-SANITIZER\n" + report) == "Program hit cudaErrorLaunchFailure"
+    assert bounds.first_error("KERNELEVO-BOUNDS-DONE\n========= ERROR SUMMARY: 0 errors\n") == "no report"
+
+
 def test_asan_reports_count_only_in_the_candidates_own_code():
     report = ("KERNELEVO-BOUNDS-SHAPE: derived shape (x): float32[3, 5]\n==1==ERROR: AddressSanitizer: "
               "heap-buffer-overflow on address 0x6 at pc 0x7 bp 0x8 sp 0x9\nWRITE of size 8 at 0x6 thread T0\n"

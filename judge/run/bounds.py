@@ -168,6 +168,9 @@ def run(job: Job, device: str, limit_s: float = LIMIT_S, launched: bool = False)
     access = parse_memcheck(text) if device.startswith("cuda") else parse_asan(text, job.cache_dir)
     if access is not None:
         return Outcome(checker, access, "", seconds, excerpt(text, access))
+    if proc.returncode == EXIT_CODE:  # the checker found an error, but none this judge reads as an access
+        return Outcome(checker, None, f"bounds trial ({checker}) reported an error that is not an access in the "
+                       f"candidate's code ({first_error(text)}): indices not checked", seconds)
     if DONE not in text:
         last = (text.strip().splitlines() or ["no output"])[-1]
         return Outcome(checker, None, f"bounds trial ({checker}) did not finish (exit {proc.returncode}: "
@@ -175,6 +178,16 @@ def run(job: Job, device: str, limit_s: float = LIMIT_S, launched: bool = False)
     shapes = text.count(MARK)
     return Outcome(checker, None, f"bounds trial: {checker} saw every index in bounds on {shapes} shapes "
                    f"({seconds:.1f} s)", seconds)
+
+
+def first_error(text: str) -> str:
+    """The first line of a checker's report ("========= Program hit ...", "==12==ERROR: AddressSanitizer: ...")
+    that is not its banner or summary."""
+    for line in text.splitlines():
+        body = line.strip("= ")
+        if line.startswith("==") and body and not body.startswith(("COMPUTE-SANITIZER", "ERROR SUMMARY")):
+            return body[:160]
+    return "no report"
 
 
 def _kill_tree(pid: int) -> None:
