@@ -174,7 +174,10 @@ class _Block:
             self._open(page, region, descs)  # nothing waits on it; the inputs were never written
             return {"confirmed": False, "why": f"the worker could not hold a block: {str(answer['unavailable'])[:200]}"}
         opened = self._open(page, region, descs)
-        shown = page.wait_done(WAIT_S, 0.0 if self.device.startswith("cuda") else NAP_S)
+        if self.device.startswith("cuda"):
+            shown, word = page.wait_done(WAIT_S), None
+        else:  # the CPU's flag is sealed with the outputs' checksum (gate.seal): any value, read now, checked below
+            shown, word = page.wait_word(WAIT_S, NAP_S) or (None, None)
         threads = None if self.threads is None else _threads_ns(self.checker.job.peer_pid)  # at once: before clock_end
         taken = self._snapshot(rooms, answer.get("file")) if shown is not None else None
         end = checker._tell({"check": "clock_end"})
@@ -183,8 +186,19 @@ class _Block:
         wrong = self._check_outputs(end, rooms, taken)
         if wrong is not None:
             return wrong
+        sealed_ms = 0.0
+        if word is not None and taken is not None:
+            mark = time.perf_counter()
+            if word != gate.seal(page.done, gate.digest(taken.flat)):
+                return {"confirmed": False, "verdict": {
+                    "verdict": "rejected", "reason": "forged_report", "evidence": {"clock_word": word},
+                    "message": "the checker's timed block: its done word does not seal the outputs that were there "
+                               "when it showed (gate.seal): it was written before the calls ended, or not by the block"}}
+            sealed_ms = (time.perf_counter() - mark) * 1e3  # the worker's thread spent about as long sealing it
         block_ms = (shown - opened) / 1e6
         calling = _main_thread_ms(self.checker.job.peer_pid, self.threads, threads)
+        if calling is not None:
+            calling = max(0.0, calling - sealed_ms)
         watch = None if self.device.startswith("cuda") else timing.LoadWatch()
         copy_ms = self._own_block(lambda i: self.refs[i][0], rooms)
         eager_ms = self._own_block(lambda i: forward(checker.ref.model, self.sets[i]), rooms)
@@ -317,7 +331,7 @@ class _Block:
     def _cpu_block(self, make, rooms: list) -> float:
         """The CPU's twin of the worker's block, made as the worker makes it (correctness.Side.clock): one
         pass, each output placed by the same code into a file of this process's own whose pages were touched
-        first. A placement there costs tens of microseconds, as much as a small call: alike on both sides."""
+        first, and its checksum taken (gate.seal). A placement there costs tens of microseconds, as much as a small call: alike on both sides."""
         import torch
 
         size = sum(int(r["size"]) for r in rooms)
@@ -330,6 +344,7 @@ class _Block:
                 start = time.perf_counter_ns()
                 for i in range(self.calls):
                     _place_all(whole, list(compare.flatten(make(i))))
+                gate.digest(memory.flat)  # and sealed, as the worker's block is
                 return (time.perf_counter_ns() - start) / 1e6
         finally:
             memory.close()

@@ -12,7 +12,10 @@ on an H100 (2026-11-28): 20 matrix products timed 52.99 ms by the checker's cloc
 events in the worker. On the CPU the worker itself waits on the gate, then calls.
 
 Both words are nonces the checker draws: a process that is not the block's cannot open its gate or
-forge its flag by guessing. The checker reads the page through its file descriptor (pread), never a
+forge its flag by guessing. On the CPU the flag is also sealed with a checksum of the block's outputs
+(`seal`): written before the calls end it cannot match them, however late the checker looks. (Unsealed,
+a flag written the moment the gate opened went unseen on a loaded machine, where the checker read the
+outputs only after the calls had ended: the fixture that does so was judged `ok`, 2026-11-28.) The checker reads the page through its file descriptor (pread), never a
 mapping, so a page cut short by someone else ends a confirmation, not the checker.
 """
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import os
 import secrets
 import time
+import zlib
 from pathlib import Path
 
 GATE, DONE = 0, 64  # byte offsets of the two words: a cache line apart
@@ -53,6 +57,18 @@ class Page:
         os.pwrite(self.fd, self.gate.to_bytes(4, "little"), GATE)
         return now
 
+    def wait_word(self, timeout_s: float, nap_s: float) -> tuple[int, int] | None:
+        """(the checker's clock in ns, the flag) once the flag is written at all (a sealed flag's value is
+        known only from the outputs: `seal`); None if it was not within `timeout_s`."""
+        deadline = time.perf_counter() + timeout_s
+        while True:
+            word = int.from_bytes(os.pread(self.fd, 4, DONE), "little")
+            if word:
+                return time.perf_counter_ns(), word
+            if time.perf_counter() > deadline:
+                return None
+            time.sleep(nap_s)
+
     def wait_done(self, timeout_s: float, nap_s: float = 0.0) -> int | None:
         """The checker's clock (ns) when the flag showed the nonce; None if it did not within `timeout_s`.
         `nap_s` between looks: on the CPU a core spent looking is one the calls lack (an OpenMP kernel
@@ -79,6 +95,16 @@ class Page:
             os.close(self.fd)
         except OSError:
             pass
+
+
+def digest(flat) -> int:
+    """The checksum of a CPU block's outputs: its file of outputs, all of it (a uint8 tensor)."""
+    return zlib.crc32(flat.numpy())
+
+
+def seal(done: int, checksum: int) -> int:
+    """The flag a CPU block writes: its nonce with the checksum of its outputs, never 0 (the page's first value)."""
+    return (done ^ checksum) or done
 
 
 def _nonce() -> int:
@@ -126,8 +152,9 @@ class Block:
                 raise TimeoutError("the checker's gate did not open")
             time.sleep(NAP_S)
 
-    def finish(self) -> None:
-        """Write the done flag: on a GPU, queued after the block's work on its stream."""
+    def finish(self, checksum: int | None = None) -> None:
+        """Write the done flag: on a GPU, queued after the block's work on its stream; on the CPU sealed with
+        the `checksum` of the outputs where given (`seal`)."""
         if self.cuda:
             from cuda.bindings import driver
 
@@ -135,7 +162,7 @@ class Block:
                                             driver.CUstreamWriteValue_flags.CU_STREAM_WRITE_VALUE_DEFAULT),
                 "cuStreamWriteValue32")
         else:
-            self.words[DONE // 4] = self.done
+            self.words[DONE // 4] = self.done if checksum is None else seal(self.done, checksum)
             self.map.flush()
 
     def close(self) -> None:
