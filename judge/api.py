@@ -66,10 +66,13 @@ def sandbox_probe(folder: Path) -> dict:
 
 
 def bounds_checkers() -> dict[str, str | None]:
-    """The memory checkers the bounds trial uses (run/bounds.py), by device kind: their paths, or None."""
-    from kernelevo.judge.run import bounds
+    """The memory checkers the bounds trial uses (run/bounds.py), by device kind: their paths, or None; and
+    "launcher": where a confined worker's checker runs (run/launcher.py), or why a GPU one cannot."""
+    from kernelevo.judge.run import bounds, landlock
 
-    return {"cuda": bounds.compute_sanitizer(), "cpu": bounds.asan_runtime()}
+    where = ("started in the candidate's sandbox by the worker's launcher (judge/run/launcher.py)" if landlock.abi()
+             else f"no launcher: {bounds.SANDBOXED}")
+    return {"cuda": bounds.compute_sanitizer(), "cpu": bounds.asan_runtime(), "launcher": where}
 
 
 # The door's other names. Limits (a worker's limits) and TimingConfig are imported above; the Ray

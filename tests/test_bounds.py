@@ -30,6 +30,15 @@ def test_a_memcheck_report_names_the_kernel_the_access_and_the_shape():
     assert bounds.parse_memcheck(MEMCHECK.replace("Invalid __global__ read", "Program hit an error")) is None
 
 
+def test_a_checker_error_that_is_no_access_is_named_not_taken_for_in_bounds():
+    """memcheck exits with its error code for errors that are not an invalid access (a misaligned address,
+    an error in a library's kernel): the trial then says what it saw and that no index was checked."""
+    report = MEMCHECK.replace("Invalid __global__ read of size 4 bytes", "Program hit cudaErrorLaunchFailure")
+    assert bounds.parse_memcheck(report) is None
+    assert bounds.first_error("========= COMPUTE-SANITIZER\n" + report) == "Program hit cudaErrorLaunchFailure"
+    assert bounds.first_error("KERNELEVO-BOUNDS-DONE\n========= ERROR SUMMARY: 0 errors\n") == "no report"
+
+
 def test_asan_reports_count_only_in_the_candidates_own_code():
     report = ("KERNELEVO-BOUNDS-SHAPE: derived shape (x): float32[3, 5]\n==1==ERROR: AddressSanitizer: "
               "heap-buffer-overflow on address 0x6 at pc 0x7 bp 0x8 sp 0x9\nWRITE of size 8 at 0x6 thread T0\n"
@@ -70,3 +79,23 @@ def test_a_checked_process_that_never_ends_is_killed_with_its_children(tmp_path)
               shapes="general", candidate_hash="sleeps")
     outcome = bounds.run(job, "cpu", limit_s=5)  # returns at all: not stuck on the orphan's pipe
     assert outcome.access is None and "not finished within 5 s: indices not checked" in outcome.note
+
+
+def test_the_judging_process_takes_the_launchers_report_not_the_workers_word():
+    """The bounds trial as the launcher reported it to the judging process decides (run/launcher.py); a
+    worker that said every index was in bounds without a report has its note replaced by 'not checked'."""
+    from kernelevo.judge.run import launcher
+
+    job = Job(format="c", bounds=True)
+    said = {"verdict": "ok", "notes": ["bounds trial: AddressSanitizer saw every index in bounds on 5 shapes (1.0 s)",
+                                       "shapes: 5 checked"], "evidence": {"bounds": {"checker": "AddressSanitizer"}}}
+    assert launcher.verdict(said, job, "cpu", None) is said  # no launcher: the worker's word is all there is
+    unheard = launcher.verdict(said, job, "cpu", [])
+    assert unheard["verdict"] == "ok" and "bounds" not in unheard["evidence"]
+    assert unheard["notes"] == ["shapes: 5 checked", "bounds trial: its launcher reported no outcome: indices not checked"]
+    access = bounds.Access("peek", "read", 4, "heap-buffer-overflow", "the task's own shape: float32[4, 8]")
+    report = {"checker": "AddressSanitizer", "access": access.__dict__, "note": "", "seconds": 2.0, "report": "READ of size 4"}
+    seen = launcher.verdict(said, job, "cpu", [report])
+    assert (seen["verdict"], seen["reason"]) == ("rejected", "out_of_bounds") and "`peek`" in seen["message"]
+    assert seen["evidence"]["bounds"]["kernel"] == "peek" and seen["evidence"]["verdict_before"] == "ok"
+    assert launcher.verdict(said, Job(format="c", bounds=False), "cpu", [report]) is said  # not asked for

@@ -2,6 +2,7 @@
 an H100 recorded (benchmarks/results/clock_survey-H100-2026-11-28.json)."""
 import json
 import threading
+import time
 
 import pytest
 
@@ -50,6 +51,34 @@ def test_a_block_waits_for_the_gate_and_its_flag_shows_on_the_checkers_clock():
         block.close()
         page.close()
     assert not page.path.exists()
+
+
+@pytest.mark.skipif(not gate.available(), reason="no /dev/shm")
+def test_a_block_waiting_at_its_gate_spends_no_cpu_time_the_checker_would_count():
+    """The checker reads the worker's thread's CPU time just before it opens the gate; a pause of the checker
+    in between (another process ran) must not count as the calls' time (gate.NAP_S). A spinning wait ran the
+    whole pause; this one sleeps through it."""
+    page = gate.Page()
+    block = gate.Block(page.message(), "cpu")
+    spent = []
+
+    def calls():
+        started = time.thread_time()
+        block.hold()
+        spent.append(time.thread_time() - started)
+        block.finish()
+
+    worker = threading.Thread(target=calls)
+    worker.start()
+    try:
+        time.sleep(0.3)  # the checker paused between its reading and the opening
+        page.open_gate()
+        assert page.wait_done(10.0) is not None
+    finally:
+        worker.join(10)
+        block.close()
+        page.close()
+    assert spent and spent[0] < 0.1, spent  # a spinning wait counts up to the whole 0.3 s
 
 
 def test_the_honest_figures_an_h100_recorded_stand():

@@ -21,8 +21,11 @@ GRAPHED = FIXTURES / "honest" / "static" / "input_cache__cuda_graph.py"  # hones
 GRAPH_INPUT = FIXTURES / "honest" / "dynamic" / "input_cache__graph_static_input.py"  # flagged, left to the trials
 PERSISTING = FIXTURES / "harmless" / "persisting_l2__window_left_set_nvrtc.py"  # left set; reset before timed calls
 BOUNDS = sorted((FIXTURES / "bounds").glob("*.py"))  # right values on every shape, an index out of bounds
+# The bounds trial holds the device for 10-80 s a candidate under memcheck: it runs on the candidates it is
+# for (final=True), one starter of each format among them, not on all 27 (that took over 8 minutes)
+BOUNDED = {"elementwise_chain__nvrtc.py", "row_softmax__triton.py", "layernorm__inline.py"}
 OPTIONS = dict(devices=("cuda:0",), compile_baseline=False, limits=WorkerLimits(run=60),
-               timing=TimingConfig(max_seconds=0.5), concurrency=8, bounds="all")
+               timing=TimingConfig(max_seconds=0.5), concurrency=8, bounds="final")
 
 
 def expected(path) -> tuple[str, str]:
@@ -34,12 +37,12 @@ def judged(cache_dir):
     relu = load_task(FIXTURES / "cuda" / "task_relu.py")
     with Judge(cache_dir, JudgeOptions(**OPTIONS)) as judge:
         futures = {p.name: judge.submit(relu, p) for p in sorted(CHEATS.glob("*.py"))}
-        futures.update({p.name: judge.submit(load_task(SUITE / f"{p.stem.split('__')[0]}.py"), p)
-                        for p in STARTERS})
-        futures[JOINED.name] = judge.submit(relu, JOINED)
-        futures[GRAPHED.name] = judge.submit(relu, GRAPHED)
-        futures.update({p.name: judge.submit(relu, p) for p in BOUNDS})
-        futures[GRAPH_INPUT.name] = judge.submit(relu, GRAPH_INPUT)
+        futures.update({p.name: judge.submit(load_task(SUITE / f"{p.stem.split('__')[0]}.py"), p,
+                                             final=p.name in BOUNDED) for p in STARTERS})
+        futures[JOINED.name] = judge.submit(relu, JOINED, final=True)
+        futures[GRAPHED.name] = judge.submit(relu, GRAPHED, final=True)
+        futures.update({p.name: judge.submit(relu, p, final=True) for p in BOUNDS})
+        futures[GRAPH_INPUT.name] = judge.submit(relu, GRAPH_INPUT, final=True)
         judged = {name: f.result(timeout=900) for name, f in futures.items()}
         # Alone, after the others: the L2 set-aside it changes is the device's, and while it changed, others'
         # gated blocks in the checker's clock were once left unconfirmed (suspected, not proven; l2.py)
@@ -117,13 +120,13 @@ def test_honest_starter_candidates_pass_every_check(judged, name):
     # in the checker
     assert e.evidence["checker"]["timed_outputs"] == 3 + 1, e.evidence["checker"]
     # the bounds trial saw every index in bounds, or (confined workers) says it could not check
-    assert any(n.startswith("bounds trial: compute-sanitizer memcheck saw every index in bounds")
+    assert name not in BOUNDED or any(n.startswith("bounds trial: compute-sanitizer memcheck saw every index in bounds")
                or n == f"bounds trial skipped: {bounds.SANDBOXED}" for n in e.notes), e.notes
 
 
 def _checked(e):
     if f"bounds trial skipped: {bounds.SANDBOXED}" in e.notes:
-        pytest.skip(bounds.SANDBOXED)  # until the sandbox lets compute-sanitizer's channel through
+        pytest.skip(bounds.SANDBOXED)  # a kernel without Landlock: no launcher (judge/run/launcher.py)
     return e
 
 

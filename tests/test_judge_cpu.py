@@ -291,3 +291,21 @@ def test_worker_dies_with_a_killed_parent(cache_dir):
         time.sleep(0.2)
     os.killpg(pid, 9)
     raise AssertionError("the worker outlived its parent")
+
+
+def test_the_checker_falls_back_to_a_file_when_its_device_memory_cannot_hold_the_timed_outputs():
+    """A task whose outputs do not fit beside the checker's reference on the device: its verdict stands, the
+    outputs come through a file on the host (the worker's path on the CPU), and the notes say so."""
+    import torch
+
+    from kernelevo.judge.run import check
+
+    class Full:
+        def timed_room(self):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    result = {"verdict": "ok", "checks": ["shapes: 7 checked"]}
+    assert check._room(Full(), result) is None
+    assert result["verdict"] == "ok" and result["checks"][0] == "shapes: 7 checked"
+    assert result["checks"][1].startswith("the timed outputs came through a file on the host") \
+        and "OutOfMemoryError" in result["checks"][1]

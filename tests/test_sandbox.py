@@ -114,9 +114,13 @@ def test_a_forked_worker_holds_nothing_of_the_process_that_forked_it(tmp_path, m
     assert view["parent"] == zygote, (view, zygote)  # forked, not started anew
     assert "-m kernelevo.judge.run.worker cpu " in seen["cmd"], seen  # and named so (ps, pkill -f), not as its zygote
     assert Path(view["cwd"]).parent == (tmp_path / "cache" / "scratch").resolve() and not view["cwd_on_path"]
-    assert not [target for target in fds.values() if target.startswith("socket:")], fds
+    # one socket at most: the pair to the bounds trial's launcher, which it forked itself (its one child)
+    sockets = [target for target in fds.values() if target.startswith("socket:")]
+    assert len(sockets) <= 1 and (not sockets or len(seen["children"].split()) == 1), (fds, seen["children"])
     environ, shown = set(seen["env"].split(",")), set(seen["shown"].split(","))
     assert "WORK_LLM_SECRET" not in environ | shown and {"KERNELEVO_SANDBOX", "HOME", "TMPDIR"} <= environ
+    # and its OpenMP pool sleeps between parallel regions, so the checker's clock sees one busy thread (clock.py)
+    assert "OMP_WAIT_POLICY" in environ
 
 
 def test_a_candidate_cannot_rewrite_the_code_torch_compile_made_for_its_opponent(tmp_path):
@@ -236,13 +240,64 @@ def test_the_filter_jumps_only_forward():
     """Every jump of the assembled BPF program lands inside it, after itself (the kernel refuses others)."""
     if seccomp.arch() is None:
         pytest.skip("seccomp's filter is written for x86_64 and aarch64 only")
-    for notify in (True, False):
-        code = seccomp.program(notify)
+    for notify, stream in ((True, False), (False, False), (False, True)):
+        code = seccomp.program(notify, stream)
         count = len(code) // 8
         for i in range(count):
             op, jt, jf, _ = __import__("struct").unpack_from("HBBI", code, 8 * i)
             if op & 0x07 == 0x05:  # BPF_JMP
                 assert i + 1 + jt < count and i + 1 + jf < count
+
+
+LAUNCHER_FILTERS = r"""
+import errno, os, socket, sys
+from kernelevo.judge.run import seccomp
+channel = socket.socket(fileno=int(sys.argv[3]))
+if sys.argv[1] == "launcher":
+    listener = seccomp.install_for_launcher()
+    socket.send_fds(channel, [b"fd"], [listener])
+    os.close(listener)
+else:
+    assert seccomp.install(channel) == "notify"
+def made(family, kind):
+    try:
+        socket.socket(family, kind).close()
+        return "made"
+    except OSError as exc:
+        return errno.errorcode[exc.errno]
+print(made(socket.AF_UNIX, socket.SOCK_STREAM), made(socket.AF_UNIX, socket.SOCK_SEQPACKET), made(socket.AF_INET, socket.SOCK_STREAM))
+if sys.argv[1] == "launcher":
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(b"\0kernelevo-test-" + sys.argv[2].encode())
+    listener.listen(1)
+    socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).connect(listener.getsockname())  # the front end's part
+    assert seccomp.refuse_connect()  # the checked process's part: it listens, and reaches nothing
+    try:
+        socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).connect(listener.getsockname())
+        print("connected")
+    except OSError as exc:
+        print(errno.errorcode[exc.errno])
+"""
+
+
+def test_only_the_bounds_trials_launcher_makes_unix_stream_sockets_and_its_checked_process_connects_nowhere():
+    """A worker may make no UNIX stream socket (it could reach an SSH agent's); the bounds trial's launcher
+    may (compute-sanitizer's channel, run/launcher.py), its network sockets refused and reported as the
+    worker's are; the process it checks connects to nothing."""
+    if seccomp.arch() is None:
+        pytest.skip("seccomp's filter is written for x86_64 and aarch64 only")
+    said, refused = {}, {}
+    for who in ("worker", "launcher"):
+        ours, theirs = socket.socketpair()
+        supervisor = seccomp.Supervisor(ours, lambda path: False)
+        done = subprocess.run([sys.executable, "-c", LAUNCHER_FILTERS, who, secrets.token_hex(4), str(theirs.fileno())],
+                              capture_output=True, text=True, timeout=60, pass_fds=(theirs.fileno(),))
+        theirs.close()
+        assert done.returncode == 0, done.stderr
+        said[who], refused[who] = done.stdout.split(), [(r.call, r.detail) for r in supervisor.refusals]
+    assert said["worker"] == ["EACCES", "made", "EPERM"]
+    assert said["launcher"] == ["made", "made", "EPERM", "EACCES"]
+    assert refused["worker"] == refused["launcher"] == [("socket", "AF_INET, SOCK_STREAM")]
 
 
 def test_the_doctors_probe_tries_a_write_and_a_connect(tmp_path):

@@ -11,15 +11,17 @@ row came out right (H200, 2026-11-26, 4.7x `ok`). A memory checker sees it:
   runtime is preloaded, so every heap block, torch's tensors included, has a poisoned zone after
   it. (Guard pages around the inputs alone would miss the outputs a candidate allocates itself, and
   reads before a tensor's start.)
-The checked process (run/bounds_target.py) is a child of the worker, so the worker's sandbox holds
-it too. It runs the candidate once on the task's shape and once on each derived shape, after the
-trials passed and while the worker holds the device. An invalid access reported in the candidate's
-own code is `rejected out_of_bounds`, naming the kernel, the access and the shape; a missing
-checker skips the trial and the verdict's notes say so.
+The checked process (run/bounds_target.py) is started by the worker's launcher (run/launcher.py), a
+process of the candidate's sandbox that lets compute-sanitizer's channel through; where the kernel has
+no Landlock, by the worker itself. It runs the candidate once on the task's shape and once on each
+derived shape, after the trials passed and while the worker holds the device. An invalid access
+reported in the candidate's own code is `rejected out_of_bounds`, naming the kernel, the access and the
+shape; a missing checker skips the trial and the verdict's notes say so.
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -39,11 +41,11 @@ MARK = "KERNELEVO-BOUNDS-SHAPE: "  # what the checked process (run/bounds_target
 DONE = "KERNELEVO-BOUNDS-DONE"  # ... and after the last
 
 # Measured on an H200 (2026-11-26): memcheck checked a torch process in seconds outside the sandbox, and
-# did not finish in 280 s inside it, as Nsight Compute cannot profile there (its front end and the
-# checked process talk over a socket). Until the sandbox lets that one channel through, GPU candidates
-# are bounds-checked only where workers run unconfined.
-SANDBOXED = ("compute-sanitizer cannot check a process inside the candidate's sandbox (it did not finish there; "
-             "outside it takes seconds): GPU indices not checked")
+# did not finish in 280 s inside it: its front end and the checked process talk over a UNIX stream
+# socket, which a worker may not make. The launcher (run/launcher.py) lets that one channel through;
+# without one (no Landlock here) GPU candidates are bounds-checked only where workers run unconfined.
+SANDBOXED = ("compute-sanitizer cannot check a process inside the candidate's sandbox without the bounds "
+             "trial's launcher (this kernel has no Landlock): GPU indices not checked")
 EXIT_CODE = 86  # what the checkers exit with when they found an error
 LIMIT_S = 120.0
 _MEMCHECK = re.compile(r"Invalid (__\w+__) (read|write) of size (\d+) bytes")
@@ -70,6 +72,7 @@ class Outcome:
     note: str  # for the verdict's notes: what ran and what it found, or why it did not run
     seconds: float
     report: str = ""  # the checker's lines around the access
+    where: str = ""  # the process that started the checker (launcher.run says)
 
 
 def compute_sanitizer() -> str | None:
@@ -100,13 +103,14 @@ def _compiler_file(name: str) -> list[str]:
     return [os.path.realpath(path)] if out.returncode == 0 and os.path.isabs(path) and os.path.exists(path) else []
 
 
-def applies(job: Job, device: str) -> str:
-    """Why the trial does not apply to this candidate ("" where it does)."""
+def applies(job: Job, device: str, launched: bool = False) -> str:
+    """Why the trial does not apply to this candidate ("" where it does). `launched`: the checker would
+    be started by the bounds trial's launcher (run/launcher.py), not by a confined worker itself."""
     fmt = job.format or ""
     if device.startswith("cuda"):
         from kernelevo.judge.run import sandbox
 
-        if sandbox.applied and not sandbox.applied.unconfined:
+        if not launched and sandbox.applied and not sandbox.applied.unconfined:
             return SANDBOXED
         return "no kernel of its own" if fmt == "torch" else ""
     return "" if fmt == "c" else f"only C candidates are bounds-checked on the CPU, this one is {fmt or 'unknown'}"
@@ -136,10 +140,11 @@ def command(job_file: Path, device: str) -> tuple[list[str], dict, str] | str:
     return target, env, "AddressSanitizer"
 
 
-def run(job: Job, device: str, limit_s: float = LIMIT_S) -> Outcome:
-    """The candidate of `job` run on each of its shapes under the device's memory checker."""
+def run(job: Job, device: str, limit_s: float = LIMIT_S, launched: bool = False) -> Outcome:
+    """The candidate of `job` run on each of its shapes under the device's memory checker, started here
+    (`launched`: this is the bounds trial's launcher)."""
     started = time.perf_counter()
-    why = applies(job, device)
+    why = applies(job, device, launched)
     if why:
         return Outcome("", None, f"bounds trial skipped: {why}", 0.0)
     with tempfile.TemporaryDirectory(prefix="kernelevo-bounds-") as tmp:
@@ -163,6 +168,9 @@ def run(job: Job, device: str, limit_s: float = LIMIT_S) -> Outcome:
     access = parse_memcheck(text) if device.startswith("cuda") else parse_asan(text, job.cache_dir)
     if access is not None:
         return Outcome(checker, access, "", seconds, excerpt(text, access))
+    if proc.returncode == EXIT_CODE:  # the checker found an error, but none this judge reads as an access
+        return Outcome(checker, None, f"bounds trial ({checker}) reported an error that is not an access in the "
+                       f"candidate's code ({first_error(text)}): indices not checked", seconds)
     if DONE not in text:
         last = (text.strip().splitlines() or ["no output"])[-1]
         return Outcome(checker, None, f"bounds trial ({checker}) did not finish (exit {proc.returncode}: "
@@ -170,6 +178,16 @@ def run(job: Job, device: str, limit_s: float = LIMIT_S) -> Outcome:
     shapes = text.count(MARK)
     return Outcome(checker, None, f"bounds trial: {checker} saw every index in bounds on {shapes} shapes "
                    f"({seconds:.1f} s)", seconds)
+
+
+def first_error(text: str) -> str:
+    """The first line of a checker's report ("========= Program hit ...", "==12==ERROR: AddressSanitizer: ...")
+    that is not its banner or summary."""
+    for line in text.splitlines():
+        body = line.strip("= ")
+        if line.startswith("==") and body and not body.startswith(("COMPUTE-SANITIZER", "ERROR SUMMARY")):
+            return body[:160]
+    return "no report"
 
 
 def _kill_tree(pid: int) -> None:
@@ -221,6 +239,20 @@ def excerpt(text: str, access: Access, lines: int = 12) -> str:
     """The checker's lines from the access on."""
     start = max(text.find(f"Invalid {access.space}"), text.find(f"AddressSanitizer: {access.space}"))
     return "\n".join(text[max(start, 0):].splitlines()[:lines])
+
+
+def evidence(outcome: Outcome) -> dict:
+    """The verdict's `evidence.bounds`: which checker ran where, how long, and what it saw."""
+    found = {"checker": outcome.checker, "seconds": round(outcome.seconds, 2), "where": outcome.where}
+    if outcome.access is not None:
+        found.update({**dataclasses.asdict(outcome.access), "report": outcome.report})
+    return found
+
+
+def outcome_from(data: dict, where: str) -> Outcome:
+    """An Outcome read back from its JSON form (run/launcher.py sends it so)."""
+    access = Access(**data["access"]) if isinstance(data.get("access"), dict) else None
+    return Outcome(**{**data, "access": access, "where": where})
 
 
 def message(outcome: Outcome) -> str:

@@ -28,13 +28,19 @@ def main() -> None:
     job, device = Job.from_dict(json.loads(Path(sys.argv[1]).read_text())), sys.argv[2]
     import torch
 
-    from kernelevo.judge.run import worker
+    from kernelevo.judge.run import seccomp, worker
     from kernelevo.judge.run.bounds import DONE, MARK
     from kernelevo.judge.trials import checker, correctness, inputs, shapes
     from kernelevo.tasks import load_module
 
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
+        torch.empty(1, device=device)  # CUDA's start: compute-sanitizer's side of this process connects to its checker
+    # Then, before anything of the job loads, this process reaches no socket: where the bounds trial's
+    # launcher started it (run/launcher.py) it may make UNIX stream sockets, for that one connection.
+    if not seccomp.refuse_connect() and seccomp.arch() is not None:
+        _say("kernelevo: could not refuse connect() in the checked process")
+        sys.exit(3)
     worker._job_environment(job, device)
     task = load_module(job.task_source, job.task_path, "task")
     cls = load_module(job.candidate_source, job.candidate_path, "candidate").ModelNew

@@ -106,9 +106,21 @@ def _one(job: Job, device: str, channel) -> bool:
         and not triton_jobs.interpreted(job, device)
     channel.send("to_worker", message={"check": "end", "ok": result["verdict"] == "ok",
                                        "stateful": bool(result.get("stateful")), **outline,
-                                       "timed": checker.timed_room() if timed else None})
+                                       "timed": _room(checker, result) if timed else None})
     channel.send_result(result)
     return _timed(checker, channel) if timed else bool(ended)
+
+
+def _room(checker: Checker, result: dict) -> dict | None:
+    """Where the worker copies its timed outputs on a GPU (Checker.timed_room). Where this process's device
+    memory cannot hold them (out of memory: the room is sized from the reference's outputs), None: they come
+    through a file on the host, as on the CPU, and the verdict's notes say so. The verdict stands either way."""
+    try:
+        return checker.timed_room()
+    except Exception as exc:  # noqa: BLE001 - torch.OutOfMemoryError above all; the trials' verdict is made
+        result["checks"] = [*result.get("checks", []), "the timed outputs came through a file on the host: the "
+                            f"checker's device memory could not hold them ({type(exc).__name__}: {str(exc)[:120]})"]
+        return None
 
 
 def _timed(checker: Checker, channel) -> bool:

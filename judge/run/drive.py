@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from kernelevo.judge import verdicts
-from kernelevo.judge.run import inline, sandbox
+from kernelevo.judge.run import inline, launcher, sandbox
 from kernelevo.judge.trials import clock
 from kernelevo.judge.job import Job
 
@@ -83,6 +83,8 @@ def drive(worker, job: Job, limits, hold_device, hold_machine=None, checker=None
         result["confinement"] = worker.info["confinement"]  # said before any candidate code ran
         if checker is not None:
             result["confinement"] = {**result["confinement"], "comparison": COMPARED, "builds": BUILDS}
+    if job.bounds:  # the bounds trial as its launcher reported it (reading the reports may wait for one)
+        result = launcher.verdict(result, job, worker.device, worker.sandbox.bounds_reports())
     return sandbox.judged(result, worker.sandbox.refusals(), candidate=job.runs_candidate)
 
 

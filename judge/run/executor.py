@@ -164,7 +164,7 @@ def _child_env(device: str, pinning: dict[str, str]) -> dict:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         env["CUDA_VISIBLE_DEVICES"] = visible.split(",")[index] if visible else str(index)
     else:
-        env.update(CPU_MALLOC)
+        env.update(CPU_MALLOC, **CPU_THREADS)
     return env
 
 
@@ -187,6 +187,12 @@ def _prepare_once() -> None:
 # page faults, more of them for the side that allocates more. With mapping off and freed memory
 # kept, the heap stays warm after the first calls, as in a long-running program: 0 faults a call.
 CPU_MALLOC = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 40)}
+# OpenMP's threads sleep when they have no work instead of spinning for it. The checker's clock takes the
+# CPU time of the thread that makes the calls only where no other thread ran a quarter as long
+# (trials/clock.py); torch's pool spun 2-5 ms beside a block of 8 calls of 2 ms (a copy of an output ran in
+# it), so that the clock was left unconfirmed and a candidate whose own clock said 0.3 ms a call passed in 3
+# of 4 judgements (2 cores, 2026-11-28). With the pool asleep it ran nothing, and all 5 were refused.
+CPU_THREADS = {"OMP_WAIT_POLICY": "PASSIVE"}
 
 
 class WorkerPool:

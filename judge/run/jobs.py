@@ -16,7 +16,7 @@ from kernelevo.judge import static, verdicts
 from kernelevo.judge.measure import crosscheck, loop, resources, timing
 from kernelevo.judge.trials import correctness, guards, inputs, policy
 from kernelevo.judge.trials.checker import FRESH_FIRST, TIMED_FIRST
-from kernelevo.judge.run import bounds, triton_jobs
+from kernelevo.judge.run import bounds, launcher, triton_jobs
 from kernelevo.judge.job import Job
 from kernelevo.tasks import TaskError, load_module
 
@@ -217,12 +217,10 @@ def _bounds(job: Job, device: str, result: dict, evidence: dict) -> None:
     checker saw an invalid access in the candidate's code; its note joins the verdict's either way."""
     if not job.bounds:
         return
-    outcome = bounds.run(job, device)
-    evidence["bounds"] = {"checker": outcome.checker, "seconds": round(outcome.seconds, 2)}
+    outcome = launcher.run(job, device)
+    evidence["bounds"] = bounds.evidence(outcome)
     if outcome.access is not None:
-        raise guards.Rejected("out_of_bounds", bounds.message(outcome),
-                              {"bounds": {**dataclasses.asdict(outcome.access), "checker": outcome.checker,
-                                          "seconds": round(outcome.seconds, 2), "report": outcome.report}})
+        raise guards.Rejected("out_of_bounds", bounds.message(outcome), {"bounds": evidence["bounds"]})
     result["notes"] = [*result.get("notes", []), outcome.note]
 
 

@@ -124,6 +124,10 @@ class Parent:
     def refusals(self) -> list[seccomp.Refusal]:
         return list(self.supervisor.refusals) if self.supervisor else []
 
+    def bounds_reports(self) -> list[dict] | None:
+        """What the worker's bounds trial launcher reported (run/launcher.py); None where it has none."""
+        return self.supervisor.settled_reports() if self.supervisor and self.supervisor.launched else None
+
     def assign(self, job: Job) -> Job:
         """The job as its worker gets it, with its build folder: a candidate's own (builds.folder), lent
         into the worker's scratch folder; a job with no candidate builds in the scratch folder."""
@@ -185,8 +189,12 @@ def _import_roots() -> list[str]:
     return roots
 
 
-def confine() -> Confinement:
-    """In the worker, before any thread or candidate code exists: apply the plan the parent passed."""
+def confine(launch: Callable[[list[Path], list[Path], list[Path], int, int], tuple[int, ...]] | None = None
+            ) -> Confinement:
+    """In the worker, before any thread or candidate code exists: apply the plan the parent passed.
+    `launch(read, write, write_files, Landlock ABI, channel fd)` is called first, with the rules about to hold, where
+    the worker may run candidates and the kernel has Landlock: it forks the bounds trial's launcher
+    (run/launcher.py), which confines itself on its own and returns its filter's listener."""
     raw = os.environ.get(PLAN)
     if not raw:
         why = "unconfined: started without a sandbox plan"
@@ -194,13 +202,15 @@ def confine() -> Confinement:
     data = json.loads(raw)
     plan = Plan(**{**data, "read": tuple(data["read"])})
     os.chdir(plan.scratch)
+    version = landlock.abi()
+    rules = (read_roots(plan), plan.write_roots(), plan.write_files())
+    launcher = launch(*rules, version, plan.channel) if launch is not None and version and not plan.opponent else ()
     channel = socket.socket(fileno=plan.channel)
     try:
-        filtered = seccomp.install(channel)
+        filtered = seccomp.install(channel, launcher)
     finally:
         channel.close()
-    version = landlock.abi()
-    held = landlock.restrict(read_roots(plan), plan.write_roots(), plan.write_files(), version) if version else set()
+    held = landlock.restrict(*rules, version) if version else set()
     global applied
     applied = describe(filtered, version, held, len(os.environ))
     return applied

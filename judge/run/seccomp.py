@@ -5,7 +5,8 @@ thread and child process) sends a few calls to the parent instead of the kernel
 (SECCOMP_RET_USER_NOTIF, Linux 5.0):
 - `socket()` of a network family: refused, so no candidate talks to a network. AF_UNIX sockets are
   refused by the kernel itself, unreported, except SOCK_SEQPACKET ones, which the CUDA driver makes as it
-  starts (seen on an H100 with driver 580); netlink sockets too. The C library tries a UNIX socket on its own
+  starts (seen on an H100 with driver 580); netlink sockets too. (The bounds trial's launcher lets UNIX
+  stream sockets through as well: run/launcher.py.) The C library tries a UNIX socket on its own
   (a user lookup asks nscd's first), and without them no stream socket of another program (a container
   runtime's, an SSH agent's) can be reached;
 - an `open` that may write (O_WRONLY, O_RDWR, O_CREAT, O_TRUNC): let through when its path lies in the
@@ -23,6 +24,7 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import json
 import os
 import platform
 import re
@@ -30,6 +32,7 @@ import select
 import socket
 import struct
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,7 +51,8 @@ _FAMILIES = {v: k for k, v in vars(socket).items() if k.startswith("AF_") and is
 _ALLOW, _NOTIFY, _ERRNO = 0x7FFF0000, 0x7FC00000, 0x00050000
 _LD, _AND, _JEQ, _JGE, _JSET, _RET = 0x20, 0x54, 0x15, 0x35, 0x45, 0x06
 QUIET = _ERRNO | errno.EACCES  # AF_UNIX and netlink sockets: refused, unreported
-_NEW_LISTENER = 1 << 3
+_NEW_LISTENER, _TSYNC = 1 << 3, 1 << 0
+_CONNECT = {"x86_64": 42, "aarch64": 203}
 _RECV, _SEND, _ID_VALID, _ADDFD = 0xC0502100, 0xC0182101, 0x40082102, 0x40182103
 _ADDFD_SEND = 1 << 1  # SECCOMP_ADDFD_FLAG_SEND: add the fd and answer the call with it (Linux 5.14)
 _CONTINUE = 1
@@ -67,15 +71,12 @@ def arch() -> tuple[int, dict[str, int], int] | None:
     return _ARCH.get(platform.machine())
 
 
-def program(notify: bool) -> bytes:
-    """The BPF filter: its instructions as the kernel reads them (struct sock_filter, 8 bytes each)."""
-    audit, calls, _ = arch()
+def program(notify: bool, stream: bool = False) -> bytes:
+    """The BPF filter: its instructions as the kernel reads them (struct sock_filter, 8 bytes each).
+    `stream`: UNIX stream sockets are let through too (the bounds trial's launcher, run/launcher.py)."""
+    _, calls, _ = arch()
     deny = _NOTIFY if notify else _ERRNO | errno.EPERM
-    code: list[tuple] = [("ld", 4), ("jeq", audit, "native", None), ("ret", _ERRNO | errno.EPERM),
-                         ("label", "native"), ("ld", 0)]
-    if platform.machine() == "x86_64":
-        code += [("jge", 0x40000000, "foreign", None)]  # x32 calls
-    code += [("jeq", calls["socket"], "socket", None)]
+    code = _native("foreign") + [("jeq", calls["socket"], "socket", None)]
     for name in ("open", "openat"):
         if name in calls:
             code += [("jeq", calls[name], name, None)]
@@ -85,7 +86,8 @@ def program(notify: bool) -> bytes:
     code += [("ret", _ALLOW),
              ("label", "socket"), ("ld", 16), ("jeq", socket.AF_UNIX, "unix", None),
              ("jeq", socket.AF_NETLINK, "quiet", "deny"),
-             ("label", "unix"), ("ld", 24), ("and", 0xF), ("jeq", socket.SOCK_SEQPACKET, "allow", "quiet")]
+             ("label", "unix"), ("ld", 24), ("and", 0xF), ("jeq", socket.SOCK_SEQPACKET, "allow", "stream"),
+             ("label", "stream"), ("jeq", socket.SOCK_STREAM, "allow" if stream else "quiet", "quiet")]
     for name in ("open", "openat"):
         if name in calls:
             code += [("label", name), ("ld", 16 + 8 * _FLAGS_ARG[name]), ("jset", _WRITE_FLAGS, "notify", "allow")]
@@ -95,6 +97,16 @@ def program(notify: bool) -> bytes:
              ("label", "quiet"), ("ret", QUIET),
              ("label", "foreign"), ("ret", _ERRNO | errno.EPERM)]
     return _assemble(code)
+
+
+def _native(foreign: str) -> list[tuple]:
+    """A filter's start: a call of another ABI is refused (i386), or goes to label `foreign` (x32); the
+    call's number is then loaded."""
+    code: list[tuple] = [("ld", 4), ("jeq", arch()[0], "native", None), ("ret", _ERRNO | errno.EPERM),
+                         ("label", "native"), ("ld", 0)]
+    if platform.machine() == "x86_64":
+        code += [("jge", 0x40000000, foreign, None)]  # x32 calls
+    return code
 
 
 def _assemble(code: list[tuple]) -> bytes:
@@ -124,33 +136,50 @@ def _assemble(code: list[tuple]) -> bytes:
     return b"".join(out)
 
 
-def install(channel: socket.socket) -> str:
+def install(channel: socket.socket, also: tuple[int, ...] = ()) -> str:
     """Filter this process (call before any thread exists); the listener goes to the parent over
-    `channel` and is closed here, so that code running later cannot answer for itself. Returns
-    "notify" (refusals reported), "errno" (refused by the kernel, unreported) or "" (no filter)."""
-    found = arch()
-    if found is None:
+    `channel`, with the listeners in `also` (the bounds trial's launcher's, run/launcher.py), and all
+    are closed here, so that code running later cannot answer for itself. Returns "notify" (refusals
+    reported), "errno" (refused by the kernel, unreported) or "" (no filter)."""
+    listener, filtered = -1, ""
+    if arch() is not None:
+        listener = _set(program(True), _NEW_LISTENER)
+        filtered = "notify" if listener >= 0 else "errno" if _set(program(False), 0) >= 0 else ""
+    fds = [fd for fd in (listener, *also) if fd >= 0]
+    if fds:
+        socket.send_fds(channel, [b"fd"], fds)
+    else:
         channel.send(b"none")
-        return ""
+    for fd in fds:
+        os.close(fd)
+    return filtered
+
+
+def install_for_launcher() -> int:
+    """The worker's filter with UNIX stream sockets let through (the bounds trial's launcher,
+    run/launcher.py): its listener, which the worker sends on with its own (install), or -1 where the
+    kernel cannot notify (the launcher then does not serve)."""
+    return _set(program(True, stream=True), _NEW_LISTENER) if arch() is not None else -1
+
+
+def refuse_connect() -> bool:
+    """A filter on every thread of this process (TSYNC: threads a preloaded library started too) that
+    refuses connect(): the process the bounds trial checks listens for its checker and reaches nothing."""
+    if arch() is None:
+        return False
+    code = _native("refuse") + [("jeq", _CONNECT[platform.machine()], "refuse", None), ("ret", _ALLOW),
+                                ("label", "refuse"), ("ret", _ERRNO | errno.EACCES)]
+    return _set(_assemble(code), _TSYNC) == 0
+
+
+def _set(code: bytes, flags: int) -> int:
+    """seccomp(SECCOMP_SET_MODE_FILTER, flags, program): its listener fd, 0, or -1 where refused."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
     libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS: needed to install a filter without privileges
-    for notify in (True, False):
-        code = program(notify)
-        filters = ctypes.create_string_buffer(code)
-        fprog = ctypes.create_string_buffer(struct.pack("HxxxxxxP", len(code) // 8, ctypes.addressof(filters)))
-        listener = libc.syscall(found[2], 1, _NEW_LISTENER if notify else 0, fprog)  # SECCOMP_SET_MODE_FILTER
-        if listener >= 0:
-            break
-    else:
-        channel.send(b"none")
-        return ""
-    if not notify:
-        channel.send(b"none")
-        return "errno"
-    socket.send_fds(channel, [b"fd"], [listener])
-    os.close(listener)
-    return "notify"
+    filters = ctypes.create_string_buffer(code)
+    fprog = ctypes.create_string_buffer(struct.pack("HxxxxxxP", len(code) // 8, ctypes.addressof(filters)))
+    return libc.syscall(arch()[2], 1, flags, fprog)
 
 
 class Supervisor:
@@ -159,41 +188,77 @@ class Supervisor:
 
     def __init__(self, channel: socket.socket, writable):
         self.refusals: list[Refusal] = []
+        # The bounds trial's launcher (run/launcher.py), where the worker forked one: its listener came with
+        # the worker's, and it reports each outcome here on the same socket, which the worker has closed.
+        self.launched, self.reports = False, []
         self._channel, self._writable = channel, writable
         self._calls = {number: name for name, number in (arch() or (0, {}, 0))[1].items()}
         self._thread = threading.Thread(target=self._serve, daemon=True, name="kernelevo-sandbox")
         self._thread.start()
 
     def _serve(self) -> None:
-        try:
-            _, fds, _, _ = socket.recv_fds(self._channel, 16, 1)
+        try:  # the worker's listener, and its bounds trial launcher's where it forked one
+            _, fds, _, _ = socket.recv_fds(self._channel, 16, 2)
         except OSError:
-            return
-        finally:
+            fds = []
+        self.launched = len(fds) == 2
+        if not self.launched:
             self._channel.close()
-        if not fds:
-            return
-        listener = fds[0]
+        live, pending = set(fds) | ({self._channel.fileno()} if self.launched else set()), b""
         try:
-            while True:
-                ready, _, _ = select.select([listener], [], [])
-                request = bytearray(80)
-                try:
-                    fcntl.ioctl(listener, _RECV, request)
-                except OSError as exc:
-                    if exc.errno in (errno.ENOENT, errno.EINTR):  # answered elsewhere, or the caller died
-                        if self._gone(listener):
-                            return
-                        continue
-                    return
-                try:
-                    self._answer(listener, request)
-                except Exception:  # noqa: BLE001 - an unanswered call would hang the worker: refuse it
-                    ident = struct.unpack_from("=Q", request, 0)[0]
-                    with contextlib.suppress(OSError):
-                        fcntl.ioctl(listener, _SEND, struct.pack("=QqiI", ident, 0, -errno.EPERM, 0))
+            while live:
+                for fd in select.select(sorted(live), [], [])[0]:
+                    if fd == self._channel.fileno():
+                        pending = self._report(pending)
+                        if pending is None:
+                            live.discard(fd)
+                    elif not self._next(fd):
+                        live.discard(fd)
         finally:
-            os.close(listener)
+            for fd in fds:
+                os.close(fd)
+            self._channel.close()
+
+    def settled_reports(self, wait_s: float = 2.0) -> list[dict]:
+        """The launcher's reports, once none waits unread (it reports before it answers the worker, so
+        a report the worker acted on is in the socket by the time the worker's result comes)."""
+        deadline = time.monotonic() + wait_s
+        with contextlib.suppress(OSError, ValueError):
+            while self._channel.fileno() >= 0 and select.select([self._channel], [], [], 0)[0] \
+                    and time.monotonic() < deadline:
+                time.sleep(0.01)
+        return list(self.reports)
+
+    def _report(self, pending: bytes) -> bytes | None:
+        """Read the launcher's reports (a JSON line each); None once it has ended."""
+        try:
+            data = self._channel.recv(1 << 16)
+        except OSError:
+            data = b""
+        if not data:
+            return None
+        *lines, pending = (pending + data).split(b"\n")
+        for line in lines:
+            with contextlib.suppress(ValueError):
+                if len(self.reports) < 16:
+                    self.reports.append(json.loads(line))
+        return pending[-(1 << 22):]
+
+    def _next(self, listener: int) -> bool:
+        """Answer one notified call; False once no process is left under this listener's filter."""
+        request = bytearray(80)
+        try:
+            fcntl.ioctl(listener, _RECV, request)
+        except OSError as exc:
+            # answered elsewhere, or the caller died
+            return exc.errno in (errno.ENOENT, errno.EINTR) and not self._gone(listener)
+        try:
+            self._answer(listener, request)
+        except Exception:  # noqa: BLE001 - an unanswered call would hang the worker: refuse it
+            ident = struct.unpack_from("=Q", request, 0)[0]
+            with contextlib.suppress(OSError):
+                fcntl.ioctl(listener, _SEND, struct.pack("=QqiI", ident, 0, -errno.EPERM, 0))
+        return True
 
     @staticmethod
     def _gone(listener: int) -> bool:

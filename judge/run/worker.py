@@ -175,10 +175,10 @@ def _die_with_parent() -> None:
 
 
 def main() -> None:
-    from kernelevo.judge.run import sandbox
+    from kernelevo.judge.run import launcher, sandbox
 
     # First of all, while this process has one thread: Landlock holds only threads created after it.
-    confinement = sandbox.confine()
+    confinement = sandbox.confine(launch=launcher.start)
     _die_with_parent()
     _pin("KERNELEVO_BUILD_CPUS")  # compilers this worker starts inherit these cores
     device, event_fd = sys.argv[1], int(sys.argv[2])

@@ -250,7 +250,7 @@ def _warm(device: str) -> None:
         with contextlib.suppress(ImportError):  # the checker's shared memory (trials/arena.py): no context made
             from cuda.bindings import runtime  # noqa: F401
     from kernelevo.judge.job import Job  # noqa: F401
-    from kernelevo.judge.run import baseline, jobs, landlock, profiling, sandbox, seccomp, worker  # noqa: F401
+    from kernelevo.judge.run import baseline, jobs, landlock, launcher, profiling, sandbox, seccomp, worker  # noqa: F401
     from kernelevo.judge.run import check  # noqa: F401
 
     assert not torch.cuda.is_initialized(), "a zygote must not create a CUDA context"

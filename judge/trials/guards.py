@@ -42,7 +42,8 @@ FLAGS = {
 }
 JUDGE_MODULES = ("kernelevo.judge.trials.compare", "kernelevo.judge.measure.timing", "kernelevo.judge.trials.inputs",
                  "kernelevo.judge.trials.guards", "kernelevo.judge.run.jobs", "kernelevo.judge.trials.correctness", "kernelevo.judge.trials.reference",
-                 "kernelevo.judge.measure.crosscheck", "kernelevo.judge.trials.policy", "kernelevo.judge.run.worker")
+                 "kernelevo.judge.measure.crosscheck", "kernelevo.judge.trials.policy", "kernelevo.judge.run.worker",
+                 "kernelevo.judge.run.launcher", "kernelevo.judge.run.bounds")
 
 
 class Rejected(Exception):

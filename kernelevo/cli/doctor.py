@@ -126,6 +126,7 @@ def _bounds() -> dict:
     found = bounds_checkers()
     detail = "; ".join(f"{kind}: {path or 'none'}" for kind, path in (("GPU compute-sanitizer", found["cuda"]),
                                                                        ("CPU AddressSanitizer", found["cpu"])))
+    detail += f"; {found['launcher']}"
     return {"ok": bool(found["cuda"] or found["cpu"]), "detail": detail,
             "fix": "optional: the CUDA toolkit's compute-sanitizer, or gcc's libasan, for the bounds trial "
                    "(without them final verdicts say indices were not checked)"}
