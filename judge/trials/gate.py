@@ -9,7 +9,8 @@ stream, and says so; the checker then writes the block's inputs, opens the gate 
 clock until the flag shows. So the block's device time is measured by the checker's clock alone,
 with the host's launch work kept out of it (everything was queued before the gate opened). Measured
 on an H100 (2026-11-28): 20 matrix products timed 52.99 ms by the checker's clock and 52.96 ms by
-events in the worker. On the CPU the worker itself waits on the gate, then calls.
+events in the worker. On the CPU the worker itself waits on the gate, then calls, and the checker counts
+the CPU time of the thread that makes them (threads_ns, main_thread_ms).
 
 Both words are nonces the checker draws: a process that is not the block's cannot open its gate or
 forge its flag by guessing. On the CPU the flag is also sealed with a checksum of the block's outputs
@@ -95,6 +96,33 @@ class Page:
             os.close(self.fd)
         except OSError:
             pass
+
+
+def threads_ns(pid: int) -> dict[int, int] | None:
+    """CPU time (ns) of each thread of process `pid`, as the kernel counts it (schedstat); None if unread."""
+    if pid <= 0:
+        return None
+    out = {}
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                out[int(task)] = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return out
+
+
+def main_thread_ms(pid: int, before: dict | None, after: dict | None) -> float | None:
+    """The CPU time (ms) the worker's main thread, the one that makes the calls, ran meanwhile, where no other
+    thread of it ran a quarter as long (torch's pool copying an output ran 7 % of it); else None. No thread runs longer than the wall clock, so the calls took
+    at least this long however loaded the machine was. Not so with a thread pool at work: at its barriers
+    each thread spins for a descheduled other, and on a loaded machine that is time no call needed."""
+    if before is None or after is None or pid not in before or pid not in after:
+        return None
+    main = after[pid] - before[pid]
+    if any(after[t] - before.get(t, 0) > 0.25 * main for t in after if t != pid):
+        return None
+    return main / 1e6
 
 
 def digest(flat) -> int:
