@@ -135,7 +135,8 @@ def verdict(result: dict, job: Job, device: str, reports: list[dict] | None) -> 
         return {**result, "verdict": "rejected", "reason": "forged_report", "notes": notes,
                 "message": f"the bounds trial's launcher was asked to check {len(others)} job(s) other than the one "
                            "this worker was given: its process sent it another candidate, to be told that one's indices",
-                "evidence": {**evidence, "bounds_jobs": len(reports), "verdict_before": "ok"}}
+                "evidence": {**{k: v for k, v in evidence.items() if k != "bounds"}, "bounds_jobs": len(reports),
+                             "verdict_before": "ok"}}
     if not reports:
         evidence.pop("bounds", None)
         note = "bounds trial: its launcher reported no outcome: indices not checked"
