@@ -95,7 +95,7 @@ def test_the_judging_process_takes_the_launchers_report_not_the_workers_word():
     assert unheard["notes"] == ["shapes: 5 checked", "bounds trial: its launcher reported no outcome: indices not checked"]
     access = bounds.Access("peek", "read", 4, "heap-buffer-overflow", "the task's own shape: float32[4, 8]")
     report = {"checker": "AddressSanitizer", "access": access.__dict__, "note": "", "seconds": 2.0, "report": "READ of size 4",
-              "job": launcher.digest(job)}
+              "job": launcher.digest(job, "cpu")}
     seen = launcher.verdict(said, job, "cpu", [report])
     assert (seen["verdict"], seen["reason"]) == ("rejected", "out_of_bounds") and "`peek`" in seen["message"]
     assert seen["evidence"]["bounds"]["kernel"] == "peek" and seen["evidence"]["verdict_before"] == "ok"
@@ -113,8 +113,10 @@ def test_a_report_on_another_job_than_the_workers_is_a_forged_report():
     said = {"verdict": "ok", "notes": [], "evidence": {}}
     clean = {"checker": "AddressSanitizer", "access": None, "seconds": 1.0,
              "note": "bounds trial: AddressSanitizer saw every index in bounds on 5 shapes (1.0 s)"}
-    assert launcher.verdict(said, job, "cpu", [{**clean, "job": launcher.digest(job)}])["verdict"] == "ok"
-    forged = launcher.verdict(said, job, "cpu", [{**clean, "job": launcher.digest(other)}])
-    assert (forged["verdict"], forged["reason"]) == ("rejected", "forged_report"), forged
-    assert launcher.digest(job) == launcher.digest(Job(format="c", bounds=True, task_source="task",
-                                                       candidate_source="peeks past each row", task_path="/elsewhere"))
+    assert launcher.verdict(said, job, "cpu", [{**clean, "job": launcher.digest(job, "cpu")}])["verdict"] == "ok"
+    for asked in (launcher.digest(other, "cpu"), launcher.digest(job, "cuda:0")):  # another candidate; another device
+        forged = launcher.verdict(said, job, "cpu", [{**clean, "job": asked}])
+        assert (forged["verdict"], forged["reason"]) == ("rejected", "forged_report"), forged
+    moved = Job(format="c", bounds=True, task_source="task", candidate_source="peeks past each row", task_path="/elsewhere")
+    assert launcher.digest(job, "cpu") == launcher.digest(moved, "cpu")
+    assert launcher.digest(job, "cuda:3") == launcher.digest(job, "cuda:0")  # the judging process's cuda:3 is its worker's cuda:0

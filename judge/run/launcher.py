@@ -85,19 +85,22 @@ def _serve(sock: socket.socket, judging: socket.socket) -> None:
         request = json.loads(line)
         device = str(request.get("device"))
         job = Job.from_dict(request["job"])
+        if device.startswith("cuda"):  # a worker sees its one GPU as cuda:0 (executor._child_device), as does this
+            device = "cuda:0"
         if not _DEVICE.fullmatch(device):
             outcome = bounds.Outcome("", None, f"bounds trial not run: no device named {device[:40]!r}", 0.0)
         else:
             outcome = bounds.run(job, device, launched=True)
         said = dataclasses.asdict(outcome)
-        judging.sendall((json.dumps({**said, "job": digest(job)}) + "\n").encode())  # which job it checked
+        judging.sendall((json.dumps({**said, "job": digest(job, device)}) + "\n").encode())  # which job, where
         sock.sendall((json.dumps(said) + "\n").encode())
 
 
-def digest(job: Job) -> str:
-    """What names the job a bounds trial checked: the sources and the settings its shapes come from (not its
-    paths, which the worker moves into its own folder)."""
-    named = [job.kind, job.task_source, job.candidate_source, job.seed, job.shapes, job.format]
+def digest(job: Job, device: str) -> str:
+    """What names the job a bounds trial checked and where: the sources, the settings its shapes come from
+    (not its paths, which the worker moves into its own folder), and the kind of device (a GPU job asked of
+    on the CPU would be skipped there; the judging process's cuda:3 is its worker's cuda:0)."""
+    named = [job.kind, job.task_source, job.candidate_source, job.seed, job.shapes, job.format, device.split(":")[0]]
     return hashlib.sha256(json.dumps(named).encode()).hexdigest()
 
 
@@ -129,7 +132,7 @@ def verdict(result: dict, job: Job, device: str, reports: list[dict] | None) -> 
         return result
     notes = [n for n in result.get("notes", []) if not str(n).startswith("bounds trial")]
     evidence = dict(result.get("evidence") or {})
-    mine = digest(job)
+    mine = digest(job, device)
     others = [r for r in reports if r.get("job") != mine]
     if others:  # only code in the worker's process asks the launcher: an honest worker asks of its own job
         return {**result, "verdict": "rejected", "reason": "forged_report", "notes": notes,
