@@ -58,31 +58,25 @@ class Page:
         os.pwrite(self.fd, self.gate.to_bytes(4, "little"), GATE)
         return now
 
-    def wait_word(self, timeout_s: float, nap_s: float) -> tuple[int, int] | None:
-        """(the checker's clock in ns, the flag) once the flag is written at all (a sealed flag's value is
-        known only from the outputs: `seal`); None if it was not within `timeout_s`."""
+    def wait_word(self, timeout_s: float, nap_s: float = 0.0, want: int | None = None) -> tuple[int, int] | None:
+        """(the checker's clock in ns, the flag) once the flag shows `want`, or where `want` is None once it is
+        written at all (a sealed flag's value is known only from the outputs: `seal`); None if not within
+        `timeout_s`. `nap_s` between looks: on the CPU a core spent looking is one the calls lack (an OpenMP
+        kernel waited 15 times as long with the checker spinning beside it on 2 cores)."""
         deadline = time.perf_counter() + timeout_s
         while True:
             word = int.from_bytes(os.pread(self.fd, 4, DONE), "little")
-            if word:
+            if word if want is None else word == want:
                 return time.perf_counter_ns(), word
-            if time.perf_counter() > deadline:
-                return None
-            time.sleep(nap_s)
-
-    def wait_done(self, timeout_s: float, nap_s: float = 0.0) -> int | None:
-        """The checker's clock (ns) when the flag showed the nonce; None if it did not within `timeout_s`.
-        `nap_s` between looks: on the CPU a core spent looking is one the calls lack (an OpenMP kernel
-        waited 15 times as long with the checker spinning beside it on 2 cores)."""
-        want = self.done.to_bytes(4, "little")
-        deadline = time.perf_counter() + timeout_s
-        while True:
-            if os.pread(self.fd, 4, DONE) == want:
-                return time.perf_counter_ns()
             if time.perf_counter() > deadline:
                 return None
             if nap_s:
                 time.sleep(nap_s)
+
+    def wait_done(self, timeout_s: float, nap_s: float = 0.0) -> int | None:
+        """The checker's clock (ns) when the flag showed the nonce; None if it did not within `timeout_s`."""
+        found = self.wait_word(timeout_s, nap_s, self.done)
+        return None if found is None else found[0]
 
     def unlink(self) -> None:
         try:
