@@ -94,8 +94,29 @@ def test_the_judging_process_takes_the_launchers_report_not_the_workers_word():
     assert unheard["verdict"] == "ok" and "bounds" not in unheard["evidence"]
     assert unheard["notes"] == ["shapes: 5 checked", "bounds trial: its launcher reported no outcome: indices not checked"]
     access = bounds.Access("peek", "read", 4, "heap-buffer-overflow", "the task's own shape: float32[4, 8]")
-    report = {"checker": "AddressSanitizer", "access": access.__dict__, "note": "", "seconds": 2.0, "report": "READ of size 4"}
+    report = {"checker": "AddressSanitizer", "access": access.__dict__, "note": "", "seconds": 2.0, "report": "READ of size 4",
+              "job": launcher.digest(job, "cpu")}
     seen = launcher.verdict(said, job, "cpu", [report])
     assert (seen["verdict"], seen["reason"]) == ("rejected", "out_of_bounds") and "`peek`" in seen["message"]
     assert seen["evidence"]["bounds"]["kernel"] == "peek" and seen["evidence"]["verdict_before"] == "ok"
     assert launcher.verdict(said, Job(format="c", bounds=False), "cpu", [report]) is said  # not asked for
+
+
+def test_a_report_on_another_job_than_the_workers_is_a_forged_report():
+    """Each report names the job the launcher checked (launcher.digest): one the worker's process had it check
+    in place of its own (another candidate source, the same task) is no evidence for this one, and the asking
+    itself is tampering: only code in the worker's process talks to its launcher."""
+    from kernelevo.judge.run import launcher
+
+    job = Job(format="c", bounds=True, task_source="task", candidate_source="peeks past each row")
+    other = Job(format="c", bounds=True, task_source="task", candidate_source="stays in bounds")
+    said = {"verdict": "ok", "notes": [], "evidence": {}}
+    clean = {"checker": "AddressSanitizer", "access": None, "seconds": 1.0,
+             "note": "bounds trial: AddressSanitizer saw every index in bounds on 5 shapes (1.0 s)"}
+    assert launcher.verdict(said, job, "cpu", [{**clean, "job": launcher.digest(job, "cpu")}])["verdict"] == "ok"
+    for asked in (launcher.digest(other, "cpu"), launcher.digest(job, "cuda:0")):  # another candidate; another device
+        forged = launcher.verdict(said, job, "cpu", [{**clean, "job": asked}])
+        assert (forged["verdict"], forged["reason"]) == ("rejected", "forged_report"), forged
+    moved = Job(format="c", bounds=True, task_source="task", candidate_source="peeks past each row", task_path="/elsewhere")
+    assert launcher.digest(job, "cpu") == launcher.digest(moved, "cpu")
+    assert launcher.digest(job, "cuda:3") == launcher.digest(job, "cuda:0")  # the judging process's cuda:3 is its worker's cuda:0

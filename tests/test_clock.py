@@ -81,6 +81,36 @@ def test_a_block_waiting_at_its_gate_spends_no_cpu_time_the_checker_would_count(
     assert spent and spent[0] < 0.1, spent  # a spinning wait counts up to the whole 0.3 s
 
 
+@pytest.mark.skipif(not gate.available(), reason="no /dev/shm")
+def test_a_cpu_flag_seals_the_outputs_and_one_written_before_them_does_not(tmp_path):
+    """On the CPU the flag is the nonce sealed with the checksum of the outputs (gate.seal): a flag written the
+    moment the gate opened (forged_report__clock_done_early_c.py) cannot match them, however late the checker
+    reads them, and outputs changed after the flag was written no longer match it."""
+    from kernelevo.judge.trials import arena
+
+    outputs = arena.HostFile(tmp_path / "out", 4096, create=True)
+    for early in (True, False):  # the honest block last: its flag is checked against a change below
+        page = gate.Page()
+        block = gate.Block(page.message(), "cpu")
+        try:
+            page.open_gate()
+            block.hold()
+            if early:
+                block.finish()  # the nonce alone, before any output
+            outputs.flat.fill_(7)  # the calls' outputs
+            if not early:
+                block.finish(gate.digest(outputs.flat))
+            shown, word = page.wait_word(10.0, 0.0002)
+            assert (word == gate.seal(page.done, gate.digest(outputs.flat.clone()))) is not early
+        finally:
+            block.close()
+            page.close()
+    outputs.flat[100] = 8  # changed after it was sealed
+    assert gate.seal(page.done, gate.digest(outputs.flat)) != word
+    assert gate.seal(5, 5) == 5  # never 0, the page's first value
+    outputs.close()
+
+
 def test_the_honest_figures_an_h100_recorded_stand():
     honest = {n: c for n, c in RECORDED.items() if not n.startswith("timing_mismatch")}
     assert len(honest) >= 25
@@ -130,10 +160,10 @@ def test_a_thread_slowed_by_a_busy_core_is_no_mismatch_and_a_clock_reading_a_qua
 
 def test_the_bound_is_the_thread_that_made_the_calls_where_it_ran_alone():
     before = {7: 0, 8: 0}
-    assert clock._main_thread_ms(7, before, {7: 3_000_000, 8: 100_000}) == 3.0
-    assert clock._main_thread_ms(7, before, {7: 3_000_000, 8: 900_000}) is None  # a pool at work: no bound
-    assert clock._main_thread_ms(7, before, {7: 3_000_000, 8: 600_000}) == 3.0
-    assert clock._main_thread_ms(7, None, {7: 1}) is None and clock._main_thread_ms(9, before, before) is None
+    assert gate.main_thread_ms(7, before, {7: 3_000_000, 8: 100_000}) == 3.0
+    assert gate.main_thread_ms(7, before, {7: 3_000_000, 8: 900_000}) is None  # a pool at work: no bound
+    assert gate.main_thread_ms(7, before, {7: 3_000_000, 8: 600_000}) == 3.0
+    assert gate.main_thread_ms(7, None, {7: 1}) is None and gate.main_thread_ms(9, before, before) is None
 
 
 def _block(ms: float, copy: float = 0.01, eager: float = 0.06, confirmed: bool = True) -> dict:

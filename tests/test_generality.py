@@ -27,6 +27,7 @@ NO_REMEASURE = {kind: 1e9 for kind in IMPLAUSIBLE_SPEEDUP}
 # Judged as a run's final judgement, with the bounds trial (under AddressSanitizer, seconds each): the
 # kernel only that trial catches, and an honest one whose note is checked. The others' subject is shapes.
 BOUNDS_TRIAL = {"out_of_bounds__peeks_past_rows_c.py", "out_of_bounds__worker_outcome_forged_c.py",
+                "forged_report__launcher_asked_of_another_job_c.py",
                 "out_of_bounds__launcher_killed_c.py", "layernorm_ok_c.py"}
 # Its worker's signal to the bounds trial's launcher is refused by Landlock's scopes (ABI 6, Linux 6.12); on
 # an older kernel it kills the launcher, and the verdict says the indices were not checked.

@@ -17,6 +17,9 @@ no Landlock, by the worker itself. It runs the candidate once on the task's shap
 derived shape, after the trials passed and while the worker holds the device. An invalid access
 reported in the candidate's own code is `rejected out_of_bounds`, naming the kernel, the access and the
 shape; a missing checker skips the trial and the verdict's notes say so.
+It finds bugs; it is no defence against a hostile kernel. The checked process runs the candidate's code,
+which can tell that it is checked (the checker's library in its memory map, the environment) and then
+take a path that stays in bounds, or write the markers itself and exit.
 """
 from __future__ import annotations
 

@@ -17,12 +17,14 @@ The launcher is forked first, and
 It takes one job at a time from the worker over a socket pair and answers with the outcome, which it
 first reports to the judging process on the worker's seccomp channel (the worker has closed its end of
 that by the time any candidate code runs). The judging process decides by that report (verdict()): a
-worker that says every index was in bounds is not taken at its word. It ends when the worker does. Where the kernel has no Landlock there is no launcher, and the worker runs the
+worker that says every index was in bounds is not taken at its word, and each report names the job it checked
+(digest), so that a worker cannot have another candidate checked in its place. It ends when the worker does. Where the kernel has no Landlock there is no launcher, and the worker runs the
 trial itself as before (on a GPU it is then skipped: bounds.SANDBOXED).
 """
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import re
@@ -82,13 +84,24 @@ def _serve(sock: socket.socket, judging: socket.socket) -> None:
     for line in lines:
         request = json.loads(line)
         device = str(request.get("device"))
+        job = Job.from_dict(request["job"])
+        if device.startswith("cuda"):  # a worker sees its one GPU as cuda:0 (executor._child_device), as does this
+            device = "cuda:0"
         if not _DEVICE.fullmatch(device):
             outcome = bounds.Outcome("", None, f"bounds trial not run: no device named {device[:40]!r}", 0.0)
         else:
-            outcome = bounds.run(Job.from_dict(request["job"]), device, launched=True)
-        line = (json.dumps(dataclasses.asdict(outcome)) + "\n").encode()
-        judging.sendall(line)
-        sock.sendall(line)
+            outcome = bounds.run(job, device, launched=True)
+        said = dataclasses.asdict(outcome)
+        judging.sendall((json.dumps({**said, "job": digest(job, device)}) + "\n").encode())  # which job, where
+        sock.sendall((json.dumps(said) + "\n").encode())
+
+
+def digest(job: Job, device: str) -> str:
+    """What names the job a bounds trial checked and where: the sources, the settings its shapes come from
+    (not its paths, which the worker moves into its own folder), and the kind of device (a GPU job asked of
+    on the CPU would be skipped there; the judging process's cuda:3 is its worker's cuda:0)."""
+    named = [job.kind, job.task_source, job.candidate_source, job.seed, job.shapes, job.format, device.split(":")[0]]
+    return hashlib.sha256(json.dumps(named).encode()).hexdigest()
 
 
 def run(job: Job, device: str) -> bounds.Outcome:
@@ -119,11 +132,19 @@ def verdict(result: dict, job: Job, device: str, reports: list[dict] | None) -> 
         return result
     notes = [n for n in result.get("notes", []) if not str(n).startswith("bounds trial")]
     evidence = dict(result.get("evidence") or {})
+    mine = digest(job, device)
+    others = [r for r in reports if r.get("job") != mine]
+    if others:  # only code in the worker's process asks the launcher: an honest worker asks of its own job
+        return {**result, "verdict": "rejected", "reason": "forged_report", "notes": notes,
+                "message": f"the bounds trial's launcher was asked to check {len(others)} job(s) other than the one "
+                           "this worker was given: its process sent it another candidate, to be told that one's indices",
+                "evidence": {**{k: v for k, v in evidence.items() if k != "bounds"}, "bounds_jobs": len(reports),
+                             "verdict_before": "ok"}}
     if not reports:
         evidence.pop("bounds", None)
         note = "bounds trial: its launcher reported no outcome: indices not checked"
         return {**result, "notes": [*notes, note], "evidence": evidence}
-    outcome = bounds.outcome_from(reports[-1], WHERE)
+    outcome = bounds.outcome_from({k: v for k, v in reports[-1].items() if k != "job"}, WHERE)
     evidence["bounds"] = bounds.evidence(outcome)
     if outcome.access is None:
         return {**result, "notes": [*notes, outcome.note], "evidence": evidence}

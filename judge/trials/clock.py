@@ -19,7 +19,6 @@ checker opens it after FORCE_S and the block's time includes the host's: a bound
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -45,10 +44,10 @@ SLACK_MS, SPAN = 0.06, 3.0
 BEYOND = 1.25
 # On the CPU a block's wall time is no measure: other processes' load, and the judge's own builds beside
 # it, moved a C kernel's calls there to 2-3x its timed figure (2026-11-28, 2 cores). What the kernel counts
-# of the thread that makes the calls is: see _main_thread_ms.
+# of the thread that makes the calls is: see gate.main_thread_ms.
 # The CPU time the kernel counts for that thread in the block, a call, may exceed a timed call by what
 # placing its outputs costs (65 us measured for 128 KiB) and its spinning at a thread pool's barriers
-# (where another thread ran a quarter as long, no bound is drawn: _main_thread_ms).
+# (where another thread ran a quarter as long, no bound is drawn: gate.main_thread_ms).
 # Nor is that CPU time free of the load: the same calls cost a thread more of it while other processes
 # share the core's caches and its SMT sibling. Measured: an honest C LSTM timed at 4.13 ms a call, its
 # thread 6.77 ms a call in the block (1.64x), with another test process busy on a 2-core VM (2026-11-28).
@@ -174,8 +173,11 @@ class _Block:
             self._open(page, region, descs)  # nothing waits on it; the inputs were never written
             return {"confirmed": False, "why": f"the worker could not hold a block: {str(answer['unavailable'])[:200]}"}
         opened = self._open(page, region, descs)
-        shown = page.wait_done(WAIT_S, 0.0 if self.device.startswith("cuda") else NAP_S)
-        threads = None if self.threads is None else _threads_ns(self.checker.job.peer_pid)  # at once: before clock_end
+        if self.device.startswith("cuda"):
+            shown, word = page.wait_done(WAIT_S), None
+        else:  # the CPU's flag is sealed with the outputs' checksum (gate.seal): any value, read now, checked below
+            shown, word = page.wait_word(WAIT_S, NAP_S) or (None, None)
+        threads = None if self.threads is None else gate.threads_ns(self.checker.job.peer_pid)  # at once: before clock_end
         taken = self._snapshot(rooms, answer.get("file")) if shown is not None else None
         end = checker._tell({"check": "clock_end"})
         if shown is None:
@@ -183,8 +185,19 @@ class _Block:
         wrong = self._check_outputs(end, rooms, taken)
         if wrong is not None:
             return wrong
+        sealed_ms = 0.0
+        if word is not None and taken is not None:
+            mark = time.perf_counter()
+            if word != gate.seal(page.done, gate.digest(taken.flat)):
+                return {"confirmed": False, "verdict": {
+                    "verdict": "rejected", "reason": "forged_report", "evidence": {"clock_word": word},
+                    "message": "the checker's timed block: its done word does not seal the outputs that were there "
+                               "when it showed (gate.seal): it was written before the calls ended, or not by the block"}}
+            sealed_ms = (time.perf_counter() - mark) * 1e3  # the worker's thread spent about as long sealing it
         block_ms = (shown - opened) / 1e6
-        calling = _main_thread_ms(self.checker.job.peer_pid, self.threads, threads)
+        calling = gate.main_thread_ms(self.checker.job.peer_pid, self.threads, threads)
+        if calling is not None:
+            calling = max(0.0, calling - sealed_ms)
         watch = None if self.device.startswith("cuda") else timing.LoadWatch()
         copy_ms = self._own_block(lambda i: self.refs[i][0], rooms)
         eager_ms = self._own_block(lambda i: forward(checker.ref.model, self.sets[i]), rooms)
@@ -217,7 +230,7 @@ class _Block:
                         if isinstance(desc, dict) and desc.get("t") == "tensor":
                             arena.rebuild(region, desc).copy_(value)
                 sync(self.device)
-                self.threads = None if self.device.startswith("cuda") else _threads_ns(self.checker.job.peer_pid)
+                self.threads = None if self.device.startswith("cuda") else gate.threads_ns(self.checker.job.peer_pid)
                 self.forced, self.opened = forced, page.open_gate()
             return self.opened
 
@@ -317,7 +330,7 @@ class _Block:
     def _cpu_block(self, make, rooms: list) -> float:
         """The CPU's twin of the worker's block, made as the worker makes it (correctness.Side.clock): one
         pass, each output placed by the same code into a file of this process's own whose pages were touched
-        first. A placement there costs tens of microseconds, as much as a small call: alike on both sides."""
+        first, and its checksum taken (gate.seal). A placement there costs tens of microseconds, as much as a small call: alike on both sides."""
         import torch
 
         size = sum(int(r["size"]) for r in rooms)
@@ -330,6 +343,7 @@ class _Block:
                 start = time.perf_counter_ns()
                 for i in range(self.calls):
                     _place_all(whole, list(compare.flatten(make(i))))
+                gate.digest(memory.flat)  # and sealed, as the worker's block is
                 return (time.perf_counter_ns() - start) / 1e6
         finally:
             memory.close()
@@ -346,33 +360,6 @@ def _poisoned(got: list, expected) -> bool:
             if bool((torch.isnan(o) & ~torch.isnan(e.to(o.device))).any()):
                 return True
     return False
-
-
-def _threads_ns(pid: int) -> dict[int, int] | None:
-    """CPU time (ns) of each thread of process `pid`, as the kernel counts it (schedstat); None if unread."""
-    if pid <= 0:
-        return None
-    out = {}
-    try:
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
-                out[int(task)] = int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-    return out
-
-
-def _main_thread_ms(pid: int, before: dict | None, after: dict | None) -> float | None:
-    """The CPU time (ms) the worker's main thread, the one that makes the calls, ran meanwhile, where no other
-    thread of it ran a quarter as long (torch's pool copying an output ran 7 % of it); else None. No thread runs longer than the wall clock, so the calls took
-    at least this long however loaded the machine was. Not so with a thread pool at work: at its barriers
-    each thread spins for a descheduled other, and on a loaded machine that is time no call needed."""
-    if before is None or after is None or pid not in before or pid not in after:
-        return None
-    main = after[pid] - before[pid]
-    if any(after[t] - before.get(t, 0) > 0.25 * main for t in after if t != pid):
-        return None
-    return main / 1e6
 
 
 def judge(result: dict, clock: dict | None) -> dict | None:

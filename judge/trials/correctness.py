@@ -145,7 +145,9 @@ class Side:
             for args, room in zip(queued.sets, queued.rooms):
                 outs = compare.flatten(forward(self.candidate, args))
                 queued.placed.append(_place_all(self.region.room(room) if block.cuda else whole, list(outs)))
-        block.finish()  # on the CPU, no msync after: the checker reads the same pages, and counts this thread's time
+        # on the CPU sealed with the outputs' checksum, no msync after: the checker reads the same pages, and
+        # counts this thread's time
+        block.finish(None if block.cuda else gate.digest(queued.memory.flat))
 
     def clock_end(self) -> dict:
         """The block finished: where each call's outputs are (its device errors, if any, are its verdict)."""

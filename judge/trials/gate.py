@@ -9,10 +9,14 @@ stream, and says so; the checker then writes the block's inputs, opens the gate 
 clock until the flag shows. So the block's device time is measured by the checker's clock alone,
 with the host's launch work kept out of it (everything was queued before the gate opened). Measured
 on an H100 (2026-11-28): 20 matrix products timed 52.99 ms by the checker's clock and 52.96 ms by
-events in the worker. On the CPU the worker itself waits on the gate, then calls.
+events in the worker. On the CPU the worker itself waits on the gate, then calls, and the checker counts
+the CPU time of the thread that makes them (threads_ns, main_thread_ms).
 
 Both words are nonces the checker draws: a process that is not the block's cannot open its gate or
-forge its flag by guessing. The checker reads the page through its file descriptor (pread), never a
+forge its flag by guessing. On the CPU the flag is also sealed with a checksum of the block's outputs
+(`seal`): written before the calls end it cannot match them, however late the checker looks. (Unsealed,
+a flag written the moment the gate opened went unseen on a loaded machine, where the checker read the
+outputs only after the calls had ended: the fixture that does so was judged `ok`, 2026-11-28.) The checker reads the page through its file descriptor (pread), never a
 mapping, so a page cut short by someone else ends a confirmation, not the checker.
 """
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import os
 import secrets
 import time
+import zlib
 from pathlib import Path
 
 GATE, DONE = 0, 64  # byte offsets of the two words: a cache line apart
@@ -53,19 +58,25 @@ class Page:
         os.pwrite(self.fd, self.gate.to_bytes(4, "little"), GATE)
         return now
 
-    def wait_done(self, timeout_s: float, nap_s: float = 0.0) -> int | None:
-        """The checker's clock (ns) when the flag showed the nonce; None if it did not within `timeout_s`.
-        `nap_s` between looks: on the CPU a core spent looking is one the calls lack (an OpenMP kernel
-        waited 15 times as long with the checker spinning beside it on 2 cores)."""
-        want = self.done.to_bytes(4, "little")
+    def wait_word(self, timeout_s: float, nap_s: float = 0.0, want: int | None = None) -> tuple[int, int] | None:
+        """(the checker's clock in ns, the flag) once the flag shows `want`, or where `want` is None once it is
+        written at all (a sealed flag's value is known only from the outputs: `seal`); None if not within
+        `timeout_s`. `nap_s` between looks: on the CPU a core spent looking is one the calls lack (an OpenMP
+        kernel waited 15 times as long with the checker spinning beside it on 2 cores)."""
         deadline = time.perf_counter() + timeout_s
         while True:
-            if os.pread(self.fd, 4, DONE) == want:
-                return time.perf_counter_ns()
+            word = int.from_bytes(os.pread(self.fd, 4, DONE), "little")
+            if word if want is None else word == want:
+                return time.perf_counter_ns(), word
             if time.perf_counter() > deadline:
                 return None
             if nap_s:
                 time.sleep(nap_s)
+
+    def wait_done(self, timeout_s: float, nap_s: float = 0.0) -> int | None:
+        """The checker's clock (ns) when the flag showed the nonce; None if it did not within `timeout_s`."""
+        found = self.wait_word(timeout_s, nap_s, self.done)
+        return None if found is None else found[0]
 
     def unlink(self) -> None:
         try:
@@ -79,6 +90,43 @@ class Page:
             os.close(self.fd)
         except OSError:
             pass
+
+
+def threads_ns(pid: int) -> dict[int, int] | None:
+    """CPU time (ns) of each thread of process `pid`, as the kernel counts it (schedstat); None if unread."""
+    if pid <= 0:
+        return None
+    out = {}
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                out[int(task)] = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return out
+
+
+def main_thread_ms(pid: int, before: dict | None, after: dict | None) -> float | None:
+    """The CPU time (ms) the worker's main thread, the one that makes the calls, ran meanwhile, where no other
+    thread of it ran a quarter as long (torch's pool copying an output ran 7 % of it); else None. No thread runs longer than the wall clock, so the calls took
+    at least this long however loaded the machine was. Not so with a thread pool at work: at its barriers
+    each thread spins for a descheduled other, and on a loaded machine that is time no call needed."""
+    if before is None or after is None or pid not in before or pid not in after:
+        return None
+    main = after[pid] - before[pid]
+    if any(after[t] - before.get(t, 0) > 0.25 * main for t in after if t != pid):
+        return None
+    return main / 1e6
+
+
+def digest(flat) -> int:
+    """The checksum of a CPU block's outputs: its file of outputs, all of it (a uint8 tensor)."""
+    return zlib.crc32(flat.numpy())
+
+
+def seal(done: int, checksum: int) -> int:
+    """The flag a CPU block writes: its nonce with the checksum of its outputs, never 0 (the page's first value)."""
+    return (done ^ checksum) or done
 
 
 def _nonce() -> int:
@@ -126,8 +174,9 @@ class Block:
                 raise TimeoutError("the checker's gate did not open")
             time.sleep(NAP_S)
 
-    def finish(self) -> None:
-        """Write the done flag: on a GPU, queued after the block's work on its stream."""
+    def finish(self, checksum: int | None = None) -> None:
+        """Write the done flag: on a GPU, queued after the block's work on its stream; on the CPU sealed with
+        the `checksum` of the outputs where given (`seal`)."""
         if self.cuda:
             from cuda.bindings import driver
 
@@ -135,7 +184,7 @@ class Block:
                                             driver.CUstreamWriteValue_flags.CU_STREAM_WRITE_VALUE_DEFAULT),
                 "cuStreamWriteValue32")
         else:
-            self.words[DONE // 4] = self.done
+            self.words[DONE // 4] = self.done if checksum is None else seal(self.done, checksum)
             self.map.flush()
 
     def close(self) -> None:
