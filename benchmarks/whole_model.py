@@ -5,9 +5,11 @@ that answers each part's prompts with a hand-written kernel for that part. Run o
 
 Method: the real CLI splits MODEL (default benchmarks/models/gpt_stack.py, a GPT-style stack of 6
 pre-norm blocks) on the GPU, searches its N hottest parts with the LLM calls shared by their time,
-assembles the model with each part whose kernel was faster than eager beyond noise, has the judge
-verify the assembled model against the original (all trials), and times it end to end against
-eager and, both compiled, against torch.compile of the original. The model's replies come from a
+assembles the model with each part whose kernel was faster than its part alone beyond noise, has the
+judge verify the assembled model against the original (all trials), times the original and the
+assembly in the user's loop (host included, interleaved in one process) in every compile mode, keeps
+each part only where the model without it is slower in the chosen mode, and reports the assembly in
+its best mode against the original in its best mode. The model's replies come from a
 loopback server (tests/llm_server.py): for the part task NAME, the kernel in
 tests/fixtures/models/kernels/NAME__nvrtc.py and then variants of its tune-marked constants. Recorded:
 the split, the assembly's result (each part's share, its own speedup, whether it was placed, the
@@ -62,6 +64,11 @@ def main() -> None:
     parser.add_argument("--parts", type=int, default=2)
     parser.add_argument("--calls", type=int, default=4, help="LLM calls for all parts together")
     parser.add_argument("--device", default="cuda:0")
+    parser.add_argument("--min-speedup", type=float, default=None,
+                        help="passed to optimize: a part's kernel alone must beat its part by this to be tried in place")
+    parser.add_argument("--no-compile-baseline", action="store_true", help="passed to optimize: parts against eager")
+    parser.add_argument("--modes", default=None, help="passed to optimize: the compile modes to time the assembly in")
+    parser.add_argument("--timeout", type=float, default=1500, help="seconds for the whole optimize run")
     args = parser.parse_args()
     report = {"gpu": torch.cuda.get_device_name(args.device), "torch": torch.__version__,
               "date": time.strftime("%Y-%m-%d"), "method": __doc__}
@@ -78,9 +85,15 @@ def main() -> None:
                    "--archive", str(folder / "a.sqlite"), "--out", str(folder / "out"), "--max-llm-calls",
                    str(args.calls), "--generations", "2", "--children", "2", "--concurrency", "2", "--seed", "1",
                    "--no-ncu"]
+        command += ["--min-speedup", str(args.min_speedup)] if args.min_speedup is not None else []
+        command += ["--no-compile-baseline"] if args.no_compile_baseline else []
+        command += ["--modes", args.modes] if args.modes else []
         started = time.monotonic()
         try:
-            done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1500)
+            done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=args.timeout)
+        except subprocess.TimeoutExpired as exc:  # what it wrote so far is still recorded
+            text = [(x or b"").decode(errors="replace") if isinstance(x, bytes) else (x or "") for x in (exc.stdout, exc.stderr)]
+            done = subprocess.CompletedProcess(command, f"timed out after {args.timeout:g} s", *text)
         finally:
             server.close()
         report.update(command=" ".join(command[1:]).replace(str(folder), "TMP"), exit=done.returncode,

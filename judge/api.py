@@ -25,6 +25,7 @@ from kernelevo.judge.run.executor import WorkerLimits, LocalExecutor
 from kernelevo.judge.run.drive import BUILDS, COMPARED  # noqa: F401 - what the doctor says of every verdict
 from kernelevo.formats import detect_format
 from kernelevo.judge.job import Job
+from kernelevo.judge.model_modes import CPU_MODES, MODE_CALLS, MODES, ModelModes, Ratio  # noqa: F401 - what a model's assembly reads
 from kernelevo.judge.trials.probe import IMPLAUSIBLE_SPEEDUP
 from kernelevo.judge.measure.timing import TimingConfig
 from kernelevo.judge.results import audit_files, crosscheck_eager, judge_remeasure, to_evaluation
@@ -221,17 +222,20 @@ class Judge:
                  ncu: bool = True, final: bool = False) -> Evaluation:
         return self.submit(task, candidate_path, device, profile, ncu, final).result()
 
-    def compiled_pair(self, task: Task, candidate_path: str | Path, device: str) -> dict:
-        """The candidate under torch.compile against the reference under torch.compile, both compiled
-        and timed alternately in one fresh process on `device`: {"verdict", "speedup", "speedup_ci",
-        "compile_s"} (or the verdict and message of what failed). For a candidate that passed."""
+    def modes(self, task: Task, candidate_path: str | Path, device: str, modes: tuple[str, ...],
+              variants: tuple[str, ...] = ()) -> ModelModes:
+        """A whole model in its user's loop: the reference and the candidate (and each drop-in of
+        `variants`) in each of `modes`, host included, interleaved in one fresh process on `device`
+        (run/modes.py). For a candidate that passed; ValueError (one line) where nothing ran."""
         path = Path(candidate_path).resolve()
         source = path.read_text()
-        job = self._job(task, "compile_beside", candidate_source=source, candidate_path=str(path),
-                        candidate_hash=source_hash(source), format=detect_format(source), compile_candidate=True)
+        job = self._job(task, "modes", candidate_source=source, candidate_path=str(path),
+                        candidate_hash=source_hash(source), format=detect_format(source), modes=tuple(modes),
+                        variants=tuple(variants))
         result = self.executor.submit(job, device).result()
-        keep = ("verdict", "reason", "message", "speedup", "speedup_ci", "compile_s")
-        return {k: result[k] for k in keep if k in result}
+        if result.get("verdict") != "ok":
+            raise ValueError(f"the model's modes were not timed: {result.get('reason')}: {result.get('message')}")
+        return ModelModes.from_result(result, device)
 
     def profile(self, task: Task, candidate_path: str | Path, evaluation: Evaluation, ncu: bool = True
                 ) -> concurrent.futures.Future:

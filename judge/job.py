@@ -17,7 +17,7 @@ from kernelevo.judge.measure.timing import TimingConfig
 
 @dataclass(frozen=True)
 class Job:
-    kind: str = "candidate"  # candidate, check, baseline, remeasure, compile_beside or profile (worker.main)
+    kind: str = "candidate"  # candidate, check, baseline, remeasure, compile_beside, modes or profile (worker.main)
     task_source: str = ""
     task_path: str = ""
     seed: int = 0
@@ -33,7 +33,8 @@ class Job:
     candidate_hash: str | None = None
     format: str | None = None  # detected once, by the judge, from the candidate's source
     bounds: bool = False  # the candidate also runs under the memory checker (bounds.py)
-    compile_candidate: bool = False  # compile_beside: the candidate under torch.compile too
+    modes: tuple[str, ...] = ()  # modes: the compile modes to run the models in (run/modes.py)
+    variants: tuple[str, ...] = ()  # modes: drop-in sources timed beside the candidate (fewer parts in place)
     ncu: bool = True  # profile: with Nsight Compute
     candidate_ms: float | None = None  # profile: the judged times, for the speed-of-light estimate
     eager_ms: float | None = None
@@ -55,4 +56,5 @@ class Job:
 
     @classmethod
     def from_dict(cls, data: dict) -> "Job":
-        return cls(**{**data, "timing": TimingConfig(**data.get("timing") or {})})
+        return cls(**{**data, "timing": TimingConfig(**data.get("timing") or {}),
+                      "modes": tuple(data.get("modes") or ()), "variants": tuple(data.get("variants") or ())})

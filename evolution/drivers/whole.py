@@ -14,19 +14,21 @@ from ..options import OptimizeOptions, judge_options
 
 
 def assemble_model(model_path: Path, bench_id: str, out_file: Path, search: OptimizeOptions,
-                   min_speedup: float = 1.0) -> dict:
+                   min_speedup: float = 1.0, modes: tuple[str, ...] | None = None) -> dict:
     """The model of `model_path` with the verified kernels of bench `bench_id` (a suite written by
-    split) in place, written to `out_file` and judged end to end; the result, also written beside
-    `out_file` as JSON. ValueError (one line) for a bench that is not a split model's."""
+    split) in place, written to `out_file`, judged end to end and timed in its user's loop in each of
+    `modes` (all four on a GPU, eager and default on the CPU, by default); the result, also written
+    beside `out_file` as JSON. ValueError (one line) for a bench that is not a split model's."""
     from kernelevo.archive.reports import model_html
     from kernelevo.archive.reports.bench_data import task_rows
     from kernelevo.archive.store import Archive
-    from kernelevo.judge.api import Judge
-    from kernelevo.evolution.drivers.parts.assemble import chosen_parts, result, verified
+    from kernelevo.judge.api import CPU_MODES, MODES, Judge
+    from kernelevo.evolution.drivers.parts.assemble import chosen_parts, result
     from kernelevo.evolution.drivers.parts.split import SPLIT_JSON
     from kernelevo.tasks import load_task
 
     task = load_task(model_path)
+    asked = tuple(modes or (MODES if search.devices[0].startswith("cuda") else CPU_MODES))
     with Archive.open_readonly(search.archive_path) as store:
         bench = store.bench(bench_id)
         if bench is None:
@@ -40,16 +42,12 @@ def assemble_model(model_path: Path, bench_id: str, out_file: Path, search: Opti
         candidates, left = chosen_parts(split_dir, rows, lambda kid: store.kernel(kid)["source"], min_speedup,
                                         search.baseline if search.compile_baseline else "eager")
         out_file.parent.mkdir(parents=True, exist_ok=True)
-        # the whole model under the policy of an assembled model: each kernel passed its part's own policy
+        # the whole model under the policy of an assembled model: each kernel passed its part's own
         whole = dataclasses.replace(search, policy="model")
         with Judge(search.cache_dir, judge_options(whole, search.devices[:1])) as judge:
-            evaluation = verified(task.source, Path(model_path).name, out_file, candidates,
-                                  lambda path: judge.evaluate(task, path, final=True))
-            placed = evaluation.ok and any(not c.reverted for c in candidates)
-            # torch.compile keeps working: the model with its kernels in place, compiled, against the original, compiled
-            pair = judge.compiled_pair(task, out_file, evaluation.device) if placed else None
-        data = result(str(model_path), out_file, bench_id, candidates, left, evaluation)
-        data["under_compile"] = pair
+            placed = _placed(task, Path(model_path).name, out_file, candidates, judge, asked)
+        data = {**result(str(model_path), out_file, bench_id, candidates, left, placed.evaluation), **placed.figures()}
+        out_file.write_text(placed.delivered())
         try:  # the page costs nothing of the result if it cannot be written
             data["report"] = str(model_html.write(data, store, out_file.with_suffix(".html")))
         except OSError as exc:
@@ -58,13 +56,51 @@ def assemble_model(model_path: Path, bench_id: str, out_file: Path, search: Opti
     return data
 
 
+def _placed(task, name: str, out_file: Path, candidates: list, judge, asked: tuple[str, ...]):
+    """Verify the parts in place (reverting those wrong in place), time the model in every mode, keep
+    the parts that earn their place in the chosen one, and hand back nothing where the assembly does
+    not beat the original's best mode beyond noise (parts/effect.py)."""
+    from kernelevo.evolution.drivers.parts.assemble import verified
+    from kernelevo.evolution.drivers.parts.drop_in import drop_in_text
+    from kernelevo.evolution.drivers.parts.effect import Assembly, effects, headline
+
+    def judged(path: Path):
+        return judge.evaluate(task, path, final=True)
+
+    def text(parts: list) -> str:
+        return drop_in_text(task.source, name, [c.placed for c in parts])
+
+    def variants(sources: tuple[str, ...]):
+        return judge.modes(task, out_file, evaluation.device, (chosen,), sources)
+
+    evaluation = verified(task.source, name, out_file, candidates, judged)
+    kept = [c for c in candidates if not c.reverted]
+    if not evaluation.ok:
+        return Assembly(task.source, name, evaluation, kept, None, asked, len(candidates))
+    loop = judge.modes(task, out_file, evaluation.device, asked)
+    chosen = loop.best("assembled")
+    if kept and chosen:
+        effects(candidates, chosen, variants, text, loop)
+        still = [c for c in candidates if not c.reverted]
+        if still != kept:
+            evaluation = verified(task.source, name, out_file, still, judged)
+            loop = judge.modes(task, out_file, evaluation.device, asked) if evaluation.ok and still else loop
+            kept = [c for c in candidates if not c.reverted]
+    speedup = headline(loop)[2]
+    if kept and (speedup is None or not speedup.beyond_noise):
+        for c in kept:
+            c.reverted = "in place together, the model was not faster than the original in its best mode beyond noise"
+        evaluation, kept = verified(task.source, name, out_file, [], judged), []
+    return Assembly(task.source, name, evaluation, kept, loop, asked, len(candidates))
+
+
 SEARCHED = "searched.txt"  # the parts a model's search takes, listed in the parts folder (a suite file)
 SPLIT_TOP = 8  # parts written to choose the searched ones among, by headroom
 
 
 def optimize_model(search: OptimizeOptions, parts: int, parts_dir: Path, out_file: Path,
                    max_cost_usd: float | None, resume: str | None = None, min_speedup: float = 1.0,
-                   on_progress: Callable[[BenchView], None] = lambda v: None,
+                   modes: tuple[str, ...] | None = None, on_progress: Callable[[BenchView], None] = lambda v: None,
                    on_status: Callable[[str], None] = lambda text: None) -> dict:
     """Split `search.task_path` (unless resuming a bench of its parts), search the `parts` parts with the
     most headroom over torch.compile (the hottest in eager without --no-compile-baseline) as a bench
@@ -93,5 +129,5 @@ def optimize_model(search: OptimizeOptions, parts: int, parts_dir: Path, out_fil
     bench = run_bench(BenchOptions(suite=suite if suite.exists() else parts_dir, search=search,
                                    max_cost_usd=max_cost_usd, resume=resume, weights=weights), on_progress, on_status)
     on_status(f"assembling {model_path.name} from bench {bench.bench_id}")
-    done = assemble_model(model_path, bench.bench_id, out_file, search, min_speedup)
+    done = assemble_model(model_path, bench.bench_id, out_file, search, min_speedup, modes)
     return {**done, "split": data}

@@ -355,42 +355,27 @@ def run_remeasure(job: Job, device: str, channel) -> dict:
 def run_compile_beside(job: Job, device: str, channel) -> dict:
     """torch.compile of the reference timed alternately with the candidate (and eager), in a fresh
     process: where the clock is noisy (the CPU), a cached compile/eager ratio rescaled by another
-    process's eager time was off by 1.7x against an independent timing. With `compile_candidate`,
-    the candidate is compiled too and the two compiled models are set against each other (a whole
-    model with kernels in place, under torch.compile beside the original under torch.compile)."""
+    process's eager time was off by 1.7x against an independent timing."""
     built = _rebuilt(job, device, channel, acquire=False)
     if isinstance(built, dict):
         return built
     reference, candidate, sets = built
     started = time.perf_counter()
-    pair = job.compile_candidate  # the candidate under torch.compile too (a whole model's)
     try:
         compiled = _compiled(reference, sets, device)
-        both = _compiled(candidate, sets, device) if pair else None
         compile_s = time.perf_counter() - started
         channel.acquire_device()
         fns = {"candidate": lambda a: forward(candidate, a), "eager": lambda a: forward(reference, a),
                "compiled": lambda a: forward(compiled, a)}
         ratios = (("eager", "candidate"), ("compiled", "candidate"))
-        if pair:
-            fns["candidate_compiled"] = lambda a: forward(both, a)
-            ratios += (("compiled", "candidate_compiled"),)
         with channel.quiet():
             measured = timing.measure(fns, sets, device, _timing_config(job), ratios=ratios)
             looped = _loop(fns, sets, device, *ratios)
     except Exception as exc:  # noqa: BLE001 - a failed compile or run is reported, the search figure stays
         return _failure(verdicts.classify_run(exc))
-    noisy = not device.startswith("cuda")
-
-    def speedup(over: str, of: str) -> tuple[float, list[float]]:
-        point, ci = measured.speedup(over, of)
-        return point, timing.reported(point, ci, measured.load, noisy)
-
-    done = {"verdict": "ok", "reason": "", "message": "", "compile_s": compile_s, "loop": looped,
-            "timing": {name: dataclasses.asdict(s) for name, s in measured.stats.items()}}
-    if pair:  # both under torch.compile: the candidate's compiled time against the reference's
-        point, ci = speedup("compiled", "candidate_compiled")
-        return {**done, "speedup": point, "speedup_ci": ci}
-    point, ci = speedup("compiled", "candidate")
-    return {**done, "load": measured.load, "speedup_compile": point, "speedup_compile_ci": ci,
+    point, ci = measured.speedup("compiled", "candidate")
+    return {"verdict": "ok", "reason": "", "message": "", "compile_s": compile_s, "loop": looped,
+            "timing": {name: dataclasses.asdict(s) for name, s in measured.stats.items()},
+            "load": measured.load, "speedup_compile": point,
+            "speedup_compile_ci": timing.reported(point, ci, measured.load, not device.startswith("cuda")),
             "speedup_eager": measured.speedup("eager", "candidate")[0]}

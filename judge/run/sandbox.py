@@ -245,13 +245,13 @@ def scratch_folder() -> Path:
 
 def opponent_environment(job: Job) -> None:
     """In the worker, before the job's code runs: torch.compile's and torch's kernel caches for the task's
-    reference. A baseline job (no candidate code) uses the task's opponent folder; a compile_beside job,
-    whose candidate runs in the same process as the compiled reference, a copy of it in its scratch folder,
+    reference. A baseline job (no candidate code) uses the task's opponent folder; a compile_beside or modes
+    job, whose candidate runs in the same process as the compiled reference, a copy of it in its scratch folder,
     so that the reference compiles from what only baseline jobs wrote (and nothing it does there lasts)."""
     from kernelevo.tasks import source_hash
 
     folder = Path(job.cache_dir) / OPPONENT / source_hash(job.task_source)[:16]
-    if job.kind == "compile_beside":
+    if job.kind in ("compile_beside", "modes"):
         copy = (_scratch() or Path(os.getcwd())) / OPPONENT
         if folder.is_dir():
             shutil.copytree(folder, copy, symlinks=True)

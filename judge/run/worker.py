@@ -147,7 +147,7 @@ def _job_environment(job: Job, device: str) -> None:
                        "TORCH_EXTENSIONS_DIR": str(build / "inline"),
                        "TORCHINDUCTOR_CACHE_DIR": str(build / "inductor"),
                        "PYTORCH_KERNEL_CACHE_PATH": str(build / "torch-kernels")})
-    if job.kind in ("baseline", "compile_beside"):  # the compiled reference: from caches no candidate wrote
+    if job.kind in ("baseline", "compile_beside", "modes"):  # the compiled reference: from caches no candidate wrote
         sandbox.opponent_environment(job)
     os.environ.setdefault("MAX_JOBS", str(job.build_jobs))
     if job.format == "inline":
@@ -191,12 +191,12 @@ def main() -> None:
 
     job = sandbox.localize(Job.from_dict(channel.receive()))
     _job_environment(job, device)
-    from kernelevo.judge.run import baseline, jobs, profiling
-    from kernelevo.judge.run import check
+    from kernelevo.judge.run import baseline, check, jobs, modes, profiling
 
     started = time.perf_counter()
     run = {"baseline": baseline.run, "check": check.serve, "remeasure": jobs.run_remeasure,
-           "compile_beside": jobs.run_compile_beside, "profile": profiling.run_profile}.get(job.kind, jobs.run_candidate)
+           "compile_beside": jobs.run_compile_beside, "modes": modes.run_modes,
+           "profile": profiling.run_profile}.get(job.kind, jobs.run_candidate)
     result = run(job, device, channel)
     result["worker_s"] = time.perf_counter() - started
     channel.send_result(result)

@@ -71,6 +71,7 @@ TimingSecondsOpt = Annotated[float, typer.Option(min=0.05, help="seconds spent t
 
 
 EXIT_INTERRUPTED = 130  # Ctrl-C: everything stored, resumable
+EXIT_NOTHING_PLACED = 3  # a whole model's assembly placed no kernel: its line says which compile mode to run
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -364,3 +365,4 @@ class OptimizeArgs:
     parts: Optional[int]
     parts_dir: Optional[Path]
     min_speedup: float
+    modes: Optional[str] = None  # with --parts: the compile modes to time the assembly in

@@ -27,6 +27,8 @@ def optimize(
                                              "[default: OUT/<task>_parts]"),
     min_speedup: float = typer.Option(1.0, help="with --parts: place a part whose kernel is faster than this "
                                       "against the baseline, beyond noise"),
+    modes: Optional[str] = typer.Option(None, help="with --parts: compile modes to time the assembled model in, "
+                                        "comma-separated [default: all four on a GPU; eager,default on the CPU]"),
     model: ModelOpt = None,
     model_for: ModelForOpt = None,
     device: DeviceOpt = None,
@@ -70,7 +72,7 @@ def optimize(
                         config=config, cache_dir=cache_dir)
     run_optimize(OptimizeArgs(task=task, search=search, max_cost_usd=max_cost_usd, max_llm_calls=max_llm_calls,
                               max_wall_time=max_wall_time, seed_from=tuple(seed_from), force=force, parts=parts,
-                              parts_dir=parts_dir, min_speedup=min_speedup))
+                              parts_dir=parts_dir, min_speedup=min_speedup, modes=modes))
 
 
 def _check(args: OptimizeArgs) -> None:

@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 import typer
 
-from kernelevo.cli.common import (EXIT_INTERRUPTED, ArchiveOpt, BaselineOpt, CacheDirOpt, CompileBaselineOpt, ConfigOpt,
+from kernelevo.cli.common import (EXIT_INTERRUPTED, EXIT_NOTHING_PLACED, ArchiveOpt, BaselineOpt, CacheDirOpt, CompileBaselineOpt, ConfigOpt,
                                   JsonOpt, OptimizeArgs, SeedOpt, ShapesOpt, TimingSecondsOpt, TrialsOpt,
                                   baseline_choice, check_choice, config_or_fail, fail, resolve_device, say)
 
@@ -31,9 +31,13 @@ def assemble(
     archive: ArchiveOpt = None,
     config: ConfigOpt = None,
     cache_dir: CacheDirOpt = None,
+    modes: Optional[str] = typer.Option(None, help="compile modes to time the model in, comma-separated, of eager, "
+                                        "default, max-autotune-no-cudagraphs, reduce-overhead [default: all four on a "
+                                        "GPU; eager,default on the CPU]"),
     as_json: JsonOpt = False,
 ) -> None:
-    """Write MODEL with the verified kernels its parts' bench found, and judge it end to end."""
+    """Write MODEL with the verified kernels its parts' bench found, judge it end to end, and time it in
+    the user's loop in every compile mode. Exit 3: nothing placed (the line says which mode to run)."""
     from kernelevo.evolution.drivers.whole import assemble_model
     from kernelevo.tasks import TaskError
 
@@ -43,10 +47,23 @@ def assemble(
                              compile_baseline=compile_baseline, baseline=baseline, timing_seconds=timing_seconds,
                              archive=archive, config=config, cache_dir=cache_dir)
     try:
-        data = assemble_model(model, bench, out, options, min_speedup)
+        data = assemble_model(model, bench, out, options, min_speedup, mode_list(modes))
     except (TaskError, ValueError) as exc:
         fail(str(exc).splitlines()[0])
     show(data, as_json)
+    finish(data)
+
+
+def mode_list(modes: Optional[str]) -> tuple[str, ...] | None:
+    """--modes as a tuple, each checked; None for the device's default."""
+    if modes is None:
+        return None
+    from kernelevo.judge.api import MODES
+
+    chosen = tuple(m.strip() for m in modes.split(",") if m.strip())
+    for mode in chosen:
+        check_choice("--modes", mode, MODES)
+    return chosen or None
 
 
 def judge_settings(model: Path, out: Path, device: str, *, seed: int, trials: int, shapes: str,
@@ -92,7 +109,8 @@ def run_parts(args: OptimizeArgs, options: Any) -> None:
     try:
         with LiveBench(f"kernelevo: {model.name} in parts") as live:
             data = optimize_model(search, args.parts, parts_dir, out_file, total, resume=args.search.resume,
-                                  min_speedup=args.min_speedup, on_progress=live, on_status=live.status)
+                                  min_speedup=args.min_speedup, modes=mode_list(args.modes), on_progress=live,
+                                  on_status=live.status)
     except (BenchError, Stop, TaskError, ValueError) as exc:
         fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
     except KeyboardInterrupt as exc:
@@ -105,3 +123,12 @@ def run_parts(args: OptimizeArgs, options: Any) -> None:
         fail(f"{exc.strerror or exc}: {exc.filename or ''} (a full disk or an unwritable archive?)")
     show(data, as_json=False)
     say(f"bench {data['bench']}: the model with its kernels in place: {out_file} ({data['verdict']})")
+    finish(data)
+
+
+def finish(data: dict) -> None:
+    """The exit code of an assembly: 1 where the judge rejected the model, 3 where nothing was placed."""
+    if data["verdict"] != "ok":
+        sys.exit(1)
+    if data["nothing_placed"]:
+        sys.exit(EXIT_NOTHING_PLACED)

@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from .call import parse
 from .drop_in import Placed, drop_in_text
+from .effect import triple
 from .split import SPLIT_JSON
 
 
@@ -34,6 +35,9 @@ class Candidate:
     ci: tuple[float, float] | None
     kernel_id: int
     reverted: str = ""
+    effect: Any = None  # its A/B in place (a Ratio: the model without it over the model with it; effect.py)
+    with_ms: Any = None  # the model's LoopTime in the chosen mode with it in place, and without it
+    without_ms: Any = None
 
 
 def chosen_parts(split_dir: Path, rows: list[dict], kernel_source: Callable[[int], str],
@@ -77,7 +81,8 @@ def _why_not(row: dict | None, min_speedup: float, baseline: str = "compile") ->
     if row is None:
         return "not in the bench"
     if not row.get("correct"):
-        return f"no verified kernel ({row.get('verdict') or row.get('status')})"
+        why = row.get("verdict") or row.get("status")
+        return f"no verified kernel ({why}: {row['reason']})" if row.get("reason") else f"no verified kernel ({why})"
     key = "speedup_compile" if baseline == "compile" and row.get("speedup_compile") is not None else "speedup_eager"
     low = (row.get(f"{key}_ci") or [row[key]])[0]
     if low is None or low <= min_speedup:
@@ -153,7 +158,8 @@ def result(model_path: str, out_file: Path, bench_id: str, candidates: list[Cand
         "speedup_compile_ci": list(e.speedup_compile_ci) if e.speedup_compile_ci else None,
         "parts": [{"task": c.placed.name, "sites": len(c.placed.sites), "share": c.share, "kernel_id": c.kernel_id,
                    "speedup_alone": c.speedup, "speedup_alone_ci": list(c.ci) if c.ci else None,
-                   "in_place": not c.reverted, "reverted": c.reverted,
+                   "in_place": not c.reverted, "reverted": c.reverted, "in_place_effect": triple(c.effect),
+                   "model_ms_with": triple(c.with_ms), "model_ms_without": triple(c.without_ms),
                    "estimated_saving": round(c.share * (1 - 1 / c.speedup), 4) if c.speedup else None}
                   for c in candidates],
         "left_as_they_were": left,

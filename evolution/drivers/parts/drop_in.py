@@ -2,11 +2,14 @@
 
 The file holds the model's source (its `Model` renamed `ModelBase`, its input functions left out),
 then each placed part's verified kernel file with its top-level names prefixed (two kernels may both
-define `ModelNew` or `cuda_source`), then the wiring: each part is a `torch.library` custom op whose
-fake implementation runs the original part on the meta device for the output's shape, so
-`torch.compile` traces the rest of the model around the kernels without a graph break; `apply(model)`
-swaps the parts of a live instance in place, weights carried over, and returns the paths it swapped;
-`ModelNew` takes Model's constructor arguments and applies itself. The file needs torch and
+define `ModelNew` or `cuda_source`), then the wiring. In eager under torch.no_grad a part calls its
+kernel directly (no dispatch, no dict of weights per call: a user's loop pays the host's work). While
+torch.compile traces, or with autograd on (where its backward is refused, not lost), each part is a
+`torch.library` custom op whose fake implementation runs the original part on the meta device for the
+output's shape, so `torch.compile` traces the rest of the model around the kernels without a graph
+break. `apply(model)` swaps the parts of a live instance in place, weights carried over, and returns
+the paths it swapped; `ModelNew` takes Model's constructor arguments and applies itself;
+`kernelevo_compile(model)` runs it in the mode it was measured fastest in. The file needs torch and
 kernelevo's runtime only, never the search.
 """
 from __future__ import annotations
@@ -45,13 +48,17 @@ class Placed:
         return not spec[1] and spec[2] == ("out", 0) and spec[0] == tuple(("in", k) for k in range(len(spec[0])))
 
 
-def drop_in_text(model_source: str, model_name: str, placed: list[Placed]) -> str:
-    """The assembled file of `model_source` (the model's file text) with `placed` in place."""
+def drop_in_text(model_source: str, model_name: str, placed: list[Placed], mode: str = "eager",
+                 measured: tuple[str, ...] = ()) -> str:
+    """The assembled file of `model_source` (the model's file text) with `placed` in place; `mode`, the
+    compile mode `kernelevo_compile` applies, and `measured`, header lines of what was measured."""
     names = "\n".join(f"#   {p.name}: {p.label}, at {', '.join(p.sites)}" for p in placed) or "#   (none)"
+    names += "".join(f"\n# {line}" for line in measured)
     space = "@SPACE@"  # the ops' namespace: a hash of the whole file, so a compiler's cache never mixes two
     text = [f"# {model_name} with verified kernels in place of its hot parts, written by `kernelevo assemble`.\n"
             "# Drop-in: ModelNew takes Model's constructor arguments; apply(model) swaps the parts of a live\n"
-            "# instance in place (weights carried over) and returns the paths it swapped. Parts in place:\n"
+            "# instance in place (weights carried over) and returns the paths it swapped; kernelevo_compile(model)\n"
+            f"# runs it in the mode measured fastest ({mode}). Parts in place:\n"
             f"{names}\n",
             "import copy\n\nimport torch\n\n",
             _renamed(_without_future(cut(model_source, lambda node: getattr(node, "name", None) in _INPUT_FUNCTIONS)),
@@ -62,7 +69,7 @@ def drop_in_text(model_source: str, model_name: str, placed: list[Placed]) -> st
         text.append(_op(p, f"_k{i}_", space))
     parts = "".join(f"    (_InPlace_{p.name}, {literal(tuple(p.init))}, {tuple(p.sites)!r}, {literal(p.spec)}),\n"
                     for p in placed)
-    text.append(_WIRING.replace("@PARTS@", parts))
+    text.append(_WIRING.replace("@PARTS@", parts).replace("@MODE@", mode))
     text.append(_model_new(model_source))
     whole = "".join(text)
     return whole.replace(space, "kevo_" + hashlib.sha256(whole.encode()).hexdigest()[:12])
@@ -94,7 +101,9 @@ def _renamed(source: str, old: str, new: str) -> str:
 
 
 def _prefixed(source: str, prefix: str) -> str:
-    """A kernel file with the names it binds at top level (not its imports) written `prefix` + name."""
+    """A kernel file with the names it binds at top level (not its imports) written `prefix` + name,
+    where they mean the top-level binding: a function's parameter or local of the same name (a Triton
+    kernel's `BLOCK_M: tl.constexpr` beside a module constant BLOCK_M) keeps its name."""
     tree = ast.parse(source)
     top: set[str] = set()
     for node in tree.body:
@@ -104,8 +113,10 @@ def _prefixed(source: str, prefix: str) -> str:
             top |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
 
     class Rename(ast.NodeTransformer):
+        shadowed: frozenset = frozenset()
+
         def visit_Name(self, node):
-            if node.id in top:
+            if node.id in top and node.id not in self.shadowed:
                 node.id = prefix + node.id
             return node
 
@@ -114,14 +125,39 @@ def _prefixed(source: str, prefix: str) -> str:
             return node
 
         def _named(self, node):
-            if node.name in top:
+            if node.name in top and node.name not in self.shadowed:
                 node.name = prefix + node.name
-            self.generic_visit(node)
+            if isinstance(node, ast.ClassDef):
+                self.generic_visit(node)
+                return node
+            a = node.args  # defaults, decorators and annotations are evaluated where the function is defined
+            params = [*a.posonlyargs, *a.args, *a.kwonlyargs, *filter(None, (a.vararg, a.kwarg))]
+            for outside in [*a.defaults, *a.kw_defaults, *node.decorator_list, node.returns,
+                            *(x.annotation for x in params)]:
+                if outside is not None:
+                    self.visit(outside)
+            outer, self.shadowed = self.shadowed, self.shadowed | _locals(node)
+            for statement in node.body:
+                self.visit(statement)
+            self.shadowed = outer
             return node
 
         visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _named
 
     return ast.unparse(Rename().visit(tree))
+
+
+def _locals(function: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset:
+    """The names a function binds for itself: its parameters and what it assigns, bar its `global`s."""
+    a = function.args
+    names = {x.arg for x in [*a.posonlyargs, *a.args, *a.kwonlyargs, *filter(None, (a.vararg, a.kwarg))]}
+    declared = set()
+    for node in ast.walk(ast.Module(body=function.body, type_ignores=[])):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Global):
+            declared |= set(node.names)
+    return frozenset(names - declared)
 
 
 def _returned_count(spec: tuple) -> int:
@@ -141,16 +177,17 @@ def _op(p: Placed, prefix: str, space: str) -> str:
         if several else ("torch.Tensor", f"{prefix}ModelNew.forward(_SITES[site], {args}).contiguous()")
     if p.plain:
         call = (f"    def forward(self, {args}):\n"
-                f"        tensors = dict(self.named_parameters()) | dict(self.named_buffers())\n"
-                f"        weights = [tensors[name] for name in self._kernelevo_tensors]\n"
-                f"        return torch.ops.{space}.{p.name}(self._kernelevo_site, weights, {args})\n")
+                f"        if _direct():  # eager without autograd: the kernel, called directly\n"
+                f"            return {prefix}ModelNew.forward(self, {args})\n"
+                f"        return torch.ops.{space}.{p.name}(self._kernelevo_site, _weights(self), {args})\n")
     else:  # the site's call taken apart into the task's inputs, and its output put together again
         call = ("    def forward(self, *args, **kwargs):\n"
-                "        tensors = dict(self.named_parameters()) | dict(self.named_buffers())\n"
-                "        weights = [tensors[name] for name in self._kernelevo_tensors]\n"
                 "        spec = _SHADOWS[self._kernelevo_site][2]\n"
                 "        inputs = _inputs(spec, args, kwargs)\n"
-                f"        out = torch.ops.{space}.{p.name}(self._kernelevo_site, weights, *inputs)\n"
+                "        if _direct():  # eager without autograd: the kernel, called directly\n"
+                f"            out = {prefix}ModelNew.forward(self, *inputs)\n"
+                "        else:\n"
+                f"            out = torch.ops.{space}.{p.name}(self._kernelevo_site, _weights(self), *inputs)\n"
                 f"        return _output(spec[2], {'out' if several else '[out]'})\n")
     return (f"\n\n@torch.library.custom_op(\"{space}::{p.name}\", mutates_args=())\n"
             f"def _op_{p.name}(site: int, weights: list[torch.Tensor], {typed}) -> {returns}:\n"
@@ -159,8 +196,8 @@ def _op(p: Placed, prefix: str, space: str) -> str:
             f"def _op_{p.name}_shape(site, weights, {args}):\n"
             f"    return _shape_only(site, weights, {args})\n\n\n"
             f"class _InPlace_{p.name}({prefix}ModelNew):\n"
-            f"    \"\"\"{p.name} as its verified kernel, called through its custom op (one node for torch.compile:\n"
-            f"    its weights are the op's inputs, so the graph sees what it reads).\"\"\"\n\n"
+            f"    \"\"\"{p.name} as its verified kernel: called directly in eager without autograd; else through its\n"
+            f"    custom op (one node for torch.compile: its weights are the op's inputs, so it sees what it reads).\"\"\"\n\n"
             f"{call}")
 
 
@@ -171,6 +208,18 @@ _SITES = []  # the kernels in place, by the site number their op is called with
 _SHADOWS = []  # each one's original part on the meta device, the names of its tensors, and its call
 _PARTS = (
 @PARTS@)
+
+
+def _direct():
+    """Whether a part calls its kernel directly: not while torch.compile traces (there it is its op), and
+    not with autograd on, where its op refuses a backward it has no formula for rather than losing it."""
+    return not torch.is_grad_enabled() and not torch.compiler.is_compiling()
+
+
+def _weights(part):
+    """A part's tensors as its op takes them, by the names of the original part's."""
+    tensors = dict(part.named_parameters()) | dict(part.named_buffers())
+    return [tensors[name] for name in part._kernelevo_tensors]
 
 
 def _shape_only(site, weights, *inputs):
@@ -231,6 +280,16 @@ def _output(spec, outs):
         return {key: _output(s, outs) for key, s in spec[1]}
     items = [_output(s, outs) for s in spec[1]]
     return tuple(items) if kind == "tuple" else items
+
+
+KERNELEVO_MODE = "@MODE@"  # the compile mode this model ran fastest in with its kernels, as measured
+
+
+def kernelevo_compile(model):
+    """`model` (ModelNew, or a model after apply) as it was measured fastest: KERNELEVO_MODE."""
+    if KERNELEVO_MODE == "eager":
+        return model
+    return torch.compile(model, mode=None if KERNELEVO_MODE == "default" else KERNELEVO_MODE, fullgraph=True)
 
 
 def apply(model):

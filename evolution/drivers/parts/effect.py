@@ -1,0 +1,127 @@
+"""What a whole model with kernels in place is worth in its user's loop, and which parts earn their place.
+
+The headline of an assembly is the assembled model in its best compile mode against the original in
+*its* best mode, both called back to back with the host's work included (judge/run/modes.py), because
+that is the choice a user makes: our file, or one line of torch.compile. A kernel faster alone can
+make the model slower in place (its call's host cost, a fusion the compiler loses around it), so each
+part is confirmed by an A/B in the chosen mode: the model with every part in place against the same
+without that part (parts in order of headroom, the split's order). A part whose removal does not make
+the model slower beyond noise is reverted. When nothing is left, or the assembly does not beat the
+original's best mode beyond noise, nothing is placed, and the line says which mode to run instead.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from kernelevo.judge.api import MODE_CALLS, ModelModes, Ratio
+
+
+def effects(candidates: list, chosen: str, timed: Callable[[tuple[str, ...]], ModelModes],
+            variant: Callable[[list], str], whole: ModelModes) -> None:
+    """Each candidate's effect in place, in mode `chosen` (set on it, and `.reverted` where it has none):
+    `timed(variants)` times the assembly beside each variant source in that mode; `variant(parts)` is
+    the drop-in with `parts`; `whole` is the timing of the assembly against the original."""
+    kept = [c for c in candidates if not c.reverted]
+    if len(kept) == 1:  # without its one part, the model is the original: already timed beside it
+        _judge_effect(kept[0], whole, "original", chosen)
+        return
+    loop = timed(tuple(variant([o for o in kept if o is not c]) for c in kept))
+    for i, c in enumerate(kept):
+        _judge_effect(c, loop, f"variant{i}", chosen)
+
+
+def _judge_effect(c, loop: ModelModes, without: str, mode: str) -> None:
+    ratio = loop.ratio((without, mode), ("assembled", mode))
+    c.effect = ratio
+    c.with_ms, c.without_ms = loop.time("assembled", mode), loop.time(without, mode)
+    if ratio is None:
+        c.reverted = f"not timed in place in {mode}"
+    elif not ratio.beyond_noise:
+        c.reverted = (f"no gain in place: the model in {mode} is {_ms(c.without_ms)} without it and "
+                      f"{_ms(c.with_ms)} with it ({ratio.point:.3f}x, interval {ratio.low:.3f}-{ratio.high:.3f})")
+
+
+def headline(loop: ModelModes) -> tuple[str | None, str | None, Ratio | None]:
+    """(the assembly's best mode, the original's best mode, the first's speedup over the second)."""
+    mine, theirs = loop.best("assembled"), loop.best("original")
+    if mine is None or theirs is None:
+        return mine, theirs, None
+    return mine, theirs, loop.ratio(("original", theirs), ("assembled", mine))
+
+
+def table(loop: ModelModes, asked: tuple[str, ...]) -> dict[str, Any]:
+    """`modes` of the result: per mode, the original's and the assembly's ms per call, host included,
+    as [median, low, high], and what failed there."""
+    out = {}
+    for mode in asked:
+        original, assembled = loop.time("original", mode), loop.time("assembled", mode)
+        errors = {m: loop.errors[f"{m}@{mode}"] for m in ("original", "assembled") if f"{m}@{mode}" in loop.errors}
+        out[mode] = {"original_ms": triple(original), "assembled_ms": triple(assembled), "errors": errors}
+    return out
+
+
+def nothing_placed(loop: ModelModes | None, why: str) -> str:
+    """The one line a user gets when no kernel is handed back: which mode to run instead."""
+    best = loop.best("original") if loop else None
+    if best is None:
+        return f"nothing placed: {why}"
+    if best == "eager":
+        return f"nothing placed: the model as it is was fastest here, and {why}"
+    gain = loop.ratio(("original", "eager"), ("original", best))
+    faster = f" is {gain.point:.2f}x eager here" if gain else ""
+    return f"nothing placed: {MODE_CALLS[best]}{faster}, and {why}"
+
+
+def triple(x) -> list[float] | None:
+    """A LoopTime (ms, low, high) or a Ratio (point, low, high) as JSON: [median, low, high]."""
+    if x is None:
+        return None
+    return [round(v, 5) for v in (x.ms if hasattr(x, "ms") else x.point, x.low, x.high)]
+
+
+def _ms(t) -> str:
+    return "-" if t is None else f"{t.ms:.3f} ms"
+
+
+class Assembly:
+    """Where an assembly ended: the judge's evaluation of the file, the parts in place, the model's
+    timing in its user's loop (None where it was not timed) and the modes asked for."""
+
+    def __init__(self, source: str, name: str, evaluation: Any, kept: list, loop: ModelModes | None,
+                 asked: tuple[str, ...], tried: int) -> None:
+        self.source, self.name, self.evaluation, self.kept = source, name, evaluation, kept
+        self.loop, self.asked, self.tried = loop, asked, tried
+        mine, theirs, ratio = headline(loop) if loop else (None, None, None)
+        self.original_best, self.speedup = theirs, ratio if kept else None
+        self.mode = (mine if kept else theirs) or "eager"
+
+    def line(self) -> str:
+        """'' where parts are in place (or the judge rejected the file); else the line that says what to run
+        instead."""
+        if self.kept or not self.evaluation.ok:
+            return ""
+        why = "no part beat it in place" if self.tried else "no part had a verified kernel faster than its part alone"
+        return nothing_placed(self.loop, why)
+
+    def figures(self) -> dict[str, Any]:
+        """The result's keys of the user's loop (see assemble --json)."""
+        return {"modes": table(self.loop, self.asked) if self.loop else {}, "chosen_mode": self.mode,
+                "original_best_mode": self.original_best, "speedup": triple(self.speedup),
+                "nothing_placed": self.line(), "compile_s": dict(self.loop.compile_s) if self.loop else {}}
+
+    def delivered(self) -> str:
+        """The drop-in as the user gets it: the file judged, with the measured figures in its header and
+        kernelevo_compile set to the chosen mode."""
+        from .drop_in import drop_in_text
+
+        lines = []
+        if self.loop:
+            cells = [f"{mode} {_ms(self.loop.time('original', mode))} -> {_ms(self.loop.time('assembled', mode))}"
+                     for mode in self.asked]
+            lines.append("In the user's loop (host included), the original -> with kernels: " + "; ".join(cells))
+        if self.speedup:
+            s = self.speedup
+            lines.append(f"{s.point:.2f}x ({s.low:.2f}-{s.high:.2f}) the original in its best mode "
+                         f"({self.original_best}), run as kernelevo_compile(model) ({self.mode}).")
+        lines.append(self.line() or "Verified and timed as this file is, bar these header lines and KERNELEVO_MODE.")
+        return drop_in_text(self.source, self.name, [c.placed for c in self.kept], self.mode, tuple(lines))

@@ -1,0 +1,84 @@
+"""A whole model as its user runs it: the original and the assembled model, and variants of the
+assembly (each a drop-in with some of its parts left out), in each compile mode, called back to back
+with the host's work included, every (model, mode) interleaved in one loop of one fresh process.
+
+Why one loop: a model timed after other compiles can read 1.5x slower than before them (the
+allocator, caches, clocks); blocks that take turns share every such drift, and per-round ratios
+cancel it. Every compile happens before the device is held (CPU work that other jobs' timing can
+overlap). The worker reports per-block samples and nothing it concludes: the judging process takes
+the medians, ratios and intervals (kernelevo.model_modes). A compile or capture that fails is
+reported for its (model, mode), and that pair is left out of the loop: the original model may not
+compile in every mode; the assembly must (fullgraph=True: a graph break is its error).
+"""
+from __future__ import annotations
+
+import time
+
+from kernelevo.judge.job import Job
+from kernelevo.judge.measure import loop
+from kernelevo.judge.run import jobs
+from kernelevo.judge.trials import correctness, inputs
+from kernelevo.judge.trials.reference import forward
+from kernelevo.tasks import first_line
+
+
+def run_modes(job: Job, device: str, channel) -> dict:
+    """Samples, per (model, mode), of milliseconds per call in the user's loop (see the module)."""
+    import torch
+
+    built = jobs._rebuilt(job, device, channel, acquire=False)
+    if isinstance(built, dict):
+        return built
+    reference, assembled, sets = built
+    models = {"original": reference, "assembled": assembled}
+    try:
+        for i, source in enumerate(job.variants):
+            models[f"variant{i}"] = _variant(source, job, reference, device)
+    except Exception as exc:  # noqa: BLE001 - a variant is the assembly's file with fewer parts
+        return {"verdict": "error", "reason": "variant", "message": f"a variant did not build: {first_line(exc)}"}
+    fns, errors, compile_s = {}, {}, {}
+    with torch.no_grad():
+        for mode in job.modes:
+            for name, model in models.items():
+                key = f"{name}@{mode}"
+                started = time.perf_counter()
+                try:
+                    fns[key] = _ready(model, mode, whole=name != "original", sets=sets, device=device)
+                except Exception as exc:  # noqa: BLE001 - said for this pair; the others are timed
+                    errors[key] = f"{type(exc).__name__}: {first_line(exc)}"
+                    torch._dynamo.reset()  # a half-made graph must not serve the next compile
+                    continue
+                compile_s[key] = round(time.perf_counter() - started, 3)
+    if not fns:
+        return {"verdict": "error", "reason": "no_mode", "message": "nothing ran in any mode", "errors": errors}
+    channel.acquire_device()
+    with channel.quiet():
+        measured, calls = loop.back_to_back(fns, sets, device, seconds=job.timing.max_seconds * len(fns))
+    return {"verdict": "ok", "reason": "", "message": "", "calls": calls, "samples": measured.samples,
+            "errors": errors, "compile_s": compile_s}
+
+
+def _ready(model, mode: str, whole: bool, sets: list, device: str):
+    """A function of one input set running `model` in `mode`, compiled (and its graphs captured) by
+    two calls before it is timed."""
+    import torch
+
+    if mode != "eager":
+        model = torch.compile(model, mode=None if mode == "default" else mode, fullgraph=whole)
+    for args in sets[:2]:
+        forward(model, args)
+    correctness.sync(device)
+    return lambda args: forward(model, args)
+
+
+def _variant(source: str, job: Job, reference, device: str):
+    """The drop-in `source` (the assembly with fewer parts) built as the candidate was, with the
+    reference's weights."""
+    from kernelevo.tasks import load_module
+
+    task = jobs._load_task(job)
+    cls = load_module(source, job.candidate_path or "variant.py", "candidate").ModelNew
+    inputs.seed_all(job.seed)
+    model = cls(*task.get_init_inputs())
+    inputs.copy_weights(reference, model)
+    return model.to(device)

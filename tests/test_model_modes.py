@@ -1,0 +1,91 @@
+"""A whole model in its user's loop, on the CPU: the judge's modes job times the original and the
+assembly (and variants with fewer parts) interleaved in one process; ratios and intervals are taken
+in the judging process; a C part whose kernel is faster alone but makes the model slower in place is
+not placed, with both figures; with nothing placed, one line names the mode to run instead."""
+import pytest
+
+from kernelevo.evolution.drivers.parts.assemble import Candidate
+from kernelevo.evolution.drivers.parts.drop_in import drop_in_text
+from kernelevo.evolution.drivers.parts.effect import Assembly, effects, headline, nothing_placed, table
+from kernelevo.judge.api import Judge, JudgeOptions, ModelModes
+from kernelevo.judge.measure.timing import TimingConfig
+from kernelevo.tasks import load_task
+from test_assemble import MODELS, placed_parts
+
+
+def modes(**samples) -> ModelModes:
+    """A record as the worker's samples would give it: keys model__mode."""
+    return ModelModes({k.replace("__", "@").replace("_", "-"): tuple(v) for k, v in samples.items()}, calls=5)
+
+
+def test_the_headline_is_each_model_in_its_own_best_mode():
+    loop = modes(original__eager=[4.0] * 9, original__reduce_overhead=[2.0, 2.1, 1.9] * 3,
+                 assembled__eager=[3.0] * 9, assembled__reduce_overhead=[1.6, 1.7, 1.5] * 3)
+    mine, theirs, ratio = headline(loop)
+    assert (mine, theirs) == ("reduce-overhead", "reduce-overhead")
+    assert ratio.low <= ratio.point <= ratio.high and ratio.beyond_noise and round(ratio.point, 2) == 1.25
+    rows = table(loop, ("eager", "reduce-overhead", "default"))
+    assert rows["eager"]["original_ms"] == [4.0, 4.0, 4.0] and rows["default"]["assembled_ms"] is None
+
+
+def test_with_nothing_placed_the_line_names_the_mode_to_run():
+    loop = modes(original__eager=[5.0] * 9, original__default=[2.0] * 9, assembled__eager=[4.9] * 9,
+                 assembled__default=[2.1] * 9)
+    assert nothing_placed(loop, "no part beat it in place") == \
+        "nothing placed: torch.compile(model) is 2.50x eager here, and no part beat it in place"
+    fastest_eager = modes(original__eager=[1.0] * 9, original__default=[2.0] * 9)
+    assert nothing_placed(fastest_eager, "x").startswith("nothing placed: the model as it is was fastest here")
+
+
+class _Ok:
+    ok, device = True, "cpu"
+
+
+def test_an_assembly_with_nothing_placed_hands_back_the_model_with_the_best_mode_to_run():
+    task = load_task(MODELS / "mlp_stack.py")
+    loop = modes(original__eager=[5.0] * 9, original__default=[2.0] * 9, assembled__eager=[6.0] * 9,
+                 assembled__default=[2.4] * 9)
+    done = Assembly(task.source, "mlp_stack.py", _Ok(), [], loop, ("eager", "default"), tried=2)
+    figures = done.figures()
+    assert figures["chosen_mode"] == "default" and figures["speedup"] is None
+    assert figures["nothing_placed"] == "nothing placed: torch.compile(model) is 2.50x eager here, and no part beat it in place"
+    text = done.delivered()
+    assert 'KERNELEVO_MODE = "default"' in text and "# nothing placed: torch.compile(model)" in text
+    assert "_InPlace_" not in text
+
+
+@pytest.fixture(scope="module")
+def judge(tmp_path_factory):
+    with Judge(tmp_path_factory.mktemp("cache"), JudgeOptions(devices=("cpu",), trials=2, compile_baseline=False,
+                                                              policy="model", timing=TimingConfig(max_seconds=0.3))) as j:
+        yield j
+
+
+def _slow(source: str) -> str:
+    """The head's kernel doing its norm 400 times a call: right, and far slower than the part it replaces."""
+    call = "        _lib.rmsnorm(x, self.norm.weight.contiguous(), h, x.numel() // cols, cols, float(self.norm.eps))\n"
+    assert call in source
+    return source.replace(call, "        for _ in range(400):\n    " + call)
+
+
+def test_a_part_faster_alone_that_slows_the_model_is_not_placed(judge, tmp_path):
+    task = load_task(MODELS / "mlp_stack.py")
+    parts = {p.name: p for p in placed_parts(MODELS / "mlp_stack.py", tmp_path / "parts")}
+    import dataclasses
+
+    slow = dataclasses.replace(parts["gated_head"], kernel_source=_slow(parts["gated_head"].kernel_source))
+    candidates = [Candidate(parts["mlp_block"], 0.8, 1.5, (1.4, 1.6), 1), Candidate(slow, 0.2, 1.3, (1.2, 1.4), 2)]
+    path = tmp_path / "assembled.py"
+    path.write_text(drop_in_text(task.source, "mlp_stack.py", [c.placed for c in candidates]))
+    loop = judge.modes(task, path, "cpu", ("eager",))
+    assert loop.modes("original") == ["eager"] and loop.modes("assembled") == ["eager"]
+
+    def variants(sources):
+        return judge.modes(task, path, "cpu", ("eager",), sources)
+
+    effects(candidates, "eager", variants,
+            lambda kept: drop_in_text(task.source, "mlp_stack.py", [c.placed for c in kept]), loop)
+    block, head = candidates
+    assert head.reverted.startswith("no gain in place: the model in eager is "), head.reverted
+    assert head.effect.high < 1.0 and head.with_ms.ms > head.without_ms.ms  # both figures, the model slower with it
+    assert block.effect is not None and block.with_ms is not None  # timed beside the rest; its place is the A/B's
