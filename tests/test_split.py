@@ -273,3 +273,56 @@ def test_parts_stop_at_the_share_of_time_asked(tmp_path):
     shares = [t["share"] for t in data["tasks"]]
     assert data["tasks"][0]["task"] == "transformer_encoder_layer.py" and data["covered"] == pytest.approx(sum(shares))
     assert sum(shares[:-1]) < 0.5 and (sum(shares) >= 0.5 or len(shares) == 2)  # the last one crossed it, or --top
+
+
+OWN_FORWARD = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """Its time is in its own forward: a large matrix product written as a torch call, beside a small Linear."""
+    def __init__(self, dim):
+        super().__init__()
+        self.small = nn.Linear(8, 8)
+        self.w = nn.Parameter(torch.randn(dim, dim))
+
+    def forward(self, x, y):
+        return (x @ self.w @ self.w).sum() + self.small(y).sum()
+
+
+def get_inputs():
+    return [torch.randn(384, 384), torch.randn(4, 8)]
+
+
+def get_init_inputs():
+    return [384]
+'''
+
+
+def test_a_split_short_of_its_cover_says_where_the_rest_goes(tmp_path):
+    model = tmp_path / "own.py"
+    model.write_text(OWN_FORWARD)
+    data = split_model(model, tmp_path / "parts", "cpu", top=8, cover=0.9)
+    assert [t["task"] for t in data["tasks"]] == ["linear.py"] and data["covered"] < 0.5
+    assert data["rest"]["own_forwards"] > 0.5 and list(data["rest"]["own_by_module"]) == ["Model"], data["rest"]
+    line = data["notes"][-1]
+    assert line.startswith(f"covered {100 * data['covered']:.1f} % of the 90 % asked: ") and \
+        "is in forwards' own torch calls outside any submodule (Model " in line, line
+
+
+def test_a_bf16_model_gives_bf16_tasks(tmp_path):
+    source = (MODELS / "mlp_stack.py").read_text()
+    source = source.replace("        self.head = GatedHead(dim, out, eps=1e-5)\n",
+                            "        self.head = GatedHead(dim, out, eps=1e-5)\n        self.to(torch.bfloat16)\n")
+    source = source.replace("torch.randn(8, 16, DIM)", "torch.randn(8, 16, DIM, dtype=torch.bfloat16)")
+    model = tmp_path / "mlp_bf16.py"
+    model.write_text(source)
+    data = split_model(model, tmp_path / "parts", "cpu", top=8, cover=1.0)
+    assert [t["task"] for t in data["tasks"]] == ["mlp_block.py", "gated_head.py"], data["notes"]
+    for entry in data["tasks"]:
+        assert "self.to(torch.bfloat16)" in (tmp_path / "parts" / entry["task"]).read_text()
+        task = load_task(tmp_path / "parts" / entry["task"])
+        with torch.no_grad():
+            out = task.make_model()(*task.get_inputs())
+        assert out.dtype == torch.bfloat16 and all(p.dtype == torch.bfloat16 for p in task.make_model().parameters())

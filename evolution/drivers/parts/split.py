@@ -124,6 +124,7 @@ def split(recording: Recording, source: str, model_path: str, out_dir: Path, top
     written: list[Part] = []
     notes: list[str] = []
     candidates: list[Part] = []
+    rest = Rest(opened=[""])  # where the time no part holds went
     while frontier:
         site = recording.sites[frontier.pop(0)]
         part, why = _as_part(site, recording, constructions)
@@ -134,22 +135,66 @@ def split(recording: Recording, source: str, model_path: str, out_dir: Path, top
                              ("; split into its children" if opened else "; left out"))
             if opened:
                 frontier[:0] = site.children
+                rest.opened.append(site.path)
+            elif not site.no_work:
+                rest.left_out_ms += site.ms
             continue
         candidates.append(part)
     if not candidates:
         notes.append("no submodule that does work could be a part: the model's time is in its own forward "
                      "(or in what is left out above); optimize the model file itself as one task")
     for part in sorted(_fold(candidates), key=lambda p: -p.ms):
-        if len(written) >= top or sum(recording.share(p.ms) or 0.0 for p in written) >= cover:
+        if sum(recording.share(p.ms) or 0.0 for p in written) >= cover:
             break
+        if len(written) >= top:
+            rest.past_top_ms += part.ms
+            continue
         reason = _write(part, recording, source, out_dir, {p.name for p in written})
         if reason:  # the file does not rebuild its call site: open the first site into its children
             notes.append(f"{part.sites[0].path} ({part.cls.__name__}): {reason}; left out")
+            rest.left_out_ms += part.ms
             continue
         written.append(part)
     data = _split_data(recording, model_path, written, notes)
+    if data["covered"] is not None and data["covered"] < cover:
+        data["rest"] = rest.shares(recording)
+        notes.append(rest.line(recording, data["covered"], cover, top))
     (out_dir / SPLIT_JSON).write_text(json.dumps(data, indent=1) + "\n")
     return data
+
+
+@dataclass
+class Rest:
+    """Where the model's time that no written part holds goes: the own forwards of the modules opened
+    into their children (the model's included: torch calls outside any submodule), modules left out
+    (with their reasons among the notes), and parts past --top."""
+    opened: list[str]
+    left_out_ms: float = 0.0
+    past_top_ms: float = 0.0
+
+    def own_ms(self, recording: Recording) -> dict[str, float]:
+        """Each opened module's time outside its children, most first."""
+        sites = recording.sites
+        own = {p: max(0.0, sites[p].ms - sum(sites[c].ms for c in sites[p].children)) for p in self.opened}
+        return dict(sorted(own.items(), key=lambda kv: -kv[1]))
+
+    def shares(self, recording: Recording) -> dict:
+        own = self.own_ms(recording)
+        return {"own_forwards": _round(recording.share(sum(own.values()))),
+                "own_by_module": {p or "Model": _round(recording.share(ms)) for p, ms in list(own.items())[:5]},
+                "left_out": _round(recording.share(self.left_out_ms)),
+                "past_top": _round(recording.share(self.past_top_ms))}
+
+    def line(self, recording: Recording, covered: float, cover: float, top: int) -> str:
+        """One line: the cover short of its target, and where the rest of the time goes."""
+        def pct(ms: float) -> str:
+            return f"{100 * (recording.share(ms) or 0.0):.1f} %"
+
+        own = self.own_ms(recording)
+        named = ", ".join(f"{p or 'Model'} {pct(ms)}" for p, ms in list(own.items())[:3] if ms > 0)
+        return (f"covered {100 * covered:.1f} % of the {100 * cover:.0f} % asked: {pct(sum(own.values()))} is in "
+                f"forwards' own torch calls outside any submodule ({named or 'none'}), {pct(self.left_out_ms)} in "
+                f"modules left out (above), {pct(self.past_top_ms)} in parts past --top {top}")
 
 
 def _as_part(site: Site, recording: Recording, constructions: Constructions) -> tuple[Part | None, str]:

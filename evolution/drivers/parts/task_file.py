@@ -42,15 +42,28 @@ def task_text(part, recording, source: str) -> str:
         body = "import torch\n" + nn_line + imports
     params = ", ".join(part.params)
     forward = "" if part.call.plain else "\n" + forward_text(part.call)
+    dtype = _dtype(part.sites[0].module)
+    cast = f"        self.to({dtype})  # the model's dtype at this part's call sites\n" if dtype else ""
     return (header + body + "\n\n"
             f"class Model({_name_of(cls, set(mine))}):\n"
             f"    def __init__(self{', ' if params else ''}{params}):\n"
             f"        super().__init__({construction_text(part.built, 'top', set(mine))})\n"
-            f"{forward}\n\n"
+            f"{cast}{forward}\n\n"
             "def get_inputs():\n"
             f"    return [{', '.join(_input(x) for x in part.inputs)}]\n\n\n"
             "def get_init_inputs():\n"
             f"    return [{', '.join(literal(v) for v in part.init)}]\n")
+
+
+def _dtype(module) -> str | None:
+    """`torch.bfloat16` (say) where every floating tensor of `module` has that one dtype and it is not
+    the default float32 (a bf16 model gives bf16 tasks); None where it is float32, mixed or absent."""
+    import torch
+
+    kinds = {t.dtype for t in [*module.parameters(), *module.buffers()] if t.is_floating_point()}
+    if len(kinds) != 1 or kinds == {torch.get_default_dtype()}:
+        return None
+    return str(kinds.pop())
 
 
 def construction_text(built, level: str, mine: set[str]) -> str:
