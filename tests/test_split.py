@@ -59,7 +59,7 @@ def test_every_task_rebuilds_every_call_site(stack):
 
 def test_a_part_built_from_modules_writes_them_as_its_arguments(tmp_path):
     data = split_model(MODELS / "built_from_modules.py", tmp_path, "cpu", top=8)
-    assert data["notes"] == []
+    assert all(n.startswith("covered ") for n in data["notes"]), data["notes"]  # nothing left out; maybe short of 90 %
     tasks = {t["task"]: t for t in data["tasks"]}
     assert set(tasks) == {"residual.py", "residual_2.py"} and [t["init"] for t in tasks.values()] == [[], []]
     assert {tuple(s["path"] for s in t["call_sites"]) for t in tasks.values()} == {("first",), ("second",)}
@@ -116,7 +116,8 @@ def test_what_cannot_be_rebuilt_is_said(tmp_path):
     model, inits = build(local_model)
     recording = record(model, [torch.randn(2, 6)], "cpu", inits)
     data = split(recording, "", "local.py", tmp_path, top=8)
-    assert data["notes"] == ["inner (Inner): its class is defined inside a function; left out"]
+    assert data["notes"][0] == "inner (Inner): its class is defined inside a function; left out"
+    assert all(n.startswith("covered ") for n in data["notes"][1:])
     keyed, optional = data["tasks"]  # keyword arguments, as the constructor was called; None in the call
     assert keyed["init"] == ["6", "3.0", "'y'"] and keyed["call_sites"][0]["path"] == "keyed"
     assert "    def __init__(self, dim, scale, mode):\n        super().__init__(dim, scale=scale, mode=mode)\n" \
@@ -305,10 +306,10 @@ def test_a_split_short_of_its_cover_says_where_the_rest_goes(tmp_path):
     model.write_text(OWN_FORWARD)
     data = split_model(model, tmp_path / "parts", "cpu", top=8, cover=0.9)
     assert [t["task"] for t in data["tasks"]] == ["linear.py"] and data["covered"] < 0.5
-    assert data["rest"]["own_forwards"] > 0.5 and list(data["rest"]["own_by_module"]) == ["Model"], data["rest"]
+    assert data["rest"]["own_forwards"] > 0.5 and list(data["rest"]["own_by_module"]) == ["the model"], data["rest"]
     line = data["notes"][-1]
     assert line.startswith(f"covered {100 * data['covered']:.1f} % of the 90 % asked: ") and \
-        "is in forwards' own torch calls outside any submodule (Model " in line, line
+        "is in forwards' own torch calls outside any submodule (the model " in line, line
 
 
 def test_a_bf16_model_gives_bf16_tasks(tmp_path):

@@ -158,7 +158,8 @@ def split(recording: Recording, source: str, model_path: str, out_dir: Path, top
     data = _split_data(recording, model_path, written, notes)
     if data["covered"] is not None and data["covered"] < cover:
         data["rest"] = rest.shares(recording)
-        notes.append(rest.line(recording, data["covered"], cover, top))
+        if cover < 1.0:  # a target asked for and missed (1.0, "every part", is never met by measured shares)
+            notes.append(rest.line(recording, data["covered"], cover, top))
     (out_dir / SPLIT_JSON).write_text(json.dumps(data, indent=1) + "\n")
     return data
 
@@ -175,13 +176,19 @@ class Rest:
     def own_ms(self, recording: Recording) -> dict[str, float]:
         """Each opened module's time outside its children, most first."""
         sites = recording.sites
-        own = {p: max(0.0, sites[p].ms - sum(sites[c].ms for c in sites[p].children)) for p in self.opened}
+
+        def inclusive(path: str) -> float:  # a container never called (ModuleList) holds its children's time
+            site = sites[path]
+            return site.ms if site.calls else sum(inclusive(c) for c in site.children)
+
+        own = {p: max(0.0, sites[p].ms - sum(inclusive(c) for c in sites[p].children))
+               for p in self.opened if sites[p].calls}
         return dict(sorted(own.items(), key=lambda kv: -kv[1]))
 
     def shares(self, recording: Recording) -> dict:
         own = self.own_ms(recording)
         return {"own_forwards": _round(recording.share(sum(own.values()))),
-                "own_by_module": {p or "Model": _round(recording.share(ms)) for p, ms in list(own.items())[:5]},
+                "own_by_module": {p or "the model": _round(recording.share(ms)) for p, ms in list(own.items())[:5]},
                 "left_out": _round(recording.share(self.left_out_ms)),
                 "past_top": _round(recording.share(self.past_top_ms))}
 
@@ -191,7 +198,7 @@ class Rest:
             return f"{100 * (recording.share(ms) or 0.0):.1f} %"
 
         own = self.own_ms(recording)
-        named = ", ".join(f"{p or 'Model'} {pct(ms)}" for p, ms in list(own.items())[:3] if ms > 0)
+        named = ", ".join(f"{p or 'the model'} {pct(ms)}" for p, ms in list(own.items())[:3] if ms > 0)
         return (f"covered {100 * covered:.1f} % of the {100 * cover:.0f} % asked: {pct(sum(own.values()))} is in "
                 f"forwards' own torch calls outside any submodule ({named or 'none'}), {pct(self.left_out_ms)} in "
                 f"modules left out (above), {pct(self.past_top_ms)} in parts past --top {top}")
