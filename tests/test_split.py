@@ -327,3 +327,49 @@ def test_a_bf16_model_gives_bf16_tasks(tmp_path):
         with torch.no_grad():
             out = task.make_model()(*task.get_inputs())
         assert out.dtype == torch.bfloat16 and all(p.dtype == torch.bfloat16 for p in task.make_model().parameters())
+
+
+UNUSED_ARGUMENT = '''
+import torch
+import torch.nn as nn
+
+
+class Block(nn.Module):
+    def __init__(self, dim, drop_path=0.0, scale=1.0):
+        super().__init__()
+        self.drop_path = nn.Identity()  # the rate is taken and never used, as in Swin's blocks
+        self.scale = scale
+        self.lin = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        return x + self.drop_path(self.lin(x)) * self.scale
+
+
+class Model(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        rates = [0.0, 0.1, 0.2, 0.3]
+        self.blocks = nn.ModuleList([Block(dim, drop_path=r) for r in rates] + [Block(dim, scale=0.5)])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def get_inputs():
+    return [torch.randn(64, 32)]
+
+
+def get_init_inputs():
+    return [32]
+'''
+
+
+def test_arguments_the_forward_never_uses_do_not_split_a_class(tmp_path):
+    model = tmp_path / "unused.py"
+    model.write_text(UNUSED_ARGUMENT)
+    data = split_model(model, tmp_path / "parts", "cpu", top=8, cover=1.0)
+    sites = sorted(tuple(s["path"] for s in t["call_sites"]) for t in data["tasks"])
+    # four blocks differ only in a rate their forward never reads: one task; the scale is read: its own
+    assert sites == [("blocks.0", "blocks.1", "blocks.2", "blocks.3"), ("blocks.4",)], data["tasks"]

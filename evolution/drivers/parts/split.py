@@ -253,14 +253,50 @@ def _signature(part: Part) -> tuple:
 
 
 def _fold(parts: list[Part]) -> list[Part]:
+    """Identical parts as one task; and parts of one class, call and input shapes whose constructor
+    arguments differ only in what their forward never uses (a drop-path rate left as Identity): a
+    site's module given another's weights computes the other's output exactly."""
     groups: dict[tuple, Part] = {}
+    alike: dict[tuple, list[Part]] = {}
     for part in parts:
         key = _signature(part)
         if key in groups:
             groups[key].sites += part.sites
-        else:
-            groups[key] = part
+            continue
+        loose = key[:2] + key[4:]  # the signature without the construction and its arguments
+        same = next((g for g in alike.get(loose, []) if _same_forward(g, part)), None)
+        if same is not None:
+            same.sites += part.sites
+            continue
+        groups[key] = part
+        alike.setdefault(loose, []).append(part)
     return list(groups.values())
+
+
+def _same_forward(kept: Part, other: Part) -> bool:
+    """Whether `other`'s module, holding `kept`'s weights, gives `kept`'s output on `kept`'s first inputs
+    (copies of both modules and of the inputs: nothing of the live model moves)."""
+    import copy
+
+    import torch
+
+    from .call import tensors_of
+
+    site = kept.sites[0]
+    mine, theirs = site.module.state_dict(), other.sites[0].module.state_dict()
+    if mine.keys() != theirs.keys() or any(mine[k].shape != theirs[k].shape or mine[k].dtype != theirs[k].dtype
+                                           for k in mine):
+        return False
+    twin = copy.deepcopy(other.sites[0].module)
+    twin.load_state_dict(mine)
+    try:
+        with torch.no_grad():
+            want = copy.deepcopy(site.module)(*copy.deepcopy(site.args), **copy.deepcopy(site.kwargs))
+            got = twin(*copy.deepcopy(site.args), **copy.deepcopy(site.kwargs))
+    except Exception:  # noqa: BLE001 - another's arguments that do not run here do matter
+        return False
+    a, b = tensors_of(want), tensors_of(got)
+    return len(a) == len(b) and all(x.shape == y.shape and torch.equal(x, y) for x, y in zip(a, b))
 
 
 def _write(part: Part, recording: Recording, source: str, out_dir: Path, taken: set[str]) -> str:
