@@ -198,6 +198,15 @@ def test_optimize_in_parts_splits_searches_assembles_and_verifies(tmp_path):
     with torch.no_grad():
         assert torch.allclose(new(x), reference(x), atol=1e-5, rtol=1e-5)
     assert "by device time only" in " ".join(done.stdout.split())
+    # the same bench assembled again by `assemble --json`, timed in eager alone: the user's loop, as data
+    again = cli(["assemble", str(MODELS / "mlp_stack.py"), "--bench", result["bench"], "-o", str(tmp_path / "again.py"),
+                 "--device", "cpu", "--modes", "eager", "--min-speedup", "0", "--no-compile-baseline", "--trials", "2",
+                 "--timing-seconds", "0.2", "--archive", str(tmp_path / "archive.sqlite"),
+                 "--config", str(tmp_path / "kernelevo.toml"), "--json"], env)
+    data = json.loads(again.stdout)
+    assert list(data["modes"]) == ["eager"] and data["chosen_mode"] == "eager" and data["verdict"] == "ok", data
+    assert again.returncode == (3 if data["nothing_placed"] else 0), again.stderr[-2000:]
+    assert (data["speedup"] is None) == bool(data["nothing_placed"])
 
 
 def test_a_part_is_placed_only_where_its_kernel_beats_the_compiled_part(tmp_path):
