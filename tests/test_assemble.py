@@ -101,6 +101,18 @@ def test_in_eager_without_autograd_a_part_calls_its_kernel_directly(stack):
         new(x.requires_grad_()).sum().backward()
 
 
+def test_a_model_let_go_frees_its_parts(stack):
+    import gc
+
+    module, task = stack
+    new = module.ModelNew(*task.init_args)
+    mine = module._SITES[-5:]  # its five sites: four blocks and the head
+    assert all(ref() is not None for ref in mine)
+    del new
+    gc.collect()
+    assert all(ref() is None for ref in mine)
+
+
 def test_a_kernel_parameter_named_like_a_module_constant_keeps_its_name_in_place():
     """A Triton kernel's `BLOCK_M: tl.constexpr` beside a module constant BLOCK_M: prefixing the constant
     must leave the parameter (Triton refuses a non-constexpr global inside a kernel)."""

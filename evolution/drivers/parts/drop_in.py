@@ -60,7 +60,7 @@ def drop_in_text(model_source: str, model_name: str, placed: list[Placed], mode:
             "# instance in place (weights carried over) and returns the paths it swapped; kernelevo_compile(model)\n"
             f"# runs it in the mode measured fastest ({mode}). Parts in place:\n"
             f"{names}\n",
-            "import copy\n\nimport torch\n\n",
+            "import copy\nimport weakref\n\nimport torch\n\n",
             _renamed(_without_future(cut(model_source, lambda node: getattr(node, "name", None) in _INPUT_FUNCTIONS)),
                      "Model", "ModelBase").rstrip() + "\n"]
     for i, p in enumerate(placed):
@@ -173,8 +173,8 @@ def _op(p: Placed, prefix: str, space: str) -> str:
     typed = ", ".join(f"x{j}: {_TYPES[k]}" for j, k in enumerate(p.inputs))
     several = _returned_count(p.spec[2]) > 1  # the task returns a tuple of tensors, else one tensor
     # contiguous, as the fake's outputs are: the compiled graph assumes the strides the fake gave
-    returns, made = ("list[torch.Tensor]", f"[t.contiguous() for t in {prefix}ModelNew.forward(_SITES[site], {args})]") \
-        if several else ("torch.Tensor", f"{prefix}ModelNew.forward(_SITES[site], {args}).contiguous()")
+    returns, made = ("list[torch.Tensor]", f"[t.contiguous() for t in {prefix}ModelNew.forward(_SITES[site](), {args})]") \
+        if several else ("torch.Tensor", f"{prefix}ModelNew.forward(_SITES[site](), {args}).contiguous()")
     if p.plain:
         call = (f"    def forward(self, {args}):\n"
                 f"        if _direct():  # eager without autograd: the kernel, called directly\n"
@@ -204,7 +204,7 @@ def _op(p: Placed, prefix: str, space: str) -> str:
 _WIRING = '''
 
 # ---- the parts in place ----
-_SITES = []  # the kernels in place, by the site number their op is called with
+_SITES = []  # the kernels in place (weak: a model let go frees its parts), by the site number their op is called with
 _SHADOWS = []  # each one's original part on the meta device, the names of its tensors, and its call
 _PARTS = (
 @PARTS@)
@@ -306,7 +306,7 @@ def apply(model):
                 new.to(like.device, like.dtype) if like.is_floating_point() else new.to(like.device)
             new.train(old.training)
             new._kernelevo_site = len(_SITES)
-            _SITES.append(new)
+            _SITES.append(weakref.ref(new))
             mine = dict(new.named_parameters()) | dict(new.named_buffers())
             names = [n for n, _ in [*old.named_parameters(), *old.named_buffers()] if n in mine]
             new._kernelevo_tensors = tuple(names)
