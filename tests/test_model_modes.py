@@ -45,7 +45,7 @@ def test_an_assembly_with_nothing_placed_hands_back_the_model_with_the_best_mode
     task = load_task(MODELS / "mlp_stack.py")
     loop = modes(original__eager=[5.0] * 9, original__default=[2.0] * 9, assembled__eager=[6.0] * 9,
                  assembled__default=[2.4] * 9)
-    done = Assembly(task.source, "mlp_stack.py", _Ok(), [], loop, ("eager", "default"), tried=2)
+    done = Assembly(task.source, "mlp_stack.py", _Ok(), (), loop, ("eager", "default"), tried=2)
     figures = done.figures()
     assert figures["chosen_mode"] == "default" and figures["speedup"] is None
     assert figures["nothing_placed"] == "nothing placed: torch.compile(model) is 2.50x eager here, and no part beat it in place"

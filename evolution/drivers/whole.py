@@ -76,7 +76,7 @@ def _placed(task, name: str, out_file: Path, candidates: list, judge, asked: tup
     evaluation = verified(task.source, name, out_file, candidates, judged)
     kept = [c for c in candidates if not c.reverted]
     if not evaluation.ok:
-        return Assembly(task.source, name, evaluation, kept, None, asked, len(candidates))
+        return Assembly(task.source, name, evaluation, tuple(kept), None, asked, len(candidates))
     loop = judge.modes(task, out_file, evaluation.device, asked)
     chosen = loop.best("assembled")
     if kept and chosen:
@@ -91,7 +91,7 @@ def _placed(task, name: str, out_file: Path, candidates: list, judge, asked: tup
         for c in kept:
             c.reverted = "in place together, the model was not faster than the original in its best mode beyond noise"
         evaluation, kept = verified(task.source, name, out_file, [], judged), []
-    return Assembly(task.source, name, evaluation, kept, loop, asked, len(candidates))
+    return Assembly(task.source, name, evaluation, tuple(kept), loop, asked, len(candidates))
 
 
 SEARCHED = "searched.txt"  # the parts a model's search takes, listed in the parts folder (a suite file)

@@ -25,7 +25,7 @@ def optimize(
                                         "parts (the budget shared by their time), and assemble it verified"),
     parts_dir: Optional[Path] = typer.Option(None, help="with --parts: the folder of the part task files "
                                              "[default: OUT/<task>_parts]"),
-    min_speedup: float = typer.Option(1.0, help="with --parts: place a part whose kernel is faster than this "
+    min_speedup: float = typer.Option(1.0, help="with --parts: try a part in place whose kernel is faster than this "
                                       "against the baseline, beyond noise"),
     modes: Optional[str] = typer.Option(None, help="with --parts: compile modes to time the assembled model in, "
                                         "comma-separated [default: all four on a GPU; eager,default on the CPU]"),

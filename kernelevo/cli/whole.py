@@ -20,7 +20,7 @@ def assemble(
     bench: str = typer.Option(..., help="the bench of its parts (`kernelevo bench ls` lists them)"),
     out: Path = typer.Option(..., "-o", "--out", help="the drop-in file to write (its result beside it as .json)"),
     device: Optional[str] = typer.Option(None, help="cuda, cuda:N or cpu [default: cuda if present]"),
-    min_speedup: float = typer.Option(1.0, help="place a part whose kernel is faster than this, against the "
+    min_speedup: float = typer.Option(1.0, help="try a part in place whose kernel is faster than this, against the "
                                       "baseline, beyond noise (its interval wholly above)"),
     seed: SeedOpt = 0,
     trials: TrialsOpt = 5,

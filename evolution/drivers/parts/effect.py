@@ -11,6 +11,7 @@ original's best mode beyond noise, nothing is placed, and the line says which mo
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from kernelevo.judge.api import MODE_CALLS, ModelModes, Ratio
@@ -83,17 +84,33 @@ def _ms(t) -> str:
     return "-" if t is None else f"{t.ms:.3f} ms"
 
 
+@dataclass(frozen=True)
 class Assembly:
-    """Where an assembly ended: the judge's evaluation of the file, the parts in place, the model's
-    timing in its user's loop (None where it was not timed) and the modes asked for."""
+    """Where an assembly ended: the model's source and file name, the judge's evaluation of the file,
+    the parts in place, the model's timing in its user's loop (None where it was not timed), the modes
+    asked for, and how many parts were tried in place."""
+    source: str
+    name: str
+    evaluation: Any
+    kept: tuple
+    loop: ModelModes | None
+    asked: tuple[str, ...]
+    tried: int
 
-    def __init__(self, source: str, name: str, evaluation: Any, kept: list, loop: ModelModes | None,
-                 asked: tuple[str, ...], tried: int) -> None:
-        self.source, self.name, self.evaluation, self.kept = source, name, evaluation, kept
-        self.loop, self.asked, self.tried = loop, asked, tried
-        mine, theirs, ratio = headline(loop) if loop else (None, None, None)
-        self.original_best, self.speedup = theirs, ratio if kept else None
-        self.mode = (mine if kept else theirs) or "eager"
+    @property
+    def original_best(self) -> str | None:
+        return self.loop.best("original") if self.loop else None
+
+    @property
+    def speedup(self) -> Ratio | None:
+        """The headline: the assembly in its best mode against the original in its best, where parts are in place."""
+        return headline(self.loop)[2] if self.loop and self.kept else None
+
+    @property
+    def mode(self) -> str:
+        """What kernelevo_compile runs: the assembly's best mode, or with nothing placed the original's."""
+        best = self.loop.best("assembled") if self.loop and self.kept else self.original_best
+        return best or "eager"
 
     def line(self) -> str:
         """'' where parts are in place (or the judge rejected the file); else the line that says what to run
