@@ -7,7 +7,8 @@ Method: each model file (KernelBench format) is split as `kernelevo split` does 
 written until they hold 90 % of the model's time, at most 16), into a temporary folder. Recorded per
 model: the parts, each with its share of the model's time (each module's time with a wait at its start
 and end, over the model's time measured the same way), how its constructor arguments were found, its
-call and the outputs left out; the share all parts hold; the notes (what was left out, and why); and
+call and the outputs left out; the share all parts hold; the notes (what was left out, and why, and for a
+split short of its 90 %, where the rest of the time goes: `rest`); and
 that every written task runs standalone and gives back its call site's output (split's own check,
 repeated here from the task file alone: load, build with the site's weights, run on the captured
 inputs). With --compile (a GPU), each part is also timed compiled alone (the judge's baseline, as
@@ -46,7 +47,7 @@ def split_one(path: Path, device: str, compile_parts: bool, cache: Path) -> dict
            "tasks": [{k: t.get(k) for k in ("task", "class", "built_from", "share", "call", "left_out", "checked", "ms",
                                             "ms_compiled", "sol_ms", "headroom_ms", "left_to_compiler")}
                      | {"sites": len(t["call_sites"]), "standalone": standalone[t["task"]]} for t in data["tasks"]],
-           "notes": data["notes"]}
+           "notes": data["notes"], "rest": data.get("rest")}
     if compile_parts:
         compiled = _compiled_model_ms(path, device)
         row["model_ms_compiled"] = compiled
