@@ -310,6 +310,8 @@ def test_a_split_short_of_its_cover_says_where_the_rest_goes(tmp_path):
     line = data["notes"][-1]
     assert line.startswith(f"covered {100 * data['covered']:.1f} % of the 90 % asked: ") and \
         "is in forwards' own torch calls outside any submodule (the model " in line, line
+    assert line.endswith("most of it is the model's own forward: `kernelevo optimize` on the model file searches "
+                         "it as one task"), line
 
 
 def test_a_bf16_model_gives_bf16_tasks(tmp_path):
