@@ -32,8 +32,9 @@ def run_modes(job: Job, device: str, channel) -> dict:
     reference, assembled, sets = built
     models = {"original": reference, "assembled": assembled}
     try:
+        init = tuple(jobs._load_task(job).get_init_inputs()) if job.variants else ()
         for i, source in enumerate(job.variants):
-            models[f"variant{i}"] = _variant(source, job, reference, device)
+            models[f"variant{i}"] = _variant(source, job, init, reference, device)
     except Exception as exc:  # noqa: BLE001 - a variant is the assembly's file with fewer parts
         return {"verdict": "error", "reason": "variant", "message": f"a variant did not build: {first_line(exc)}"}
     fns, errors, compile_s = {}, {}, {}
@@ -71,14 +72,13 @@ def _ready(model, mode: str, whole: bool, sets: list, device: str):
     return lambda args: forward(model, args)
 
 
-def _variant(source: str, job: Job, reference, device: str):
-    """The drop-in `source` (the assembly with fewer parts) built as the candidate was, with the
-    reference's weights."""
+def _variant(source: str, job: Job, init: tuple, reference, device: str):
+    """The drop-in `source` (the assembly with fewer parts) built as the candidate was (from the task's
+    constructor arguments `init`), with the reference's weights."""
     from kernelevo.tasks import load_module
 
-    task = jobs._load_task(job)
     cls = load_module(source, job.candidate_path or "variant.py", "candidate").ModelNew
     inputs.seed_all(job.seed)
-    model = cls(*task.get_init_inputs())
+    model = cls(*init)
     inputs.copy_weights(reference, model)
     return model.to(device)

@@ -159,7 +159,7 @@ def split(recording: Recording, source: str, model_path: str, out_dir: Path, top
     if data["covered"] is not None and data["covered"] < cover:
         data["rest"] = rest.shares(recording)
         if cover < 1.0:  # a target asked for and missed (1.0, "every part", is never met by measured shares)
-            notes.append(rest.line(recording, data["covered"], cover, top))
+            notes.append(Rest.line(data["rest"], data["covered"], cover, top))
     (out_dir / SPLIT_JSON).write_text(json.dumps(data, indent=1) + "\n")
     return data
 
@@ -192,19 +192,19 @@ class Rest:
                 "left_out": _round(recording.share(self.left_out_ms)),
                 "past_top": _round(recording.share(self.past_top_ms))}
 
-    def line(self, recording: Recording, covered: float, cover: float, top: int) -> str:
-        """One line: the cover short of its target, and where the rest of the time goes."""
-        def pct(ms: float) -> str:
-            return f"{100 * (recording.share(ms) or 0.0):.1f} %"
+    @staticmethod
+    def line(shares: dict, covered: float, cover: float, top: int) -> str:
+        """One line from `shares` (Rest.shares): the cover short of its target, and where the rest goes."""
+        def pct(share: float | None) -> str:
+            return f"{100 * (share or 0.0):.1f} %"
 
-        own = self.own_ms(recording)
-        named = ", ".join(f"{p or 'the model'} {pct(ms)}" for p, ms in list(own.items())[:3] if ms > 0)
+        named = ", ".join(f"{p} {pct(x)}" for p, x in list(shares["own_by_module"].items())[:3] if x)
         # a model that is mostly its own forward is one task already: its file is in KernelBench's form
         whole = "; most of it is the model's own forward: `kernelevo optimize` on the model file searches it " \
-            "as one task" if (recording.share(own.get("", 0.0)) or 0.0) >= 0.5 else ""
-        return (f"covered {100 * covered:.1f} % of the {100 * cover:.0f} % asked: {pct(sum(own.values()))} is in "
-                f"forwards' own torch calls outside any submodule ({named or 'none'}), {pct(self.left_out_ms)} in "
-                f"modules left out (above), {pct(self.past_top_ms)} in parts past --top {top}{whole}")
+            "as one task" if (shares["own_by_module"].get("the model") or 0.0) >= 0.5 else ""
+        return (f"covered {100 * covered:.1f} % of the {100 * cover:.0f} % asked: {pct(shares['own_forwards'])} is in "
+                f"forwards' own torch calls outside any submodule ({named or 'none'}), {pct(shares['left_out'])} in "
+                f"modules left out (above), {pct(shares['past_top'])} in parts past --top {top}{whole}")
 
 
 def _as_part(site: Site, recording: Recording, constructions: Constructions) -> tuple[Part | None, str]:
