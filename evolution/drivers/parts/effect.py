@@ -38,8 +38,10 @@ def _judge_effect(c, loop: ModelModes, without: str, mode: str) -> None:
     if ratio is None:
         c.reverted = f"not timed in place in {mode}"
     elif not ratio.beyond_noise:
+        # the medians and the paired ratio can disagree in direction where the pairs are noise
         c.reverted = (f"no gain in place: the model in {mode} is {_ms(c.without_ms)} without it and "
-                      f"{_ms(c.with_ms)} with it ({ratio.point:.3f}x, interval {ratio.low:.3f}-{ratio.high:.3f})")
+                      f"{_ms(c.with_ms)} with it (median of paired rounds {ratio.point:.3f}x, interval "
+                      f"{ratio.low:.3f}-{ratio.high:.3f})")
 
 
 def headline(loop: ModelModes) -> tuple[str | None, str | None, Ratio | None]:
