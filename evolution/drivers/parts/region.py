@@ -82,10 +82,10 @@ def regions(recording: Recording, own: dict[str, float]) -> tuple[list[Region], 
 
     found: list[Region] = []
     notes: list[str] = []
-    for path, ms in own.items():
+    for path, site in recording.sites.items():  # in model order: a folded task's call sites are
+        ms = own.get(path, 0.0)
         if (recording.share(ms) or 0.0) < MIN_SHARE:
             continue
-        site = recording.sites[path]
         where = f"{path}'s own forward" if path else "the model's own forward"
         where += f" ({type(site.module).__name__})"
         try:  # regions are found in whatever the user's forward does: no failure of theirs stops the split
