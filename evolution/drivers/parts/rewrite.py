@@ -185,3 +185,120 @@ def _reaches(value: Any, module: str, qual: str) -> bool:
     except (ImportError, AttributeError):
         return False
     return found is value
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A region task in place: where it sits in its modules' forwards (one Forward per call site, in
+    the order of the task's call sites) and its task file's text (its reference, for torch.compile)."""
+    spot: Spot
+    forwards: tuple[Forward, ...]
+    reference: str
+
+
+def region_op(name: str, inputs: int, outputs: int, prefix: str, reference: str, space: str) -> str:
+    """The drop-in's text for one region task: its custom op, whose fake runs `reference` (the task's
+    Model, as named in the file) on the meta device; the kernel run on its module's tensors; and the
+    call the rewritten forward makes."""
+    args = ", ".join(f"x{j}" for j in range(inputs))
+    typed = ", ".join(f"x{j}: torch.Tensor" for j in range(inputs))
+    returns, made = ("list[torch.Tensor]", f"[t.contiguous() for t in _run_{name}(site, weights, {args})]") \
+        if outputs > 1 else ("torch.Tensor", f"_run_{name}(site, weights, {args}).contiguous()")
+    return (f"\n\n@torch.library.custom_op(\"{space}::{name}\", mutates_args=())\n"
+            f"def _op_{name}(site: int, weights: list[torch.Tensor], {typed}) -> {returns}:\n"
+            f"    return {made}\n\n\n"
+            f"@_op_{name}.register_fake\n"
+            f"def _op_{name}_shape(site, weights, {args}):\n"
+            f"    return _shape_only(site, weights, {args})\n\n\n"
+            f"def _run_{name}(site, weights, {args}):\n"
+            f"    \"\"\"The kernel on its module's tensors, bound at each call: the module owns them (its state_dict,\n"
+            f"    .to() and loads stay the model's).\"\"\"\n"
+            f"    kernel = _SITES[site]()\n"
+            f"    _bind(kernel, _SHADOWS[site][1], weights)\n"
+            f"    return {prefix}ModelNew.forward(kernel, {args})\n\n\n"
+            f"def _call_{name}(parent, where, {args}):\n"
+            f"    site, paths = where\n"
+            f"    weights = [_tensor_at(parent, path) for path in paths]\n"
+            f"    if _direct():  # eager without autograd: the kernel, called directly\n"
+            f"        return _run_{name}(site, weights, {args})\n"
+            f"    return torch.ops.{space}.{name}(site, weights, {args})\n"
+            f"\n\n_REFERENCE_{name} = {reference}\n")
+
+
+def regions_wiring(placed: list[tuple[str, str, Placement, tuple]]) -> str:
+    """The rewritten forwards of the modules with regions in place, and what installs them: `placed`
+    holds each region task's name, its kernel's prefix, its placement and its call spec."""
+    from .construct import literal
+
+    by_path: dict[str, list] = {}
+    forwards: dict[str, Forward] = {}
+    for name, prefix, placement, call in placed:
+        for forward in placement.forwards:
+            by_path.setdefault(forward.path, []).append((name, prefix, placement, call))
+            forwards[forward.path] = forward
+    text, rows = ["\n\n# ---- module forwards rewritten with their regions in place ----"], []
+    for j, (path, here) in enumerate(by_path.items()):
+        spots = [(placement.spot, f"_call_{name}", k) for k, (name, _, placement, _) in enumerate(here)]
+        text.append(forward_text(forwards[path], f"_forward_{j}", spots))
+        regions = "".join(f"        ({name!r}, {prefix}ModelNew, _REFERENCE_{name}, {literal(placement.spot.tensors)}, "
+                          f"{literal(call)}),\n" for name, prefix, placement, call in here)
+        rows.append(f"    ({path!r}, _forward_{j}, (\n{regions}    )),\n")
+    text.append("\n\n_REGION_FORWARDS = (  # (module path, its forward's factory, its regions)\n" + "".join(rows) + ")\n")
+    return "".join(text) + _REGION_HELPERS
+
+
+_REGION_HELPERS = '''
+
+def _bind(kernel, names, weights):
+    """A region's tensors, as its module holds them now, in its kernel under the task's names."""
+    for name, tensor in zip(names, weights):
+        if name in kernel._parameters:
+            kernel._parameters[name] = tensor
+        elif name in kernel._buffers:
+            kernel._buffers[name] = tensor
+
+
+def _tensor_at(module, path):
+    for name in path.split("."):
+        module = getattr(module, name)
+    return module
+
+
+def _regions_in_place(model):
+    """Rewrite the forward of each module with regions in place (types.MethodType on the instance) and
+    give each region its kernel, held by the module outside its submodules (its state_dict stays the
+    model's); a constant the forward made is kept as a buffer outside its state_dict. Returns where."""
+    import types
+
+    done = []
+    for path, make, regions in _REGION_FORWARDS:
+        parent = model.get_submodule(path)
+        like = next(iter([*parent.parameters(), *parent.buffers()]), None)
+        where = []
+        for name, kernel_cls, reference_cls, tensors, call in regions:
+            reference, kernel = reference_cls(), kernel_cls()
+            if like is not None:
+                kernel.to(like.device)
+            site = len(_SITES)
+            _SITES.append(weakref.ref(kernel))
+            parent.__dict__[f"_kernelevo_kernel_{site}"] = kernel
+            paths = []
+            for mine, theirs in tensors:
+                if theirs is None:
+                    theirs = f"_kernelevo_{site}_{mine}"
+                    made = getattr(reference, mine)
+                    parent.register_buffer(theirs, made.to(like.device) if like is not None else made, persistent=False)
+                paths.append(theirs)
+            _SHADOWS.append((reference.to("meta"), [mine for mine, _ in tensors], call))
+            where.append((site, tuple(paths)))
+            done.append(f"{path}:{name}")
+        parent._kernelevo_regions = tuple(where)
+        parent.forward = types.MethodType(make(), parent)
+    return done
+'''
+
+NO_REGIONS = '''
+
+def _regions_in_place(model):
+    return []
+'''
