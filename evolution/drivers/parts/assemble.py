@@ -73,8 +73,9 @@ def _placement(entry: dict, data: dict, source: str) -> Placement | None:
     """A region task's place in its modules' forwards (split.json's region and forwards); None for a module part."""
     if "region" not in entry:
         return None
-    forwards = tuple(Forward.of_json(s["path"], data["forwards"][s["path"]]) for s in entry["call_sites"])
-    return Placement(Spot.of_json(entry["region"]), forwards, source)
+    sites = entry["call_sites"]
+    return Placement(tuple(Spot.of_json(s.get("region", entry["region"])) for s in sites),
+                     tuple(Forward.of_json(s["path"], data["forwards"][s["path"]]) for s in sites), source)
 
 
 def _format_of(source: str) -> str:

@@ -4,21 +4,18 @@ submodules) as parts: regions of its traced forward.
 A module opened into its children whose own time is at least MIN_SHARE of the model's has its forward
 traced by torch.fx's MetaTracer on meta copies of its first call's tensors, every submodule call a leaf
 (their meta outputs computed on meta copies of their tensors: the live model is never run by the
-tracer). The tracer turns shapes into constants (`B, T, C = x.size()` unpacks), so the trace holds for
-those shapes only: the rewritten forward of an assembled model checks them (rewrite.py). The traced
-forward is run once on the recorded arguments to record every node's value; numbers (sizes, scale
-factors) become constants; a child that does no work (Dropout in eval) becomes its input. A region is
-a maximal run of consecutive torch calls between submodule calls: consecutive nodes in topological
-order are convex, so a run lifts out as a function of the nodes before it. A run of views, reshapes,
-indexing and sizes only does no work and is no region; the tensors it reads of the module (weights,
-buffers, constants the forward made) become the region task's own. Identical regions (the same task
-text: code, tensors and input shapes) at several sites fold into one task.
+tracer). The tracer turns shapes, and the device, into constants (`B, T, C = x.size()` unpacks), so the
+trace holds for those only: the rewritten forward of an assembled model checks them (rewrite.py). The
+traced forward is run once on the recorded arguments to record every node's value; numbers (sizes,
+scale factors) become constants; a child that does no work (Dropout in eval) becomes its input. The
+graph is then cut into regions (region_cut.py), each written as a task file (region_file.py) and timed
+alone. Identical regions (the same task text: code, tensors and input shapes) at several sites, or at
+several steps of an unrolled loop, fold into one task.
 """
 from __future__ import annotations
 
 import dataclasses
 import inspect
-import operator
 import time
 import warnings
 from dataclasses import dataclass
@@ -26,31 +23,24 @@ from typing import Any
 
 from .construct import literal, plain
 from .record import Recording, Site
+from .region_cut import lift, runs
 from .rewrite import Forward, Spot, statements
 
 MIN_SHARE = 0.05  # a module's own time below this share of the model's is not traced for regions
 TIMED_RUNS = 5
 
-# Calls that move no data: views, indexing by numbers, sizes (contiguous copies, but a kernel does that
-# for free on the way). A run of these alone is no region.
-_VIEW_METHODS = frozenset({"view", "reshape", "transpose", "permute", "contiguous", "size", "dim", "unsqueeze",
-                           "squeeze", "expand", "expand_as", "flatten", "unflatten", "split", "chunk", "unbind",
-                           "t", "narrow", "select", "view_as", "reshape_as", "movedim", "__getitem__", "numel"})
-_VIEW_FUNCTIONS = frozenset({operator.getitem, getattr, "flatten", "reshape", "transpose", "permute", "squeeze",
-                             "unsqueeze", "split", "chunk", "unbind", "t", "narrow", "select", "movedim"})
-
 
 @dataclass(frozen=True)
 class Region:
-    """One region task: its call sites (the modules whose forward holds it), its time at each, the
-    lifted sub-module with the first site's tensors, its recorded inputs and outputs there, where it
-    sits in each site's forward, and the task file's text."""
+    """One region task: its call sites (the modules whose forward holds it: one module twice where an
+    unrolled loop repeats it), its time at each, the lifted sub-module with the first site's tensors,
+    its recorded inputs and outputs there, where it sits in each site's forward, and the task file's text."""
     sites: tuple[Site, ...]
     site_ms: tuple[float, ...]
     module: Any  # torch.fx.GraphModule
     inputs: tuple
     outputs: tuple
-    spot: Spot
+    spots: tuple[Spot, ...]  # where it sits in each site's forward
     forwards: tuple[Forward, ...]  # each site's traced forward
     text: str
     name: str = ""
@@ -94,8 +84,8 @@ def regions(recording: Recording, own: dict[str, float]) -> tuple[list[Region], 
                 notes.append(f"{where} is left as it is: {why}")
                 continue
             lifted = []
-            for run in _runs(traced.module.graph):
-                region, why = _lift(run, site, traced, task_text)
+            for run in runs(traced.module.graph):
+                region, why = _region(run, site, traced, task_text)
                 if region is None:
                     notes.append(f"{where}: a region at {run[0].name} is left as it is: {why}")
                 else:
@@ -131,11 +121,11 @@ def trace(site: Site, recording: Recording) -> tuple[Traced | None, str]:
         else:
             return None, f"its forward takes a {type(value).__name__} ({name})"
     try:
-        gm = _traced(module, meta, concrete, module.training)
+        gm = _traced(module, meta, concrete, module.training, recording.device)
     except Exception as exc:  # noqa: BLE001 - any failure of the tracer is the one-line reason
         return None, f"its forward cannot be traced: {type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}"
     try:  # whether the forward reads self.training: then the trace holds in this mode only
-        depends = _traced(module, meta, concrete, not module.training).code != gm.code
+        depends = _traced(module, meta, concrete, not module.training, recording.device).code != gm.code
     except Exception:  # noqa: BLE001 - the other mode cannot be traced: it differs
         depends = True
     made = [n.target for n in gm.graph.nodes if n.op == "call_module" and not _has(module, n.target)]
@@ -144,7 +134,8 @@ def trace(site: Site, recording: Recording) -> tuple[Traced | None, str]:
     values = _values(gm, list(bound.arguments.values()))
     _drop_idle(gm, recording, site.path, values)
     _fold_numbers(gm, values)
-    forward, why = _forward_of(site, gm, bound, params, module.training if depends else None)
+    forward, why = _forward_of(site, gm, bound, params, module.training if depends else None,
+                              recording.device)
     if forward is None:
         return None, why
     return Traced(gm, values, forward), ""
@@ -164,20 +155,35 @@ def _tensors_in(value: Any) -> bool:
     return bool(tensors_of(value))
 
 
-def _traced(module, meta: dict, concrete: dict, training: bool):
+def _traced(module, meta: dict, concrete: dict, training: bool, device: str):
     """The GraphModule of `module`'s forward traced in `training` mode, on a shell of it: the tracer
     adds attributes to the module it traces (constants, stateless modules made in forward), and the
-    live model keeps none of them."""
+    live model keeps none of them. A tensor's device is `device`, as recorded: a forward that checks
+    it (`if x.device != self.w.device: raise`) is traced as shapes are, for that device."""
     import copy
 
     import torch
-    from torch.fx.experimental.meta_tracer import MetaTracer
+    from torch.fx.experimental.meta_tracer import MetaProxy, MetaTracer
+
+    class Proxy(MetaProxy):
+        @property
+        def device(self):
+            return torch.device(device)
+
+        def size(self, dim=None):  # MetaProxy.size(0) gives the whole size (it tests `if dim`)
+            meta = self._tensor_meta if hasattr(self, "_tensor_meta") else None
+            if meta is None:
+                return super().size(dim)
+            return meta.size() if dim is None else meta.size(dim)
 
     class Tracer(MetaTracer):
         proxy_buffer_attributes = True  # a buffer (a causal mask) is read where the region is, not folded in
 
         def is_leaf_module(self, m, qualname) -> bool:
             return True
+
+        def proxy(self, node):
+            return Proxy(node, self)
 
         def call_module(self, m, forward, args, kwargs):
             self.orig_forward = lambda *a, **k: _meta_call(m, a, k)
@@ -269,7 +275,8 @@ def _fold_numbers(gm, values: dict) -> None:
     gm.recompile()
 
 
-def _forward_of(site: Site, gm, bound, params: list, training: bool | None) -> tuple[Forward | None, str]:
+def _forward_of(site: Site, gm, bound, params: list, training: bool | None,
+                device: str) -> tuple[Forward | None, str]:
     """The Forward record of the traced forward, or (None, why it cannot be written)."""
     import torch
 
@@ -287,99 +294,22 @@ def _forward_of(site: Site, gm, bound, params: list, training: bool | None) -> t
     if body is None:
         return None, why
     *lines, (_, returned) = body
-    return Forward(site.path, tuple(declared), renames, tensors, values, training, tuple(lines), returned, names), ""
+    where = next((str(v.device) for v in bound.arguments.values() if isinstance(v, torch.Tensor)), str(device))
+    return Forward(site.path, tuple(declared), renames, tensors, values, training, tuple(lines), returned, names,
+                   where), ""
 
 
-def _runs(graph) -> list[list]:
-    """Maximal runs of consecutive torch calls, cut at every submodule call; get_attr nodes belong to
-    whichever run reads them."""
-    runs: list[list] = [[]]
-    for node in graph.nodes:
-        if node.op in ("call_function", "call_method"):
-            runs[-1].append(node)
-        elif node.op != "get_attr" and runs[-1]:
-            runs.append([])
-    return [r for r in runs if r and any(_works(n) for n in r)]
-
-
-def _works(node) -> bool:
-    import torch
-
-    if node.op == "call_method":
-        return node.target not in _VIEW_METHODS
-    if node.target is operator.getitem:  # indexing by numbers is a view; by a tensor, a gather
-        found: list = []
-        torch.fx.node.map_arg(node.args[1:], found.append)
-        return bool(found)
-    name = getattr(node.target, "__name__", None)
-    return not (node.target in _VIEW_FUNCTIONS or (getattr(node.target, "__module__", "") == "torch"
-                                                    and name in _VIEW_FUNCTIONS))
-
-
-def _lift(run: list, site: Site, traced: Traced, task_text) -> tuple[Region | None, str]:
-    """The run as a region: a sub-module that takes the tensors it reads from before it and returns
-    those read after it, with the module's tensors it reads as its own; or (None, why not)."""
-    import torch
-
-    values, inside = traced.values, set(run)
-    inputs: list = []
-    attrs: list = []
-    for node in run:
-        for a in node.all_input_nodes:
-            bucket = attrs if a.op == "get_attr" else inputs
-            if a not in inside and a not in bucket:
-                bucket.append(a)
-    outputs = [n for n in run if any(u not in inside for u in n.users)]
-    if not outputs:
-        return None, "nothing after it reads what it computes"
-    for n in inputs + outputs:
-        if not isinstance(values.get(n.name), torch.Tensor):
-            return None, f"it {'reads' if n in inputs else 'gives'} {n.name}, a {type(values.get(n.name)).__name__}, not a tensor"
-    for n in run:
-        if _in_place(n) and n.args and n.args[0] in inputs:
-            return None, f"{n.name} changes {n.args[0].name}, which it reads, in place"
-    sub, root, env, tensors = torch.fx.Graph(), torch.nn.Module(), {}, []
-    for a in inputs:
-        env[a] = sub.placeholder(a.name)
-    owned = dict(site.module.named_parameters()) | dict(site.module.named_buffers())
-    for a in attrs:
-        name = _unique(a.target.replace(".", "_").lstrip("_") or "t", {n for n, _ in tensors})
-        tensor = _fetch(traced.module, a.target)
-        if isinstance(tensor, torch.nn.Parameter):
-            root.register_parameter(name, tensor)
-        else:
-            root.register_buffer(name, tensor)
-        tensors.append((name, a.target if a.target in owned else None))
-        env[a] = sub.get_attr(name)
-    for n in run:
-        env[n] = sub.node_copy(n, lambda x: env[x])
-    sub.output(env[outputs[0]] if len(outputs) == 1 else tuple(env[o] for o in outputs))
-    module = torch.fx.GraphModule(root, sub)
-    spot = Spot(tuple(n.name for n in run), tuple(a.name for a in inputs), tuple(o.name for o in outputs), tuple(tensors))
+def _region(run: list, site: Site, traced: Traced, task_text) -> tuple[Region | None, str]:
+    """The run lifted (region_cut.py) with its task file's text, or (None, why not)."""
+    lifted, why = lift(run, site.module, traced.module, traced.values)
+    if lifted is None:
+        return None, why
     try:
-        text = task_text(module, tuple(values[a.name] for a in inputs), frozenset(n for n, s in tensors if s is None))
+        text = task_text(lifted.module, lifted.inputs, lifted.constants)
     except ValueError as exc:
         return None, str(exc)
-    return Region((site,), (0.0,), module, tuple(values[a.name] for a in inputs),
-                  tuple(values[o.name] for o in outputs), spot, (traced.forward,), text), ""
-
-
-def _in_place(node) -> bool:
-    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
-    return (name.endswith("_") and not name.endswith("__")) or node.kwargs.get("inplace") is True
-
-
-def _unique(name: str, taken: set[str]) -> str:
-    found, n = name, 2
-    while found in taken:
-        found, n = f"{name}_{n}", n + 1
-    return found
-
-
-def _fetch(module, target: str) -> Any:
-    for atom in target.split("."):
-        module = getattr(module, atom)
-    return module
+    return Region((site,), (0.0,), lifted.module, lifted.inputs, lifted.outputs, (lifted.spot,), (traced.forward,),
+                  text), ""
 
 
 def _timed(found: list[Region], site: Site, own_ms: float, device: str) -> list[Region]:
@@ -413,5 +343,5 @@ def _fold(found: list[Region]) -> list[Region]:
         kept = groups.get(region.text)
         groups[region.text] = region if kept is None else dataclasses.replace(
             kept, sites=kept.sites + region.sites, site_ms=kept.site_ms + region.site_ms,
-            forwards=kept.forwards + region.forwards)
+            spots=kept.spots + region.spots, forwards=kept.forwards + region.forwards)
     return list(groups.values())

@@ -166,6 +166,7 @@ def entry(region: Region, recording) -> dict:
             "built_from": "a region of its own forward", "inputs": [describe(x) for x in region.inputs],
             "call": literal(call_spec(len(region.inputs), len(region.outputs))),
             "ms": round(region.ms, 4), "share": share(region.ms), "checked": region.checked,
-            "region": region.spot.as_json(region.sites[0].path),
-            "call_sites": [{"path": s.path, "calls": s.calls, "ms": round(ms, 4), "share": share(ms)}
-                           for s, ms in zip(region.sites, region.site_ms)]}
+            "region": region.spots[0].as_json(region.sites[0].path),
+            "call_sites": [{"path": s.path, "calls": s.calls, "ms": round(ms, 4), "share": share(ms),
+                            "region": spot.as_json(s.path)}
+                           for s, ms, spot in zip(region.sites, region.site_ms, region.spots)]}

@@ -3,7 +3,7 @@
 Records (kept in split.json, read back by the assembly): `Forward` is an opened module's forward as
 torch.fx traced it on the shapes of its first call, one statement per graph node, with the guard that
 says when the trace holds (the tensor arguments' shapes and dtypes, the other arguments' values, and the
-training mode where the trace depends on it); `Spot` is a region in it: its nodes, the names it reads
+training mode where the trace depends on it, the device); `Spot` is a region in it: its nodes, the names it reads
 and writes, and where each of its tensors comes from in the module (None: a constant the forward made).
 `forward_text` writes the rewritten forward as plain Python for the drop-in file: where the guard does
 not hold it calls the module's own forward, so a kernel runs only on the shapes it was verified at.
@@ -28,19 +28,20 @@ class Forward:
     statements: tuple[tuple[str, str], ...]  # (node name, its statement), in order
     returns: str
     names: tuple[tuple[str, str], ...]  # (global name, the source that binds it), e.g. ("inf", "float('inf')")
+    device: str = "cpu"  # the device the trace holds for, "cuda:0" (a forward may check it, or move tensors to it)
 
     def as_json(self) -> dict:
         return {"params": [list(p) for p in self.params], "renames": [list(r) for r in self.renames],
                 "tensors": [[n, list(s), d] for n, s, d in self.tensors], "values": [list(v) for v in self.values],
                 "training": self.training, "statements": [list(s) for s in self.statements],
-                "returns": self.returns, "names": [list(n) for n in self.names]}
+                "returns": self.returns, "names": [list(n) for n in self.names], "device": self.device}
 
     @staticmethod
     def of_json(path: str, data: dict) -> Forward:
         return Forward(path, tuple((n, d, bool(k)) for n, d, k in data["params"]),
                        tuple(map(tuple, data["renames"])), tuple((n, tuple(s), d) for n, s, d in data["tensors"]),
                        tuple(map(tuple, data["values"])), data["training"], tuple(map(tuple, data["statements"])),
-                       data["returns"], tuple(map(tuple, data["names"])))
+                       data["returns"], tuple(map(tuple, data["names"])), data.get("device", "cpu"))
 
 
 @dataclass(frozen=True)
@@ -81,8 +82,8 @@ def passed_on(forward: Forward) -> str:
 
 def guard(forward: Forward) -> str:
     """The condition under which the traced forward is the module's own."""
-    parts = [f"isinstance({n}, torch.Tensor) and {n}.shape == {tuple(shape)!r} and {n}.dtype == {dtype}"
-             for n, shape, dtype in forward.tensors]
+    parts = [f"isinstance({n}, torch.Tensor) and {n}.shape == {tuple(shape)!r} and {n}.dtype == {dtype} "
+             f"and {n}.device == torch.device({forward.device!r})" for n, shape, dtype in forward.tensors]
     parts += [f"{n} is {v}" if v in ("None", "True", "False") else f"{n} == {v}" for n, v in forward.values]
     if forward.training is not None:
         parts.append(f"self.training is {forward.training}")
@@ -91,13 +92,15 @@ def guard(forward: Forward) -> str:
 
 def forward_text(forward: Forward, factory: str, placed: list[tuple[Spot, str, int]]) -> str:
     """A function `factory()` that returns the module's forward with each placed region (its spot, the
-    function that calls its kernel, its index in the module's `_kernelevo_regions`) as one call."""
-    first = {spot.nodes[0]: (spot, call, k) for spot, call, k in placed}
+    function that calls its kernel, its index in the module's `_kernelevo_regions`) as one call, where
+    its last statement was: views the region leaves to the forward (region.py) stand between its
+    statements, and what it reads is made before its last one."""
+    last = {spot.nodes[-1]: (spot, call, k) for spot, call, k in placed}
     gone = {node for spot, _, _ in placed for node in spot.nodes}
     body = [f"{traced} = {name}" for traced, name in forward.renames]
     for node, statement in forward.statements:
-        if node in first:
-            spot, call, k = first[node]
+        if node in last:
+            spot, call, k = last[node]
             body.append(f"{', '.join(spot.outputs)} = {call}(self, self._kernelevo_regions[{k}], {', '.join(spot.inputs)})")
         elif node not in gone:
             body.append(statement)
@@ -189,9 +192,9 @@ def _reaches(value: Any, module: str, qual: str) -> bool:
 
 @dataclass(frozen=True)
 class Placement:
-    """A region task in place: where it sits in its modules' forwards (one Forward per call site, in
-    the order of the task's call sites) and its task file's text (its reference, for torch.compile)."""
-    spot: Spot
+    """A region task in place: where it sits in its modules' forwards (a Spot and a Forward per call
+    site, in the order of the task's call sites) and its task file's text (its reference, for torch.compile)."""
+    spots: tuple[Spot, ...]
     forwards: tuple[Forward, ...]
     reference: str
 
@@ -218,6 +221,8 @@ def region_op(name: str, inputs: int, outputs: int, prefix: str, reference: str,
             f"    return {prefix}ModelNew.forward(kernel, {args})\n\n\n"
             f"def _call_{name}(parent, where, {args}):\n"
             f"    site, paths = where\n"
+            + "".join(f"    x{j} = x{j}.contiguous()  # as the task's inputs are, where its kernel was verified\n"
+                      for j in range(inputs)) +
             f"    weights = [_tensor_at(parent, path) for path in paths]\n"
             f"    if _direct():  # eager without autograd: the kernel, called directly\n"
             f"        return _run_{name}(site, weights, {args})\n"
@@ -233,15 +238,15 @@ def regions_wiring(placed: list[tuple[str, str, Placement, tuple]]) -> str:
     by_path: dict[str, list] = {}
     forwards: dict[str, Forward] = {}
     for name, prefix, placement, call in placed:
-        for forward in placement.forwards:
-            by_path.setdefault(forward.path, []).append((name, prefix, placement, call))
+        for forward, spot in zip(placement.forwards, placement.spots):
+            by_path.setdefault(forward.path, []).append((name, prefix, spot, call))
             forwards[forward.path] = forward
     text, rows = ["\n\n# ---- module forwards rewritten with their regions in place ----"], []
     for j, (path, here) in enumerate(by_path.items()):
-        spots = [(placement.spot, f"_call_{name}", k) for k, (name, _, placement, _) in enumerate(here)]
+        spots = [(spot, f"_call_{name}", k) for k, (name, _, spot, _) in enumerate(here)]
         text.append(forward_text(forwards[path], f"_forward_{j}", spots))
-        regions = "".join(f"        ({name!r}, {prefix}ModelNew, _REFERENCE_{name}, {literal(placement.spot.tensors)}, "
-                          f"{literal(call)}),\n" for name, prefix, placement, call in here)
+        regions = "".join(f"        ({name!r}, {prefix}ModelNew, _REFERENCE_{name}, {literal(spot.tensors)}, "
+                          f"{literal(call)}),\n" for name, prefix, spot, call in here)
         rows.append(f"    ({path!r}, _forward_{j}, (\n{regions}    )),\n")
     text.append("\n\n_REGION_FORWARDS = (  # (module path, its forward's factory, its regions)\n" + "".join(rows) + ")\n")
     return "".join(text) + _REGION_HELPERS
