@@ -186,3 +186,75 @@ def test_the_assembled_region_is_verified_end_to_end_by_the_judge(attention, tmp
     assert whole.verdict == "ok", whole.message
     assert "_call_model_region(self, self._kernelevo_regions[0], c_attn)" in \
         (tmp_path / "own_attention_kernelevo.py").read_text()
+
+
+CLUSTERS = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    """NetVLAD's shape: a weight read by matmuls written as torch calls around a BatchNorm, a check of
+    the input's device, and a view of the input that a later region reads again."""
+    def __init__(self, clusters, dim):
+        super().__init__()
+        self.dim = dim
+        self.clusters = nn.Parameter(torch.randn(dim, clusters) / dim ** 0.5)
+        self.clusters2 = nn.Parameter(torch.randn(1, dim, clusters) / dim ** 0.5)
+        self.batch_norm = nn.BatchNorm1d(clusters)
+
+    def forward(self, x):
+        n = x.size(1)
+        x = x.view(-1, self.dim)
+        if x.device != self.clusters.device:
+            raise ValueError("x and the clusters are on different devices")
+        assignment = self.batch_norm(torch.matmul(x, self.clusters))
+        assignment = F.softmax(assignment, dim=1).view(-1, n, self.clusters.shape[1])
+        a = torch.sum(assignment, dim=1, keepdim=True) * self.clusters2
+        vlad = torch.matmul(assignment.transpose(1, 2), x.view(-1, n, self.dim)).transpose(1, 2) - a
+        return F.normalize(F.normalize(vlad).reshape(x.shape[0] // n, -1))
+
+
+def get_inputs():
+    return [torch.randn(4, 64, 48)]
+
+
+def get_init_inputs():
+    return [16, 48]
+'''
+
+
+def test_regions_on_both_sides_of_a_module_read_weights_and_views_and_are_placed(tmp_path):
+    """Each region task placed with its own reference code as the kernel: the rewritten forward is the
+    model's. A view of the input read by both regions stays a statement of the forward (no region
+    returns a view of its input), and the weights a region reads are the model's at every call."""
+    model = tmp_path / "clusters.py"
+    model.write_text(CLUSTERS)
+    data = split_model(model, tmp_path / "parts", "cpu", top=8, cover=1.0)
+    regions = {t["task"]: t for t in data["tasks"] if "region" in t}
+    assert len(regions) == 2, (data["tasks"], data["notes"])
+    before = next(t for t in regions.values() if t["region"]["outputs"] == ["matmul"])
+    assert before["region"]["inputs"] == ["view"] and before["region"]["tensors"] == [["clusters", "clusters"]]
+    after = next(t for t in regions.values() if t is not before)
+    assert after["region"]["inputs"] == ["batch_norm", "view"]
+    rows = [{"path": str(tmp_path / "parts" / name), "correct": True, "speedup_eager": 2.0, "speedup_eager_ci": [1.9, 2.1],
+             "kernel_id": i, "verdict": "ok", "status": "done"} for i, name in enumerate(regions)]
+    kernels = [(tmp_path / "parts" / name).read_text().replace("class Model(", "class ModelNew(") for name in regions]
+    chosen, _ = chosen_parts(tmp_path / "parts", rows, kernels.__getitem__, min_speedup=1.0, baseline="eager")
+    task = load_task(model)
+    module = load_module(drop_in_text(task.source, "clusters.py", [c.placed for c in chosen]), str(tmp_path / "a.py"))
+    torch.manual_seed(3)
+    reference = task.make_model()
+    new = module.ModelNew(*task.init_args)
+    new.load_state_dict(reference.state_dict())
+    x = task.get_inputs()[0]
+    runs = []
+    for name in regions:  # each region's kernel, counted as it runs
+        kernel_run = getattr(module, f"_run_{name[:-3]}")
+        setattr(module, f"_run_{name[:-3]}", lambda *args, f=kernel_run, n=name: runs.append(n) or f(*args))
+    with torch.no_grad():
+        assert torch.allclose(new(x), reference(x), atol=1e-6) and sorted(runs) == sorted(regions)
+        for m in (reference, new):  # weights changed after apply: the kernels read the model's
+            m.clusters.mul_(2.0)
+        assert torch.allclose(new(x), reference(x), atol=1e-6)
