@@ -258,3 +258,40 @@ def test_regions_on_both_sides_of_a_module_read_weights_and_views_and_are_placed
         for m in (reference, new):  # weights changed after apply: the kernels read the model's
             m.clusters.mul_(2.0)
         assert torch.allclose(new(x), reference(x), atol=1e-6)
+
+
+DENSE = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """DenseNet's shape: the outputs of a list of layers joined by torch.cat in the model's own forward."""
+    def __init__(self, dim, depth):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(dim, dim) for _ in range(depth)])
+
+    def forward(self, x):
+        features = [x]
+        for layer in self.layers:
+            features.append(layer(x))
+        return torch.softmax(torch.cat(features, 1) * 2.0, dim=1)
+
+
+def get_inputs():
+    return [torch.randn(512, 64)]
+
+
+def get_init_inputs():
+    return [64, 3]
+'''
+
+
+def test_a_region_reading_the_outputs_of_a_list_of_layers_names_each_input_once(tmp_path):
+    model = tmp_path / "dense.py"
+    model.write_text(DENSE)
+    data = split_model(model, tmp_path / "parts", "cpu", top=8, cover=1.0)
+    region = next(t for t in data["tasks"] if "region" in t)
+    assert region["region"]["inputs"] == ["x", "layers_0", "layers_1", "layers_2"], region
+    assert region["checked"].startswith("gives back"), region
+    assert "    def forward(self, x, layers, layers_2, layers_3):\n" in (tmp_path / "parts" / region["task"]).read_text()

@@ -72,7 +72,7 @@ def regions(recording: Recording, own: dict[str, float]) -> tuple[list[Region], 
 
     found: list[Region] = []
     notes: list[str] = []
-    for path, site in recording.sites.items():  # in model order: a folded task's call sites are
+    for path, site in recording.sites.items():  # in model order, the order a folded task lists its call sites in
         ms = own.get(path, 0.0)
         if (recording.share(ms) or 0.0) < MIN_SHARE:
             continue

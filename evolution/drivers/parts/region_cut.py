@@ -90,8 +90,8 @@ def lift(run: list, module, traced, values: dict) -> tuple[Lifted | None, str]:
         if _in_place(n) and n.args and n.args[0] in inputs:
             return None, f"{n.name} changes {n.args[0].name}, which it reads, in place"
     sub, root, env, tensors = torch.fx.Graph(), torch.nn.Module(), {}, []
-    for a in inputs:
-        env[a] = sub.placeholder(_plain_name(a.name))
+    for a in inputs:  # a placeholder's name is its argument's: two inputs, two names
+        env[a] = sub.placeholder(_unique(_plain_name(a.name), {p.target for p in env.values()}))
     owned = dict(module.named_parameters()) | dict(module.named_buffers())
     for a in attrs:
         name = _unique(a.target.replace(".", "_").lstrip("_") or "t", {n for n, _ in tensors})

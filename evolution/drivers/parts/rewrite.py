@@ -2,12 +2,13 @@
 
 Records (kept in split.json, read back by the assembly): `Forward` is an opened module's forward as
 torch.fx traced it on the shapes of its first call, one statement per graph node, with the guard that
-says when the trace holds (the tensor arguments' shapes and dtypes, the other arguments' values, and the
-training mode where the trace depends on it, the device); `Spot` is a region in it: its nodes, the names it reads
-and writes, and where each of its tensors comes from in the module (None: a constant the forward made).
-`forward_text` writes the rewritten forward as plain Python for the drop-in file: where the guard does
-not hold it calls the module's own forward, so a kernel runs only on the shapes it was verified at.
-Text only: no torch here.
+says when the trace holds (the tensor arguments' shapes, dtypes and device, the other arguments'
+values, and the training mode where the trace depends on it); `Spot` is a region in it: its nodes, the
+names it reads and writes, and where each of its tensors comes from in the module (None: a constant
+the forward made). For the drop-in file (drop_in.py): `forward_text` writes the rewritten forward as
+plain Python, which calls the module's own forward where the guard does not hold, so a kernel runs
+only where it was verified; `region_op` a region task's custom op and calls; `regions_wiring` what
+`apply(model)` installs. Text only: no torch here.
 """
 from __future__ import annotations
 
@@ -93,7 +94,7 @@ def guard(forward: Forward) -> str:
 def forward_text(forward: Forward, factory: str, placed: list[tuple[Spot, str, int]]) -> str:
     """A function `factory()` that returns the module's forward with each placed region (its spot, the
     function that calls its kernel, its index in the module's `_kernelevo_regions`) as one call, where
-    its last statement was: views the region leaves to the forward (region.py) stand between its
+    its last statement was: views the region leaves to the forward (region_cut.py) stand between its
     statements, and what it reads is made before its last one."""
     last = {spot.nodes[-1]: (spot, call, k) for spot, call, k in placed}
     gone = {node for spot, _, _ in placed for node in spot.nodes}
@@ -118,11 +119,6 @@ def forward_text(forward: Forward, factory: str, placed: list[tuple[Spot, str, i
 
 def _binding(name: str, source: str) -> str:
     return source if source.startswith("import ") else f"{name} = {source}"
-
-
-def bindings(names: tuple[tuple[str, str], ...]) -> str:
-    """Module-level lines that bind the global names traced code reads (imports, inf, nan)."""
-    return "".join(_binding(name, source) + "\n" for name, source in names)
 
 
 def statements(src: str, known: dict) -> tuple[list[tuple[str, str]] | None, tuple, str]:
