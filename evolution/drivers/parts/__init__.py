@@ -10,6 +10,9 @@ split.py chooses the parts (containers opened, parts that cannot be rebuilt stan
 their children, identical parts folded into one task) and keeps the map from tasks to call sites in
 split.json; task_file.py writes a part as a task file and
 checks that the file rebuilds its call site's output from the captured inputs and weights;
+region.py traces the forward of a module with time of its own, region_cut.py cuts it into regions
+(the torch calls between its submodule calls), region_file.py writes and checks each as a task file,
+and rewrite.py writes the module's forward again with its regions as kernel calls;
 drop_in.py writes the model with kernels in place as one file (custom ops, `apply(model)`);
 assemble.py chooses the kernels to place and reverts, one by one, those the judge rejects in place.
 The judge and the archive are reached by the caller (evolution/drivers/whole.py): nothing here imports them.

@@ -23,6 +23,7 @@ from typing import Any, Callable
 from .call import parse
 from .drop_in import Placed, drop_in_text
 from .effect import triple
+from .rewrite import Forward, Placement, Spot
 from .split import SPLIT_JSON
 
 
@@ -62,9 +63,19 @@ def chosen_parts(split_dir: Path, rows: list[dict], kernel_source: Callable[[int
         source = kernel_source(row["kernel_id"])
         label = f"kernel {row['kernel_id']}, {_format_of(source)} ({_alone(row)})"
         placed = Placed(Path(entry["task"]).stem, source, task.init_args, kinds,
-                        tuple(s["path"] for s in entry["call_sites"]), label, parse(entry.get("call"), len(kinds)))
+                        tuple(s["path"] for s in entry["call_sites"]), label, parse(entry.get("call"), len(kinds)),
+                        _placement(entry, data, task.source))
         chosen.append(Candidate(placed, entry["share"] or 0.0, row["speedup_eager"], ci, row["kernel_id"]))
     return chosen, left
+
+
+def _placement(entry: dict, data: dict, source: str) -> Placement | None:
+    """A region task's place in its modules' forwards (split.json's region and forwards); None for a module part."""
+    if "region" not in entry:
+        return None
+    sites = entry["call_sites"]
+    return Placement(tuple(Spot.of_json(s.get("region", entry["region"])) for s in sites),
+                     tuple(Forward.of_json(s["path"], data["forwards"][s["path"]]) for s in sites), source)
 
 
 def _format_of(source: str) -> str:

@@ -8,7 +8,10 @@ torch.compile traces, or with autograd on (where its backward is refused, not lo
 `torch.library` custom op whose fake implementation runs the original part on the meta device for the
 output's shape, so `torch.compile` traces the rest of the model around the kernels without a graph
 break. `apply(model)` swaps the parts of a live instance in place, weights carried over, and returns
-the paths it swapped; `ModelNew` takes Model's constructor arguments and applies itself;
+the paths it swapped. A region of a module's own forward (region.py) is placed by rewriting that
+module's forward (rewrite.py): its traced statements, the region's as one call of its kernel, which
+runs on the module's own tensors; the fake of its op is the region's task Model on the meta device.
+`ModelNew` takes Model's constructor arguments and applies itself;
 `kernelevo_compile(model)` runs it in the mode it was measured fastest in. The file needs torch and
 kernelevo's runtime only, never the search.
 """
@@ -19,8 +22,10 @@ import hashlib
 import io
 import tokenize
 from dataclasses import dataclass
+from typing import Any
 
 from .construct import literal
+from .rewrite import NO_REGIONS, region_op, regions_wiring
 from .task_file import cut
 
 _INPUT_FUNCTIONS = ("get_inputs", "get_init_inputs", "get_test_inputs")  # the task's, not the model's
@@ -37,6 +42,7 @@ class Placed:
     sites: tuple[str, ...]
     label: str  # one line: which kernel, how fast alone
     call: tuple = ()  # the call sites' call (call.py's spec); () for tensors in order returning one tensor
+    region: Any = None  # for a region of a module's own forward, its rewrite.Placement
 
     @property
     def spec(self) -> tuple:
@@ -63,13 +69,22 @@ def drop_in_text(model_source: str, model_name: str, placed: list[Placed], mode:
             "import copy\nimport weakref\n\nimport torch\n\n",
             _renamed(_without_future(cut(model_source, lambda node: getattr(node, "name", None) in _INPUT_FUNCTIONS)),
                      "Model", "ModelBase").rstrip() + "\n"]
+    regions = []
     for i, p in enumerate(placed):
         text.append(f"\n\n# ---- {p.name}: {p.label} ----\n")
         text.append(_prefixed(_without_future(p.kernel_source), f"_k{i}_") + "\n")
-        text.append(_op(p, f"_k{i}_", space))
+        if p.region is None:
+            text.append(_op(p, f"_k{i}_", space))
+            continue
+        reference = cut(_without_future(p.region.reference), lambda node: getattr(node, "name", None) in _INPUT_FUNCTIONS)
+        text.append(f"\n\n# {p.name}'s task, its reference: what torch.compile traces its op with\n")
+        text.append(_prefixed(reference, f"_r{i}_") + "\n")
+        text.append(region_op(p.name, len(p.inputs), _returned_count(p.spec[2]), f"_k{i}_", f"_r{i}_Model", space))
+        regions.append((p.name, f"_k{i}_", p.region, p.spec))
     parts = "".join(f"    (_InPlace_{p.name}, {literal(tuple(p.init))}, {tuple(p.sites)!r}, {literal(p.spec)}),\n"
-                    for p in placed)
-    text.append(_WIRING.replace("@PARTS@", parts).replace("@MODE@", mode))
+                    for p in placed if p.region is None)
+    text.append(_WIRING.replace("@PARTS@", parts).replace("@MODE@", mode)
+                .replace("@REGIONS@", regions_wiring(regions) if regions else NO_REGIONS))
     text.append(_model_new(model_source))
     whole = "".join(text)
     return whole.replace(space, "kevo_" + hashlib.sha256(whole.encode()).hexdigest()[:12])
@@ -294,7 +309,8 @@ def kernelevo_compile(model):
 
 def apply(model):
     """Swap the parts of a live `model` (an instance of the original Model) for their kernels in
-    place, weights, device, dtype and training mode carried over; returns the paths swapped."""
+    place, weights, device, dtype and training mode carried over, and rewrite the forwards that hold
+    regions; returns the paths swapped (a region as its module's path:its task)."""
     swapped = []
     for cls, init, sites, call in _PARTS:
         for path in sites:
@@ -314,8 +330,8 @@ def apply(model):
             parent, _, name = path.rpartition(".")
             setattr(model.get_submodule(parent) if parent else model, name, new)
             swapped.append(path)
-    return swapped
-'''
+    return swapped + _regions_in_place(model)
+@REGIONS@'''
 
 
 def _model_new(model_source: str) -> str:

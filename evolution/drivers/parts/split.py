@@ -8,14 +8,16 @@ output a task cannot state); one whose written file does not give back its call 
 left out. The reason is kept. A module that does no work (Dropout in eval, Identity) is no part. How a part is
 built again is construct.py's; how it is called, call.py's. Identical parts (the same class,
 construction, call and input shapes: 24 transformer layers) fold into one task whose time is the sum
-of its call sites. Tasks are written hottest first until they hold `cover` of the model's time or
-`top` are written; split.json maps each task to its call sites and their shares of the model's time.
+of its call sites. Time a module spends in its own forward (torch calls between its submodules) is
+taken as regions of its traced forward (region.py), which rank with the parts. Tasks are written
+hottest first until they hold `cover` of the model's time or `top` are written; split.json maps each
+task to its call sites and their shares of the model's time.
 """
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,9 @@ from .call import Call, describe
 from .call import of as call_of
 from .construct import HOW, Construction, Constructions, literal
 from .record import Recording, Site
+from .region import Region, regions
+from .region_file import entry
+from .region_file import write as write_region
 from .task_file import check, construction_text, task_text
 
 SPLIT_JSON = "split.json"
@@ -140,17 +145,28 @@ def split(recording: Recording, source: str, model_path: str, out_dir: Path, top
                 rest.left_out_ms += site.ms
             continue
         candidates.append(part)
-    if not candidates:
+    found, traced_in_vain = regions(recording, rest.own_ms(recording))  # time in forwards' own torch calls
+    notes += traced_in_vain
+    if not candidates and not found:
         notes.append("no submodule that does work could be a part: the model's time is in its own forward "
                      "(or in what is left out above); optimize the model file itself as one task")
-    for part in sorted(_fold(candidates), key=lambda p: -p.ms):
+    for part in sorted(_fold(candidates) + found, key=lambda p: -p.ms):
         if sum(recording.share(p.ms) or 0.0 for p in written) >= cover:
             break
         if len(written) >= top:
             rest.past_top_ms += part.ms
+            rest.held(part)
             continue
-        reason = _write(part, recording, source, out_dir, {p.name for p in written})
-        if reason:  # the file does not rebuild its call site: open the first site into its children
+        taken = {p.name for p in written}
+        if isinstance(part, Region):
+            part, reason = write_region(part, out_dir, _name(part.cls.__name__ + "Region", taken))
+            if reason:  # its time stays in its module's own forward
+                where = part.sites[0].path or "the model"
+                notes.append(f"a region of {where}'s forward ({part.cls.__name__}): {reason}; left out")
+                continue
+            rest.held(part)
+        elif reason := _write(part, recording, source, out_dir, taken):
+            # the file does not rebuild its call site
             notes.append(f"{part.sites[0].path} ({part.cls.__name__}): {reason}; left out")
             rest.left_out_ms += part.ms
             continue
@@ -172,18 +188,25 @@ class Rest:
     opened: list[str]
     left_out_ms: float = 0.0
     past_top_ms: float = 0.0
+    in_regions: dict[str, float] = field(default_factory=dict)  # ms of regions written or past --top, by module
 
     def own_ms(self, recording: Recording) -> dict[str, float]:
-        """Each opened module's time outside its children, most first."""
+        """Each opened module's time outside its children and its regions counted elsewhere, most first."""
         sites = recording.sites
 
         def inclusive(path: str) -> float:  # a container never called (ModuleList) holds its children's time
             site = sites[path]
             return site.ms if site.calls else sum(inclusive(c) for c in site.children)
 
-        own = {p: max(0.0, sites[p].ms - sum(inclusive(c) for c in sites[p].children))
+        own = {p: max(0.0, sites[p].ms - sum(inclusive(c) for c in sites[p].children) - self.in_regions.get(p, 0.0))
                for p in self.opened if sites[p].calls}
         return dict(sorted(own.items(), key=lambda kv: -kv[1]))
+
+    def held(self, part) -> None:
+        """A region's time, now a task's (written, or past --top): no longer its modules' own."""
+        if isinstance(part, Region):
+            for site, ms in zip(part.sites, part.site_ms):
+                self.in_regions[site.path] = self.in_regions.get(site.path, 0.0) + ms
 
     def shares(self, recording: Recording) -> dict:
         own = self.own_ms(recording)
@@ -327,20 +350,27 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
 
 
-def _split_data(recording: Recording, model_path: str, parts: list[Part], notes: list[str]) -> dict:
+def _split_data(recording: Recording, model_path: str, parts: list, notes: list[str]) -> dict:
     """split.json: the model's time (alone, and with a wait around every module: the basis of the
-    shares), then each task with its call sites, then the notes."""
+    shares), then each task with its call sites, then the notes; with regions, each of their modules'
+    forward as traced (rewrite.py), which an assembly rewrites with their kernels in place."""
+    forwards = {f.path: f.as_json() for p in parts if isinstance(p, Region) for f in p.forwards}
     return {
         "model": model_path, "device": recording.device, "device_name": recording.device_name,
         "model_ms": round(recording.total_ms, 4), "model_ms_waiting": round(recording.sites[""].ms, 4),
         "covered": _round(sum(recording.share(p.ms) or 0.0 for p in parts)),
-        "tasks": [{"task": p.file, "class": p.cls.__qualname__, "init": list(map(repr, p.init)),
-                   "built_from": HOW[p.built.how], "inputs": [describe(x) for x in p.inputs],
-                   "call": literal(p.call.spec()), **({"left_out": list(p.call.left_out)} if p.call.left_out else {}),
-                   "ms": round(p.ms, 4), "share": _round(recording.share(p.ms)),
-                   "checked": p.checked,
-                   "call_sites": [{"path": s.path, "calls": s.calls, "ms": round(s.ms, 4),
-                                   "share": _round(recording.share(s.ms))}
-                                  for s in p.sites]} for p in parts],
+        "tasks": [entry(p, recording) if isinstance(p, Region) else _entry(p, recording) for p in parts],
+        **({"forwards": forwards} if forwards else {}),
         "notes": notes,
     }
+
+
+def _entry(p: Part, recording: Recording) -> dict:
+    return {"task": p.file, "class": p.cls.__qualname__, "init": list(map(repr, p.init)),
+            "built_from": HOW[p.built.how], "inputs": [describe(x) for x in p.inputs],
+            "call": literal(p.call.spec()), **({"left_out": list(p.call.left_out)} if p.call.left_out else {}),
+            "ms": round(p.ms, 4), "share": _round(recording.share(p.ms)),
+            "checked": p.checked,
+            "call_sites": [{"path": s.path, "calls": s.calls, "ms": round(s.ms, 4),
+                            "share": _round(recording.share(s.ms))}
+                           for s in p.sites]}

@@ -144,18 +144,29 @@ def check(path: Path, part) -> tuple[str, str]:
     except Exception as exc:  # noqa: BLE001 - any failure of the part's own code is a reason
         return f"the written task fails to run: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}", ""
     got = list(out) if isinstance(out, tuple) else [out]
-    worst = 0.0
-    for out, want in zip(got, used(part.call, site.output), strict=False):
-        if not isinstance(out, torch.Tensor) or out.shape != want.shape or out.dtype != want.dtype:
-            return "the written task returns another shape or dtype than its call site", ""
-        diff = (out.double() - want.double()).abs().max().item() if out.numel() else 0.0
-        scale = want.double().abs().max().item() if want.numel() else 0.0
-        if not diff <= TOLERANCE.get(str(want.dtype).replace("torch.", ""), 0.0) * max(1.0, scale):
-            return f"the written task differs from its call site's output by {diff:.3g}", ""
-        worst = max(worst, diff)
+    reason, worst = compare(got, used(part.call, site.output))
+    if reason:
+        return reason, ""
     if len(got) != part.call.outputs:
         return f"the written task returns {len(got)} tensors, its call site {part.call.outputs}", ""
     return "", f"gives back {site.path}'s output from its captured inputs (max difference {worst:.3g})"
+
+
+def compare(got: list, wanted: list) -> tuple[str, float]:
+    """("", the largest difference) where each tensor written code returned is the recorded one within
+    the tolerance of its dtype (relative to the recorded values' scale); else (why not, 0)."""
+    import torch
+
+    worst = 0.0
+    for out, want in zip(got, wanted, strict=False):
+        if not isinstance(out, torch.Tensor) or out.shape != want.shape or out.dtype != want.dtype:
+            return "the written task returns another shape or dtype than its call site", 0.0
+        diff = (out.double() - want.double()).abs().max().item() if out.numel() else 0.0
+        scale = want.double().abs().max().item() if want.numel() else 0.0
+        if not diff <= TOLERANCE.get(str(want.dtype).replace("torch.", ""), 0.0) * max(1.0, scale):
+            return f"the written task differs from its call site's output by {diff:.3g}", 0.0
+        worst = max(worst, diff)
+    return "", worst
 
 
 def part_source(source: str, *class_names: str) -> str:

@@ -20,12 +20,13 @@ def print_split(data: dict, out: Path) -> None:
     for name, justify in [*columns, ("call sites", "left")]:
         table.add_column(name, justify=justify, no_wrap=name in ("task", "share"))
     for t in data["tasks"]:
-        sites = [s["path"] for s in t["call_sites"]]
+        sites = [s["path"] or "the model" for s in t["call_sites"]]
         shown = ", ".join(sites[:3]) + (f" … ({len(sites)})" if len(sites) > 3 else "")
         share = "-" if t["share"] is None else f"{100 * t['share']:.1f} %"
         extra = [_ms(t.get("ms_compiled")), _ms(t.get("sol_ms")),
                  "left to the compiler" if t.get("left_to_compiler") else _ms(t.get("headroom_ms"))] if ranked else []
-        about = [] if ranked else [t["class"], escape(", ".join(t["inputs"]))]
+        kind = f"{t['class']} (its own forward)" if "region" in t else t["class"]  # a region of it (region.py)
+        about = [] if ranked else [kind, escape(", ".join(t["inputs"]))]
         table.add_row(t["task"], *about, share, f"{t['ms']:.3f}", *extra, shown)
     console.print(table)
     if ranked:
