@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from .call import describe
 from .construct import literal
-from .task_file import _input, compare
+from .task_file import compare, input_text
 
 if TYPE_CHECKING:
     from .region import Region
@@ -40,7 +40,7 @@ def task_text(module, inputs: tuple, constants: frozenset[str]) -> str:
     body, names, why = statements(code.src, code.globals)
     if body is None:
         raise ValueError(why)
-    init = [f"        self.{name} = nn.Parameter({_input(t.detach())})\n" for name, t in module.named_parameters()]
+    init = [f"        self.{name} = nn.Parameter({input_text(t.detach())})\n" for name, t in module.named_parameters()]
     for name, tensor in module.named_buffers():
         made = tensor_text(tensor, exact=name in constants)
         if made is None:
@@ -54,7 +54,7 @@ def task_text(module, inputs: tuple, constants: frozenset[str]) -> str:
             "        super().__init__()\n" + "".join(init) + "\n"
             + _forward(code.src) + "\n\n"
             "def get_inputs():\n"
-            f"    return [{', '.join(_input(x) for x in inputs)}]\n\n\n"
+            f"    return [{', '.join(input_text(x) for x in inputs)}]\n\n\n"
             "def get_init_inputs():\n"
             "    return []\n")
 
@@ -79,7 +79,7 @@ def tensor_text(t, exact: bool) -> str | None:
     if found is not None:
         return found
     if not exact:
-        return _input(t.detach())
+        return input_text(t.detach())
     return f"torch.tensor({literal(t.tolist())}, dtype={t.dtype})" if t.numel() <= SMALL else None
 
 

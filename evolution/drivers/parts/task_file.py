@@ -50,7 +50,7 @@ def task_text(part, recording, source: str) -> str:
             f"        super().__init__({construction_text(part.built, 'top', set(mine))})\n"
             f"{cast}{forward}\n\n"
             "def get_inputs():\n"
-            f"    return [{', '.join(_input(x) for x in part.inputs)}]\n\n\n"
+            f"    return [{', '.join(input_text(x) for x in part.inputs)}]\n\n\n"
             "def get_init_inputs():\n"
             f"    return [{', '.join(literal(v) for v in part.init)}]\n")
 
@@ -106,7 +106,8 @@ def _import_of(cls: type) -> str:
     return f"from {cls.__module__} import {cls.__qualname__.split('.')[0]}\n"
 
 
-def _input(x: Any) -> str:
+def input_text(x: Any) -> str:
+    """Source that draws a value like `x` (a tensor of its shape, dtype and, for integers, range; else the literal)."""
     import torch
 
     if not isinstance(x, torch.Tensor):
