@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from .call import describe
 from .construct import literal
-from .task_file import compare, input_text
+from .task_file import compare, input_text, run_written
 
 if TYPE_CHECKING:
     from .region import Region
@@ -110,25 +110,9 @@ def check(path: Path, region: Region) -> tuple[str, str]:
     """("", how it matched) when the file loads, runs its own inputs and, with the region's tensors
     copied in, gives back on the region's recorded inputs what the region gave in the model; else
     (why not, "")."""
-    import torch
-
-    from kernelevo.tasks import TaskError, load_task
-
-    try:
-        task = load_task(path)
-        model = task.make_model()
-        model.load_state_dict(region.module.state_dict())
-    except (TaskError, RuntimeError, TypeError, ValueError) as exc:
-        return f"the written task does not rebuild: {str(exc).splitlines()[0][:200]}", ""
-    device = region.inputs[0].device
-    model = model.to(device)
-    try:
-        with torch.no_grad():
-            model(*[x.to(device) for x in task.get_inputs()])
-            out = model(*[x.clone() for x in region.inputs])
-    except Exception as exc:  # noqa: BLE001 - any failure of the written code is a reason
-        return f"the written task fails to run: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}", ""
-    got = list(out) if isinstance(out, tuple) else [out]
+    got, reason = run_written(path, region.module.state_dict(), region.inputs)
+    if reason:
+        return reason, ""
     if len(got) != len(region.outputs):
         return f"the written task returns {len(got)} tensors, the region {len(region.outputs)}", ""
     reason, worst = compare(got, list(region.outputs))

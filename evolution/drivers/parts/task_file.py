@@ -125,32 +125,40 @@ def check(path: Path, part) -> tuple[str, str]:
     """("", how it matched) when the task file loads, runs its own inputs, and, with the first call
     site's weights, gives back that site's output from its captured inputs (the tensors the model
     uses); else (why not, "")."""
-    import torch
-
-    from kernelevo.tasks import TaskError, load_task
-
     site = part.sites[0]
-    try:
-        task = load_task(path)
-        model = task.make_model()
-        model.load_state_dict(site.module.state_dict())
-    except (TaskError, RuntimeError, TypeError, ValueError) as exc:
-        return f"the written task does not rebuild: {str(exc).splitlines()[0][:200]}", ""
-    device = part.inputs[0].device
-    model = model.to(device).train(site.module.training)
-    try:
-        with torch.no_grad():
-            model(*[x.to(device) if isinstance(x, torch.Tensor) else x for x in task.get_inputs()])
-            out = model(*[x.clone() for x in part.inputs])
-    except Exception as exc:  # noqa: BLE001 - any failure of the part's own code is a reason
-        return f"the written task fails to run: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}", ""
-    got = list(out) if isinstance(out, tuple) else [out]
+    got, reason = run_written(path, site.module.state_dict(), part.inputs, site.module.training)
+    if reason:
+        return reason, ""
     reason, worst = compare(got, used(part.call, site.output))
     if reason:
         return reason, ""
     if len(got) != part.call.outputs:
         return f"the written task returns {len(got)} tensors, its call site {part.call.outputs}", ""
     return "", f"gives back {site.path}'s output from its captured inputs (max difference {worst:.3g})"
+
+
+def run_written(path: Path, state: dict, inputs, training: bool = False) -> tuple[list, str]:
+    """(the outputs, "") of the task file at `path` built with the tensors `state`, run on its own inputs
+    and then on copies of `inputs`; ([], why not) where it does not build or run."""
+    import torch
+
+    from kernelevo.tasks import TaskError, load_task
+
+    try:
+        task = load_task(path)
+        model = task.make_model()
+        model.load_state_dict(state)
+    except (TaskError, RuntimeError, TypeError, ValueError) as exc:
+        return [], f"the written task does not rebuild: {str(exc).splitlines()[0][:200]}"
+    device = inputs[0].device
+    model = model.to(device).train(training)
+    try:
+        with torch.no_grad():
+            model(*[x.to(device) if isinstance(x, torch.Tensor) else x for x in task.get_inputs()])
+            out = model(*[x.clone() for x in inputs])
+    except Exception as exc:  # noqa: BLE001 - any failure of the written code is a reason
+        return [], f"the written task fails to run: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    return (list(out) if isinstance(out, tuple) else [out]), ""
 
 
 def compare(got: list, wanted: list) -> tuple[str, float]:
