@@ -86,3 +86,47 @@ def test_the_modes_job_times_both_models_in_each_mode(assembled, tmp_path):
             assert 0 < t.low <= t.ms <= t.high
     ratio = loop.ratio(("original", "eager"), ("assembled", "eager"))
     assert ratio.low <= ratio.point <= ratio.high
+
+
+def test_a_region_in_place_runs_under_cuda_graphs_and_matches(tmp_path):
+    """tests/fixtures/models/own_attention.py split on the GPU: its own forward becomes a region task,
+    placed with the task's own torch code as the kernel. The rewritten forward matches the original in
+    eager, under torch.compile(mode="reduce-overhead", fullgraph=True) and replayed from a plain
+    CUDAGraph capture; the guard (shapes, dtype, device) holds on the GPU's tensors."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    from kernelevo.evolution.drivers.parts.assemble import chosen_parts
+
+    model = FIXTURES / "models" / "own_attention.py"
+    data = split_model(model, tmp_path / "parts", "cuda:0", top=8, cover=1.0)
+    regions = [t["task"] for t in data["tasks"] if "region" in t]
+    assert regions, (data["tasks"], data["notes"])
+    rows = [{"path": str(tmp_path / "parts" / name), "correct": True, "speedup_eager": 2.0, "speedup_eager_ci": [1.9, 2.1],
+             "kernel_id": i, "verdict": "ok", "status": "done"} for i, name in enumerate(regions)]
+    kernels = [(tmp_path / "parts" / name).read_text().replace("class Model(", "class ModelNew(") for name in regions]
+    chosen, _ = chosen_parts(tmp_path / "parts", rows, kernels.__getitem__, min_speedup=1.0, baseline="eager")
+    task = load_task(model)
+    module = load_module(drop_in_text(task.source, model.name, [c.placed for c in chosen]), str(tmp_path / "a.py"),
+                         "candidate")
+    torch.manual_seed(0)
+    reference = task.make_model().cuda().eval()
+    new = module.ModelNew(*task.init_args).cuda().eval()
+    new.load_state_dict(reference.state_dict())
+    x = task.get_inputs()[0].cuda()
+    with torch.no_grad():
+        want = reference(x)
+        assert torch.allclose(new(x), want, atol=1e-4, rtol=1e-4)
+        graphed = torch.compile(new, mode="reduce-overhead", fullgraph=True)
+        for _ in range(3):
+            got = graphed(x).clone()
+        assert torch.allclose(got, want, atol=1e-4, rtol=1e-4)
+        static = x.clone()
+        new(static)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = new(static)
+        static.copy_(task.get_inputs()[0].cuda())
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.allclose(out, reference(static), atol=1e-4, rtol=1e-4)
