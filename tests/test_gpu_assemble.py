@@ -109,13 +109,16 @@ def test_a_region_in_place_runs_under_cuda_graphs_and_matches(tmp_path):
     module = load_module(drop_in_text(task.source, model.name, [c.placed for c in chosen]), str(tmp_path / "a.py"),
                          "candidate")
     torch.manual_seed(0)
-    reference = task.make_model().cuda().eval()
-    new = module.ModelNew(*task.init_args).cuda().eval()
+    reference = task.make_model().cuda()  # in the mode it was split in: the rewritten forward holds there
+    new = module.ModelNew(*task.init_args).cuda()
     new.load_state_dict(reference.state_dict())
     x = task.get_inputs()[0].cuda()
+    runs = []
+    kernel_run = module._run_model_region
+    module._run_model_region = lambda *args: runs.append(1) or kernel_run(*args)
     with torch.no_grad():
         want = reference(x)
-        assert torch.allclose(new(x), want, atol=1e-4, rtol=1e-4)
+        assert torch.allclose(new(x), want, atol=1e-4, rtol=1e-4) and runs == [1]  # the region's kernel ran
         graphed = torch.compile(new, mode="reduce-overhead", fullgraph=True)
         for _ in range(3):
             got = graphed(x).clone()

@@ -5,6 +5,8 @@ for the region runs it in place of those calls (directly in eager, as a custom o
 gives the original's outputs, falls back to the original forward on shapes it was not verified at, and
 is verified end to end by the judge. (A forward that cannot be traced: test_split's short-of-cover test.)"""
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -38,7 +40,8 @@ def test_a_model_mostly_in_its_own_forward_is_covered_by_a_region_task(attention
     assert spot["parent"] == "" and spot["inputs"] == ["c_attn"] and spot["outputs"] == ["view_3"]
     assert {"matmul", "masked_fill", "softmax", "matmul_1"} <= set(spot["nodes"]) and spot["tensors"] == [["bias", "bias"]]
     forward = data["forwards"][""]
-    assert forward["tensors"] == [["x", [4, 256, 32], "torch.float32"]] and forward["training"] is None
+    # its Dropout, idle in the mode it was recorded in, is dropped: the trace holds in that mode only
+    assert forward["tensors"] == [["x", [4, 256, 32], "torch.float32"]] and forward["training"] is True
     assert [n for n, _ in forward["statements"]][:1] == ["c_attn"] and forward["returns"] == "c_proj"
     assert {t["task"] for t in data["tasks"]} == {"model_region.py", "linear.py", "linear_2.py"}
     assert data["notes"] == ["attn_dropout (Dropout): does no work (returns its input unchanged, or a view of it); left out"]
@@ -157,6 +160,10 @@ def test_the_region_is_placed_with_its_kernel_and_falls_back_on_other_shapes(att
     with torch.no_grad():
         assert torch.allclose(new(x), reference(x), atol=1e-5) and runs == [(4, 256, 96)]
         assert torch.equal(new(other), reference(other)) and len(runs) == 1  # another batch: the original forward
+        new.eval()  # its Dropout was dropped from the trace as idle in training (p=0): in eval, the original forward
+        new(x)
+        assert len(runs) == 1
+        new.train()
         compiled = torch.compile(new, fullgraph=True)  # the region is a custom op: no graph break
         assert torch.allclose(compiled(x), reference(x), atol=1e-5) and len(runs) == 2
     live = task.make_model()
@@ -295,3 +302,22 @@ def test_a_region_reading_the_outputs_of_a_list_of_layers_names_each_input_once(
     assert region["region"]["inputs"] == ["x", "layers_0", "layers_1", "layers_2"], region
     assert region["checked"].startswith("gives back"), region
     assert "    def forward(self, x, layers, layers_2, layers_3):\n" in (tmp_path / "parts" / region["task"]).read_text()
+
+
+def test_torch_compile_still_traces_torch_constructors_after_a_split():
+    """The tracer swaps torch.arange and other constructors while it traces; torch.compile of a model
+    that makes a position index must still compile whole afterwards (a fresh process: the first compile
+    of the process is the one at risk)."""
+    script = f'''
+import tempfile
+from pathlib import Path
+import torch
+from kernelevo.evolution.drivers.parts.split import split_model
+data = split_model(Path({str(ATTENTION)!r}), Path(tempfile.mkdtemp()), "cpu", top=8, cover=1.0)
+assert any("region" in t for t in data["tasks"]), data["tasks"]
+def positions(x):
+    return x + torch.arange(x.shape[0], device=x.device) + torch.zeros(x.shape[0])
+print(torch.compile(positions, fullgraph=True)(torch.ones(4)).tolist())
+'''
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "[1.0, 2.0, 3.0, 4.0]" in done.stdout, done.stderr[-2000:]

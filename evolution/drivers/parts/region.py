@@ -132,7 +132,8 @@ def trace(site: Site, recording: Recording) -> tuple[Traced | None, str]:
     if made:  # a module the forward builds as it runs: the live module has none of that name
         return None, f"its forward makes a module as it runs ({made[0]})"
     values = _values(gm, list(bound.arguments.values()))
-    _drop_idle(gm, recording, site.path, values)
+    # a child idle in this mode (Dropout in eval) may work in the other: the rewritten forward holds in this one only
+    depends = _drop_idle(gm, recording, site.path, values) or depends
     _fold_numbers(gm, values)
     forward, why = _forward_of(site, gm, bound, params, module.training if depends else None,
                               recording.device)
@@ -153,6 +154,19 @@ def _tensors_in(value: Any) -> bool:
     from .call import tensors_of
 
     return bool(tensors_of(value))
+
+
+def _dynamo_rules_first() -> None:
+    """Have torch.compile build its table of torch functions now. MetaTracer swaps torch.arange, zeros,
+    ones ... for wrappers while it traces; a table first built then keys the wrappers, and for the rest
+    of the process torch.compile refuses the real torch.arange (fullgraph fails on a model that makes a
+    position index). Seen on a GPU: the assembly of gpt_stack no longer compiled after a split."""
+    try:
+        from torch._dynamo import trace_rules
+
+        trace_rules.get_torch_obj_rule_map()
+    except (ImportError, AttributeError):  # another torch: no such table to build early
+        pass
 
 
 def _traced(module, meta: dict, concrete: dict, training: bool, device: str):
@@ -189,6 +203,7 @@ def _traced(module, meta: dict, concrete: dict, training: bool, device: str):
             self.orig_forward = lambda *a, **k: _meta_call(m, a, k)
             return torch.fx.Tracer.call_module(self, m, forward, args, kwargs)
 
+    _dynamo_rules_first()
     shell = copy.copy(module)
     shell.__dict__.update(_parameters=dict(module._parameters), _buffers=dict(module._buffers),
                           _modules=dict(module._modules))
@@ -237,11 +252,12 @@ def _values(gm, args: list) -> dict:
     return values
 
 
-def _drop_idle(gm, recording: Recording, path: str, values: dict) -> None:
+def _drop_idle(gm, recording: Recording, path: str, values: dict) -> bool:
     """A child that does no work and returns a tensor of its input's shape (Dropout in eval, Identity)
-    is replaced by its input, so that a region runs on through it."""
+    is replaced by its input, so that a region runs on through it; whether any was."""
     import torch
 
+    dropped = False
     for node in list(gm.graph.nodes):
         if node.op != "call_module" or not node.args or not isinstance(node.args[0], torch.fx.Node):
             continue
@@ -251,7 +267,9 @@ def _drop_idle(gm, recording: Recording, path: str, values: dict) -> None:
                 and out.shape == given.shape and out.dtype == given.dtype:
             node.replace_all_uses_with(node.args[0])
             gm.graph.erase_node(node)
+            dropped = True
     gm.recompile()
+    return dropped
 
 
 def _fold_numbers(gm, values: dict) -> None:
