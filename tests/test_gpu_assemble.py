@@ -48,26 +48,32 @@ def _pair(module, task):
     return reference, new, x
 
 
+def _graphed_match(new, reference, x, fresh, want, tol):
+    """`new` under torch.compile(mode="reduce-overhead", fullgraph=True) gives `want` on `x`; captured in
+    a plain CUDAGraph and replayed on `fresh` copied into its static input, it gives the reference's."""
+    graphed = torch.compile(new, mode="reduce-overhead", fullgraph=True)
+    for _ in range(3):  # recorded on a later call, then replayed
+        got = graphed(x).clone()
+    assert torch.allclose(got, want, atol=tol, rtol=tol)
+    static = x.clone()
+    new(static)  # warm: every kernel built before the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = new(static)
+    static.copy_(fresh)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.allclose(out, reference(static), atol=tol, rtol=tol)
+
+
 def test_the_assembly_runs_under_cuda_graphs_and_matches(assembled):
     module, task, _ = assembled
     reference, new, x = _pair(module, task)
     with torch.no_grad():
         want = reference(x)
         assert torch.allclose(new(x), want, atol=2e-3, rtol=2e-3)  # eager: the kernels called directly
-        graphed = torch.compile(new, mode="reduce-overhead", fullgraph=True)
-        for _ in range(3):  # recorded on a later call, then replayed
-            got = graphed(x).clone()
-        assert torch.allclose(got, want, atol=2e-3, rtol=2e-3)
-        static = x.clone()
-        new(static)  # warm: every kernel built before the capture
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = new(static)
-        static.copy_(task.get_inputs()[0].cuda())
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.allclose(out, reference(static), atol=2e-3, rtol=2e-3)
+        _graphed_match(new, reference, x, task.get_inputs()[0].cuda(), want, 2e-3)
 
 
 def test_the_modes_job_times_both_models_in_each_mode(assembled, tmp_path):
@@ -119,17 +125,4 @@ def test_a_region_in_place_runs_under_cuda_graphs_and_matches(tmp_path):
     with torch.no_grad():
         want = reference(x)
         assert torch.allclose(new(x), want, atol=1e-4, rtol=1e-4) and runs == [1]  # the region's kernel ran
-        graphed = torch.compile(new, mode="reduce-overhead", fullgraph=True)
-        for _ in range(3):
-            got = graphed(x).clone()
-        assert torch.allclose(got, want, atol=1e-4, rtol=1e-4)
-        static = x.clone()
-        new(static)
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = new(static)
-        static.copy_(task.get_inputs()[0].cuda())
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.allclose(out, reference(static), atol=1e-4, rtol=1e-4)
+        _graphed_match(new, reference, x, task.get_inputs()[0].cuda(), want, 1e-4)
