@@ -25,6 +25,7 @@ _VIEW_METHODS = frozenset({"view", "reshape", "transpose", "permute", "contiguou
 _VIEW_FUNCTIONS = frozenset({operator.getitem, getattr, "flatten", "reshape", "transpose", "permute", "squeeze",
                              "unsqueeze", "split", "chunk", "unbind", "t", "narrow", "select", "movedim"})
 
+
 @dataclass(frozen=True)
 class Lifted:
     """A run as a sub-module: the GraphModule (its tensors registered), its recorded inputs and outputs,
