@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .construct import literal
-from .rewrite import NO_REGIONS, region_op, regions_wiring
+from .rewrite import NO_REGIONS, custom_op_text, region_op, regions_wiring
 from .task_file import cut
 
 _INPUT_FUNCTIONS = ("get_inputs", "get_init_inputs", "get_test_inputs")  # the task's, not the model's
@@ -204,12 +204,7 @@ def _op(p: Placed, prefix: str, space: str) -> str:
                 "        else:\n"
                 f"            out = torch.ops.{space}.{p.name}(self._kernelevo_site, _weights(self), *inputs)\n"
                 f"        return _output(spec[2], {'out' if several else '[out]'})\n")
-    return (f"\n\n@torch.library.custom_op(\"{space}::{p.name}\", mutates_args=())\n"
-            f"def _op_{p.name}(site: int, weights: list[torch.Tensor], {typed}) -> {returns}:\n"
-            f"    return {made}\n\n\n"
-            f"@_op_{p.name}.register_fake\n"
-            f"def _op_{p.name}_shape(site, weights, {args}):\n"
-            f"    return _shape_only(site, weights, {args})\n\n\n"
+    return (custom_op_text(p.name, args, typed, returns, made, space) +
             f"class _InPlace_{p.name}({prefix}ModelNew):\n"
             f"    \"\"\"{p.name} as its verified kernel: called directly in eager without autograd; else through its\n"
             f"    custom op (one node for torch.compile: its weights are the op's inputs, so it sees what it reads).\"\"\"\n\n"

@@ -192,20 +192,34 @@ def record(model, inputs: list, device: str, inits: dict[int, tuple[tuple, dict]
     sites = {path: Site(path, m, inits.get(id(m))) for path, m in model.named_modules()}
     for path, site in sites.items():
         site.children = [f"{path}.{name}" if path else name for name, _ in site.module.named_children()]
-    sync = (lambda: torch.cuda.synchronize(device)) if device.startswith("cuda") else (lambda: None)
+    sync = device_sync(device)
     with torch.no_grad():
         model(*inputs)  # warm-up: lazy initialisation, allocator, kernels loaded
         _first_calls(model, sites, inputs)
         _time_sites(model, sites, inputs, sync)
-        total = []
-        for _ in range(TIMED_FORWARDS):
-            sync()
-            start = time.perf_counter()
-            model(*inputs)
-            sync()
-            total.append((time.perf_counter() - start) * 1e3)
+        total = fastest_ms(lambda: model(*inputs), sync, TIMED_FORWARDS)
     name = torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu"
-    return Recording(model, sites, min(total), device, name, inputs, inits)
+    return Recording(model, sites, total, device, name, inputs, inits)
+
+
+def device_sync(device: str):
+    """A function that waits for `device`'s queued work (nothing to wait for on the CPU)."""
+    import torch
+
+    return (lambda: torch.cuda.synchronize(device)) if device.startswith("cuda") else (lambda: None)
+
+
+def fastest_ms(run, sync, times: int) -> float:
+    """The fastest of `times` calls of `run`, in ms, each between two waits for the device (other work
+    on the machine only ever adds time)."""
+    best = float("inf")
+    for _ in range(times):
+        sync()
+        start = time.perf_counter()
+        run()
+        sync()
+        best = min(best, (time.perf_counter() - start) * 1e3)
+    return best
 
 
 def _first_calls(model, sites: dict[str, Site], inputs: list) -> None:

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import time
 import warnings
 from dataclasses import dataclass
 from typing import Any
 
+from .call import tensors_of
 from .construct import literal, plain
-from .record import Recording, Site
+from .record import Recording, Site, device_sync, fastest_ms
 from .region_cut import lift, runs
 from .rewrite import Forward, Spot, statements
 
@@ -116,7 +116,7 @@ def trace(site: Site, recording: Recording) -> tuple[Traced | None, str]:
     for name, value in bound.arguments.items():
         if isinstance(value, torch.Tensor):
             meta[name] = value.to("meta")
-        elif plain(value) and not _tensors_in(value):
+        elif plain(value) and not tensors_of(value):
             concrete[name] = value
         else:
             return None, f"its forward takes a {type(value).__name__} ({name})"
@@ -148,12 +148,6 @@ def _has(module, path: str) -> bool:
     except AttributeError:
         return False
     return True
-
-
-def _tensors_in(value: Any) -> bool:
-    from .call import tensors_of
-
-    return bool(tensors_of(value))
 
 
 def _dynamo_rules_first() -> None:
@@ -337,18 +331,12 @@ def _timed(found: list[Region], site: Site, own_ms: float, device: str) -> list[
     the site's regions together are capped at the site's own time: shares still add up to the model's."""
     import torch
 
-    sync = (lambda: torch.cuda.synchronize(device)) if device.startswith("cuda") else (lambda: None)
+    sync = device_sync(device)
     alone = []
     with torch.no_grad():
         for region in found:
             region.module(*region.inputs)  # warm-up
-            best = float("inf")
-            for _ in range(TIMED_RUNS):
-                sync()
-                start = time.perf_counter()
-                region.module(*region.inputs)
-                sync()
-                best = min(best, (time.perf_counter() - start) * 1e3)
+            best = fastest_ms(lambda r=region: r.module(*r.inputs), sync, TIMED_RUNS)
             alone.append(best * max(site.calls, 1))
     scale = min(1.0, own_ms / sum(alone)) if sum(alone) > 0 else 1.0
     return [dataclasses.replace(r, site_ms=(ms * scale,)) for r, ms in zip(found, alone)]

@@ -96,7 +96,7 @@ def lift(run: list, module, traced, values: dict) -> tuple[Lifted | None, str]:
     owned = dict(module.named_parameters()) | dict(module.named_buffers())
     for a in attrs:
         name = _unique(a.target.replace(".", "_").lstrip("_") or "t", {n for n, _ in tensors})
-        tensor = _fetch(traced, a.target)
+        tensor = operator.attrgetter(a.target)(traced)
         if isinstance(tensor, torch.nn.Parameter):
             root.register_parameter(name, tensor)
         else:
@@ -171,9 +171,3 @@ def _unique(name: str, taken: set[str]) -> str:
     while found in taken:
         found, n = f"{name}_{n}", n + 1
     return found
-
-
-def _fetch(module, target: str) -> Any:
-    for atom in target.split("."):
-        module = getattr(module, atom)
-    return module

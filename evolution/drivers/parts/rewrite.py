@@ -195,6 +195,17 @@ class Placement:
     reference: str
 
 
+def custom_op_text(name: str, args: str, typed: str, returns: str, made: str, space: str) -> str:
+    """The drop-in's custom op `name` (a module part's or a region's): it returns `made`, and its fake
+    runs the original on the meta device (`_shape_only`), so torch.compile traces around it."""
+    return (f"\n\n@torch.library.custom_op(\"{space}::{name}\", mutates_args=())\n"
+            f"def _op_{name}(site: int, weights: list[torch.Tensor], {typed}) -> {returns}:\n"
+            f"    return {made}\n\n\n"
+            f"@_op_{name}.register_fake\n"
+            f"def _op_{name}_shape(site, weights, {args}):\n"
+            f"    return _shape_only(site, weights, {args})\n\n\n")
+
+
 def region_op(name: str, inputs: int, outputs: int, prefix: str, reference: str, space: str) -> str:
     """The drop-in's text for one region task: its custom op, whose fake runs `reference` (the task's
     Model, as named in the file) on the meta device; the kernel run on its module's tensors; and the
@@ -203,12 +214,7 @@ def region_op(name: str, inputs: int, outputs: int, prefix: str, reference: str,
     typed = ", ".join(f"x{j}: torch.Tensor" for j in range(inputs))
     returns, made = ("list[torch.Tensor]", f"[t.contiguous() for t in _run_{name}(site, weights, {args})]") \
         if outputs > 1 else ("torch.Tensor", f"_run_{name}(site, weights, {args}).contiguous()")
-    return (f"\n\n@torch.library.custom_op(\"{space}::{name}\", mutates_args=())\n"
-            f"def _op_{name}(site: int, weights: list[torch.Tensor], {typed}) -> {returns}:\n"
-            f"    return {made}\n\n\n"
-            f"@_op_{name}.register_fake\n"
-            f"def _op_{name}_shape(site, weights, {args}):\n"
-            f"    return _shape_only(site, weights, {args})\n\n\n"
+    return (custom_op_text(name, args, typed, returns, made, space) +
             f"def _run_{name}(site, weights, {args}):\n"
             f"    \"\"\"The kernel on its module's tensors, bound at each call: the module owns them (its state_dict,\n"
             f"    .to() and loads stay the model's).\"\"\"\n"
