@@ -100,7 +100,8 @@ SPLIT_TOP = 8  # parts written to choose the searched ones among, by headroom
 
 def optimize_model(search: OptimizeOptions, parts: int, parts_dir: Path, out_file: Path,
                    max_cost_usd: float | None, resume: str | None = None, min_speedup: float = 1.0,
-                   modes: tuple[str, ...] | None = None, on_progress: Callable[[BenchView], None] = lambda v: None,
+                   modes: tuple[str, ...] | None = None, granularity: str = "module",
+                   on_progress: Callable[[BenchView], None] = lambda v: None,
                    on_status: Callable[[str], None] = lambda text: None) -> dict:
     """Split `search.task_path` (unless resuming a bench of its parts), search the `parts` parts with the
     most headroom over torch.compile (the hottest in eager without --no-compile-baseline) as a bench
@@ -115,7 +116,7 @@ def optimize_model(search: OptimizeOptions, parts: int, parts_dir: Path, out_fil
         ranked = search.compile_baseline  # rank by headroom: a few more parts written to choose among
         data = split_model(model_path, parts_dir, search.devices[0], max(parts, SPLIT_TOP) if ranked else parts,
                            seed=search.seed, headroom=ranked, cache_dir=search.cache_dir, on_status=on_status,
-                           cover=1.0)  # the parts to choose among are the hottest, whatever share they hold
+                           cover=1.0, granularity=granularity)  # the hottest to choose among, whatever share they hold
         chosen = searched(data, parts)
         left = [t["task"] for t in data["tasks"] if t.get("left_to_compiler")]
         if left:

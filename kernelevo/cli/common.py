@@ -366,3 +366,4 @@ class OptimizeArgs:
     parts_dir: Optional[Path]
     min_speedup: float
     modes: Optional[str] = None  # with --parts: the compile modes to time the assembly in
+    granularity: str = "module"  # with --parts: how the model is split (split.GRANULARITIES)

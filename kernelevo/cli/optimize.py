@@ -29,6 +29,8 @@ def optimize(
                                       "against the baseline, beyond noise"),
     modes: Optional[str] = typer.Option(None, help="with --parts: compile modes to time the assembled model in, "
                                         "comma-separated [default: all four on a GPU; eager,default on the CPU]"),
+    granularity: str = typer.Option("module", help="with --parts: module (submodules as parts) or block (a "
+                                    "submodule holding residual blocks cut into them: attention, MLP)"),
     model: ModelOpt = None,
     model_for: ModelForOpt = None,
     device: DeviceOpt = None,
@@ -72,7 +74,8 @@ def optimize(
                         config=config, cache_dir=cache_dir)
     run_optimize(OptimizeArgs(task=task, search=search, max_cost_usd=max_cost_usd, max_llm_calls=max_llm_calls,
                               max_wall_time=max_wall_time, seed_from=tuple(seed_from), force=force, parts=parts,
-                              parts_dir=parts_dir, min_speedup=min_speedup, modes=modes))
+                              parts_dir=parts_dir, min_speedup=min_speedup, modes=modes,
+                              granularity=granularity))
 
 
 def _check(args: OptimizeArgs) -> None:
@@ -81,6 +84,10 @@ def _check(args: OptimizeArgs) -> None:
         fail(f"{args.task}: no such file; give the path of a KernelBench-format task .py file")
     check_choice("--policy", args.search.policy, ("mixed", "strict"))
     check_choice("--shapes", args.search.shapes, ("general", "exact"))
+    if args.parts:
+        from kernelevo.evolution.drivers.parts.split import GRANULARITIES
+
+        check_choice("--granularity", args.granularity, GRANULARITIES)
     if args.search.fmt is not None:  # None: the format the device defaults to
         check_choice("--format", args.search.fmt, FORMAT_CHOICES)
     for path in args.seed_from:

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from kernelevo.cli.common import CacheDirOpt, CompileBaselineOpt, fail, resolve_device
+from kernelevo.cli.common import CacheDirOpt, CompileBaselineOpt, check_choice, fail, resolve_device
 
 
 def split(
@@ -19,6 +19,9 @@ def split(
     device: Optional[str] = typer.Option(None, help="cuda, cuda:N or cpu [default: cuda if present]"),
     top: int = typer.Option(16, min=1, help="write at most the N hottest parts (identical parts count once)"),
     cover: float = typer.Option(0.9, min=0.0, max=1.0, help="stop once the parts hold this share of the model's time"),
+    granularity: str = typer.Option("module", help="module: submodules as parts; block: a submodule holding "
+                                    "residual blocks (a transformer layer) cut into them (attention with its "
+                                    "norm and residual, the MLP)"),
     as_json: bool = typer.Option(False, "--json", help="print split.json's data"),
     compile_baseline: CompileBaselineOpt = True,
     cache_dir: CacheDirOpt = None,
@@ -27,10 +30,14 @@ def split(
     from kernelevo.evolution.drivers.parts.split import split_model
     from kernelevo.tasks import TaskError
 
+    from kernelevo.evolution.drivers.parts.split import GRANULARITIES
+
+    check_choice("--granularity", granularity, GRANULARITIES)
     dev = resolve_device(device)
     try:
         data = split_model(model, out, dev, top, inputs=inputs, headroom=compile_baseline, cache_dir=cache_dir,
-                           on_status=lambda text: typer.echo(text, err=True), cover=cover)
+                           on_status=lambda text: typer.echo(text, err=True), cover=cover,
+                           granularity=granularity)
     except TaskError as exc:
         fail(str(exc))
     if as_json:

@@ -109,7 +109,8 @@ def run_parts(args: OptimizeArgs, options: Any) -> None:
     try:
         with LiveBench(f"kernelevo: {model.name} in parts") as live:
             data = optimize_model(search, args.parts, parts_dir, out_file, total, resume=args.search.resume,
-                                  min_speedup=args.min_speedup, modes=mode_list(args.modes), on_progress=live,
+                                  min_speedup=args.min_speedup, modes=mode_list(args.modes),
+                                  granularity=args.granularity, on_progress=live,
                                   on_status=live.status)
     except (BenchError, Stop, TaskError, ValueError) as exc:
         fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)

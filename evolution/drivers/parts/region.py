@@ -11,6 +11,10 @@ scale factors) become constants; a child that does no work (Dropout in eval) bec
 graph is then cut into regions (region_cut.py), each written as a task file (region_file.py) and timed
 alone. Identical regions (the same task text: code, tensors and input shapes) at several sites, or at
 several steps of an unrolled loop, fold into one task.
+
+At block granularity (`block_regions`) a part's forward is traced through its submodules instead (a
+Linear becomes F.linear on its weight) and cut at its residual joins (region_cut.blocks): a transformer
+layer becomes its attention block and its MLP block, each a task that one fused kernel can hold.
 """
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ from typing import Any
 from .call import tensors_of
 from .construct import literal, plain
 from .record import Recording, Site, device_sync, fastest_ms
-from .region_cut import lift, runs
+from .region_cut import blocks, lift, runs
 from .rewrite import Forward, Spot, statements
 
 MIN_SHARE = 0.05  # a module's own time below this share of the model's is not traced for regions
@@ -46,6 +50,7 @@ class Region:
     name: str = ""
     file: str = ""
     checked: str = ""
+    block: int = 0  # k: the k-th residual block of a forward traced through its submodules (--granularity block)
 
     @property
     def ms(self) -> float:
@@ -96,8 +101,32 @@ def regions(recording: Recording, own: dict[str, float]) -> tuple[list[Region], 
     return _fold(found), notes
 
 
-def trace(site: Site, recording: Recording) -> tuple[Traced | None, str]:
-    """The site's forward traced on its first call's shapes, or (None, why not in one line)."""
+def block_regions(sites: list[Site], recording: Recording) -> tuple[list[Region], str]:
+    """The residual blocks of the sites' forward (one part's call sites), each a region task, identical
+    ones folded; or ([], why not in one line) where it is one block or cannot be cut."""
+    from .region_file import BLOCK_HEADER, task_text
+
+    found: list[Region] = []
+    for site in sites:
+        traced, why = trace(site, recording, inline=True)
+        if traced is None:
+            return [], why
+        cut = blocks(traced.module.graph)
+        if len(cut) < 2:
+            return [], "its forward is one block (no residual join to cut at)"
+        lifted = []
+        for k, run in enumerate(cut, 1):
+            region, why = _region(run, site, traced, lambda *a: task_text(*a, header=BLOCK_HEADER))
+            if region is None:
+                return [], f"a block at {run[0].name} cannot be a task: {why}"
+            lifted.append(dataclasses.replace(region, block=k))
+        found += _timed(lifted, site, site.ms, recording.device, whole=True)
+    return _fold(found), ""
+
+
+def trace(site: Site, recording: Recording, inline: bool = False) -> tuple[Traced | None, str]:
+    """The site's forward traced on its first call's shapes (`inline`: through its submodules' forwards
+    down to torch calls), or (None, why not in one line)."""
     import torch
 
     module = site.module
@@ -121,11 +150,11 @@ def trace(site: Site, recording: Recording) -> tuple[Traced | None, str]:
         else:
             return None, f"its forward takes a {type(value).__name__} ({name})"
     try:
-        gm = _traced(module, meta, concrete, module.training, recording.device)
+        gm = _traced(module, meta, concrete, module.training, recording.device, inline)
     except Exception as exc:  # noqa: BLE001 - any failure of the tracer is the one-line reason
         return None, f"its forward cannot be traced: {type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}"
     try:  # whether the forward reads self.training: then the trace holds in this mode only
-        depends = _traced(module, meta, concrete, not module.training, recording.device).code != gm.code
+        depends = _traced(module, meta, concrete, not module.training, recording.device, inline).code != gm.code
     except Exception:  # noqa: BLE001 - the other mode cannot be traced: it differs
         depends = True
     made = [n.target for n in gm.graph.nodes if n.op == "call_module" and not _has(module, n.target)]
@@ -163,7 +192,7 @@ def _dynamo_rules_first() -> None:
         pass
 
 
-def _traced(module, meta: dict, concrete: dict, training: bool, device: str):
+def _traced(module, meta: dict, concrete: dict, training: bool, device: str, inline: bool = False):
     """The GraphModule of `module`'s forward traced in `training` mode, on a shell of it: the tracer
     adds attributes to the module it traces (constants, stateless modules made in forward), and the
     live model keeps none of them. A tensor's device is `device`, as recorded: a forward that checks
@@ -188,7 +217,7 @@ def _traced(module, meta: dict, concrete: dict, training: bool, device: str):
         proxy_buffer_attributes = True  # a buffer (a causal mask) is read where the region is, not folded in
 
         def is_leaf_module(self, m, qualname) -> bool:
-            return True
+            return not inline
 
         def proxy(self, node):
             return Proxy(node, self)
@@ -324,11 +353,12 @@ def _region(run: list, site: Site, traced: Traced, task_text) -> tuple[Region | 
                   text), ""
 
 
-def _timed(found: list[Region], site: Site, own_ms: float, device: str) -> list[Region]:
+def _timed(found: list[Region], site: Site, own_ms: float, device: str, whole: bool = False) -> list[Region]:
     """Each region with its time per model forward: the fastest of TIMED_RUNS runs alone on its
     recorded inputs, times the site's calls per forward. Alone it misses the waits around every
     module that the model's figures are measured with (record.py), and runs warm on one input, so
-    the site's regions together are capped at the site's own time: shares still add up to the model's."""
+    the site's regions together are capped at the site's own time: shares still add up to the model's.
+    Regions that are the `whole` forward (its residual blocks) share out the site's time by their own."""
     import torch
 
     sync = device_sync(device)
@@ -338,7 +368,7 @@ def _timed(found: list[Region], site: Site, own_ms: float, device: str) -> list[
             region.module(*region.inputs)  # warm-up
             best = fastest_ms(lambda r=region: r.module(*r.inputs), sync, TIMED_RUNS)
             alone.append(best * max(site.calls, 1))
-    scale = min(1.0, own_ms / sum(alone)) if sum(alone) > 0 else 1.0
+    scale = (own_ms / sum(alone) if whole else min(1.0, own_ms / sum(alone))) if sum(alone) > 0 else 1.0
     return [dataclasses.replace(r, site_ms=(ms * scale,)) for r, ms in zip(found, alone)]
 
 

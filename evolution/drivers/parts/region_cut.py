@@ -5,6 +5,11 @@ work and is no region. Views of what a run reads that something after it reads t
 the forward (a region never returns a view of its own input); the module's tensors a run reads
 (weights, buffers, constants the forward made) become the region's own; a device the trace wrote into
 a call is read from the region's first tensor instead.
+
+At block granularity (`blocks`) a forward traced through its submodules is cut at its residual joins
+instead: a part is everything from one point the whole computation passes through to the next such
+point at or after a join (an add of a branch and its bypass). A pre-norm transformer layer gives its
+attention with norm and residual, and its MLP with both matrix products, activation, norm and residual.
 """
 from __future__ import annotations
 
@@ -47,6 +52,43 @@ def runs(graph) -> list[list]:
         elif node.op != "get_attr" and runs[-1]:
             runs.append([])
     return [r for r in runs if r and any(_works(n) for n in r)]
+
+
+def blocks(graph) -> list[list]:
+    """The forward's nodes cut into residual blocks: a block ends at a node that every path from the
+    inputs to the output passes through (nothing computed before it is read after it, but itself),
+    once the block holds a join (a node reading two tensors the inputs flow into), and takes the chain
+    of such nodes right after it (a post-norm layer's norm). A tail without a join joins the block
+    before it; a forward without residuals is one block."""
+    order = {n: k for k, n in enumerate(graph.nodes)}
+    flows: set = set()  # nodes the inputs flow into (not weights, not constants the forward makes)
+    found: list[list] = []
+    block: list = []
+    joined = trailing = False
+    reach = -1  # the furthest node read by a flowing node seen so far (before the current one)
+    for node in graph.nodes:
+        if node.op == "placeholder" or any(a in flows for a in node.all_input_nodes):
+            flows.add(node)
+        if node.op in ("call_function", "call_method", "call_module"):
+            reads = len([a for a in node.all_input_nodes if a in flows])
+            through = node in flows and reach <= order[node]  # every path passes through it
+            if trailing and through and reads <= 1:
+                found[-1].append(node)
+            else:
+                trailing = False
+                block.append(node)
+                joined = joined or reads >= 2
+                if joined and through:
+                    found.append(block)
+                    block, joined, trailing = [], False, True
+        if node in flows:
+            reach = max([reach, *(order[u] for u in node.users)])
+    if block:
+        if found and not joined:
+            found[-1] += block
+        else:
+            found.append(block)
+    return [b for b in found if any(_works(n) for n in b)]
 
 
 def _works(node) -> bool:

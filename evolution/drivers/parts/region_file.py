@@ -28,9 +28,12 @@ SMALL = 64  # a constant tensor of at most this many elements is written value b
 HEADER = ("# A region of a module's own forward (torch calls between its submodules), one part of a model,\n"
           "# written by `kernelevo split`; its call sites and their shares of the model's time are in split.json\n"
           "# beside this file.\n")
+BLOCK_HEADER = ("# A residual block of a module's forward (its submodules' work written out as torch calls on their\n"
+                "# weights), one part of a model, written by `kernelevo split --granularity block`; its call sites\n"
+                "# and their shares of the model's time are in split.json beside this file.\n")
 
 
-def task_text(module, inputs: tuple, constants: frozenset[str]) -> str:
+def task_text(module, inputs: tuple, constants: frozenset[str], header: str = HEADER) -> str:
     """The task file's text for the lifted region `module` (a GraphModule) on `inputs`; `constants`
     names its tensors the forward made, which must be written exactly. ValueError (why) where a
     global its code reads or a constant cannot be written."""
@@ -48,7 +51,7 @@ def task_text(module, inputs: tuple, constants: frozenset[str]) -> str:
         init.append(f"        self.register_buffer({name!r}, {made})\n")
     imports = "".join(f"{s}\n" for _, s in names if s.startswith("import "))
     bound = "".join(f"{n} = {s}\n" for n, s in names if not s.startswith("import "))
-    return (HEADER + imports + "import torch\nimport torch.nn as nn\n" + (f"\n{bound}" if bound else "") + "\n\n"
+    return (header + imports + "import torch\nimport torch.nn as nn\n" + (f"\n{bound}" if bound else "") + "\n\n"
             "class Model(nn.Module):\n"
             "    def __init__(self):\n"
             "        super().__init__()\n" + "".join(init) + "\n"
@@ -147,7 +150,8 @@ def entry(region: Region, recording) -> dict:
         return None if found is None else round(found, 4)
 
     return {"task": region.file, "class": region.cls.__qualname__, "init": [],
-            "built_from": "a region of its own forward", "inputs": [describe(x) for x in region.inputs],
+            "built_from": "a residual block of its forward" if region.block else "a region of its own forward",
+            "inputs": [describe(x) for x in region.inputs],
             "call": literal(call_spec(len(region.inputs), len(region.outputs))),
             "ms": round(region.ms, 4), "share": share(region.ms), "checked": region.checked,
             "region": region.spots[0].as_json(region.sites[0].path),

@@ -9,7 +9,9 @@ left out. The reason is kept. A module that does no work (Dropout in eval, Ident
 built again is construct.py's; how it is called, call.py's. Identical parts (the same class,
 construction, call and input shapes: 24 transformer layers) fold into one task whose time is the sum
 of its call sites. Time a module spends in its own forward (torch calls between its submodules) is
-taken as regions of its traced forward (region.py), which rank with the parts. Tasks are written
+taken as regions of its traced forward (region.py), which rank with the parts. At block granularity a
+part whose forward holds residual blocks (a transformer layer: attention, then MLP, each with its norm
+and residual) is cut into them, each a region task (region.block_regions). Tasks are written
 hottest first until they hold `cover` of the model's time or `top` are written; split.json maps each
 task to its call sites and their shares of the model's time.
 """
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +27,9 @@ from .call import Call, describe
 from .call import of as call_of
 from .construct import HOW, Construction, Constructions, literal
 from .record import Recording, Site
-from .region import Region, regions
+from .rest import Rest
+from .rest import rounded as _round
+from .region import Region, block_regions, regions
 from .region_file import entry
 from .region_file import write as write_region
 from .task_file import check, construction_text, task_text
@@ -35,6 +39,7 @@ SPLIT_JSON = "split.json"
 
 MAX_LAYERS = 8  # a part holds at most this many working layers: a larger module is opened into its children
 COVER = 0.9  # parts are written until they hold this share of the model's time (or `top` of them)
+GRANULARITIES = ("module", "block")  # parts are submodules; or their residual blocks where they hold several
 
 
 @dataclass
@@ -67,12 +72,12 @@ class Part:
 
 def split_model(model: Path | str, out_dir: Path, device: str, top: int, seed: int = 0,
                 inputs: str | None = None, headroom: bool = False, cache_dir: Path | None = None,
-                on_status=lambda text: None, cover: float = COVER) -> dict:
+                on_status=lambda text: None, cover: float = COVER, granularity: str = "module") -> dict:
     """Build the model (a KernelBench-format file, or `pkg.module:make_model` with `inputs` naming
     `pkg.module:make_inputs`), record it on `device`, and write its hottest parts into `out_dir`,
-    until they hold `cover` of its time or `top` are written; with `headroom`, each part also timed under torch.compile against its speed of light,
-    and the parts ranked by what the compiler leaves (headroom.py). TaskError (one line) for a model
-    that cannot be used."""
+    until they hold `cover` of its time or `top` are written, at `granularity` (GRANULARITIES); with
+    `headroom`, each part also timed under torch.compile against its speed of light, and the parts
+    ranked by what the compiler leaves (headroom.py). TaskError (one line) for a model that cannot be used."""
     import torch
 
     from .record import build, record
@@ -81,7 +86,7 @@ def split_model(model: Path | str, out_dir: Path, device: str, top: int, seed: i
     torch.manual_seed(seed)
     built, inits = build(make, *args)
     recording = record(built, list(get_inputs()), device, inits)
-    data = split(recording, source, str(model), out_dir, top, cover)
+    data = split(recording, source, str(model), out_dir, top, cover, granularity)
     if headroom and data["tasks"]:
         from .headroom import measure
 
@@ -120,9 +125,12 @@ def _named(spec: str) -> Any:
     return found
 
 
-def split(recording: Recording, source: str, model_path: str, out_dir: Path, top: int, cover: float = COVER) -> dict:
+def split(recording: Recording, source: str, model_path: str, out_dir: Path, top: int, cover: float = COVER,
+          granularity: str = "module") -> dict:
     """Write the hottest parts of `recording` into `out_dir` with split.json, until they hold `cover`
     of the model's time or `top` are written; returns split.json's data."""
+    if granularity not in GRANULARITIES:
+        raise ValueError(f"granularity {granularity!r}: one of {', '.join(GRANULARITIES)}")
     out_dir.mkdir(parents=True, exist_ok=True)
     frontier = list(recording.sites[""].children)
     constructions = Constructions(recording.seen)
@@ -150,7 +158,11 @@ def split(recording: Recording, source: str, model_path: str, out_dir: Path, top
     if not candidates and not found:
         notes.append("no submodule that does work could be a part: the model's time is in its own forward "
                      "(or in what is left out above); optimize the model file itself as one task")
-    for part in sorted(_fold(candidates) + found, key=lambda p: -p.ms):
+    parts = _fold(candidates)
+    if granularity == "block":
+        parts, cut = _blocks(parts, recording)
+        notes += cut
+    for part in sorted(parts + found, key=lambda p: -p.ms):
         if sum(recording.share(p.ms) or 0.0 for p in written) >= cover:
             break
         if len(written) >= top:
@@ -159,7 +171,8 @@ def split(recording: Recording, source: str, model_path: str, out_dir: Path, top
             continue
         taken = {p.name for p in written}
         if isinstance(part, Region):
-            part, reason = write_region(part, out_dir, _name(part.cls.__name__ + "Region", taken))
+            kind = f"Part{part.block}" if part.block else "Region"  # decoder_block_part1: its first block
+            part, reason = write_region(part, out_dir, _name(part.cls.__name__ + kind, taken))
             if reason:  # its time stays in its module's own forward
                 where = part.sites[0].path or "the model"
                 notes.append(f"a region of {where}'s forward ({part.cls.__name__}): {reason}; left out")
@@ -180,54 +193,25 @@ def split(recording: Recording, source: str, model_path: str, out_dir: Path, top
     return data
 
 
-@dataclass
-class Rest:
-    """Where the model's time that no written part holds goes: the own forwards of the modules opened
-    into their children (the model's included: torch calls outside any submodule), modules left out
-    (with their reasons among the notes), and parts past --top."""
-    opened: list[str]
-    left_out_ms: float = 0.0
-    past_top_ms: float = 0.0
-    in_regions: dict[str, float] = field(default_factory=dict)  # ms of regions written or past --top, by module
-
-    def own_ms(self, recording: Recording) -> dict[str, float]:
-        """Each opened module's time outside its children and its regions counted elsewhere, most first."""
-        sites = recording.sites
-
-        def inclusive(path: str) -> float:  # a container never called (ModuleList) holds its children's time
-            site = sites[path]
-            return site.ms if site.calls else sum(inclusive(c) for c in site.children)
-
-        own = {p: max(0.0, sites[p].ms - sum(inclusive(c) for c in sites[p].children) - self.in_regions.get(p, 0.0))
-               for p in self.opened if sites[p].calls}
-        return dict(sorted(own.items(), key=lambda kv: -kv[1]))
-
-    def held(self, part) -> None:
-        """A region's time, now a task's (written, or past --top): no longer its modules' own."""
-        if isinstance(part, Region):
-            for site, ms in zip(part.sites, part.site_ms):
-                self.in_regions[site.path] = self.in_regions.get(site.path, 0.0) + ms
-
-    def shares(self, recording: Recording) -> dict:
-        own = self.own_ms(recording)
-        return {"own_forwards": _round(recording.share(sum(own.values()))),
-                "own_by_module": {p or "the model": _round(recording.share(ms)) for p, ms in list(own.items())[:5]},
-                "left_out": _round(recording.share(self.left_out_ms)),
-                "past_top": _round(recording.share(self.past_top_ms))}
-
-    @staticmethod
-    def line(shares: dict, covered: float, cover: float, top: int) -> str:
-        """One line from `shares` (Rest.shares): the cover short of its target, and where the rest goes."""
-        def pct(share: float | None) -> str:
-            return f"{100 * (share or 0.0):.1f} %"
-
-        named = ", ".join(f"{p} {pct(x)}" for p, x in list(shares["own_by_module"].items())[:3] if x)
-        # a model that is mostly its own forward is one task already: its file is in KernelBench's form
-        whole = "; most of it is the model's own forward: `kernelevo optimize` on the model file searches it " \
-            "as one task" if (shares["own_by_module"].get("the model") or 0.0) >= 0.5 else ""
-        return (f"covered {100 * covered:.1f} % of the {100 * cover:.0f} % asked: {pct(shares['own_forwards'])} is in "
-                f"forwards' own torch calls outside any submodule ({named or 'none'}), {pct(shares['left_out'])} in "
-                f"modules left out (above), {pct(shares['past_top'])} in parts past --top {top}{whole}")
+def _blocks(parts: list[Part], recording: Recording) -> tuple[list, list[str]]:
+    """Each part whose forward holds several residual blocks as those blocks (region tasks); the rest as
+    they are. A note for each part cut, and for each that could not be traced through."""
+    out: list = []
+    notes: list[str] = []
+    for part in parts:
+        where = f"{part.sites[0].path} ({part.cls.__name__})"
+        try:  # a forward the tracer cannot go through stays one part
+            found, why = block_regions(part.sites, recording)
+        except Exception as exc:  # noqa: BLE001 - the reason, in one line
+            found, why = [], f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}"
+        if found:
+            notes.append(f"{where}: cut into {len(found)} residual blocks")
+            out += found
+            continue
+        if not why.startswith("its forward is one block"):
+            notes.append(f"{where}: kept whole at block granularity: {why}")
+        out.append(part)
+    return out, notes
 
 
 def _as_part(site: Site, recording: Recording, constructions: Constructions) -> tuple[Part | None, str]:
@@ -344,10 +328,6 @@ def _name(class_name: str, taken: set[str]) -> str:
     while name in taken:
         name, n = f"{base}_{n}", n + 1
     return name
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 4)
 
 
 def _split_data(recording: Recording, model_path: str, parts: list, notes: list[str]) -> dict:
