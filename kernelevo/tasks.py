@@ -1,7 +1,9 @@
 """KernelBench-format task files: `Model`, `get_inputs()`, `get_init_inputs()`.
 
 A task may also define `get_test_inputs()`, returning extra input lists (other shapes) that the
-judge uses for correctness only. Loading validates the file and turns any problem into a
+judge uses for correctness only, and `get_call_sites()`, the constructor arguments and input shapes of
+each call site of a model's part folded over sites of other sizes (`kernelevo split`), on every one of
+which the judge checks a kernel. Loading validates the file and turns any problem into a
 `TaskError` whose message is one line naming the file, the line where it applies, and the fix.
 """
 from __future__ import annotations
@@ -77,6 +79,7 @@ class Task:
     get_inputs: Callable[[], list]
     init_args: tuple
     get_test_inputs: Callable[[], list] | None = None
+    call_sites: tuple[tuple[tuple, tuple[tuple[int, ...], ...]], ...] = ()  # (init, input shapes) per site
 
     def make_model(self):
         return self.model_cls(*self.init_args)
@@ -138,6 +141,7 @@ def load_task(path: str | Path) -> Task:
             raise TaskError(f"{name}: get_test_inputs() must return a non-empty list of input lists")
         for i, inputs in enumerate(sets):
             check_inputs(inputs, f"get_test_inputs()[{i}]", filename)
+    sites = _call_sites(module, filename)
     try:
         model_cls(*init_args)
     except Exception as exc:  # noqa: BLE001
@@ -145,7 +149,26 @@ def load_task(path: str | Path) -> Task:
                         f"{type(exc).__name__}: {first_line(exc)}") from exc
     return Task(name=path.stem, path=filename, source=source, source_hash=source_hash(source),
                 model_cls=model_cls, get_inputs=module.get_inputs, init_args=tuple(init_args),
-                get_test_inputs=test_inputs)
+                get_test_inputs=test_inputs, call_sites=sites)
+
+
+def _call_sites(module, filename: str) -> tuple:
+    """get_call_sites()'s (constructor arguments, input shapes) pairs, checked; () where it is absent."""
+    fn = getattr(module, "get_call_sites", None)
+    if fn is None:
+        return ()
+    sites = _call(fn, "get_call_sites()", filename)
+    name = Path(filename).name
+    out = []
+    for i, site in enumerate(sites if isinstance(sites, (list, tuple)) else [None]):
+        ok = isinstance(site, (list, tuple)) and len(site) == 2 and isinstance(site[0], (list, tuple)) and \
+            isinstance(site[1], (list, tuple)) and all(isinstance(s, (list, tuple)) and
+                                                       all(isinstance(n, int) and n >= 0 for n in s) for s in site[1])
+        if not ok:
+            raise TaskError(f"{name}: get_call_sites() item {i} must be ([constructor arguments], "
+                            "[[input 0's shape], ...]); return a list of such pairs")
+        out.append((tuple(site[0]), tuple(tuple(s) for s in site[1])))
+    return tuple(out)
 
 
 def _call(fn: Callable, what: str, filename: str) -> Any:

@@ -51,6 +51,10 @@ def verdicts(cache_dir):
         futures = {p.name: judge.submit(load_task(FIXTURES / header(p, "task")), p, final=p.name in BOUNDS_TRIAL)
                    for p in CPU_FIXTURES}
         futures["exact:no_tail"] = exact.submit(load_task(FIXTURES / header(no_tail, "task")), no_tail)
+        # the honest Linear on the task folded over call sites: checked at each, in both shapes modes
+        sites = load_task(FIXTURES / "cpu" / "task_sites_linear.py")
+        futures["sites:linear"] = judge.submit(sites, GENERAL / "square_linear_ok_c.py")
+        futures["exact:sites:linear"] = exact.submit(sites, GENERAL / "square_linear_ok_c.py")
         return {name: f.result(timeout=600) for name, f in futures.items()}
 
 
@@ -114,6 +118,17 @@ def test_honest_kernels_report_what_was_checked(verdicts):
     assert any("keeps state across calls" in n for n in verdicts["rnn_state_ok_c.py"].notes)
     assert any(n.startswith("bounds trial: AddressSanitizer saw every index in bounds on ")
                for n in norm.notes), norm.notes
+
+
+def test_a_part_folded_over_call_sites_is_checked_at_every_one(verdicts):
+    for key in ("sites:linear", "exact:sites:linear"):
+        honest = verdicts[key]
+        assert honest.verdict == "ok", (key, honest.message)
+        assert {"float32[32, 96] with Model(in_features=96, out_features=32)",
+                "float32[32, 160] with Model(in_features=160, out_features=32)"} <= set(honest.shapes.supported), key
+    buffer = verdicts["site_specific__row_buffer_c.py"].message
+    assert buffer.startswith("call site (call site 3: float32[32, 160] with Model(in_features=160, out_features=32))")
+    assert "wrong at another of the part's call sites" in buffer
 
 
 def test_a_class_count_varies_with_the_targets_that_index_it(verdicts):

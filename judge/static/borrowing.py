@@ -52,7 +52,7 @@ def reference_fallback(ctx: Context) -> list[Finding]:
     return _findings("reference_fallback", hits)
 
 
-_TASK_NAMES = frozenset({"Model", "get_inputs", "get_init_inputs", "get_test_inputs"})
+_TASK_NAMES = frozenset({"Model", "get_inputs", "get_init_inputs", "get_test_inputs", "get_call_sites"})
 _PACKAGES = frozenset({"torch", "numpy", "triton", "kernelevo", "cuda", "cupy", "numba", "einops", "pycuda",
                        "nvidia", "cutlass", "scipy", "functorch", "typing_extensions", "requests", "urllib3",
                        "httpx", "aiohttp", "dill", "joblib", "cloudpickle", "psutil"})

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from kernelevo.judge.job import Job
-from kernelevo.judge.trials import arena, clock, compare, generality, guards, handback, inputs, reference, shapes
+from kernelevo.judge.trials import arena, clock, compare, generality, guards, handback, inputs, reference, shapes, sites
 from kernelevo.judge.trials.correctness import sync
 from kernelevo.judge.trials.reference import Reference, Skip
 from kernelevo.judge.trials.shapes import describe
@@ -94,7 +94,7 @@ class Checker:
             except handback.Ended as ended:
                 return ended.result
             except guards.Rejected as r:
-                if trial.kind == "shape" and r.reason in ("uninitialized_output", "inputs_modified"):
+                if trial.kind in ("shape", "site") and r.reason in ("uninitialized_output", "inputs_modified"):
                     # the same kernel passed these checks on the task's own shapes: a wrong answer here
                     mismatch = compare.Mismatch(r.reason, r.message.removeprefix(f"{trial.label}: "))
                     return handback.incorrect(mismatch, trial, trials + 1)
@@ -102,7 +102,7 @@ class Checker:
             trials += 1
             if isinstance(result, compare.Mismatch):
                 return handback.incorrect(result, trial, trials)
-            if trial.kind in ("draw", "test", "shape") and trial.shapes not in self.report["supported"]:
+            if trial.kind in ("draw", "test", "shape", "site") and trial.shapes not in self.report["supported"]:
                 self.report["supported"].append(trial.shapes)
             if worst is None or result.rel_l2 >= worst[0].rel_l2:
                 worst = (result, trial.label)
@@ -230,6 +230,7 @@ class Checker:
         extra = getattr(self.task, "get_test_inputs", None)
         for i, test_args in enumerate(extra() if extra is not None else ()):
             yield Trial(inputs.to_device(list(test_args), self.device), f"test inputs {i + 1}", "test")
+        yield from self._site_trials(n + 3)
         if self.report["mode"] == "general":
             base = self._plain(n + 2)
             roles = planned or shapes.plan(base, tuple(self.task.get_init_inputs()),
@@ -239,6 +240,20 @@ class Checker:
             self.report["notes"].extend([*roles.notes, *said])
             for v in found:
                 yield Trial(v.args, f"derived shape ({v.label}: {v.shapes})", "shape", v.init, v.shapes)
+
+    def _site_trials(self, k: int) -> Iterator[Trial]:
+        """The task's other call sites in its model (get_call_sites()), each a trial with both models
+        built for it, in every shapes mode: they are the task's own sizes, not derived ones."""
+        listed = getattr(self.task, "get_call_sites", None)
+        if listed is None:
+            return
+        base = self._plain(k)
+        plans, notes = sites.site_plans(base, tuple(self.task.get_init_inputs()), list(listed()),
+                                        reference.parameter_names(self.task.Model))
+        found, said = shapes.variants(base, shapes.Roles(plans))
+        self.report["notes"].extend([*notes, *said])
+        for v in found:
+            yield Trial(v.args, f"call site ({v.label}: {v.shapes})", "site", v.init, v.shapes)
 
     def _tell(self, message: dict) -> dict:
         answer = self.ask(message)
@@ -264,7 +279,7 @@ class Checker:
         ref_args = inputs.clone_inputs(originals)
         with torch.no_grad():
             expected, exact, finite = ref(ref_args)
-        if trial.kind == "shape" and not finite:
+        if trial.kind in ("shape", "site") and not finite:
             raise Skip
         answer, outs, after = self._hand_over(t, trial, originals, expected, ref_args)
         if answer.get("refused") is not None:

@@ -12,6 +12,7 @@ GENERAL = {
     "weights": ("weight_specific", "correct only with the default-initialised weights"),
     "range": ("value_range", "numerically fragile at magnitudes the reference handles"),
     "shape": ("shape_specific", "correct only on the task's own shapes"),
+    "site": ("site_specific", "wrong at another of the part's call sites in its model"),
 }
 
 class Ended(Exception):

@@ -32,6 +32,9 @@ negative ignore value such as -100. So a cross-entropy's class count really vari
 only an index input ties (an embedding's vocabulary, a constructor argument no input dimension
 has) varies too. The reference, run on the result, confirms it stays valid. Integer inputs that
 could still index a shrunk dimension out of range veto the variant.
+
+A task folded over call sites of other sizes lists them in `get_call_sites()`: sites.py makes each a
+trial of its own, beside the sizes derived here.
 """
 from __future__ import annotations
 

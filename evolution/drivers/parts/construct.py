@@ -34,6 +34,7 @@ class Arg:
     name: str  # the parameter's name; `args_0`... for the elements of *args
     value: Any
     keyword: bool  # passed by keyword (a keyword-only parameter, or through **kwargs)
+    lifted: str = ""  # inside a module argument: the task's constructor parameter this value is (fold.py)
 
 
 @dataclass(frozen=True)
@@ -44,12 +45,23 @@ class Construction:
 
     @property
     def params(self) -> tuple[str, ...]:
-        """The task Model's constructor parameters: the plain arguments given at the top level."""
-        return tuple(a.name for a in self.args if not isinstance(a.value, Construction))
+        """The task Model's constructor parameters: the plain arguments given at the top level, then the
+        values inside module arguments lifted to parameters (a folded part's sizes)."""
+        return tuple(a.name for a in self.args if not isinstance(a.value, Construction)) + \
+            tuple(a.lifted for a in self.nested() if a.lifted)
 
     @property
     def values(self) -> tuple:
-        return tuple(a.value for a in self.args if not isinstance(a.value, Construction))
+        return tuple(a.value for a in self.args if not isinstance(a.value, Construction)) + \
+            tuple(a.value for a in self.nested() if a.lifted)
+
+    def nested(self) -> list[Arg]:
+        """The plain arguments inside its module arguments, depth first."""
+        found = []
+        for a in self.args:
+            if isinstance(a.value, Construction):
+                found += [b for b in a.value.args if not isinstance(b.value, Construction)] + a.value.nested()
+        return found
 
     def classes(self) -> list[type]:
         """Every class the construction names, this one first."""

@@ -28,7 +28,7 @@ from .construct import literal
 from .rewrite import NO_REGIONS, custom_op_text, region_op, regions_wiring
 from .task_file import cut
 
-_INPUT_FUNCTIONS = ("get_inputs", "get_init_inputs", "get_test_inputs")  # the task's, not the model's
+_INPUT_FUNCTIONS = ("get_inputs", "get_init_inputs", "get_test_inputs", "get_call_sites")  # the task's
 _TYPES = {"tensor": "torch.Tensor", "int": "int", "float": "float", "bool": "bool"}
 
 
@@ -43,6 +43,14 @@ class Placed:
     label: str  # one line: which kernel, how fast alone
     call: tuple = ()  # the call sites' call (call.py's spec); () for tensors in order returning one tensor
     region: Any = None  # for a region of a module's own forward, its rewrite.Placement
+    site_inits: tuple = ()  # each site's constructor arguments, where a task is folded over sites of other sizes
+
+    def by_init(self) -> list[tuple[tuple, tuple[str, ...]]]:
+        """(constructor arguments, the sites built with them), in order of first site."""
+        groups: dict[str, tuple[tuple, list[str]]] = {}
+        for site, init in zip(self.sites, self.site_inits or [self.init] * len(self.sites)):
+            groups.setdefault(repr(init), (tuple(init), []))[1].append(site)
+        return [(init, tuple(sites)) for init, sites in groups.values()]
 
     @property
     def spec(self) -> tuple:
@@ -81,8 +89,8 @@ def drop_in_text(model_source: str, model_name: str, placed: list[Placed], mode:
         text.append(_prefixed(reference, f"_r{i}_") + "\n")
         text.append(region_op(p.name, len(p.inputs), _returned_count(p.spec[2]), f"_k{i}_", f"_r{i}_Model", space))
         regions.append((p.name, f"_k{i}_", p.region, p.spec))
-    parts = "".join(f"    (_InPlace_{p.name}, {literal(tuple(p.init))}, {tuple(p.sites)!r}, {literal(p.spec)}),\n"
-                    for p in placed if p.region is None)
+    parts = "".join(f"    (_InPlace_{p.name}, {literal(init)}, {sites!r}, {literal(p.spec)}),\n"
+                    for p in placed if p.region is None for init, sites in p.by_init())
     text.append(_WIRING.replace("@PARTS@", parts).replace("@MODE@", mode)
                 .replace("@REGIONS@", regions_wiring(regions) if regions else NO_REGIONS))
     text.append(_model_new(model_source))

@@ -6,9 +6,8 @@ working layers (a part is one kernel's worth of work) and one that cannot be reb
 class defined inside a function, constructor arguments that cannot be found or written, a call or an
 output a task cannot state); one whose written file does not give back its call site's output is
 left out. The reason is kept. A module that does no work (Dropout in eval, Identity) is no part. How a part is
-built again is construct.py's; how it is called, call.py's. Identical parts (the same class,
-construction, call and input shapes: 24 transformer layers) fold into one task whose time is the sum
-of its call sites. Time a module spends in its own forward (torch calls between its submodules) is
+built again is construct.py's; how it is called, call.py's; which parts are one task, fold.py's
+(identical parts, 24 transformer layers; and one class built for other sizes, DenseNet's layers). Time a module spends in its own forward (torch calls between its submodules) is
 taken as regions of its traced forward (region.py), which rank with the parts. At block granularity a
 part whose forward holds residual blocks (a transformer layer: attention, then MLP, each with its norm
 and residual) is cut into them, each a region task (region.block_regions). Tasks are written
@@ -19,20 +18,21 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .call import Call, describe
 from .call import of as call_of
 from .construct import HOW, Construction, Constructions, literal
+from .fold import fold
 from .record import Recording, Site
 from .rest import Rest
 from .rest import rounded as _round
 from .region import Region, block_regions, regions
 from .region_file import entry
 from .region_file import write as write_region
-from .task_file import check, construction_text, task_text
+from .task_file import check, task_text
 
 SPLIT_JSON = "split.json"
 
@@ -52,6 +52,16 @@ class Part:
     name: str = ""
     file: str = ""
     checked: str = ""  # how the written file matched its call site
+    kin: list[Part] = field(default_factory=list)  # parts of its class built or called at other sizes, folded in
+
+    @property
+    def builds(self) -> list[tuple[tuple, list[list[int]]]]:
+        """(constructor arguments, input shapes) of its own sites, then of each kin's: get_call_sites()."""
+        return [(p.init, [list(x.shape) for x in p.inputs]) for p in [self, *self.kin]]
+
+    def built_at(self, site: Site) -> int:
+        """Which of `builds` the call site is built and called as."""
+        return next(k for k, p in enumerate([self, *self.kin]) if any(s is site for s in p.sites))
 
     @property
     def cls(self) -> type:
@@ -67,7 +77,11 @@ class Part:
 
     @property
     def ms(self) -> float:
-        return sum(s.ms for s in self.sites)
+        return sum(s.ms for s in self.sites) + sum(k.ms for k in self.kin)
+
+    @property
+    def all_sites(self) -> list[Site]:
+        return [*self.sites, *(s for k in self.kin for s in k.sites)]
 
 
 def split_model(model: Path | str, out_dir: Path, device: str, top: int, seed: int = 0,
@@ -158,7 +172,7 @@ def split(recording: Recording, source: str, model_path: str, out_dir: Path, top
     if not candidates and not found:
         notes.append("no submodule that does work could be a part: the model's time is in its own forward "
                      "(or in what is left out above); optimize the model file itself as one task")
-    parts = _fold(candidates)
+    parts = fold(candidates)
     if granularity == "block":
         parts, cut = _blocks(parts, recording)
         notes += cut
@@ -178,11 +192,14 @@ def split(recording: Recording, source: str, model_path: str, out_dir: Path, top
                 notes.append(f"a region of {where}'s forward ({part.cls.__name__}): {reason}; left out")
                 continue
             rest.held(part)
-        elif reason := _write(part, recording, source, out_dir, taken):
-            # the file does not rebuild its call site
-            notes.append(f"{part.sites[0].path} ({part.cls.__name__}): {reason}; left out")
-            rest.left_out_ms += part.ms
-            continue
+        else:
+            ms = part.ms
+            reason, kin_notes = _write(part, recording, source, out_dir, taken)
+            notes += kin_notes
+            rest.left_out_ms += ms - (0.0 if reason else part.ms)  # kin left out, or the whole part
+            if reason:  # the file does not rebuild its call site
+                notes.append(f"{part.sites[0].path} ({part.cls.__name__}): {reason}; left out")
+                continue
         written.append(part)
     data = _split_data(recording, model_path, written, notes)
     if data["covered"] is not None and data["covered"] < cover:
@@ -201,7 +218,7 @@ def _blocks(parts: list[Part], recording: Recording) -> tuple[list, list[str]]:
     for part in parts:
         where = f"{part.sites[0].path} ({part.cls.__name__})"
         try:  # a forward the tracer cannot go through stays one part
-            found, why = block_regions(part.sites, recording)
+            found, why = block_regions(part.all_sites, recording)
         except Exception as exc:  # noqa: BLE001 - the reason, in one line
             found, why = [], f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}"
         if found:
@@ -256,70 +273,26 @@ def _stack(site: Site, recording: Recording) -> bool:
         len({type(k.module) for k in kids}) == 1 and all(k.children for k in kids)
 
 
-def _signature(part: Part) -> tuple:
-    shapes = tuple((tuple(x.shape), str(x.dtype)) for x in part.inputs)
-    return (part.cls.__module__, part.cls.__qualname__, construction_text(part.built, "", set()),
-            repr(part.init), repr(part.call.spec()), shapes)
-
-
-def _fold(parts: list[Part]) -> list[Part]:
-    """Identical parts as one task; and parts of one class, call and input shapes whose constructor
-    arguments differ only in what their forward never uses (a drop-path rate left as Identity): a
-    site's module given another's weights computes the other's output exactly."""
-    groups: dict[tuple, Part] = {}
-    alike: dict[tuple, list[Part]] = {}
-    for part in parts:
-        key = _signature(part)
-        if key in groups:
-            groups[key].sites += part.sites
-            continue
-        loose = key[:2] + key[4:]  # the signature without the construction and its arguments
-        same = next((g for g in alike.get(loose, []) if _same_forward(g, part)), None)
-        if same is not None:
-            same.sites += part.sites
-            continue
-        groups[key] = part
-        alike.setdefault(loose, []).append(part)
-    return list(groups.values())
-
-
-def _same_forward(kept: Part, other: Part) -> bool:
-    """Whether `other`'s module, holding `kept`'s weights, gives `kept`'s output on `kept`'s first inputs
-    (copies of both modules and of the inputs: nothing of the live model moves)."""
-    import copy
-
-    import torch
-
-    from .call import tensors_of
-
-    site = kept.sites[0]
-    mine, theirs = site.module.state_dict(), other.sites[0].module.state_dict()
-    if mine.keys() != theirs.keys() or any(mine[k].shape != theirs[k].shape or mine[k].dtype != theirs[k].dtype
-                                           for k in mine):
-        return False
-    twin = copy.deepcopy(other.sites[0].module)
-    twin.load_state_dict(mine)
-    try:
-        with torch.no_grad():
-            want = copy.deepcopy(site.module)(*copy.deepcopy(site.args), **copy.deepcopy(site.kwargs))
-            got = twin(*copy.deepcopy(site.args), **copy.deepcopy(site.kwargs))
-    except Exception:  # noqa: BLE001 - another's arguments that do not run here do matter
-        return False
-    a, b = tensors_of(want), tensors_of(got)
-    return len(a) == len(b) and all(x.shape == y.shape and torch.equal(x, y) for x, y in zip(a, b))
-
-
-def _write(part: Part, recording: Recording, source: str, out_dir: Path, taken: set[str]) -> str:
-    """Write the part's task file and check it rebuilds its first call site; "" or why not."""
+def _write(part: Part, recording: Recording, source: str, out_dir: Path, taken: set[str]) -> tuple[str, list[str]]:
+    """Write the part's task file and check it rebuilds its first call site, and each kin's first with
+    the kin's arguments (a kin it does not rebuild is left out, with a note); ("" or why not, notes)."""
     name = _name(part.cls.__name__, taken)
     path = out_dir / f"{name}.py"
     path.write_text(task_text(part, recording, source))
     reason, how = check(path, part)
     if reason:
         path.unlink()
-        return reason
+        return reason, []
+    notes = []
+    for kin in list(part.kin):
+        why, _ = check(path, kin, kin.init)
+        if why:
+            notes.append(f"{kin.sites[0].path} ({kin.cls.__name__}, built as {kin.init!r}): {why}; left out")
+            part.kin.remove(kin)
+    if notes:  # the file lists its call sites: write it again without those left out
+        path.write_text(task_text(part, recording, source))
     part.name, part.file, part.checked = name, path.name, how
-    return ""
+    return "", notes
 
 
 def _name(class_name: str, taken: set[str]) -> str:
@@ -352,5 +325,5 @@ def _entry(p: Part, recording: Recording) -> dict:
             "ms": round(p.ms, 4), "share": _round(recording.share(p.ms)),
             "checked": p.checked,
             "call_sites": [{"path": s.path, "calls": s.calls, "ms": round(s.ms, 4),
-                            "share": _round(recording.share(s.ms))}
-                           for s in p.sites]}
+                            "share": _round(recording.share(s.ms)), **({"built": p.built_at(s)} if p.kin else {})}
+                           for s in p.all_sites]}

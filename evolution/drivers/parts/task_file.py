@@ -52,7 +52,19 @@ def task_text(part, recording, source: str) -> str:
             "def get_inputs():\n"
             f"    return [{', '.join(input_text(x) for x in part.inputs)}]\n\n\n"
             "def get_init_inputs():\n"
-            f"    return [{', '.join(literal(v) for v in part.init)}]\n")
+            f"    return [{', '.join(literal(v) for v in part.init)}]\n" + _sites_text(part))
+
+
+def _sites_text(part) -> str:
+    """get_call_sites() for a part folded over sites of other sizes (split.Part.kin); "" for one built once."""
+    if not part.kin:
+        return ""
+    rows = "".join(f"        ({literal(list(init))}, {shapes!r}),\n" for init, shapes in part.builds)
+    return ("\n\n"
+            "def get_call_sites():\n"
+            "    # Every call site of this part in the model, as (constructor arguments, input shapes); the\n"
+            "    # first is get_init_inputs() and get_inputs(). A kernel is checked at every one.\n"
+            f"    return [\n{rows}    ]\n")
 
 
 def _dtype(module) -> str | None:
@@ -76,7 +88,7 @@ def construction_text(built, level: str, mine: set[str]) -> str:
         if isinstance(a.value, Construction):
             value = f"{_name_of(a.value.cls, mine)}({construction_text(a.value, '', mine)})"
         else:
-            value = a.name if level == "top" else literal(a.value)
+            value = a.name if level == "top" else (a.lifted or literal(a.value))
         written.append(f"{a.name}={value}" if a.keyword else value)
     return ", ".join(written)
 
@@ -121,12 +133,13 @@ def input_text(x: Any) -> str:
     return f"torch.randint({low}, {high + 1}, {shape}, dtype={dtype})"
 
 
-def check(path: Path, part) -> tuple[str, str]:
+def check(path: Path, part, init: tuple | None = None) -> tuple[str, str]:
     """("", how it matched) when the task file loads, runs its own inputs, and, with the first call
     site's weights, gives back that site's output from its captured inputs (the tensors the model
-    uses); else (why not, "")."""
+    uses); else (why not, ""). With `init`, its Model is built with those arguments (a call site of
+    other sizes)."""
     site = part.sites[0]
-    got, reason = run_written(path, site.module.state_dict(), part.inputs, site.module.training)
+    got, reason = run_written(path, site.module.state_dict(), part.inputs, site.module.training, init)
     if reason:
         return reason, ""
     reason, worst = compare(got, used(part.call, site.output))
@@ -137,16 +150,18 @@ def check(path: Path, part) -> tuple[str, str]:
     return "", f"gives back {site.path}'s output from its captured inputs (max difference {worst:.3g})"
 
 
-def run_written(path: Path, state: dict, inputs, training: bool = False) -> tuple[list, str]:
-    """(the outputs, "") of the task file at `path` built with the tensors `state`, run on its own inputs
-    and then on copies of `inputs`; ([], why not) where it does not build or run."""
+def run_written(path: Path, state: dict, inputs, training: bool = False,
+                init: tuple | None = None) -> tuple[list, str]:
+    """(the outputs, "") of the task file at `path` built with the tensors `state` (and the constructor
+    arguments `init`, where given), run on its own inputs (unless built otherwise) and then on copies of
+    `inputs`; ([], why not) where it does not build or run."""
     import torch
 
     from kernelevo.tasks import TaskError, load_task
 
     try:
         task = load_task(path)
-        model = task.make_model()
+        model = task.make_model() if init is None else task.model_cls(*init)
         model.load_state_dict(state)
     except (TaskError, RuntimeError, TypeError, ValueError) as exc:
         return [], f"the written task does not rebuild: {str(exc).splitlines()[0][:200]}"
@@ -154,7 +169,8 @@ def run_written(path: Path, state: dict, inputs, training: bool = False) -> tupl
     model = model.to(device).train(training)
     try:
         with torch.no_grad():
-            model(*[x.to(device) if isinstance(x, torch.Tensor) else x for x in task.get_inputs()])
+            if init is None:
+                model(*[x.to(device) if isinstance(x, torch.Tensor) else x for x in task.get_inputs()])
             out = model(*[x.clone() for x in inputs])
     except Exception as exc:  # noqa: BLE001 - any failure of the written code is a reason
         return [], f"the written task fails to run: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
