@@ -5,14 +5,15 @@ of blocks of one class) are opened into their children, and so is a module of mo
 working layers (a part is one kernel's worth of work) and one that cannot be rebuilt standalone (a
 class defined inside a function, constructor arguments that cannot be found or written, a call or an
 output a task cannot state); one whose written file does not give back its call site's output is
-left out. The reason is kept. A module that does no work (Dropout in eval, Identity) is no part. How a part is
-built again is construct.py's; how it is called, call.py's; which parts are one task, fold.py's
-(identical parts, 24 transformer layers; and one class built for other sizes, DenseNet's layers). Time a module spends in its own forward (torch calls between its submodules) is
-taken as regions of its traced forward (region.py), which rank with the parts. At block granularity a
-part whose forward holds residual blocks (a transformer layer: attention, then MLP, each with its norm
-and residual) is cut into them, each a region task (region.block_regions). Tasks are written
-hottest first until they hold `cover` of the model's time or `top` are written; split.json maps each
-task to its call sites and their shares of the model's time.
+left out. The reason is kept. A module that does no work (Dropout in eval, Identity) is no part. How a
+part is built again is construct.py's; how it is called, call.py's; which parts are one task, fold.py's
+(identical parts, 24 transformer layers; and one class built for other sizes, DenseNet's layers). Time
+a module spends in its own forward (torch calls between its submodules) is taken as regions of its
+traced forward (region.py), which rank with the parts. At block granularity a part whose forward holds
+residual blocks (a transformer layer: attention, then MLP, each with its norm and residual) is cut into
+them, each a region task (region.block_regions). Tasks are written hottest first until they hold
+`cover` of the model's time or `top` are written; split.json maps each task to its call sites and their
+shares of the model's time.
 """
 from __future__ import annotations
 
