@@ -350,7 +350,9 @@ def test_a_part_returning_several_tensors_is_placed_with_the_ones_the_model_uses
     from kernelevo.evolution.drivers.parts.call import parse
 
     data = split_model(MODELS / "two_outputs.py", tmp_path, "cpu", top=4)
-    (entry,) = data["tasks"]
+    # the part, and the model's own `a * b` on the two outputs it picks from the part's tuple (a region)
+    assert sorted(t["task"] for t in data["tasks"]) == ["model_region.py", "scale_shift.py"], data["tasks"]
+    entry = next(t for t in data["tasks"] if t["class"] == "ScaleShift")
     assert entry["left_out"] == ["output[2]: float32[64]"]
     assert "        return out[0], out[1]\n" in (tmp_path / entry["task"]).read_text()
     task = load_task(tmp_path / entry["task"])

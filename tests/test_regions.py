@@ -323,3 +323,58 @@ print(torch.compile(positions, fullgraph=True)(torch.ones(4)).tolist())
 '''
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "[1.0, 2.0, 3.0, 4.0]" in done.stdout, done.stderr[-2000:]
+
+
+UNROLLED = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """VanillaRNNHidden's shape: a loop over steps, each joining the step's input to the hidden state."""
+    def __init__(self, features, hidden):
+        super().__init__()
+        self.cell = nn.Linear(features + hidden, hidden)
+
+    def forward(self, x, h):
+        for t in range(x.shape[0]):
+            h = torch.tanh(self.cell(torch.cat((x[t], h), dim=1)) * 0.5)
+        return h
+
+
+def get_inputs():
+    return [torch.randn(12, 4, 64), torch.randn(4, 32)]
+
+
+def get_init_inputs():
+    return [64, 32]
+'''
+
+
+def test_the_steps_of_an_unrolled_loop_fold_into_one_region_taking_the_steps_slice(tmp_path):
+    """x[t] differs from step to step: it stays a statement of the forward, so that every step's region
+    (the previous step's activation and this step's join) is one text, one task over the steps."""
+    model = tmp_path / "unrolled.py"
+    model.write_text(UNROLLED)
+    data = split_model(model, tmp_path / "parts", "cpu", top=8, cover=1.0)
+    steps = next(t for t in data["tasks"] if "region" in t and len(t["call_sites"]) > 1)
+    assert len(steps["call_sites"]) == 11 and {s["path"] for s in steps["call_sites"]} == {""}, data["tasks"]
+    assert steps["inputs"] == ["float32[4, 32]", "float32[4, 64]"] and "getitem" not in steps["region"]["nodes"]
+    rows = [{"path": str(tmp_path / "parts" / t["task"]), "correct": True, "speedup_eager": 2.0,
+             "speedup_eager_ci": [1.9, 2.1], "kernel_id": i, "verdict": "ok", "status": "done"}
+            for i, t in enumerate(data["tasks"]) if "region" in t]
+    kernels = {r["kernel_id"]: Path(r["path"]).read_text().replace("class Model(", "class ModelNew(") for r in rows}
+    chosen, _ = chosen_parts(tmp_path / "parts", rows, kernels.__getitem__, min_speedup=1.0, baseline="eager")
+    task = load_task(model)
+    module = load_module(drop_in_text(task.source, "unrolled.py", [c.placed for c in chosen]), str(tmp_path / "a.py"))
+    torch.manual_seed(7)
+    reference = task.make_model()
+    new = module.ModelNew(*task.init_args)
+    new.load_state_dict(reference.state_dict())
+    x, h = task.get_inputs()
+    runs = []
+    name = steps["task"][:-3]
+    step_run = getattr(module, f"_run_{name}")
+    setattr(module, f"_run_{name}", lambda *args: runs.append(1) or step_run(*args))
+    with torch.no_grad():
+        assert torch.allclose(new(x, h), reference(x, h), atol=1e-6) and len(runs) == 11  # every step its kernel

@@ -111,7 +111,7 @@ def lift(run: list, module, traced, values: dict) -> tuple[Lifted | None, str]:
     it, with the module's tensors it reads as its own; or (None, why not)."""
     import torch
 
-    hoisted = _views_read_after(run)
+    hoisted = _views_read_after(run) | _step_views(run)
     run = [n for n in run if n not in hoisted]
     inside = set(run)
     inputs: list = []
@@ -172,6 +172,23 @@ def _views_read_after(run: list) -> set:
                 out.add(a)
                 todo.append(a)
     return out
+
+
+def _step_views(run: list) -> set:
+    """The run's views that pick one index of a tensor made before it (`x[t]`, `x.select(0, t)`: a step of
+    an unrolled loop): left out of the region, as statements of the forward, so that the region takes the
+    step's slice and every step's region is the same text (one task, folded over the steps)."""
+    import operator
+
+    inside = set(run)
+
+    def picks(n) -> bool:
+        index = n.args[1] if len(n.args) > 1 else None
+        if n.op == "call_function" and n.target is operator.getitem:
+            return isinstance(index, int) or isinstance(index, tuple) and any(isinstance(i, int) for i in index)
+        return n.op == "call_method" and n.target == "select"
+
+    return {n for n in run if not _works(n) and picks(n) and all(a not in inside for a in n.all_input_nodes)}
 
 
 def _devices_read(graph) -> None:
