@@ -74,3 +74,15 @@ def run_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     exe = shutil.which("kernelevo", path=str(Path(sys.executable).parent)) or shutil.which("kernelevo")
     assert exe, "kernelevo is not installed (pip install -e .)"
     return subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def own_kernels_placed(parts_dir: Path, tasks: list[str]) -> list:
+    """The chosen parts of a split in `parts_dir` for `tasks`, each with its own reference code as its
+    kernel (its Model renamed ModelNew), as a bench holding a verified 2x kernel for each hands them over:
+    an assembly of them must be the original model."""
+    from kernelevo.evolution.drivers.parts.assemble import chosen_parts
+
+    rows = [{"path": str(parts_dir / name), "correct": True, "speedup_eager": 2.0, "speedup_eager_ci": [1.9, 2.1],
+             "kernel_id": i, "verdict": "ok", "status": "done"} for i, name in enumerate(tasks)]
+    kernels = [(parts_dir / name).read_text().replace("class Model(", "class ModelNew(") for name in tasks]
+    return chosen_parts(parts_dir, rows, kernels.__getitem__, min_speedup=1.0, baseline="eager")[0]

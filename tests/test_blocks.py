@@ -7,8 +7,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from conftest import FIXTURES
-from kernelevo.evolution.drivers.parts.assemble import chosen_parts
+from conftest import FIXTURES, own_kernels_placed
 from kernelevo.evolution.drivers.parts.drop_in import drop_in_text
 from kernelevo.evolution.drivers.parts.region_cut import blocks
 from kernelevo.evolution.drivers.parts.split import split_model
@@ -82,11 +81,7 @@ def test_the_model_with_every_block_in_place_is_the_original(tmp_path):
     model's, in eager and as custom ops under torch.compile, and read the model's weights as they are."""
     data = split_model(STACK, tmp_path / "parts", "cpu", top=8, cover=1.0, granularity="block")
     names = [t["task"] for t in data["tasks"] if "region" in t]
-    rows = [{"path": str(tmp_path / "parts" / name), "correct": True, "speedup_eager": 2.0,
-             "speedup_eager_ci": [1.9, 2.1], "kernel_id": i, "verdict": "ok", "status": "done"}
-            for i, name in enumerate(names)]
-    kernels = [(tmp_path / "parts" / n).read_text().replace("class Model(", "class ModelNew(") for n in names]
-    chosen, _ = chosen_parts(tmp_path / "parts", rows, kernels.__getitem__, min_speedup=1.0, baseline="eager")
+    chosen = own_kernels_placed(tmp_path / "parts", names)
     assert sorted(c.placed.name for c in chosen) == sorted(n[:-3] for n in names)
     task = load_task(STACK)
     module = load_module(drop_in_text(task.source, "prenorm_stack.py", [c.placed for c in chosen]),

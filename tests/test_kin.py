@@ -5,8 +5,7 @@ the task's kernel builds it at each site with that site's arguments and gives th
 import pytest
 import torch
 
-from conftest import FIXTURES
-from kernelevo.evolution.drivers.parts.assemble import chosen_parts
+from conftest import FIXTURES, own_kernels_placed
 from kernelevo.evolution.drivers.parts.drop_in import drop_in_text
 from kernelevo.evolution.drivers.parts.split import split_model
 from kernelevo.tasks import TaskError, load_module, load_task
@@ -38,11 +37,7 @@ def test_layers_built_for_other_sizes_fold_into_one_task_listing_every_site(dens
 def test_the_folded_task_is_placed_at_every_site_with_its_own_arguments(dense, tmp_path):
     out, data = dense
     layer = next(t for t in data["tasks"] if t["class"] == "DenseLayer")
-    rows = [{"path": str(out / layer["task"]), "correct": True, "speedup_eager": 2.0, "speedup_eager_ci": [1.9, 2.1],
-             "kernel_id": 1, "verdict": "ok", "status": "done"}]
-    kernel = (out / layer["task"]).read_text().replace("class Model(", "class ModelNew(")
-    chosen, _ = chosen_parts(out, rows, lambda kid: kernel, min_speedup=1.0, baseline="eager")
-    placed = chosen[0].placed
+    placed = own_kernels_placed(out, [layer["task"]])[0].placed
     assert sorted(init[0] for init, _ in placed.by_init()) == [64, 96, 128, 160]
     task = load_task(DENSE)
     module = load_module(drop_in_text(task.source, "dense_growth.py", [placed]), str(tmp_path / "a.py"), "candidate")
@@ -139,10 +134,7 @@ def test_sizes_inside_module_arguments_become_the_folded_tasks_parameters(tmp_pa
     assert "nn.BatchNorm2d(args_0_num_features)" in text and "nn.Conv2d(args_2_in_channels, 8, 3" in text
     task = load_task(tmp_path / "parts" / layer["task"])
     assert sorted(init for init, _ in task.call_sites) == [(16, 16), (24, 24), (32, 32), (40, 40)]
-    rows = [{"path": str(tmp_path / "parts" / layer["task"]), "correct": True, "speedup_eager": 2.0,
-             "speedup_eager_ci": [1.9, 2.1], "kernel_id": 1, "verdict": "ok", "status": "done"}]
-    kernel = text.replace("class Model(", "class ModelNew(")
-    chosen, _ = chosen_parts(tmp_path / "parts", rows, lambda kid: kernel, min_speedup=1.0, baseline="eager")
+    chosen = own_kernels_placed(tmp_path / "parts", [layer["task"]])
     whole = load_task(model)
     module = load_module(drop_in_text(whole.source, "layers.py", [chosen[0].placed]), str(tmp_path / "a.py"), "candidate")
     torch.manual_seed(6)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import FIXTURES
+from conftest import FIXTURES, own_kernels_placed
 from kernelevo.evolution.drivers.parts.assemble import Candidate, chosen_parts, verified
 from kernelevo.evolution.drivers.parts.drop_in import drop_in_text
 from kernelevo.evolution.drivers.parts.split import SPLIT_JSON, split_model
@@ -247,10 +247,7 @@ def test_regions_on_both_sides_of_a_module_read_weights_and_views_and_are_placed
     assert before["region"]["inputs"] == ["view"] and before["region"]["tensors"] == [["clusters", "clusters"]]
     after = next(t for t in regions.values() if t is not before)
     assert after["region"]["inputs"] == ["batch_norm", "view"]
-    rows = [{"path": str(tmp_path / "parts" / name), "correct": True, "speedup_eager": 2.0, "speedup_eager_ci": [1.9, 2.1],
-             "kernel_id": i, "verdict": "ok", "status": "done"} for i, name in enumerate(regions)]
-    kernels = [(tmp_path / "parts" / name).read_text().replace("class Model(", "class ModelNew(") for name in regions]
-    chosen, _ = chosen_parts(tmp_path / "parts", rows, kernels.__getitem__, min_speedup=1.0, baseline="eager")
+    chosen = own_kernels_placed(tmp_path / "parts", list(regions))
     task = load_task(model)
     module = load_module(drop_in_text(task.source, "clusters.py", [c.placed for c in chosen]), str(tmp_path / "a.py"))
     torch.manual_seed(3)
@@ -360,11 +357,7 @@ def test_the_steps_of_an_unrolled_loop_fold_into_one_region_taking_the_steps_sli
     steps = next(t for t in data["tasks"] if "region" in t and len(t["call_sites"]) > 1)
     assert len(steps["call_sites"]) == 11 and {s["path"] for s in steps["call_sites"]} == {""}, data["tasks"]
     assert steps["inputs"] == ["float32[4, 32]", "float32[4, 64]"] and "getitem" not in steps["region"]["nodes"]
-    rows = [{"path": str(tmp_path / "parts" / t["task"]), "correct": True, "speedup_eager": 2.0,
-             "speedup_eager_ci": [1.9, 2.1], "kernel_id": i, "verdict": "ok", "status": "done"}
-            for i, t in enumerate(data["tasks"]) if "region" in t]
-    kernels = {r["kernel_id"]: Path(r["path"]).read_text().replace("class Model(", "class ModelNew(") for r in rows}
-    chosen, _ = chosen_parts(tmp_path / "parts", rows, kernels.__getitem__, min_speedup=1.0, baseline="eager")
+    chosen = own_kernels_placed(tmp_path / "parts", [t["task"] for t in data["tasks"] if "region" in t])
     task = load_task(model)
     module = load_module(drop_in_text(task.source, "unrolled.py", [c.placed for c in chosen]), str(tmp_path / "a.py"))
     torch.manual_seed(7)
