@@ -176,8 +176,12 @@ def test_optimize_in_parts_splits_searches_assembles_and_verifies(tmp_path):
     assert [(p["task"], p["sites"]) for p in result["parts"]] == [("mlp_block", 4), ("gated_head", 1)], \
         (result["left_as_they_were"], done.stdout[-3000:])  # a part left out says why
     for p in result["parts"]:
+        # placed where its A/B gain is beyond noise, unless the model with every such part in place is not
+        # (the parts' gains timed one by one on 2 busy cores can each pass while their sum does not)
         low, high = p["in_place_effect"][1:]
-        assert p["in_place"] == (low > 1.0) and (p["in_place"] or p["reverted"].startswith("no gain in place")), p
+        together = (p["reverted"] or "").startswith("in place together")
+        assert p["in_place"] == (low > 1.0 and not together), p
+        assert p["in_place"] or p["reverted"].startswith(("no gain in place", "in place together")), p
     # the user's loop in each mode of the CPU, host included; the headline or, with nothing placed, what to run
     assert set(result["modes"]) == {"eager", "default"}
     assert all(row["original_ms"][1] <= row["original_ms"][0] <= row["original_ms"][2] for row in result["modes"].values())
