@@ -62,11 +62,11 @@ def chosen_parts(split_dir: Path, rows: list[dict], kernel_source: Callable[[int
         ci = tuple(row["speedup_eager_ci"]) if row.get("speedup_eager_ci") else None
         source = kernel_source(row["kernel_id"])
         label = f"kernel {row['kernel_id']}, {_format_of(source)} ({_alone(row)})"
-        builds = [init for init, _ in task.call_sites] or [task.init_args]  # a task folded over sites of other sizes
+        # a task folded over sites of other sizes: each site built as get_call_sites() lists it
+        site_inits = tuple(task.call_sites[s["built"]][0] for s in entry["call_sites"]) if task.call_sites else ()
         placed = Placed(Path(entry["task"]).stem, source, task.init_args, kinds,
                         tuple(s["path"] for s in entry["call_sites"]), label, parse(entry.get("call"), len(kinds)),
-                        _placement(entry, data, task.source),
-                        tuple(builds[s.get("built", 0)] for s in entry["call_sites"]) if task.call_sites else ())
+                        _placement(entry, data, task.source), site_inits)
         chosen.append(Candidate(placed, entry["share"] or 0.0, row["speedup_eager"], ci, row["kernel_id"]))
     return chosen, left
 

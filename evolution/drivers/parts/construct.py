@@ -47,21 +47,18 @@ class Construction:
     def params(self) -> tuple[str, ...]:
         """The task Model's constructor parameters: the plain arguments given at the top level, then the
         values inside module arguments lifted to parameters (a folded part's sizes)."""
-        return tuple(a.name for a in self.args if not isinstance(a.value, Construction)) + \
-            tuple(a.lifted for a in self.nested() if a.lifted)
+        return tuple(a.lifted or a.name for path, a in self.leaves() if len(path) == 1 or a.lifted)
 
     @property
     def values(self) -> tuple:
-        return tuple(a.value for a in self.args if not isinstance(a.value, Construction)) + \
-            tuple(a.value for a in self.nested() if a.lifted)
+        return tuple(a.value for path, a in self.leaves() if len(path) == 1 or a.lifted)
 
-    def nested(self) -> list[Arg]:
-        """The plain arguments inside its module arguments, depth first."""
-        found = []
-        for a in self.args:
-            if isinstance(a.value, Construction):
-                found += [b for b in a.value.args if not isinstance(b.value, Construction)] + a.value.nested()
-        return found
+    def leaves(self, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Arg]]:
+        """Every plain argument with its path of argument names: its own first, then those inside its
+        module arguments, depth first."""
+        own = [((*path, a.name), a) for a in self.args if not isinstance(a.value, Construction)]
+        return own + [leaf for a in self.args if isinstance(a.value, Construction)
+                      for leaf in a.value.leaves((*path, a.name))]
 
     def classes(self) -> list[type]:
         """Every class the construction names, this one first."""

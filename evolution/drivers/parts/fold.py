@@ -33,8 +33,7 @@ def fold(parts: list[Part]) -> list[Part]:
     parameters, and the judge checks a kernel at each."""
     groups: dict[tuple, list[Part]] = {}
     for part in _alike(parts):
-        key = _signature(part)
-        key = key[:2] + (_skeleton(part.built), key[4], tuple((x.dim(), str(x.dtype)) for x in part.inputs))
+        key = (_skeleton(part.built), repr(part.call.spec()), tuple((x.dim(), str(x.dtype)) for x in part.inputs))
         groups.setdefault(key, []).append(part)
     out: list[Part] = []
     for group in groups.values():
@@ -42,7 +41,6 @@ def fold(parts: list[Part]) -> list[Part]:
         for part in sorted(group, key=lambda p: -p.ms):  # the hottest of each kind is its task
             head = next((h for h in heads if _sizes_apart(h, part)), None)
             if head is None:
-                part.kin = []
                 heads.append(part)
             else:
                 head.kin.append(part)
@@ -61,16 +59,6 @@ def _skeleton(built) -> str:
         for a in built.args) + ")"
 
 
-def _leaves(built, path: tuple = ()) -> list[tuple[tuple, object]]:
-    """Every plain argument of a construction with its path of argument names: its own first, then
-    those inside its module arguments, depth first (the order of Construction.params)."""
-    from .construct import Construction
-
-    own = [((*path, a.name), a.value) for a in built.args if not isinstance(a.value, Construction)]
-    inner = [leaf for a in built.args if isinstance(a.value, Construction) for leaf in _leaves(a.value, (*path, a.name))]
-    return own + inner
-
-
 def _sizes_apart(a: Part, b: Part) -> bool:
     """Whether every plain argument in which `a` and `b` differ is, for each, a size of its own call's
     tensors (a channel count, a width), element by element for a tuple."""
@@ -83,10 +71,10 @@ def _sizes_apart(a: Part, b: Part) -> bool:
         return tuple(v) if isinstance(v, (tuple, list)) else (v,)
 
     mine, theirs = sizes(a), sizes(b)
-    for (_, x), (_, y) in zip(_leaves(a.built), _leaves(b.built)):
-        if len(flat(x)) != len(flat(y)):
+    for (_, x), (_, y) in zip(a.built.leaves(), b.built.leaves()):
+        if len(flat(x.value)) != len(flat(y.value)):
             return False
-        for u, v in zip(flat(x), flat(y)):
+        for u, v in zip(flat(x.value), flat(y.value)):
             if u != v and not (type(u) is int and type(v) is int and u in mine and v in theirs):
                 return False
     return True
@@ -99,8 +87,9 @@ def _lift(group: list[Part]) -> None:
 
     from .construct import Construction
 
-    paths = [path for k, (path, value) in enumerate(_leaves(group[0].built))
-             if len(path) > 1 and any(_leaves(p.built)[k][1] != value for p in group[1:])]
+    leaves = [p.built.leaves() for p in group]
+    paths = [path for k, (path, arg) in enumerate(leaves[0])
+             if len(path) > 1 and any(other[k][1].value != arg.value for other in leaves[1:])]
 
     def lifted(built, prefix: tuple):
         args = []

@@ -368,7 +368,8 @@ def _timed(found: list[Region], site: Site, own_ms: float, device: str, whole: b
             region.module(*region.inputs)  # warm-up
             best = fastest_ms(lambda r=region: r.module(*r.inputs), sync, TIMED_RUNS)
             alone.append(best * max(site.calls, 1))
-    scale = (own_ms / sum(alone) if whole else min(1.0, own_ms / sum(alone))) if sum(alone) > 0 else 1.0
+    total = sum(alone)
+    scale = 1.0 if total <= 0 else own_ms / total if whole else min(1.0, own_ms / total)
     return [dataclasses.replace(r, site_ms=(ms * scale,)) for r, ms in zip(found, alone)]
 
 

@@ -178,8 +178,6 @@ def _step_views(run: list) -> set:
     """The run's views that pick one index of a tensor made before it (`x[t]`, `x.select(0, t)`: a step of
     an unrolled loop): left out of the region, as statements of the forward, so that the region takes the
     step's slice and every step's region is the same text (one task, folded over the steps)."""
-    import operator
-
     inside = set(run)
 
     def picks(n) -> bool:

@@ -65,6 +65,10 @@ class Part:
         return next(k for k, p in enumerate([self, *self.kin]) if any(s is site for s in p.sites))
 
     @property
+    def all_sites(self) -> list[Site]:
+        return [s for p in [self, *self.kin] for s in p.sites]
+
+    @property
     def cls(self) -> type:
         return type(self.sites[0].module)
 
@@ -78,11 +82,7 @@ class Part:
 
     @property
     def ms(self) -> float:
-        return sum(s.ms for s in self.sites) + sum(k.ms for k in self.kin)
-
-    @property
-    def all_sites(self) -> list[Site]:
-        return [*self.sites, *(s for k in self.kin for s in k.sites)]
+        return sum(s.ms for s in self.all_sites)
 
 
 def split_model(model: Path | str, out_dir: Path, device: str, top: int, seed: int = 0,
@@ -197,10 +197,11 @@ def split(recording: Recording, source: str, model_path: str, out_dir: Path, top
             ms = part.ms
             reason, kin_notes = _write(part, recording, source, out_dir, taken)
             notes += kin_notes
-            rest.left_out_ms += ms - (0.0 if reason else part.ms)  # kin left out, or the whole part
             if reason:  # the file does not rebuild its call site
                 notes.append(f"{part.sites[0].path} ({part.cls.__name__}): {reason}; left out")
+                rest.left_out_ms += ms
                 continue
+            rest.left_out_ms += ms - part.ms  # the kin it does not rebuild
         written.append(part)
     data = _split_data(recording, model_path, written, notes)
     if data["covered"] is not None and data["covered"] < cover:
