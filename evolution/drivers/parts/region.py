@@ -374,11 +374,15 @@ def _timed(found: list[Region], site: Site, own_ms: float, device: str, whole: b
 
 
 def _fold(found: list[Region]) -> list[Region]:
-    """Regions whose task files are the same text as one task, its call sites in order."""
+    """Regions whose task files are the same text but for their weights' scales as one task, its call
+    sites in order, drawn at the first site's scale."""
+    from .region_file import unscaled
+
     groups: dict[str, Region] = {}
     for region in found:
-        kept = groups.get(region.text)
-        groups[region.text] = region if kept is None else dataclasses.replace(
+        key = unscaled(region.text)
+        kept = groups.get(key)
+        groups[key] = region if kept is None else dataclasses.replace(
             kept, sites=kept.sites + region.sites, site_ms=kept.site_ms + region.site_ms,
             spots=kept.spots + region.spots, forwards=kept.forwards + region.forwards)
     return list(groups.values())

@@ -43,7 +43,7 @@ def task_text(module, inputs: tuple, constants: frozenset[str], header: str = HE
     body, names, why = statements(code.src, code.globals)
     if body is None:
         raise ValueError(why)
-    init = [f"        self.{name} = nn.Parameter({input_text(t.detach())})\n" for name, t in module.named_parameters()]
+    init = [f"        self.{name} = nn.Parameter({tensor_text(t, exact=False)})\n" for name, t in module.named_parameters()]
     for name, tensor in module.named_buffers():
         made = tensor_text(tensor, exact=name in constants)
         if made is None:
@@ -82,8 +82,38 @@ def tensor_text(t, exact: bool) -> str | None:
     if found is not None:
         return found
     if not exact:
-        return input_text(t.detach())
+        return character_text(t.detach())
     return f"torch.tensor({literal(t.tolist())}, dtype={t.dtype})" if t.numel() <= SMALL else None
+
+
+def character_text(t) -> str:
+    """A draw at the scale of `t`, a weight or buffer of the model: its spread (and its mean where that
+    is not small beside it), or for a non-negative tensor a uniform draw of its mean. A unit normal
+    draw in its place would judge kernels off the model's value range: a block's attention weights
+    at unit scale saturate its softmax, where the model's are smooth. Each figure keeps one
+    significant digit, a figure for the reader; folding looks past it (unscaled)."""
+    if not t.is_floating_point():
+        return input_text(t)
+    x = t.double()
+    shape, dtype, mean = list(t.shape), t.dtype, float(x.mean())
+    if float(x.min()) >= 0:
+        return f"torch.rand({shape}, dtype={dtype}) * {_rough(2 * mean)}"
+    std = float(x.std())
+    drawn = f"torch.randn({shape}, dtype={dtype}) * {_rough(std)}"
+    return f"{_rough(mean)} + {drawn}" if abs(mean) > std / 4 else drawn
+
+
+def _rough(value: float) -> float:
+    return float(f"{value:.0e}")
+
+
+_SCALED = re.compile(r"(?:-?[0-9.e+-]+ \+ )?(torch\.randn?\(\[[0-9, ]*\], dtype=[\w.]+\)) \* -?[0-9.e+-]+")
+
+
+def unscaled(text: str) -> str:
+    """A task text with its draws' scales (character_text) left out: layers whose weights round to
+    other figures are still one task, drawn at its first site's scale."""
+    return _SCALED.sub(r"\1", text)
 
 
 def _structure(t) -> str | None:
