@@ -77,7 +77,8 @@ def test_split_at_block_granularity_writes_each_block_of_every_layer(tmp_path):
     # Weights are drawn at the model's scale, not a unit normal (which saturates the attention's
     # softmax), and its three layers are one task though their weights' spreads round apart.
     built, model = load_task(tmp_path / "layer_part1.py").make_model(), load_task(STACK).make_model()
-    for mine, theirs in ((built.attn_qkv_weight, model.layers[0].attn.qkv.weight), (built.norm1_weight, model.layers[0].norm1.weight)):
+    pairs = ((built.attn_qkv_weight, model.layers[0].attn.qkv.weight), (built.norm1_weight, model.layers[0].norm1.weight))
+    for mine, theirs in ((a.detach(), b.detach()) for a, b in pairs):
         assert abs(float(mine.std()) - float(theirs.std())) <= 0.25 * float(theirs.std()) + 1e-6, (mine.std(), theirs.std())
         assert abs(float(mine.mean()) - float(theirs.mean())) <= 0.1 * float(theirs.abs().mean()) + 0.01
 

@@ -29,14 +29,23 @@ def measure(data: dict, out_dir: Path, device: str, cache_dir: Path | None, seed
         tasks = [load_task(out_dir / t["task"]) for t in data["tasks"]]
         futures = [judge.prefetch_baseline(task, device) for task in tasks]  # their compiles overlap
         measured = [f.result() for f in futures]
-    # a task folded over sites of other sizes is timed at its own (the hottest site's): for the rest this
-    # overstates, a ranking's figure, not a measure of them
-    rows = [{**t, **_figures(m, sum(s["calls"] for s in t["call_sites"]))} for t, m in zip(data["tasks"], measured)]
+    rows = [{**t, **_figures(m, weighted_calls(t["call_sites"]))} for t, m in zip(data["tasks"], measured)]
     ranked = sorted(rows, key=lambda t: -t["headroom_ms"] if t["headroom_ms"] is not None else float("inf"))
     return {**data, "tasks": ranked, "ranked_by": "headroom_ms"}
 
 
-def _figures(baseline: dict, calls: int = 1) -> dict:
+def weighted_calls(sites: list[dict]) -> float:
+    """The part's calls in a forward, each counted at its task's size. A task folded over sites built
+    at other sizes (a site with `built` > 0, fold.py) is timed at its own size only; such a site counts
+    as its eager time over the task's own sites' eager time per call (a 1x1 convolution of a quarter
+    of the channels counts about a quarter), where counting it whole overstated the part's headroom
+    by the smaller sites' difference."""
+    own = [s for s in sites if not s.get("built")]
+    per_call = sum(s.get("ms") or 0.0 for s in own) / max(1, sum(s["calls"] for s in own))
+    return sum(s["ms"] / per_call if s.get("built") and s.get("ms") and per_call > 0 else s["calls"] for s in sites)
+
+
+def _figures(baseline: dict, calls: float = 1) -> dict:
     """The part's compiled time, bound and headroom per forward of the model (a call's, times the
     part's `calls` in a forward: as its eager `ms` counts), from its baseline (None where not measured)."""
     timed = (baseline.get("timing") or {}) if baseline.get("verdict") == "ok" else {}
