@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from conftest import FIXTURES, own_kernels_placed
 from kernelevo.evolution.drivers.parts.drop_in import drop_in_text
 from kernelevo.evolution.drivers.parts.region_cut import blocks
+from kernelevo.evolution.drivers.parts.region_file import character_text, unscaled
 from kernelevo.evolution.drivers.parts.split import split_model
 from kernelevo.tasks import load_module, load_task
 
@@ -54,6 +55,21 @@ def test_a_postnorm_layer_keeps_each_norm_with_the_block_it_closes():
 def test_a_chain_without_residuals_is_one_block():
     chain = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 8), nn.LayerNorm(8))
     assert len(_cut(chain)) == 1
+
+
+def test_a_weight_is_written_as_a_draw_of_its_own_mean_and_spread():
+    """A Linear's small signed weights, a trained norm's scale near one, a non-negative buffer spread from
+    zero, a shifted one: each written draw has the tensor's mean and spread, and a non-negative tensor's
+    stays non-negative; texts that differ only in those figures are one text unscaled."""
+    torch.manual_seed(0)
+    for t in (torch.randn(4096) * 0.02, 1.0 + 0.05 * torch.randn(4096), torch.rand(4096) * 3, -2 + 0.1 * torch.randn(4096)):
+        text = character_text(t)
+        drawn = eval(text, {"torch": torch})  # noqa: S307 - the text this module writes into task files
+        assert drawn.shape == t.shape and drawn.dtype == t.dtype, text
+        assert abs(float(drawn.mean() - t.mean())) <= 0.1 * float(t.std()) + 0.02 * abs(float(t.mean())), text
+        assert abs(float(drawn.std() - t.std())) <= 0.1 * float(t.std()), text
+        assert float(t.min()) < 0 or float(drawn.min()) >= 0, text
+        assert unscaled(text) == unscaled(character_text(t * 1.3)), text
 
 
 def test_split_at_block_granularity_writes_each_block_of_every_layer(tmp_path):

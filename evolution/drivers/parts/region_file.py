@@ -87,24 +87,26 @@ def tensor_text(t, exact: bool) -> str | None:
 
 
 def character_text(t) -> str:
-    """A draw at the scale of `t`, a weight or buffer of the model: its spread (and its mean where that
-    is not small beside it), or for a non-negative tensor a uniform draw of its mean. A unit normal
-    draw in its place would judge kernels off the model's value range: a block's attention weights
-    at unit scale saturate its softmax, where the model's are smooth. Each figure keeps one
-    significant digit, a figure for the reader; folding looks past it (unscaled)."""
+    """A draw at the scale of `t`, a weight or buffer of the model: a normal draw of its spread (and its
+    mean where that is not small beside it); for a non-negative tensor (a variance, a scale) a uniform
+    draw of its mean and spread that stays non-negative. A unit normal draw in its place would judge
+    kernels off the model's value range: a block's attention weights at unit scale saturate its
+    softmax, where the model's are smooth. Figures keep two significant digits; folding looks past
+    them (unscaled)."""
     if not t.is_floating_point():
         return input_text(t)
     x = t.double()
-    shape, dtype, mean = list(t.shape), t.dtype, float(x.mean())
+    shape, dtype, mean, std = list(t.shape), t.dtype, float(x.mean()), float(x.std())
     if float(x.min()) >= 0:
-        return f"torch.rand({shape}, dtype={dtype}) * {_rough(2 * mean)}"
-    std = float(x.std())
+        low = max(0.0, mean - 3 ** 0.5 * std)  # uniform on [low, 2 mean - low]: its mean, its spread if it can
+        drawn = f"torch.rand({shape}, dtype={dtype}) * {_rough(2 * (mean - low))}"
+        return f"{_rough(low)} + {drawn}" if low > 0 else drawn
     drawn = f"torch.randn({shape}, dtype={dtype}) * {_rough(std)}"
     return f"{_rough(mean)} + {drawn}" if abs(mean) > std / 4 else drawn
 
 
 def _rough(value: float) -> float:
-    return float(f"{value:.0e}")
+    return float(f"{value:.1e}")
 
 
 _SCALED = re.compile(r"(?:-?[0-9.e+-]+ \+ )?(torch\.randn?\(\[[0-9, ]*\], dtype=[\w.]+\)) \* -?[0-9.e+-]+")
