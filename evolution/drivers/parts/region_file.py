@@ -75,9 +75,10 @@ def _forward(src: str) -> str:
 
 
 def tensor_text(t, exact: bool) -> str | None:
-    """Source for a buffer like `t`: its structure (a triangle of ones, one value, a range); else a draw
-    in its character (a module's buffer: identical modules with other values still write one text), or
-    where `exact` (a constant the forward made) its values if it is small; None where nothing fits."""
+    """Source for a weight or buffer like `t`: its structure (a triangle of ones, one value, a range);
+    else a draw in its character (character_text: identical modules with other values differ only in
+    its figures, which folding looks past), or where `exact` (a constant the forward made) its values
+    if it is small; None where nothing fits."""
     found = _structure(t)
     if found is not None:
         return found
