@@ -197,12 +197,17 @@ _kept_lock = threading.Lock()
 
 def acquire(device: str, cache_dir: Path, extra: dict[str, str], startup: float) -> Zygote:
     """A zygote for a new judge: the one a closed judge left, if it would be started the same way now
-    (device, cache and the environment it would get), else a new one. A bench runs one judge per task;
-    each would otherwise import torch again (2.5 s on 2 cores)."""
+    (device and the environment it would get), else a new one. A bench runs one judge per task;
+    each would otherwise import torch again (2.5 s on 2 cores).
+
+    The cache folder is not part of how it is started: a zygote imports, and forks workers that each
+    take the folder, environment and sandbox plan of their own judge before anything else runs; nothing
+    it imports reads the cache folder at import (kernelevo.runtime reads it per call). Its own scratch
+    folder and log stay in the cache of the judge that started it, and go when it is closed."""
     from kernelevo.judge.run import sandbox
 
-    key = json.dumps([device, str(Path(cache_dir).resolve()), sorted(extra.items()),
-                      sorted((k, v) for k, v in os.environ.items() if sandbox.passes(k))])
+    passed = {k: v for k, v in os.environ.items() if sandbox.passes(k) and k != "KERNELEVO_CACHE_DIR"}
+    key = json.dumps([device, sorted(extra.items()), sorted(passed.items())])
     with _kept_lock:
         kept = _kept.pop(device, None)
     if kept is not None and kept.key == key:
