@@ -193,8 +193,11 @@ def test_optimize_in_parts_splits_searches_assembles_and_verifies(tmp_path):
         assert result["nothing_placed"].startswith("nothing placed: ") and result["speedup"] is None, result
         assert result["chosen_mode"] == result["original_best_mode"]
         assert result["nothing_placed"] in " ".join(done.stdout.split())
-    assert f"KERNELEVO_MODE = {result['chosen_mode']!r}".replace("'", '"') in \
-        (tmp_path / "out" / "mlp_stack_kernelevo.py").read_text()
+    written = (tmp_path / "out" / "mlp_stack_kernelevo.py").read_text()
+    assert f"KERNELEVO_MODE = {result['chosen_mode']!r}".replace("'", '"') in written
+    # its header's figures say whose they are: the kernels in place, or the parts tried and all reverted
+    assert ("the original -> with kernels: " if placed else "the original -> with the parts tried in place (none kept): ") \
+        in written
     split = json.loads((tmp_path / "out" / "mlp_stack_parts" / "split.json").read_text())
     assert [t["task"] for t in split["tasks"]] == ["mlp_block.py", "gated_head.py"]
     # the parts in place may hold all of the model's time as measured (then there is no Amdahl bound)
@@ -240,6 +243,7 @@ def test_a_part_is_placed_only_where_its_kernel_beats_the_compiled_part(tmp_path
     assert [(x["task"], x["why"]) for x in left] == [
         ("mlp_block.py", "its kernel is not faster than 1x torch.compile of the part beyond noise (0.93x)")]
     assert "1.20x against torch.compile alone, 2.00x against eager" in chosen[0].placed.label
+    assert (chosen[0].compile_speedup, chosen[0].compile_ci) == (1.2, (1.1, 1.3))  # the parts table's "alone vs compile"
     chosen, left = chosen_parts(tmp_path / "parts", rows, lambda kid: f"# kernel {kid}\n", min_speedup=1.0,
                                 baseline="eager")
     assert [c.kernel_id for c in chosen] == [7, 8] and left == []

@@ -39,6 +39,8 @@ class Candidate:
     effect: Any = None  # its A/B in place (a Ratio: the model without it over the model with it; effect.py)
     with_ms: Any = None  # the model's LoopTime in the chosen mode with it in place, and without it
     without_ms: Any = None
+    compile_speedup: float | None = None  # alone, against torch.compile of the part, where the bench measured it
+    compile_ci: tuple[float, float] | None = None
 
 
 def chosen_parts(split_dir: Path, rows: list[dict], kernel_source: Callable[[int], str],
@@ -67,7 +69,9 @@ def chosen_parts(split_dir: Path, rows: list[dict], kernel_source: Callable[[int
         placed = Placed(Path(entry["task"]).stem, source, task.init_args, kinds,
                         tuple(s["path"] for s in entry["call_sites"]), label, parse(entry.get("call"), len(kinds)),
                         _placement(entry, data, task.source), site_inits)
-        chosen.append(Candidate(placed, entry["share"] or 0.0, row["speedup_eager"], ci, row["kernel_id"]))
+        compiled = tuple(row["speedup_compile_ci"]) if row.get("speedup_compile_ci") else None
+        chosen.append(Candidate(placed, entry["share"] or 0.0, row["speedup_eager"], ci, row["kernel_id"],
+                                compile_speedup=row.get("speedup_compile"), compile_ci=compiled))
     return chosen, left
 
 
@@ -171,6 +175,8 @@ def result(model_path: str, out_file: Path, bench_id: str, candidates: list[Cand
         "speedup_compile_ci": list(e.speedup_compile_ci) if e.speedup_compile_ci else None,
         "parts": [{"task": c.placed.name, "sites": len(c.placed.sites), "share": c.share, "kernel_id": c.kernel_id,
                    "speedup_alone": c.speedup, "speedup_alone_ci": list(c.ci) if c.ci else None,
+                   "speedup_alone_compile": c.compile_speedup,
+                   "speedup_alone_compile_ci": list(c.compile_ci) if c.compile_ci else None,
                    "in_place": not c.reverted, "reverted": c.reverted, "in_place_effect": triple(c.effect),
                    "model_ms_with": triple(c.with_ms), "model_ms_without": triple(c.without_ms),
                    "estimated_saving": round(c.share * (1 - 1 / c.speedup), 4) if c.speedup else None}

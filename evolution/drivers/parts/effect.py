@@ -137,7 +137,8 @@ class Assembly:
         if self.loop:
             cells = [f"{mode} {_ms(self.loop.time('original', mode))} -> {_ms(self.loop.time('assembled', mode))}"
                      for mode in self.asked]
-            lines.append("In the user's loop (host included), the original -> with kernels: " + "; ".join(cells))
+            tried = "with kernels" if self.kept else "with the parts tried in place (none kept)"
+            lines.append(f"In the user's loop (host included), the original -> {tried}: " + "; ".join(cells))
         if self.speedup:
             s = self.speedup
             lines.append(f"{s.point:.2f}x ({s.low:.2f}-{s.high:.2f}) the original in its best mode "

@@ -74,18 +74,20 @@ def print_assembly(data: dict) -> None:
                   f"torch.compile (Amdahl bound of the parts in place: {data['amdahl_bound'] or '-'}x; "
                   f"estimate from the parts alone: {data['estimate_from_parts'] or '-'}x)")
     table = Table()
-    for name, justify in (("part", "left"), ("sites", "right"), ("share", "right"), ("alone", "right"),
-                          ("in place", "right"), ("placed", "left")):
+    for name, justify in (("part", "left"), ("sites", "right"), ("share", "right"), ("alone vs compile", "right"),
+                          ("alone vs eager", "right"), ("in place", "right"), ("placed", "left")):
         table.add_column(name, justify=justify)
     for p in data["parts"]:
         effect = p.get("in_place_effect")
         table.add_row(p["task"], str(p["sites"]), f"{100 * p['share']:.1f} %",
+                      speedup_text(p["speedup_alone_compile"], p["speedup_alone_compile_ci"])
+                      if p.get("speedup_alone_compile") is not None else "-",
                       speedup_text(p["speedup_alone"], p["speedup_alone_ci"]),
                       speedup_text(effect[0], effect[1:]) if effect else "-",
                       "yes" if p["in_place"] else escape(p["reverted"]))
     for p in data["left_as_they_were"]:
         share = "-" if p["share"] is None else f"{100 * p['share']:.1f} %"
-        table.add_row(Path(p["task"]).stem, "", share, "-", "-", escape(p["why"]))
+        table.add_row(Path(p["task"]).stem, "", share, "-", "-", "-", escape(p["why"]))
     console.print(table)
     console.print(f"written: {data['file']}" + (f"; report: {data['report']}" if data.get("report") else ""))
 
@@ -95,7 +97,9 @@ def _modes_table(data: dict):
     from rich.table import Table
 
     table = Table(title="ms per forward, host included (median, 95 % interval)")
-    for name, justify in (("mode", "left"), ("original", "right"), ("with kernels", "right"), ("", "left")):
+    # with nothing placed, the second column is the model with the parts it tried, before they were reverted
+    tried = "with kernels" if not data.get("nothing_placed") else "with the parts tried"
+    for name, justify in (("mode", "left"), ("original", "right"), (tried, "right"), ("", "left")):
         table.add_column(name, justify=justify)
     for mode, row in data["modes"].items():
         cells = [_interval(row["original_ms"]), _interval(row["assembled_ms"])]
