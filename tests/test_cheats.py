@@ -68,7 +68,9 @@ def test_cheat_rejected_with_its_reason(verdicts, name):
         # the CPU's bound needs the calling thread alone at work (trials/clock.py): with another process
         # busy, a thread pool may have run beside it, and the verdict notes that its times were not confirmed
         pytest.skip(f"the checker's clock had no bound here: {clock.get('why')}")
-    assert (e.verdict, e.reason) == (verdict, reason), (e.message, e.evidence, e.excerpt)
+    # the checker's clock first: where a cheat got through, what the clock saw (or why it saw nothing) is the
+    # evidence, and a long message would cut it off
+    assert (e.verdict, e.reason) == (verdict, reason), (clock, e.notes, e.message, e.evidence, e.excerpt)
     assert e.message and e.speedup_eager is None  # a rejection explains itself and prints no speedup
 
 
