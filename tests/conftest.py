@@ -38,7 +38,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="module", autouse=True)
 def one_gpu_file_at_a_time(request, tmp_path_factory):
-    """Under pytest -n 2 --dist loadfile (the README's command) each file runs on one worker, so its module
+    """Under pytest -n 3 --dist loadfile (the README's command) each file runs on one worker, so its module
     fixtures are built once; two files with GPU tests would time kernels on the same GPU at once, each
     under a judge of its own, so a file with any holds a lock that the workers share while it runs."""
     if not _has_cuda() or not any("gpu" in item.keywords for item in request.session.items
