@@ -61,7 +61,6 @@ def chosen_parts(split_dir: Path, rows: list[dict], kernel_source: Callable[[int
             continue
         task = load_task(split_dir / entry["task"])
         kinds = tuple(_kind(x) for x in task.get_inputs())
-        ci = tuple(row["speedup_eager_ci"]) if row.get("speedup_eager_ci") else None
         source = kernel_source(row["kernel_id"])
         label = f"kernel {row['kernel_id']}, {_format_of(source)} ({_alone(row)})"
         # a task folded over sites of other sizes: each site built as get_call_sites() lists it
@@ -69,9 +68,9 @@ def chosen_parts(split_dir: Path, rows: list[dict], kernel_source: Callable[[int
         placed = Placed(Path(entry["task"]).stem, source, task.init_args, kinds,
                         tuple(s["path"] for s in entry["call_sites"]), label, parse(entry.get("call"), len(kinds)),
                         _placement(entry, data, task.source), site_inits)
-        compiled = tuple(row["speedup_compile_ci"]) if row.get("speedup_compile_ci") else None
-        chosen.append(Candidate(placed, entry["share"] or 0.0, row["speedup_eager"], ci, row["kernel_id"],
-                                compile_speedup=row.get("speedup_compile"), compile_ci=compiled))
+        chosen.append(Candidate(placed, entry["share"] or 0.0, row["speedup_eager"], _ci(row, "speedup_eager"),
+                                row["kernel_id"], compile_speedup=row.get("speedup_compile"),
+                                compile_ci=_ci(row, "speedup_compile")))
     return chosen, left
 
 
@@ -106,6 +105,11 @@ def _why_not(row: dict | None, min_speedup: float, baseline: str = "compile") ->
         against = "torch.compile of the part" if key == "speedup_compile" else "eager"
         return f"its kernel is not faster than {min_speedup:g}x {against} beyond noise ({row[key]:.2f}x)"
     return ""
+
+
+def _ci(row: dict, key: str) -> tuple[float, float] | None:
+    """A bench row's interval of `key` (speedup_eager, speedup_compile) as a tuple; None where it has none."""
+    return tuple(row[f"{key}_ci"]) if row.get(f"{key}_ci") else None
 
 
 def _alone(row: dict) -> str:

@@ -97,8 +97,8 @@ def _modes_table(data: dict):
     from rich.table import Table
 
     table = Table(title="ms per forward, host included (median, 95 % interval)")
-    # with nothing placed, the second column is the model with the parts it tried, before they were reverted
-    tried = "with kernels" if not data.get("nothing_placed") else "with the parts tried"
+    # with no part in place, the second column is the model with the parts it tried, before they were reverted
+    tried = "with kernels" if any(p["in_place"] for p in data["parts"]) else "with the parts tried"
     for name, justify in (("mode", "left"), ("original", "right"), (tried, "right"), ("", "left")):
         table.add_column(name, justify=justify)
     for mode, row in data["modes"].items():
