@@ -166,10 +166,28 @@ def test_the_bound_is_the_thread_that_made_the_calls_where_it_ran_alone():
     assert gate.main_thread_ms(7, None, {7: 1}) is None and gate.main_thread_ms(9, before, before) is None
 
 
-def _block(ms: float, copy: float = 0.01, eager: float = 0.06, confirmed: bool = True) -> dict:
-    """One GPU block's figures as _Block.run gives them (8 calls)."""
-    return {"confirmed": confirmed, "calls": 8, "block_ms": round((ms + copy) * 8, 6), "candidate_ms": ms,
+def _block(ms: float, copy: float = 0.01, eager: float = 0.06, confirmed: bool = True, calls: int = 8) -> dict:
+    """One GPU block's figures as _Block.run gives them (8 calls unless told)."""
+    return {"confirmed": confirmed, "calls": calls, "block_ms": round((ms + copy) * calls, 6), "candidate_ms": ms,
             "eager_ms": eager, "copy_ms": copy, "device": "cuda"}
+
+
+def test_a_microsecond_kernel_is_timed_on_a_block_long_enough():
+    """On an H200 (2026-11-29) the 8-call block of an honest 5.5 us Triton kernel read 20.9 us a call: what a
+    block pays once, spread over 0.2 ms of calls. The next blocks are long enough (MIN_BLOCK_MS), only they
+    can agree, and the fastest decides; a kernel that is slow on the long blocks too is still disbelieved."""
+    claim = _claim(0.0055, 2.0)
+    short = _block(0.0209, copy=0.001, eager=0.011)
+    assert clock.judge(claim, short)["reason"] == "timing_mismatch"  # the short block alone cries wolf
+    calls = clock._longer(short, clock.CALLS)
+    assert calls == 46 and clock._longer(_block(0.3), clock.CALLS) == clock.CALLS  # 2.4 ms: long enough
+    assert clock._longer({**short, "block_ms": 1e-6}, clock.CALLS) == clock.MAX_CALLS
+    blocks = [short, _block(0.0061, copy=0.001, eager=0.011, calls=calls)]
+    assert not clock._agreed(blocks)  # one long block: no pair yet, however close the short one came
+    blocks.append(_block(0.0058, copy=0.001, eager=0.011, calls=calls))
+    assert clock._agreed(blocks) and clock.judge(claim, clock._fastest(blocks)) is None
+    slow = [short, _block(0.030, copy=0.001, eager=0.011, calls=calls), _block(0.031, copy=0.001, eager=0.011, calls=calls)]
+    assert clock._agreed(slow) and clock.judge(claim, clock._fastest(slow))["reason"] == "timing_mismatch"
 
 
 def test_a_block_lengthened_by_another_job_is_outvoted_by_two_that_agree():

@@ -24,6 +24,7 @@ BLOCK_MS = 2.0  # per block of the slowest function: long enough that one synchr
 MIN_CALLS, MAX_CALLS = 5, 200
 MIN_ROUNDS, MAX_ROUNDS = 8, 400
 TARGET_REL_CI = 0.01
+SECONDS = 0.4  # at most, unless the caller says less
 
 
 def _sync(cuda: bool) -> None:
@@ -44,7 +45,7 @@ def _block(fn: Callable[[list], Any], input_sets: list[list], calls: int, cuda: 
 
 
 def back_to_back(fns: dict[str, Callable[[list], Any]], input_sets: list[list], device,
-                 seconds: float = 0.4, ratios: tuple[tuple[str, str], ...] = ()) -> tuple[Measurement, int]:
+                 seconds: float = SECONDS, ratios: tuple[tuple[str, str], ...] = ()) -> tuple[Measurement, int]:
     """(per-call milliseconds of each function called back to back, the calls per block), each
     function's block interleaved with the others' until the medians and the paired `ratios` are
     within TARGET_REL_CI, or `seconds` have passed."""

@@ -42,7 +42,7 @@ def run(job: Job, device: str, channel) -> dict:
     over = (("compiled", "eager"),) if "compiled" in fns else ()
     with channel.quiet():
         measured = timing.measure(fns, sets, device, _timing_config(job), ratios=over)
-        result["loop"] = _loop(fns, sets, device, *over)  # the same ratio with host work, back to back
+        result["loop"] = _loop(fns, sets, device, job.timing.max_seconds, *over)  # the same ratio with host work, back to back
         if device.startswith("cuda"):  # what the prompts show of the opponent: its kernels, by time
             result["kernels"] = _kernels(fns, sets[0], device)
         if job.sol:  # how far each baseline is from the bound: what is left for a kernel to win

@@ -176,7 +176,8 @@ def _check_and_time(task, reference, candidate, job: Job, device: str, result: d
             measured, kept = _time_and_crosscheck(reference, candidate, sets, task, job, device, evidence, phase,
                                                   checked["stateful"])
             result["loop"] = _loop({"candidate": lambda a: forward(candidate, a),
-                                    "eager": lambda a: forward(reference, a)}, sets, device, ("eager", "candidate"))
+                                    "eager": lambda a: forward(reference, a)}, sets, device, job.timing.max_seconds,
+                                   ("eager", "candidate"))
             phase("loop")
         threads.verify("timing")
         if not checked["stateful"]:  # compared by the checker, while this worker still holds the device
@@ -285,10 +286,11 @@ def torch_device_name(device: str) -> str:
         else cpu_name() or platform.processor() or "cpu"
 
 
-def _loop(fns: dict, sets: list, device: str, *over: tuple[str, str]) -> dict:
-    """The host-inclusive twin of the timed figures: the functions called back to back (loop.py),
-    each ratio of `over` with its interval as reported (on the CPU, at least the spread of a repeat)."""
-    measured, calls = loop.back_to_back(fns, sets, device, ratios=over)
+def _loop(fns: dict, sets: list, device: str, seconds: float, *over: tuple[str, str]) -> dict:
+    """The host-inclusive twin of the timed figures: the functions called back to back (loop.py) for at most
+    the timer's own budget (`seconds`, never above loop.SECONDS), each ratio of `over` with its interval as
+    reported (on the CPU, at least the spread of a repeat)."""
+    measured, calls = loop.back_to_back(fns, sets, device, seconds=min(seconds, loop.SECONDS), ratios=over)
     out = loop.figures(measured, calls, over)
     for a, b in over:
         point, low, high = out[f"{a}/{b}"]
@@ -370,7 +372,7 @@ def run_compile_beside(job: Job, device: str, channel) -> dict:
         ratios = (("eager", "candidate"), ("compiled", "candidate"))
         with channel.quiet():
             measured = timing.measure(fns, sets, device, _timing_config(job), ratios=ratios)
-            looped = _loop(fns, sets, device, *ratios)
+            looped = _loop(fns, sets, device, job.timing.max_seconds, *ratios)
     except Exception as exc:  # noqa: BLE001 - a failed compile or run is reported, the search figure stays
         return _failure(verdicts.classify_run(exc))
     point, ci = measured.speedup("compiled", "candidate")

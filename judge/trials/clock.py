@@ -19,6 +19,7 @@ checker opens it after FORCE_S and the block's time includes the host's: a bound
 """
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -42,21 +43,21 @@ SLACK_MS, SPAN = 0.06, 3.0
 # A claim beyond that bound by more than this factor is disbelieved: the honest ones stayed within 0.85
 # of it, the slowed reference claimed 2.7 times it.
 BEYOND = 1.25
-# On the CPU a block's wall time is no measure: other processes' load, and the judge's own builds beside
-# it, moved a C kernel's calls there to 2-3x its timed figure (2026-11-28, 2 cores). What the kernel counts
-# of the thread that makes the calls is: see gate.main_thread_ms.
-# The CPU time the kernel counts for that thread in the block, a call, may exceed a timed call by what
-# placing its outputs costs (65 us measured for 128 KiB) and its spinning at a thread pool's barriers
-# (where another thread ran a quarter as long, no bound is drawn: gate.main_thread_ms).
-# Nor is that CPU time free of the load: the same calls cost a thread more of it while other processes
-# share the core's caches and its SMT sibling. Measured: an honest C LSTM timed at 4.13 ms a call, its
-# thread 6.77 ms a call in the block (1.64x), with another test process busy on a 2-core VM (2026-11-28).
-# So a call is taken to need at least (its thread's time - THREAD_SLACK_MS) / THREAD_SPAN. The C fixture
-# whose clock is patched claimed 0.23 to 0.5 ms a call of about 2 ms (its thread: 2.25): with 1.0 ms of
-# slack and a span of 2.5 it passed under load, so the slack is 0.5 ms (placing outputs costs tens of us).
+# On the CPU a block's wall time is no measure (load and the judge's own builds moved a C kernel's calls to
+# 2-3x its timed figure, 2026-11-28, 2 cores); what the kernel counts of the calling thread is (gate.main_thread_ms).
+# That may exceed a timed call by placing its outputs (65 us for 128 KiB) and spinning at a pool's barriers, and
+# grows under load (an honest C LSTM: 4.13 ms timed, 6.77 in the block beside another test process). So a call
+# needs at least (its thread's time - THREAD_SLACK_MS) / THREAD_SPAN. The C fixture whose clock is patched
+# claimed 0.23-0.5 ms of about 2 (thread 2.25): it passed under load with 1.0 ms of slack and a span of 2.5.
 THREAD_SLACK_MS, THREAD_SPAN = 0.5, 2.0
 BLOCKS = 3  # on a GPU, at most this many blocks: until two agree within AGREE (+ AGREE_SLACK_MS a call)
 AGREE, AGREE_SLACK_MS = 1.25, 0.005
+# 8 calls of a microsecond kernel last tens of us, where what a block pays once is no longer noise (an honest
+# 5.5 us Triton kernel read 20.9 us a call in 8, 4.1-4.4 in 228: about 0.14 ms a block, H200 2026-11-29). So a
+# shorter GPU block is followed by a longer one: at 1 ms, a 1 us kernel's block reads about 3.5 us a call,
+# within the bound (SPAN times BEYOND is 3.75). Measured again (H200, 2026-11-29, session 16): ok_triton's 8-call blocks read
+# 16-18 us a call and were refused; with longer blocks, 96 calls read 5.0-5.3 us, judged ok.
+MIN_BLOCK_MS, MAX_CALLS = 1.0, 128
 
 
 def confirm(checker) -> dict:
@@ -70,19 +71,37 @@ def confirm(checker) -> dict:
         return {"confirmed": False, "why": "no shared memory (/dev/shm) for the checker's gate here"}
     if checker.state["stateful"]:
         return {"confirmed": False, "why": "the reference keeps state: extra calls would leave the lockstep"}
-    first, blocks = checker.job.trials + 100, []
-    for n in range(BLOCKS if checker.device.startswith("cuda") else 1):
-        clocked = _block(checker, first + n * CALLS)
+    first, blocks, calls = checker.job.trials + 100, [], CALLS
+    for _ in range(BLOCKS if checker.device.startswith("cuda") else 1):
+        clocked = _block(checker, first, calls)
         if "verdict" in clocked:
             return clocked
+        first += clocked.get("calls", calls)
         blocks.append(clocked)
         if _agreed(blocks):
             break
+        calls = _longer(clocked, calls)
     return _fastest(blocks)
 
 
-def _block(checker, first: int) -> dict:
-    """One block of calls on fresh inputs, drawn as trials `first`, `first + 1`, ..."""
+def _longer(clocked: dict, calls: int) -> int:
+    """How many calls the next block takes: enough for MIN_BLOCK_MS where this one was shorter."""
+    if not clocked.get("confirmed") or clocked["block_ms"] >= MIN_BLOCK_MS:
+        return calls
+    return min(MAX_CALLS, max(calls, math.ceil(calls * MIN_BLOCK_MS / max(clocked["block_ms"], 1e-3))))
+
+
+def _agreed(blocks: list[dict]) -> bool:
+    """Whether the two fastest confirmed blocks of the longest length are within AGREE of each other (a short
+    block, the first of a microsecond kernel, pays its fixed costs on few calls: it agrees with nothing)."""
+    longest = max((b["calls"] for b in blocks if b.get("confirmed")), default=0)
+    seen = sorted(b["block_ms"] / b["calls"] for b in blocks if b.get("confirmed") and b["calls"] == longest)
+    return len(seen) >= 2 and seen[1] <= AGREE * seen[0] + AGREE_SLACK_MS
+
+
+def _block(checker, first: int, wanted: int = CALLS) -> dict:
+    """One block of `wanted` calls (fewer where BUDGET's bytes end first) on fresh inputs, drawn as trials
+    `first`, `first + 1`, ..."""
     import torch
 
     sets = [checker._plain(first)]
@@ -90,16 +109,10 @@ def _block(checker, first: int) -> dict:
         refs = [checker.ref(inputs.clone_inputs(sets[0]))]  # (expected, exact, finite) each
         out_bytes = arena.nbytes(list(compare.flatten(refs[0][0])))
         per_call = arena.nbytes(sets[0]) + out_bytes + 2 * arena.ALIGN
-        calls = max(1, min(CALLS, BUDGET["cuda" if checker.device.startswith("cuda") else "cpu"] // max(per_call, 1)))
+        calls = max(1, min(wanted, BUDGET["cuda" if checker.device.startswith("cuda") else "cpu"] // max(per_call, 1)))
         sets += [checker._plain(first + i) for i in range(1, calls)]
         refs += [checker.ref(inputs.clone_inputs(s)) for s in sets[1:]]
     return _Block(checker, sets, refs, out_bytes).run()
-
-
-def _agreed(blocks: list[dict]) -> bool:
-    """Whether the two fastest confirmed blocks are within AGREE of each other."""
-    seen = sorted(b["block_ms"] / b["calls"] for b in blocks if b.get("confirmed"))
-    return len(seen) >= 2 and seen[1] <= AGREE * seen[0] + AGREE_SLACK_MS
 
 
 def _fastest(blocks: list[dict]) -> dict:
