@@ -55,8 +55,8 @@ AGREE, AGREE_SLACK_MS = 1.25, 0.005
 # 8 calls of a microsecond kernel last tens of us, where what a block pays once is no longer noise (an honest
 # 5.5 us Triton kernel read 20.9 us a call in 8, 4.1-4.4 in 228: about 0.14 ms a block, H200 2026-11-29). So a
 # shorter GPU block is followed by a longer one: at 1 ms, a 1 us kernel's block reads about 3.5 us a call,
-# within the bound (SPAN times BEYOND is 3.75). Measured again (H200, 2026-11-29, session 16): ok_triton's 8-call blocks read
-# 16-18 us a call and were refused; with longer blocks, 96 calls read 5.0-5.3 us, judged ok.
+# within the bound (SPAN times BEYOND is 3.75). Measured again (H200, 2026-11-29, session 16): ok_triton's
+# 8-call blocks read 16-18 us a call and were refused; with longer blocks, 96 calls read 5.0-5.3 us: ok.
 MIN_BLOCK_MS, MAX_CALLS = 1.0, 128
 
 
