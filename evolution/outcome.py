@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelevo.evaluation import Evaluation
-from kernelevo.text import loop_text, speedup_text
+from kernelevo.text import graph_text, loop_text, speedup_text
 
 from .population import BASELINES, Variant
 
@@ -92,6 +92,8 @@ def write_drop_in(member: Variant, evaluation: Evaluation, task_name: str, run_i
                  if (evaluation.format or member.format) == "triton" else "") + "\n")
     if evaluation.loop:  # the figures above are device time; a loop of calls pays the host's work too
         header += f"# In a loop, host work included: {loop_text(evaluation.loop)}.\n"
+    if evaluation.graph:  # and inside a model's CUDA graph (reduce-overhead), where launch gaps are gone
+        header += f"# In a CUDA graph: {graph_text(evaluation.graph)}.\n"
     header += _shapes_comment(evaluation)
     path.write_text(header + member.source)
     return path

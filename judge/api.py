@@ -202,8 +202,7 @@ class Judge:
                 timed = result.get("verdict") == "ok" and not result.get("untimed")  # the interpreter: no speedup
                 baseline = self.baseline(task, device, ran_on) if timed else None
                 result = self._second_opinion(task, job, device, result, baseline)
-                if final and not device.startswith("cuda") and timed and baseline \
-                        and "compiled" in baseline.get("timing", {}):
+                if final and timed and baseline and "compiled" in baseline.get("timing", {}):
                     result = {**result, "compile_beside": self.executor.submit(
                         dataclasses.replace(job, kind="compile_beside"), device, node=node).result()}
                 evaluation = to_evaluation(task, digest, fmt, device, result, baseline, time.monotonic() - started)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from kernelevo.judge.measure.timing import combined as timing_combined
 from kernelevo.judge.measure.timing import load_note
-from kernelevo.evaluation import (Confinement, Correctness, Evaluation, KernelResources, LoopTiming, ShapeReport,
-                                  TimingStats)
+from kernelevo.evaluation import (Confinement, Correctness, Evaluation, GraphTiming, KernelResources, LoopTiming,
+                                  ShapeReport, TimingStats)
 from kernelevo.tasks import Task
 
 
@@ -154,6 +154,22 @@ def _loop_figures(result: dict, baseline: dict | None, device_ms: float | None) 
                       speedup_compile=speedup, speedup_compile_ci=_pair(ci), device_ms=device_ms)
 
 
+def _graph_figures(result: dict) -> GraphTiming | None:
+    """Each replayed in a CUDA graph, as timed beside the candidate in a fresh process (a final on a GPU);
+    None where that process did not run or measured none."""
+    graph = (result.get("compile_beside") or {}).get("graph")
+    if not graph:
+        return None
+    if graph.get("why"):
+        return GraphTiming(why=graph["why"])
+    ms = graph["ms"]
+    compiled, eager = graph.get("compiled/candidate"), graph.get("eager/candidate")
+    return GraphTiming(candidate_ms=ms.get("candidate"), eager_ms=ms.get("eager"), compiled_ms=ms.get("compiled"),
+                       speedup_compile=compiled[0] if compiled else None,
+                       speedup_compile_ci=_pair(compiled[1:]) if compiled else None,
+                       speedup_eager=eager[0] if eager else None, speedup_eager_ci=_pair(eager[1:]) if eager else None)
+
+
 def _spread(stats: dict) -> tuple[float, float, float]:
     m, r = stats["median_ms"], stats.get("rel_ci") or 0.0
     return m, m * (1 - r), m * (1 + r)
@@ -189,4 +205,5 @@ def to_evaluation(task: Task, digest: str, fmt: str, device: str, result: dict,
         shapes=ShapeReport.from_dict(result["shapes"]) if passed and result.get("shapes") else None,
         confinement=Confinement(**result["confinement"]) if result.get("confinement") else None,
         loop=_loop_figures(result, baseline, cand.median_ms if cand and device.startswith("cuda") else None)
-        if passed else None)  # on the CPU the timed figure is host time too: no host share to tell apart
+        if passed else None,  # on the CPU the timed figure is host time too: no host share to tell apart
+        graph=_graph_figures(result) if passed else None)

@@ -304,10 +304,34 @@ class LoopTiming:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "LoopTiming":
-        data = dict(data)
-        for key in ("speedup_eager_ci", "speedup_compile_ci"):
-            data[key] = tuple(data[key]) if data.get(key) else None
-        return cls(**data)
+        return cls(**_paired(data))
+
+
+@dataclass(frozen=True)
+class GraphTiming:
+    """Device time as a model's CUDA graph replays it (judge/measure/graphs.py): the candidate, eager and
+    torch.compile each captured once and replayed, in one fresh process. Events around a call count the
+    gaps between a function's own launches; inside a graph they are gone, so this is the figure that
+    says what a part can give a model run under reduce-overhead. `why` where it was not measured."""
+
+    candidate_ms: float | None = None
+    eager_ms: float | None = None
+    compiled_ms: float | None = None
+    speedup_compile: float | None = None
+    speedup_compile_ci: tuple[float, float] | None = None
+    speedup_eager: float | None = None
+    speedup_eager_ci: tuple[float, float] | None = None
+    why: str = ""
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "GraphTiming":
+        return cls(**_paired(data))
+
+
+def _paired(data: dict[str, Any]) -> dict[str, Any]:
+    """A record's JSON with its intervals ([low, high] lists) as tuples."""
+    return {**data, **{key: tuple(data[key]) if data.get(key) else None
+                       for key in ("speedup_eager_ci", "speedup_compile_ci")}}
 
 
 @dataclass(frozen=True)
@@ -347,6 +371,7 @@ class Evaluation:
     shapes: ShapeReport | None = None  # of a passing candidate: which input shapes it handles
     confinement: Confinement | None = None  # what held its process (None: judged before the sandbox existed)
     loop: LoopTiming | None = None  # of a timed pass: the same calls back to back, host work included
+    graph: GraphTiming | None = None  # of a final GPU pass: each replayed in a CUDA graph, as a model's is
 
     @property
     def ok(self) -> bool:
@@ -380,6 +405,7 @@ class Evaluation:
         data["shapes"] = ShapeReport.from_dict(data["shapes"]) if data.get("shapes") else None
         data["confinement"] = Confinement(**data["confinement"]) if data.get("confinement") else None
         data["loop"] = LoopTiming.from_dict(data["loop"]) if data.get("loop") else None
+        data["graph"] = GraphTiming.from_dict(data["graph"]) if data.get("graph") else None
         return cls(**data)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kernelevo.evaluation import LoopTiming
+from kernelevo.evaluation import GraphTiming, LoopTiming
 
 WIDE = 0.02  # an interval narrower than 2 % of its speedup adds digits, not information
 
@@ -39,3 +39,13 @@ def loop_text(loop: LoopTiming) -> str:
     host = f"; host work {100 * loop.host_share:.0f} % of a call" if loop.host_share is not None else ""
     return (f"{ms_text(loop.candidate_ms)} per call back to back (eager {ms_text(loop.eager_ms)}{compiled}): "
             f"{speedup_text(loop.speedup_eager, loop.speedup_eager_ci)} vs eager{against}{host}")
+
+
+def graph_text(graph: GraphTiming) -> str:
+    """Each replayed in a CUDA graph, in one line: the candidate's time and its speedups; or why not measured."""
+    if graph.why:
+        return f"not measured: {graph.why}"
+    against = f"{speedup_text(graph.speedup_compile, graph.speedup_compile_ci)} vs torch.compile " \
+        f"({ms_text(graph.compiled_ms)}), " if graph.speedup_compile is not None else ""
+    return (f"{ms_text(graph.candidate_ms)} a replay: {against}"
+            f"{speedup_text(graph.speedup_eager, graph.speedup_eager_ci)} vs eager (as a model's graph runs it)")

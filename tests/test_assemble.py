@@ -228,8 +228,16 @@ def test_optimize_in_parts_splits_searches_assembles_and_verifies(tmp_path):
     assert (data["speedup"] is None) == bool(data["nothing_placed"])
 
 
+class _Judged:
+    """The judge's verdict on an assembled file, as result() reads it."""
+    verdict, reason, message, device, device_name = "ok", "", "", "cuda", "GPU"
+    speedup_eager = speedup_eager_ci = speedup_compile = speedup_compile_ci = None
+
+
 def test_a_part_is_placed_only_where_its_kernel_beats_the_compiled_part(tmp_path):
-    from kernelevo.evolution.drivers.parts.assemble import chosen_parts
+    from kernelevo.cli.views.parts import _graph_cell
+    from kernelevo.evolution.drivers.parts.assemble import chosen_parts, result
+    from kernelevo.text import speedup_text
 
     placed_parts(MODELS / "mlp_stack.py", tmp_path / "parts")
     rows = [{"path": str(tmp_path / "parts" / "mlp_block.py"), "correct": True, "speedup_eager": 1.6,
@@ -237,9 +245,17 @@ def test_a_part_is_placed_only_where_its_kernel_beats_the_compiled_part(tmp_path
              "kernel_id": 7, "verdict": "ok", "status": "done"},
             {"path": str(tmp_path / "parts" / "gated_head.py"), "correct": True, "speedup_eager": 2.0,
              "speedup_eager_ci": [1.9, 2.1], "speedup_compile": 1.2, "speedup_compile_ci": [1.1, 1.3],
-             "kernel_id": 8, "verdict": "ok", "status": "done"}]
+             "kernel_id": 8, "verdict": "ok", "status": "done",
+             "evaluation": {"graph": {"candidate_ms": 0.02, "compiled_ms": 0.019, "speedup_compile": 0.95,
+                                      "speedup_compile_ci": [0.94, 0.96]}}}]
     chosen, left = chosen_parts(tmp_path / "parts", rows, lambda kid: f"# kernel {kid}\n", min_speedup=1.0)
     assert [c.kernel_id for c in chosen] == [8]
+    # a final on a GPU measured it in a CUDA graph too: what it can give a model under reduce-overhead
+    assert (chosen[0].graph.speedup_compile, chosen[0].graph.speedup_compile_ci) == (0.95, (0.94, 0.96))
+    part = result("m.py", tmp_path / "m_kernelevo.py", "b1", chosen, left, _Judged())["parts"][0]
+    assert (part["speedup_graph_compile"], part["speedup_graph_compile_ci"], part["graph_why"]) == (0.95, [0.94, 0.96], "")
+    assert _graph_cell(part) == speedup_text(0.95, [0.94, 0.96])
+    assert _graph_cell({"graph_why": "candidate: cannot be captured"}).startswith("not measured (candidate: cannot")
     assert [(x["task"], x["why"]) for x in left] == [
         ("mlp_block.py", "its kernel is not faster than 1x torch.compile of the part beyond noise (0.93x)")]
     assert "1.20x against torch.compile alone, 2.00x against eager" in chosen[0].placed.label

@@ -5,9 +5,10 @@ import json
 import pytest
 
 from kernelevo.agent.prompting import HOST_BOUND, Opponent, Variant, opponent, variant
-from kernelevo.evaluation import Evaluation, LoopTiming
+from kernelevo.evaluation import Evaluation, GraphTiming, LoopTiming
 from kernelevo.evolution.drivers.bench import _speedup_against
-from kernelevo.judge.results import _loop_figures
+from kernelevo.judge.results import _graph_figures, _loop_figures
+from kernelevo.text import graph_text
 from kernelevo.judge.measure import loop
 
 torch = pytest.importorskip("torch")
@@ -49,6 +50,22 @@ def test_the_loop_travels_through_json():
     e = Evaluation(verdict="ok", reason="", message="", loop=looped)
     again = Evaluation.from_dict(json.loads(json.dumps(e.to_dict())))
     assert again.loop == looped and isinstance(again.loop, LoopTiming)
+
+
+def test_the_graph_figures_of_a_final_travel_from_the_fresh_process_to_json_and_text():
+    graph = {"ms": {"candidate": 0.0236, "eager": 0.05, "compiled": 0.0203},
+             "compiled/candidate": [0.86, 0.85, 0.87], "eager/candidate": [2.1, 2.0, 2.2]}
+    figures = _graph_figures({"compile_beside": {"verdict": "ok", "graph": graph}})
+    assert figures.speedup_compile == 0.86 and figures.speedup_compile_ci == (0.85, 0.87)
+    assert figures.speedup_eager == 2.1 and figures.compiled_ms == 0.0203 and not figures.why
+    assert "0.86x" in graph_text(figures) and "vs torch.compile (20.3 µs)" in graph_text(figures)
+    e = Evaluation(verdict="ok", reason="", message="", graph=figures)
+    again = Evaluation.from_dict(json.loads(json.dumps(e.to_dict())))
+    assert again.graph == figures and isinstance(again.graph, GraphTiming)
+    why = _graph_figures({"compile_beside": {"verdict": "ok", "graph": {"why": "candidate: cannot be captured"}}})
+    assert why.speedup_compile is None and graph_text(why) == "not measured: candidate: cannot be captured"
+    assert _graph_figures({"compile_beside": {"verdict": "ok", "graph": None}}) is None  # the CPU: none
+    assert _graph_figures({}) is None
 
 
 def test_prompts_name_the_opponent_with_its_kernels():

@@ -13,7 +13,7 @@ from typing import Any
 
 from kernelevo import runtime
 from kernelevo.judge import static, verdicts
-from kernelevo.judge.measure import crosscheck, loop, resources, timing
+from kernelevo.judge.measure import crosscheck, graphs, loop, resources, timing
 from kernelevo.judge.trials import correctness, guards, inputs, policy
 from kernelevo.judge.trials.checker import FRESH_FIRST, TIMED_FIRST
 from kernelevo.judge.run import bounds, launcher, triton_jobs
@@ -373,10 +373,13 @@ def run_compile_beside(job: Job, device: str, channel) -> dict:
         with channel.quiet():
             measured = timing.measure(fns, sets, device, _timing_config(job), ratios=ratios)
             looped = _loop(fns, sets, device, job.timing.max_seconds, *ratios)
+            # on a GPU, each one as a model's CUDA graph replays it: no launch gaps (measure/graphs.py)
+            graphed = graphs.figures(fns, sets, device, _timing_config(job), ratios) if device.startswith("cuda") \
+                else None
     except Exception as exc:  # noqa: BLE001 - a failed compile or run is reported, the search figure stays
         return _failure(verdicts.classify_run(exc))
     point, ci = measured.speedup("compiled", "candidate")
-    return {"verdict": "ok", "reason": "", "message": "", "compile_s": compile_s, "loop": looped,
+    return {"verdict": "ok", "reason": "", "message": "", "compile_s": compile_s, "loop": looped, "graph": graphed,
             "timing": {name: dataclasses.asdict(s) for name, s in measured.stats.items()},
             "load": measured.load, "speedup_compile": point,
             "speedup_compile_ci": timing.reported(point, ci, measured.load, not device.startswith("cuda")),

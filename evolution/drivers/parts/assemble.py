@@ -41,6 +41,7 @@ class Candidate:
     without_ms: Any = None
     compile_speedup: float | None = None  # alone, against torch.compile of the part, where the bench measured it
     compile_ci: tuple[float, float] | None = None
+    graph: Any = None  # alone, each replayed in a CUDA graph (GraphTiming), where the bench's final measured it
 
 
 def chosen_parts(split_dir: Path, rows: list[dict], kernel_source: Callable[[int], str],
@@ -70,7 +71,7 @@ def chosen_parts(split_dir: Path, rows: list[dict], kernel_source: Callable[[int
                         _placement(entry, data, task.source), site_inits)
         chosen.append(Candidate(placed, entry["share"] or 0.0, row["speedup_eager"], _ci(row, "speedup_eager"),
                                 row["kernel_id"], compile_speedup=row.get("speedup_compile"),
-                                compile_ci=_ci(row, "speedup_compile")))
+                                compile_ci=_ci(row, "speedup_compile"), graph=_graph(row)))
     return chosen, left
 
 
@@ -110,6 +111,15 @@ def _why_not(row: dict | None, min_speedup: float, baseline: str = "compile") ->
 def _ci(row: dict, key: str) -> tuple[float, float] | None:
     """A bench row's interval of `key` (speedup_eager, speedup_compile) as a tuple; None where it has none."""
     return tuple(row[f"{key}_ci"]) if row.get(f"{key}_ci") else None
+
+
+def _graph(row: dict):
+    """The row's kernel alone as a CUDA graph replays it, beside torch.compile's (GraphTiming); None where its
+    final was not measured so (the CPU, or a record from before)."""
+    from kernelevo.evaluation import GraphTiming
+
+    graph = (row.get("evaluation") or {}).get("graph")
+    return GraphTiming.from_dict(graph) if graph else None
 
 
 def _alone(row: dict) -> str:
@@ -181,6 +191,10 @@ def result(model_path: str, out_file: Path, bench_id: str, candidates: list[Cand
                    "speedup_alone": c.speedup, "speedup_alone_ci": list(c.ci) if c.ci else None,
                    "speedup_alone_compile": c.compile_speedup,
                    "speedup_alone_compile_ci": list(c.compile_ci) if c.compile_ci else None,
+                   "speedup_graph_compile": c.graph.speedup_compile if c.graph else None,
+                   "speedup_graph_compile_ci": list(c.graph.speedup_compile_ci)
+                   if c.graph and c.graph.speedup_compile_ci else None,
+                   "graph_why": c.graph.why if c.graph else None,
                    "in_place": not c.reverted, "reverted": c.reverted, "in_place_effect": triple(c.effect),
                    "model_ms_with": triple(c.with_ms), "model_ms_without": triple(c.without_ms),
                    "estimated_saving": round(c.share * (1 - 1 / c.speedup), 4) if c.speedup else None}

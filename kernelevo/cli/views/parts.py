@@ -75,21 +75,34 @@ def print_assembly(data: dict) -> None:
                   f"estimate from the parts alone: {data['estimate_from_parts'] or '-'}x)")
     table = Table()
     for name, justify in (("part", "left"), ("sites", "right"), ("share", "right"), ("alone vs compile", "right"),
-                          ("alone vs eager", "right"), ("in place", "right"), ("placed", "left")):
+                          ("alone vs eager", "right"), ("in a CUDA graph vs compile", "right"), ("in place", "right"),
+                          ("placed", "left")):
         table.add_column(name, justify=justify)
     for p in data["parts"]:
         effect = p.get("in_place_effect")
         table.add_row(p["task"], str(p["sites"]), f"{100 * p['share']:.1f} %",
                       speedup_text(p["speedup_alone_compile"], p["speedup_alone_compile_ci"])
                       if p.get("speedup_alone_compile") is not None else "-",
-                      speedup_text(p["speedup_alone"], p["speedup_alone_ci"]),
+                      speedup_text(p["speedup_alone"], p["speedup_alone_ci"]), _graph_cell(p),
                       speedup_text(effect[0], effect[1:]) if effect else "-",
                       "yes" if p["in_place"] else escape(p["reverted"]))
     for p in data["left_as_they_were"]:
         share = "-" if p["share"] is None else f"{100 * p['share']:.1f} %"
-        table.add_row(Path(p["task"]).stem, "", share, "-", "-", "-", escape(p["why"]))
+        table.add_row(Path(p["task"]).stem, "", share, "-", "-", "-", "-", escape(p["why"]))
     console.print(table)
     console.print(f"written: {data['file']}" + (f"; report: {data['report']}" if data.get("report") else ""))
+
+
+def _graph_cell(part: dict) -> str:
+    """A part alone as a model's CUDA graph replays it, against torch.compile's replayed; why not, where measured
+    nothing; '-' where its final was not measured so (the CPU)."""
+    from rich.markup import escape
+
+    from kernelevo.text import speedup_text
+
+    if part.get("speedup_graph_compile") is not None:
+        return speedup_text(part["speedup_graph_compile"], part.get("speedup_graph_compile_ci"))
+    return escape(f"not measured ({part['graph_why']})") if part.get("graph_why") else "-"
 
 
 def _modes_table(data: dict):

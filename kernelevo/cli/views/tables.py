@@ -5,7 +5,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kernelevo.evaluation import Evaluation, TimingStats
-from kernelevo.text import loop_text, ms_text, speedup_text
+from kernelevo.text import graph_text, loop_text, ms_text, speedup_text
 
 _COLOURS = {"ok": "green", "incorrect": "yellow", "rejected": "red", "timeout": "magenta"}
 
@@ -73,6 +73,8 @@ def print_evaluation(e: Evaluation, console=None) -> None:
                       f"[bold]{speedup_text(e.speedup_compile, e.speedup_compile_ci)}[/bold] vs torch.compile")
     if e.loop:  # what a loop of calls gets, host work included
         table.add_row("in a loop", loop_text(e.loop))
+    if e.graph:  # what a model's CUDA graph gets: no launch gaps
+        table.add_row("in a CUDA graph", graph_text(e.graph))
     if e.resources:
         table.add_row("compiler", "; ".join(resource_text(r) for r in e.resources[:4]))
     for warning in e.warnings:
