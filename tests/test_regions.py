@@ -4,6 +4,7 @@ identical blocks fold their regions into one task; and the model assembled with 
 for the region runs it in place of those calls (directly in eager, as a custom op under torch.compile),
 gives the original's outputs, falls back to the original forward on shapes it was not verified at, and
 is verified end to end by the judge. (A forward that cannot be traced: test_split's short-of-cover test.)"""
+import ast
 import json
 import subprocess
 import sys
@@ -148,6 +149,12 @@ def test_the_region_is_placed_with_its_kernel_and_falls_back_on_other_shapes(att
     chosen, _ = _assembled(out, (KERNELS / "model_region__c.py").read_text())
     text = drop_in_text(ATTENTION.read_text(), "own_attention.py", [c.placed for c in chosen])
     assert "kernelevo.evolution" not in text and "import kernelevo" not in text.replace("from kernelevo import runtime", "")
+    # the rewritten forward fetches no module attribute that nothing reads (the region takes its own by path)
+    factory = next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == "_forward_0")
+    forward = next(n for n in factory.body if isinstance(n, ast.FunctionDef))
+    read = {n.id for n in ast.walk(forward) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    fetched = {s.targets[0].id for s in forward.body if isinstance(s, ast.Assign) and ast.unparse(s.value).startswith("self.")}
+    assert fetched <= read, fetched - read
     module = load_module(text, str(tmp_path / "assembled.py"), "candidate")
     task = load_task(ATTENTION)
     torch.manual_seed(2)

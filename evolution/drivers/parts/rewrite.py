@@ -105,7 +105,7 @@ def forward_text(forward: Forward, factory: str, placed: list[tuple[Spot, str, i
             body.append(f"{', '.join(spot.outputs)} = {call}(self, self._kernelevo_regions[{k}], {', '.join(spot.inputs)})")
         elif node not in gone:
             body.append(statement)
-    body.append(f"return {forward.returns}")
+    body = _live([*body, f"return {forward.returns}"])
     names = "".join(f"    {_binding(name, source)}\n" for name, source in forward.names)
     where = forward.path or "the model"
     return (f"\n\ndef {factory}():\n"
@@ -115,6 +115,34 @@ def forward_text(forward: Forward, factory: str, placed: list[tuple[Spot, str, i
             f"            return type(self).forward(self, {passed_on(forward)})\n"
             + "".join(f"        {line}\n" for line in body) +
             "    return forward\n")
+
+
+def _live(body: list[str]) -> list[str]:
+    """The statements less the fetches of the module's attributes (`w = self.fc.weight`) that nothing after
+    them reads: a placed region takes its tensors by their paths, so the fetches the trace made for it are
+    dead, and in eager each one costs a call its module attribute lookups."""
+    import ast
+
+    out = []
+    for i, line in enumerate(body):
+        node = ast.parse(line).body[0]
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                and _of_self(node.value):
+            name = node.targets[0].id
+            if not any(isinstance(n, ast.Name) and n.id == name for later in body[i + 1:]
+                       for n in ast.walk(ast.parse(later))):
+                continue
+        out.append(line)
+    return out
+
+
+def _of_self(value) -> bool:
+    """Whether an expression is an attribute chain on `self` (self.a.b)."""
+    import ast
+
+    while isinstance(value, ast.Attribute):
+        value = value.value
+    return isinstance(value, ast.Name) and value.id == "self"
 
 
 def _binding(name: str, source: str) -> str:
