@@ -13,9 +13,10 @@ from pathlib import Path
 from kernelevo.agent.profile_block import profile_block
 from kernelevo.agent.prompting import Context, insight
 from kernelevo.archive.rows import own_improvement, unique
-from kernelevo.evaluation import Evaluation, Profile, host_share
+from kernelevo.evaluation import Evaluation, Profile
 from kernelevo.llm_call import LLMCall
 from kernelevo.tasks import Task
+from kernelevo.twins import host_share
 
 from . import niches, scheduling
 from .population import Variant, Population, best_of

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kernelevo.evaluation import GraphTiming, LoopTiming
+from kernelevo.twins import GraphTiming, LoopTiming
 
 WIDE = 0.02  # an interval narrower than 2 % of its speedup adds digits, not information
 

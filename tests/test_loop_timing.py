@@ -5,7 +5,8 @@ import json
 import pytest
 
 from kernelevo.agent.prompting import HOST_BOUND, Opponent, Variant, opponent, variant
-from kernelevo.evaluation import Evaluation, GraphTiming, LoopTiming
+from kernelevo.evaluation import Evaluation
+from kernelevo.twins import GraphTiming, LoopTiming
 from kernelevo.evolution.drivers.bench import _speedup_against
 from kernelevo.judge.results import _graph_figures, _loop_figures
 from kernelevo.text import graph_text

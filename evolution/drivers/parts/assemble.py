@@ -116,7 +116,7 @@ def _ci(row: dict, key: str) -> tuple[float, float] | None:
 def _graph(row: dict):
     """The row's kernel alone as a CUDA graph replays it, beside torch.compile's (GraphTiming); None where its
     final was not measured so (the CPU, or a record from before)."""
-    from kernelevo.evaluation import GraphTiming
+    from kernelevo.twins import GraphTiming
 
     graph = (row.get("evaluation") or {}).get("graph")
     return GraphTiming.from_dict(graph) if graph else None
