@@ -120,20 +120,19 @@ def forward_text(forward: Forward, factory: str, placed: list[tuple[Spot, str, i
 def _live(body: list[str]) -> list[str]:
     """The statements less the fetches of the module's attributes (`w = self.fc.weight`) that nothing after
     them reads: a placed region takes its tensors by their paths, so the fetches the trace made for it are
-    dead, and in eager each one costs a call its module attribute lookups."""
+    dead, and in eager each one costs a call its module attribute lookups. One pass from the end, each
+    statement parsed once (a traced forward can hold hundreds)."""
     import ast
 
-    out = []
-    for i, line in enumerate(body):
+    kept, named_later = [], set()
+    for line in reversed(body):
         node = ast.parse(line).body[0]
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
-                and _of_self(node.value):
-            name = node.targets[0].id
-            if not any(isinstance(n, ast.Name) and n.id == name for later in body[i + 1:]
-                       for n in ast.walk(ast.parse(later))):
-                continue
-        out.append(line)
-    return out
+                and _of_self(node.value) and node.targets[0].id not in named_later:
+            continue
+        kept.append(line)
+        named_later |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    return kept[::-1]
 
 
 def _of_self(value) -> bool:
