@@ -76,7 +76,8 @@ def test_cheat_rejected_with_its_reason(verdicts, name):
         pytest.skip(f"the early done word went unseen: the checker read the sealed one ({clock.get('block_ms')} ms)")
     # the checker's clock first: where a cheat got through, what the clock saw (or why it saw nothing) is the
     # evidence, and a long message would cut it off
-    assert (e.verdict, e.reason) == (verdict, reason), (clock, e.notes, e.message, e.evidence, e.excerpt)
+    assert (e.verdict, e.reason) == (verdict, reason), (clock, e.evidence.get("threads"), e.notes, e.message,
+                                                        e.evidence, e.excerpt)
     assert e.message and e.speedup_eager is None  # a rejection explains itself and prints no speedup
 
 

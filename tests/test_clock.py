@@ -1,6 +1,7 @@
 """The checker's clock (judge/trials/clock.py): its gate on the CPU, and its rule replayed over the figures
 an H100 recorded (benchmarks/results/clock_survey-H100-2026-11-28.json)."""
 import json
+import os
 import threading
 import time
 
@@ -143,7 +144,10 @@ def test_on_the_cpu_only_the_busy_threads_time_decides():
     one busy thread much less: a call cannot have taken much less than that."""
     seen = {"confirmed": True, "calls": 8, "candidate_ms": 5.0, "eager_ms": 2.0, "device": "cpu"}
     assert clock.judge(_claim(0.1, 20.0), seen) is None  # wall time alone: no verdict on the CPU
-    assert clock.judge(_claim(0.2, 1.0), {**seen, "thread_ms": 0.9}) is None  # within the span and the slack
+    assert clock.judge(_claim(0.45, 1.0), {**seen, "thread_ms": 0.9}) is None  # within the span
+    # placing large outputs in the block costs the thread time the timed call did not pay: the slack grows with them
+    assert clock.judge(_claim(0.2, 1.0), {**seen, "thread_ms": 0.9})["reason"] == "timing_mismatch"
+    assert clock.judge(_claim(0.2, 1.0), {**seen, "thread_ms": 0.9, "slack_ms": 0.6}) is None
     said = clock.judge(_claim(0.2, 1.0), {**seen, "confirmed": False, "thread_ms": 2.0})
     assert said["reason"] == "timing_mismatch" and "calls ran 2.0000 ms" in said["message"]
 
@@ -156,6 +160,8 @@ def test_a_thread_slowed_by_a_busy_core_is_no_mismatch_and_a_clock_reading_a_qua
     assert clock.judge(_claim(6.7696 / 4, 1.0), seen)["reason"] == "timing_mismatch"
     # the patched host clock's fixture, as it read under load: 0.5 ms claimed, its thread 2.25 ms a call
     assert clock.judge(_claim(0.5, 1.0), {**seen, "thread_ms": 2.25})["reason"] == "timing_mismatch"
+    # and on a CPU fast enough that its calls' thread time is 0.7 ms: a fixed 0.5 ms of slack let it through (CI)
+    assert clock.judge(_claim(0.16, 1.0), {**seen, "thread_ms": 0.7, "slack_ms": 0.1625})["reason"] == "timing_mismatch"
 
 
 def test_the_bound_is_the_thread_that_made_the_calls_where_it_ran_alone():
@@ -215,3 +221,50 @@ def test_each_figure_is_the_fastest_seen_and_an_unconfirmed_block_decides_nothin
     assert best["candidate_ms"] == pytest.approx(0.12)
     assert best["eager_ms"] == pytest.approx(0.06)
     assert clock._fastest([forced])["why"] == "the gate opened by itself"
+
+
+SPINNER = """
+import sys, threading
+def spin():
+    while True:
+        pass
+for _ in range(int(sys.argv[1])):
+    threading.Thread(target=spin, daemon=True).start()
+print("ready", flush=True)
+sys.stdin.readline()  # the main thread waits, as a worker waits for the checker's answer
+"""
+
+
+def _peer(spinners: int):
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", SPINNER, str(spinners)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+def test_the_checker_sees_a_thread_that_works_after_the_call_and_not_the_one_that_waits():
+    """guards.watch_peer, from another process: a spinning thread is refused however loaded the machine (what it
+    ran and waited for a CPU), a process whose main thread waits passes, and a stopped one is not judged."""
+    import signal
+
+    from kernelevo.judge.trials import guards
+
+    busy, idle = _peer(1), _peer(0)
+    try:
+        with pytest.raises(guards.Rejected) as refused:
+            guards.watch_peer(busy.pid, gate.threads_ns)
+        assert refused.value.reason == "background_work" and refused.value.evidence["where"] == "checker"
+        said = guards.watch_peer(idle.pid, gate.threads_ns)
+        assert said["window_ms"] >= 200 and "why" not in said and said["threads"] == 1
+        os.kill(busy.pid, signal.SIGSTOP)  # paused by another job's timing (measure/hold.py): no window to judge
+        try:
+            assert "paused" in guards.watch_peer(busy.pid, gate.threads_ns, most_s=0.3)["why"]
+        finally:
+            os.kill(busy.pid, signal.SIGCONT)
+    finally:
+        for proc in (busy, idle):
+            proc.kill()
+            proc.wait()

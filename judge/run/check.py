@@ -7,7 +7,7 @@ import os
 
 from kernelevo.judge.job import Job
 from kernelevo.judge.run import triton_jobs
-from kernelevo.judge.trials import arena, inputs
+from kernelevo.judge.trials import arena, gate, guards, inputs
 from kernelevo.judge.trials.checker import WHERE, Checker, plan_shapes
 
 
@@ -139,6 +139,11 @@ def _timed(checker: Checker, channel) -> bool:
     except Exception as exc:  # noqa: BLE001 - the reference failing here is the judge's failure, not the candidate's
         verdict = {"verdict": "runtime_error", "reason": "judge_error",
                    "message": f"the checker could not compare the timed outputs: {type(exc).__name__}: {exc}"[:300]}
+    if verdict["verdict"] == "ok":  # the worker waits for the answer below: none of its threads should be working
+        try:
+            verdict["threads"] = guards.watch_peer(checker.job.peer_pid, gate.threads_ns)
+        except guards.Rejected as r:
+            verdict = {"verdict": "rejected", "reason": r.reason, "message": r.message, "evidence": r.evidence}
     channel.send("timed", **verdict)
     channel.send("to_worker", message={"check": "timed_end", "ok": verdict["verdict"] == "ok",
                                        **{k: verdict.get(k) for k in ("verdict", "reason", "message")}})

@@ -112,7 +112,7 @@ def merge(result: dict, checked: dict | None, timed: dict | None = None) -> dict
         return disbelieved
     evidence = {**(result.get("evidence") or {}), "trial_s": checked.get("trial_s", {}),
                 "checker": {**checked.get("checker", {}), "timed_outputs": (timed or {}).get("compared", 0)},
-                "clock": clocked or {}}
+                "clock": clocked or {}, **({"threads": timed["threads"]} if timed and "threads" in timed else {})}
     notes = [*result.get("notes", []), *checked.get("checks", [])]
     if clocked and not clocked.get("confirmed") and "timing" in result:
         notes.append(f"times not confirmed by the checker's clock: {clocked.get('why', '')}")

@@ -189,7 +189,8 @@ def _check_and_time(task, reference, candidate, job: Job, device: str, result: d
             phase("timed_outputs")
         result["device_s"] = time.perf_counter() - acquired
         channel.release_device()  # the idle check needs no GPU: let the next candidate start
-        evidence["threads"] = threads.verify_idle()
+        if checked["stateful"]:  # else the checker watched this process's threads while it waited (check._timed)
+            evidence["threads"] = threads.verify_idle()
         integrity.verify("timing")
         phase("idle_threads")
     except guards.Rejected as r:

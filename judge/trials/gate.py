@@ -92,15 +92,17 @@ class Page:
             pass
 
 
-def threads_ns(pid: int) -> dict[int, int] | None:
-    """CPU time (ns) of each thread of process `pid`, as the kernel counts it (schedstat); None if unread."""
+def threads_ns(pid: int, waiting: bool = False) -> dict[int, int] | None:
+    """CPU time (ns) of each thread of process `pid`, as the kernel counts it (schedstat); None if unread.
+    `waiting`: with the time it waited for a CPU while runnable, so what a thread wanted, however loaded the machine."""
     if pid <= 0:
         return None
     out = {}
     try:
         for task in os.listdir(f"/proc/{pid}/task"):
             with open(f"/proc/{pid}/task/{task}/schedstat") as f:
-                out[int(task)] = int(f.read().split()[0])
+                fields = f.read().split()
+            out[int(task)] = int(fields[0]) + (int(fields[1]) if waiting else 0)
     except (OSError, ValueError, IndexError):
         return None
     return out

@@ -137,13 +137,69 @@ class ThreadWatch:
         busy = {tid: round((after[tid][0] - before[tid][0]) * 1000 / ticks, 1)
                 for tid in after if tid in before and tid != me}
         evidence = {"threads_before": len(self.native), "threads_after": len(after), "window_ms": window_s * 1000}
-        working = {tid: ms for tid, ms in busy.items() if ms > 500 * window_s}
-        if working:
-            tid, ms = max(working.items(), key=lambda kv: kv[1])
-            raise Rejected("background_work", f"thread {tid} ({after[tid][1]}) used {ms:.0f} ms of CPU in "
-                           f"{window_s * 1000:.0f} ms after the candidate returned: work escapes the clock",
-                           {**evidence, "busy_ms": working})
+        _refuse_busy(busy, window_s * 1000, {tid: name for tid, (_, name) in after.items()}, evidence, "used")
         return evidence
+
+
+def watch_peer(pid: int, threads_ns, settle_s: float = 0.05, window_s: float = 0.2, most_s: float = 3.0) -> dict:
+    """ThreadWatch.verify_idle's check made from another process (the checker), on the worker `pid` while it waits
+    for an answer: the window is this process's clock, which the candidate's native code cannot reach (patched in
+    the worker, clock_gettime made its sleeps return at once, and its own watch measured nothing). The waiting
+    thread is left out: no work of the candidate's runs there while it waits. On the CPU another job's timing may
+    pause the worker (measure/hold.py), so the window is made of slices in which it was not stopped, at most
+    `most_s` in all. A thread's time is what it ran and waited for a CPU while runnable: four spinning threads held
+    to one loaded core ran 18 ms each of 220, and wanted all of it. `threads_ns(pid, waiting=True)`: that time
+    (ns) per thread (gate.threads_ns). Raises Rejected."""
+    time.sleep(settle_s)  # let spinning pools go idle
+    seen_ms, busy, threads, begun = 0.0, {}, 0, time.perf_counter()
+    while seen_ms < window_s * 1000 and time.perf_counter() - begun < most_s:
+        if _stopped(pid):
+            time.sleep(SLICE_S)
+            continue
+        before, mark = threads_ns(pid, waiting=True), time.perf_counter()
+        time.sleep(SLICE_S)
+        after, took = threads_ns(pid, waiting=True), (time.perf_counter() - mark) * 1000
+        if before is None or after is None:
+            return {"where": "checker", "why": f"the threads of process {pid} could not be read"}
+        if _stopped(pid):
+            continue
+        seen_ms, threads = seen_ms + took, len(after)
+        for tid in after:
+            if tid in before and tid != pid:
+                busy[tid] = busy.get(tid, 0.0) + (after[tid] - before[tid]) / 1e6
+    evidence = {"where": "checker", "threads": threads, "window_ms": round(seen_ms, 1),
+                "busiest_ms": round(max(busy.values(), default=0.0), 1)}
+    if seen_ms < window_s * 500:
+        return {**evidence, "why": f"the worker was paused for most of {most_s:.0f} s (another job's timing)"}
+    _refuse_busy({tid: round(ms, 1) for tid, ms in busy.items()}, seen_ms, {}, evidence, "ran or waited for")
+    return evidence
+
+
+SLICE_S = 0.02  # a slice of watch_peer's window: one in which the worker was stopped at either end is not counted
+
+
+def _stopped(pid: int) -> bool:
+    """Whether process `pid` is stopped (SIGSTOP: state T) now."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return False
+    return text[text.rindex(")") + 2:][:1] in ("T", "t")
+
+
+def _refuse_busy(busy: dict[int, float], window_ms: float, names: dict[int, str], evidence: dict, used: str) -> None:
+    """Rejected where the threads together ran more than half the window (`busy`: CPU ms per thread id): idle, an
+    honest process's threads run next to nothing, and on a loaded machine one spinning thread among several may
+    get less than half a core, where several together still show."""
+    working = {tid: ms for tid, ms in busy.items() if ms > 0.05 * window_ms}
+    total = sum(working.values())
+    if total > 0.5 * window_ms:
+        tid, ms = max(working.items(), key=lambda kv: kv[1])
+        named = f" ({names[tid]})" if tid in names else ""
+        others = f" ({len(working)} threads together {total:.0f} ms)" if len(working) > 1 else ""
+        raise Rejected("background_work", f"thread {tid}{named} {used} {ms:.0f} ms of CPU in {window_ms:.0f} ms "
+                       f"after the candidate returned{others}: work escapes the clock", {**evidence, "busy_ms": working})
 
 
 class ReferenceWatch:
