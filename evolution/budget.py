@@ -35,11 +35,13 @@ class StopKind(enum.Enum):
     PLATEAU = "plateau"
     AT_BOUND = "at the bound"  # the best is within reach of the speed of light (bound.at_bound)
     UNREACHABLE = "model unreachable"  # the model server is gone
+    REPLAY_ENDED = "replay ended"  # a recording had no reply for a call (agent/replay.py)
     NOTHING_LEFT = "nothing left to try"
 
     @property
     def budget(self) -> bool:
-        return self in (StopKind.MAX_COST_USD, StopKind.MAX_LLM_CALLS, StopKind.MAX_WALL_TIME)
+        # a recording's end is the calls it holds running out: a limit, and the run can go on from it
+        return self in (StopKind.MAX_COST_USD, StopKind.MAX_LLM_CALLS, StopKind.MAX_WALL_TIME, StopKind.REPLAY_ENDED)
 
 
 @dataclass(frozen=True)

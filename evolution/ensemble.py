@@ -15,10 +15,12 @@ import random
 from collections.abc import Callable, Iterable, Mapping
 
 from kernelevo.agent.client import LLM, Stop, label_of
+from kernelevo.agent.replay import parse_spec
 from kernelevo.config import Config
 from kernelevo.llm_call import LLMCall
 
 from . import budget as budgets
+from . import replays
 from .scheduling import DEFAULT_CALL_USD, OPERATORS, OperatorStats, choose_model
 
 CALL_OPERATORS = tuple(op for op in OPERATORS if op != "tune")  # the operators that call a model
@@ -50,6 +52,10 @@ class Ensemble:
 
     def llm(self, label: str) -> LLM:
         return self.members[label]
+
+    def replay_notes(self) -> dict[str, str]:
+        """What each replaying member served (agent/replay.py), by label; {} without one."""
+        return {label: llm.note() for label, llm in self.members.items() if hasattr(llm, "note") and llm.note()}
 
     def set_on_call(self, on_call: Callable[[LLMCall], None]) -> None:
         for llm in self.members.values():
@@ -125,11 +131,11 @@ def _prices(members: Mapping[str, LLM], call_tokens: tuple[int, int]) -> dict[st
 
 
 def build(config: Config, names: Iterable[str], pins: Mapping[str, str], call_tokens: tuple[int, int],
-          say: Callable[[str], None] = lambda text: None) -> Ensemble:
-    """The ensemble of `names` (aliases of kernelevo.toml or provider:model specs) and the models
-    `pins` names. A model that cannot be called (its key is not set) is left out with one line,
-    while another can; ValueError for an unknown operator or a malformed model name; Stop when no
-    model can be called."""
+          say: Callable[[str], None] = lambda text: None, place: replays.ReplayPlace | None = None) -> Ensemble:
+    """The ensemble of `names` (aliases of kernelevo.toml, provider:model specs, or replay:SOURCE with `place`)
+    and the models `pins` names. A model that cannot be called (its key is not set) is left out with one
+    line, while another can; ValueError for an unknown operator, a malformed model name or a recording that
+    is not there; Stop when no model can be called."""
     names = list(dict.fromkeys(names))
     unknown = sorted(set(pins) - set(CALL_OPERATORS))
     if unknown:
@@ -139,6 +145,13 @@ def build(config: Config, names: Iterable[str], pins: Mapping[str, str], call_to
     labels: dict[str, str] = {}
     dropped: dict[str, str] = {}
     for name in dict.fromkeys([*names, *pins.values()]):
+        if (spec := parse_spec(name)) is not None:
+            if place is None:
+                raise ValueError(f"model {name!r}: a replay answers a search's calls (optimize, bench), not these")
+            replaying = replays.member(spec, config, place)
+            labels[name] = replaying.label
+            members[replaying.label] = replaying
+            continue
         if ":" not in name and name not in config.models:
             raise ValueError(f"model {name!r}: no [models.{name}] in {config.path or 'kernelevo.toml (none found)'}; "
                              "name an alias defined there, or anthropic:MODEL, openai:MODEL, local:MODEL@URL")

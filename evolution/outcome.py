@@ -32,6 +32,7 @@ class Progress:
     spend_usd: float = 0.0
     unknown_cost_calls: int = 0
     calls: int = 0
+    replayed: int = 0  # of the calls, those answered from a recording (agent/replay.py), at no cost
     cache_hit: float | None = None
     verdicts: Counter = field(default_factory=Counter)
     llm_in_flight: int = 0

@@ -33,7 +33,7 @@ def task_rows(stored: list[dict]) -> list[dict]:
             "speedup_compile_ci": r.get("speedup_compile_ci") if correct else None,
             "specialized": specialized, "degenerate": r.get("degenerate") or "",
             "calls": r.get("calls") or 0, "cost_usd": r.get("cost_usd") or 0.0,
-            "unknown_cost_calls": r.get("unknown_cost_calls") or 0, "wall_s": r.get("wall_s") or 0.0,
+            "unknown_cost_calls": r.get("unknown_cost_calls") or 0, "replayed": r.get("replayed") or 0, "wall_s": r.get("wall_s") or 0.0,
             "run_id": r.get("run_id"), "kernel_id": r.get("kernel_id"), "device_name": r.get("device_name") or "",
             # which device judged the figures: cuda:1, or on a Ray cluster the node and its GPU
             "device": (r.get("evaluation") or {}).get("node") or r.get("device") or "",
@@ -68,7 +68,7 @@ def summary(rows: list[dict], p_values: tuple[float, ...] = P_VALUES) -> dict[st
         "fast_p_healthy": {b: {str(p): fast_p(healthy, p, b) for p in p_values} for b in BASELINES},
         "geomean": {b: geomean([r[k] for r in correct]) for b, k in BASELINES.items()},
         "cost_usd": sum(r["cost_usd"] for r in rows), "calls": sum(r["calls"] for r in rows),
-        "unknown_cost_calls": sum(r["unknown_cost_calls"] for r in rows),
+        "unknown_cost_calls": sum(r["unknown_cost_calls"] for r in rows), "replayed": sum(r["replayed"] for r in rows),
         "wall_s": sum(r["wall_s"] for r in rows),
     }
 

@@ -72,14 +72,15 @@ class BenchesMixin(Store):
     def bench_tasks(self, bench_id: str) -> list[dict]:
         """A bench's tasks in order, each with the figures of the evaluation it points to (verdict,
         reason, speedups, specialized, device, its whole record as `evaluation`), its run's status
-        and stop reason, and its LLM calls and known cost."""
+        and stop reason, and its LLM calls (`replayed`: of them, those answered from a recording) and known cost."""
         rows = self._read(
             "SELECT t.*, e.verdict, e.reason, e.speedup_eager, e.speedup_compile, e.specialized, e.device_name, e.device, "
             "e.speedup_eager_lo, e.speedup_eager_hi, e.speedup_compile_lo, e.speedup_compile_hi, "
             "e.data AS evaluation, r.status AS run_status, r.stop_reason, "
             "(SELECT COUNT(*) FROM llm_calls c WHERE c.run_id = t.run_id) AS calls, "
             "(SELECT TOTAL(c.cost_usd) FROM llm_calls c WHERE c.run_id = t.run_id) AS cost_usd, "
-            "(SELECT COUNT(*) - COUNT(c.cost_usd) FROM llm_calls c WHERE c.run_id = t.run_id) AS unknown_cost_calls "
+            "(SELECT COUNT(*) - COUNT(c.cost_usd) FROM llm_calls c WHERE c.run_id = t.run_id) AS unknown_cost_calls, "
+            "(SELECT COUNT(*) FROM llm_calls c WHERE c.run_id = t.run_id AND c.provider = 'replay') AS replayed "
             "FROM bench_tasks t LEFT JOIN evaluations e ON e.id = t.evaluation_id "
             "LEFT JOIN runs r ON r.id = t.run_id WHERE t.bench_id = ? ORDER BY t.position", (bench_id,))
         for row in rows:

@@ -69,13 +69,21 @@ class CallsMixin(Store):
             "SELECT DISTINCT prompt_hash FROM llm_calls WHERE run_id = ? AND prompt_hash != '' AND outcome = 'ok'",
             (run_id,))}
 
+    def recorded_replies(self, run_id: str) -> list[dict]:
+        """A run's answered calls in the order they were made: {'operator', 'reply', 'prompt_hash', 'provider',
+        'model'} (a replay's recording: agent/replay.py)."""
+        return self._read("SELECT operator, reply, prompt_hash, provider, model FROM llm_calls WHERE run_id = ? AND outcome = 'ok' "
+                          "AND reply != '' ORDER BY id", (run_id,))
+
     # ---- counters, always derived from rows ------------------------------------------------
 
     def spend(self, run_id: str) -> dict:
-        """{'calls', 'failed_calls', 'cost_usd' (sum of known costs), 'unknown_cost_calls', and the
-        sums of input, cache_read, cache_write, output and reasoning tokens}."""
+        """{'calls', 'failed_calls', 'replayed' (calls answered from a recording, at no cost), 'cost_usd' (sum of
+        known costs), 'unknown_cost_calls', and the sums of input, cache_read, cache_write, output and reasoning
+        tokens}."""
         return self._one(
             "SELECT COUNT(*) AS calls, COALESCE(SUM(outcome != 'ok'), 0) AS failed_calls, "
+            "COALESCE(SUM(provider = 'replay'), 0) AS replayed, "
             "TOTAL(cost_usd) AS cost_usd, COUNT(*) - COUNT(cost_usd) AS unknown_cost_calls, "
             f"{_TOKEN_SUMS} FROM llm_calls WHERE run_id = ?", (run_id,))
 

@@ -13,6 +13,7 @@ import dataclasses
 import enum
 
 from kernelevo.agent.client import NotSent, Stop, Unreachable
+from kernelevo.agent.replay import ReplayEnded
 from kernelevo.evaluation import Evaluation, Profile
 from kernelevo.text import speedup_text
 
@@ -50,7 +51,7 @@ class Children:
     Reads the search's settings, state, archive, ensemble, judge, gate, budget, rng and on_status.
     Writes llm_futures, judge_futures and profile_futures (popping what is done, adding profiles),
     device_load, stats, progress (verdicts, counts, generation), population (admitted and migrated
-    children), asked, barren_translations, improved_at, unreachable, profiled and ncu_generations.
+    children), asked, barren_translations, improved_at, unreachable, replay_ended, profiled and ncu_generations.
     Calls Search._generation, Search.resubmit and Search._to_judge (a child or a re-measurement
     to the judge)."""
 
@@ -125,6 +126,9 @@ class Children:
             if self.ensemble.active:
                 self.on_status(f"model {model} dropped out: {exc}; going on with {', '.join(self.ensemble.active)}")
         if self.ensemble.active:
+            return
+        if isinstance(exc, ReplayEnded):
+            self.replay_ended = self.replay_ended or str(exc)
             return
         if not isinstance(exc, Unreachable):
             raise exc

@@ -17,6 +17,7 @@ from kernelevo.text import speedup_text
 
 from .. import budget as budgets
 from .. import ensemble as ensembles
+from .. import replays
 from .. import placement
 from ..bound import left_to_compiler
 from ..novelty import NoveltyGate
@@ -82,7 +83,8 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
     config = load_config(options.config_path)
     names, pins = _model_names(options, on_status)
     tokens = (options.settings.prompt_tokens_estimate, options.settings.output_tokens_estimate)
-    ensemble = ensembles.build(config, names, pins, tokens, on_status)  # its calls are recorded once the run exists
+    place = replays.ReplayPlace(task.name, Path(options.archive_path), Path(options.out_dir) / "prompts" / task.name)
+    ensemble = ensembles.build(config, names, pins, tokens, on_status, place)  # its calls are recorded once the run exists
     archive = Archive.open(options.archive_path)
     try:
         task_id, run_id, seed, fmt, asked = _open_run(archive, task, options, ensemble, (names, pins))
@@ -156,6 +158,7 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
                         "formats": by_format(archive.format_yield(run_id), archive.format_best(run_id), formats)
                         if len(formats) > 1 else [],
                         "dropped": dict(ensemble.dropped),
+                        "replays": ensemble.replay_notes(),
                         "baseline": member.against if member else baseline,
                         "search_speedups": (member.speedup_eager, member.speedup_compile) if member else None,
                         "search_intervals": (member.speedup_eager_ci, member.speedup_compile_ci) if member else None})

@@ -57,6 +57,7 @@ class Search(Planning, Children):
         self.formats_asked: set[str] = set()  # formats this search's calls asked for (format_rows may lag)
         self.repair_tried: set[int] = state.repair_targets()  # one repair per failure, whatever came of it
         self.unreachable = ""  # why the model server is given up on (stops the run)
+        self.replay_ended = ""  # where a replay's recording ran out (stops the run)
         self.crossed = state.crossed()  # parent sets already sent to crossover: the same prompt again
         self.asked = state.archive.answered_prompts(state.run_id)  # hashes of the prompts answered
         self.barren_translations = 0  # translations since the last one judged correct
@@ -82,6 +83,7 @@ class Search(Planning, Children):
             return self.on_progress(p)
         spend = self.archive.spend(self.state.run_id)
         p.spend_usd, p.unknown_cost_calls, p.calls = spend["cost_usd"], spend["unknown_cost_calls"], spend["calls"]
+        p.replayed = spend["replayed"]
         prompt = spend["input_tokens"] + spend["cache_read_tokens"] + spend["cache_write_tokens"]
         p.cache_hit = spend["cache_read_tokens"] / prompt if prompt else None
         calls = self.archive.call_yield(self.state.run_id)
@@ -98,6 +100,8 @@ class Search(Planning, Children):
     def _stop_reason(self) -> budgets.StopReason | None:
         if self.unreachable:
             return budgets.StopReason(budgets.StopKind.UNREACHABLE, f"model unreachable: {self.unreachable}")
+        if self.replay_ended:
+            return budgets.StopReason(budgets.StopKind.REPLAY_ENDED, self.replay_ended)
         since = self.progress.generation - self.improved_at
         opponent = self.state.base_context.opponent
         done = at_bound(self.population.best(), opponent.bound_ms if opponent else None)

@@ -77,7 +77,8 @@ def suite_facts(suite: dict) -> str:
     unknown = f" (+{suite['unknown_cost_calls']} calls of unknown cost)" if suite["unknown_cost_calls"] else ""
     return (f"correct {suite['correct']}/{suite['tasks']} ({share_text(suite['correct_rate'])}); geomean over correct "
             f"tasks {_x(suite['geomean']['eager'])} vs eager, {_x(suite['geomean']['compile'])} vs torch.compile; "
-            f"{suite['degenerate']} degenerate, {suite['specialized']} specialized; LLM calls {suite['calls']}, "
+            f"{suite['degenerate']} degenerate, {suite['specialized']} specialized; LLM calls {suite['calls']}"
+            + (f" ({suite['replayed']} replayed)" if suite.get("replayed") else "") + ", "
             f"${suite['cost_usd']:.2f}{unknown}; wall {suite['wall_s'] / 60:.1f} min")
 
 

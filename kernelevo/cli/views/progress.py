@@ -28,7 +28,8 @@ def lines(p: Any, limits: dict) -> list[str]:
         f"generation {p.generation}  judged {p.judged} ({p.per_minute:.1f}/min)  "
         f"best {_x(p.best_eager, p.best_eager_ci)} vs eager, "
         f"{_x(p.best_compile, p.best_compile_ci)} vs torch.compile",
-        f"spend ${p.spend_usd:.4f}{cap}{unknown}  LLM calls {p.calls}  prompt cache hits {cache}",
+        f"spend ${p.spend_usd:.4f}{cap}{unknown}  LLM calls {p.calls}"
+        + (f" ({p.replayed} replayed)" if p.replayed else "") + f"  prompt cache hits {cache}",
         f"verdicts: {verdicts}" + (f"  copies skipped {p.skipped_copies}" if p.skipped_copies else "")
         + (f"  prompts not repeated {p.repeats_avoided}" if p.repeats_avoided else ""),
         f"yield {p.replies_judged}/{p.replies} replies judged  calls: {call_shares(p.calls_by_operator)}",
@@ -165,7 +166,9 @@ def summary_rows(outcome: Any) -> list[tuple[str, str]]:
         cost += f" + {spend['unknown_cost_calls']} calls of unknown cost"
     calls = outcome.summary.get("calls") or {}
     replies, judged = (sum(row[k] for row in calls.values()) for k in ("replies", "judged"))
-    rows += [("LLM calls", f"{spend.get('calls', 0)} ({cost})"),
+    replayed = f", {spend['replayed']} of them replayed" if spend.get("replayed") else ""
+    rows += [("LLM calls", f"{spend.get('calls', 0)} ({cost}{replayed})"),
+             *((f"replay {label}", note) for label, note in (outcome.summary.get("replays") or {}).items()),
              ("calls per operator", call_shares({op: row["calls"] for op, row in calls.items() if row["calls"]})),
              ("yield", f"{judged} of {replies} replies judged" if replies else "-"),
              ("asked once", repeats_text(calls)),

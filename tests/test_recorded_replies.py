@@ -1,0 +1,131 @@
+"""`--model replay:SOURCE` end to end on the CPU: a scripted run is recorded in the archive, then replayed with
+no server to reach (the same replies, nothing sent, nothing paid); replayed from a folder of replies that lacks
+one, it stops at that call and writes its prompt; with `,then:MODEL` it goes on with the scripted server. The
+pieces (spec, folder, matching) are tested without a run first."""
+import itertools
+import socket
+
+import pytest
+from kernelevo.agent.client import prompt_hash
+from kernelevo.agent.providers import Message
+from kernelevo.agent.replay import Recorded, ReplayEnded, ReplayLLM, parse_spec, read_folder, write_prompt
+from kernelevo.archive.store import Archive
+from llm_server import ScriptedServer, kernel_replies
+from test_optimize import KERNELS, USAGE, cli, environment, optimize_args
+
+
+def _messages(text: str) -> list[Message]:
+    return [Message("system", "You write kernels."), Message("user", text)]
+
+
+def test_a_replay_spec_names_its_source_and_what_goes_on_after_it():
+    assert parse_spec("openai:gpt-5") is None
+    spec = parse_spec("replay:r20261129-1200-ab12,then:scripted")
+    assert (spec.source, spec.then) == ("r20261129-1200-ab12", "scripted")
+    assert parse_spec("replay:rounds/prompts").then == ""
+    with pytest.raises(ValueError, match="replay:SOURCE needs"):
+        parse_spec("replay:")
+
+
+def test_each_operator_gets_its_own_recorded_replies_in_order_the_same_prompt_first(tmp_path):
+    recorded = [Recorded(1, "translate", "T1", prompt_hash(_messages("a"))), Recorded(2, "mutate", "M1", prompt_hash(_messages("m1"))),
+                Recorded(3, "mutate", "M2", prompt_hash(_messages("m2"))), Recorded(4, "translate", "T2")]
+    calls = []
+    llm = ReplayLLM(parse_spec("replay:r1"), recorded, tmp_path / "prompts")
+    llm.on_call = calls.append
+    assert llm.ask("mutate", _messages("m2")).text == "M2"  # its own prompt, though M1 came first
+    assert llm.ask("translate", _messages("a")).text == "T1"
+    assert llm.ask("mutate", _messages("other")).text == "M1"
+    assert llm.ask("translate", _messages("changed")).text == "T2"
+    assert [c.provider for c in calls] == ["replay"] * 4 and {c.cost_usd for c in calls} == {0.0}
+    assert llm.served == 4 and llm.changed == 1  # M1 went to another prompt; T2 had none: not counted
+    with pytest.raises(ReplayEnded, match=r"replay ended at call 5 \(mutate\)"):
+        llm.ask("mutate", _messages("next"))
+    written = tmp_path / "prompts" / "0005.prompt.md"
+    assert written.is_file() and "next" in written.read_text()
+    with pytest.raises(ReplayEnded):  # ended: no second prompt is written
+        llm.ask("translate", _messages("after"))
+    assert sorted(p.name for p in (tmp_path / "prompts").iterdir()) == ["0005.prompt.md"]
+
+
+def test_a_folder_round_trip_matches_a_reply_to_the_prompt_written_for_it(tmp_path):
+    folder = tmp_path / "task_scale"
+    path = write_prompt(folder, 1, "translate", "c", _messages("write a kernel"))
+    path.with_name("0001.reply.md").write_text("the answer")
+    (folder / "notes.reply.md").write_text("not numbered: not a reply")
+    (found,) = read_folder(folder)
+    assert (found.number, found.operator, found.reply) == (1, "translate", "the answer")
+    assert found.prompt_hash == prompt_hash(_messages("write a kernel"))
+    assert read_folder(tmp_path / "missing") == []
+
+
+def _args(tmp_path, model: str = "scripted") -> list[str]:
+    """A small search (2 calls, one at a time) with `model` in place of the scripted alias."""
+    args = optimize_args(tmp_path, "--generations", "1", "--max-llm-calls", "2", "--plateau", "9")
+    args[args.index("--model") + 1] = model
+    args[args.index("--concurrency") + 1] = "1"
+    return args
+
+
+def _unreachable_url() -> str:
+    with socket.socket() as s:  # a port nothing listens on once closed
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+
+
+def _calls(archive_path, run_id: str) -> list[dict]:
+    with Archive.open_readonly(archive_path) as archive:
+        return archive._read("SELECT provider, operator, reply, cost_usd FROM llm_calls WHERE run_id = ? ORDER BY id",
+                             (run_id,))
+
+
+def _run_ids(archive_path) -> list[str]:
+    with Archive.open_readonly(archive_path) as archive:
+        return [r["id"] for r in sorted(archive.runs(), key=lambda r: r["created_at"])]
+
+
+def test_a_recorded_run_replays_without_a_server_and_a_missing_reply_ends_it_or_goes_on(tmp_path):
+    k = KERNELS
+    server = ScriptedServer(responder=kernel_replies(itertools.chain([k["broken"]], itertools.repeat(k["good"])),
+                                                     itertools.repeat(k["chunked"]), k["good"], USAGE))
+    try:
+        env = environment(server, tmp_path)
+        recorded = cli(_args(tmp_path), env)
+        assert recorded.returncode in (0, 3), recorded.stderr[-3000:]
+        (first,) = _run_ids(tmp_path / "archive.sqlite")
+        original = _calls(tmp_path / "archive.sqlite", first)
+        assert len(original) == 2 and all(c["provider"] == "openai" for c in original)
+
+        # 1. the recording alone, no server to reach: the same replies, nothing paid
+        offline = dict(env, OPENAI_BASE_URL=_unreachable_url())
+        replayed = cli(_args(tmp_path, f"replay:{first}"), offline)
+        assert replayed.returncode in (0, 3), replayed.stderr[-3000:]
+        second = _run_ids(tmp_path / "archive.sqlite")[-1]
+        again = _calls(tmp_path / "archive.sqlite", second)
+        assert [(c["operator"], c["reply"]) for c in again] == [(c["operator"], c["reply"]) for c in original]
+        assert {c["provider"] for c in again} == {"replay"} and {c["cost_usd"] for c in again} == {0.0}
+        assert "2 of them replayed" in " ".join(replayed.stdout.split())
+
+        # 2. a folder of replies lacking the second: the replay ends there and writes its prompt
+        folder = tmp_path / "replies" / "task_scale"
+        write_prompt(folder, 1, original[0]["operator"], "c", _messages("recorded elsewhere"))
+        (folder / "0001.reply.md").write_text(original[0]["reply"])
+        ended = cli(_args(tmp_path, f"replay:{tmp_path / 'replies'}"), offline)
+        assert ended.returncode == 3, ended.stderr[-3000:]
+        said = " ".join((ended.stdout + ended.stderr).split())
+        assert "replay ended at call 2" in said
+        (prompt,) = (tmp_path / "out" / "prompts" / "task_scale").glob("0002.prompt.md")
+        assert "kernelevo prompt: operator=" in prompt.read_text()
+        third = _run_ids(tmp_path / "archive.sqlite")[-1]
+        assert [c["provider"] for c in _calls(tmp_path / "archive.sqlite", third)] == ["replay"]
+
+        # 3. the same folder, then the scripted server: it goes on past the recording
+        asked = len(server.requests)
+        went_on = cli(_args(tmp_path, f"replay:{tmp_path / 'replies'},then:scripted"), env)
+        assert went_on.returncode in (0, 3), went_on.stderr[-3000:]
+        fourth = _run_ids(tmp_path / "archive.sqlite")[-1]
+        providers = [c["provider"] for c in _calls(tmp_path / "archive.sqlite", fourth)]
+        assert providers[0] == "replay" and set(providers[1:]) == {"openai"} and len(providers) == 2
+        assert len(server.requests) == asked + 1
+    finally:
+        server.close()
