@@ -103,16 +103,17 @@ class ReplayLLM:
     """An ensemble member (agent.client.LLM's interface) answering from `recorded`; thread-safe."""
 
     def __init__(self, spec: ReplaySpec, recorded: list[Recorded], prompts: Path, edit_format: str = "whole",
-                 then: LLM | None = None):
+                 then: LLM | None = None, served: frozenset[int] = frozenset()):
+        """`served`: the numbers of the replies a resumed run was served before: not served again."""
         self.spec, self.prompts, self.then = spec, Path(prompts), then
         self.ref = ModelRef("replay", spec.source)
         self.info = ModelInfo("replay", spec.source, input=0.0, cached_input=0.0, cache_write=0.0, output=0.0,
                               edit_format=then.edit_format if then else edit_format)
         self.choice = then.choice if then else None
         self._on_call = lambda call: None
-        self._left = list(recorded)
+        self._left = [r for r in recorded if r.number not in served]
         self._next_number = max((r.number for r in recorded), default=0) + 1
-        self.served, self.changed = 0, 0
+        self.served, self.changed, self.already = 0, 0, len(recorded) - len(self._left)
         self.ended = ""  # why the replay ended, once it did
         self._lock = threading.Lock()
 
@@ -175,7 +176,7 @@ class ReplayLLM:
         """Write the first unanswered prompt; the sentence the search stops with."""
         number = self._next_number
         path = write_prompt(self.prompts, number, operator, fmt, messages)
-        return f"replay ended at call {self.served + 1} ({operator}): its prompt is in {path}"
+        return f"replay ended at call {self.already + self.served + 1} ({operator}): its prompt is in {path}"
 
     def note(self) -> str:
         """What the replay served, for the run's summary; "" before any call."""

@@ -8,7 +8,7 @@ from pathlib import Path
 from kernelevo.agent.client import LLM
 from kernelevo.agent.models import lookup
 from kernelevo.agent.providers import parse_model
-from kernelevo.agent.replay import Recorded, ReplayLLM, ReplaySpec, read_folder
+from kernelevo.agent.replay import PREFIX, Recorded, ReplayLLM, ReplaySpec, read_folder
 from kernelevo.config import Config
 
 
@@ -18,6 +18,7 @@ class ReplayPlace:
     task: str  # the task's name: a folder's and a bench's replies are found by it
     archive: Path
     prompts: Path  # where the first prompt with no recorded reply is written (<out>/prompts/<task>)
+    resumed: str = ""  # the run being resumed: the replies it was served are not served again
 
 
 def member(spec: ReplaySpec, config: Config, place: ReplayPlace) -> ReplayLLM:
@@ -27,10 +28,22 @@ def member(spec: ReplaySpec, config: Config, place: ReplayPlace) -> ReplayLLM:
     folder = Path(spec.source).expanduser()
     if folder.is_dir() or "/" in spec.source:  # a path not made yet: the first round, with nothing answered
         mine = folder / place.task
-        recorded = read_folder(mine if mine.is_dir() else folder)
-        return ReplayLLM(spec, recorded, place.prompts, then=then)
-    recorded, model = _from_archive(spec.source, place)
-    return ReplayLLM(spec, recorded, place.prompts, _edit_format(model), then)
+        recorded, model = read_folder(mine if mine.is_dir() else folder), ""
+    else:
+        recorded, model = _from_archive(spec.source, place)
+    return ReplayLLM(spec, recorded, place.prompts, _edit_format(model), then, frozenset(_served(spec, place)))
+
+
+def _served(spec: ReplaySpec, place: ReplayPlace) -> set[int]:
+    """The numbers of the replies of this recording the resumed run was served already."""
+    if not place.resumed or not place.archive.exists():
+        return set()
+    from kernelevo.archive.store import Archive
+
+    mark = f"{PREFIX}{spec.source}#"
+    with Archive.open_readonly(place.archive) as archive:
+        ids = archive.replayed_requests(place.resumed)
+    return {int(i[len(mark):]) for i in ids if i.startswith(mark) and i[len(mark):].isdigit()}
 
 
 def _from_archive(source: str, place: ReplayPlace) -> tuple[list[Recorded], str]:

@@ -129,3 +129,30 @@ def test_a_recorded_run_replays_without_a_server_and_a_missing_reply_ends_it_or_
         assert len(server.requests) == asked + 1
     finally:
         server.close()
+
+
+def test_a_resumed_replay_is_not_served_again_what_its_run_was_served(tmp_path):
+    """The run being resumed holds its replayed calls (request id replay:SOURCE#N): those replies are left out, and
+    the call where the recording ends is numbered after them."""
+    from kernelevo.config import Config
+    from kernelevo.evolution.replays import ReplayPlace, member
+    from kernelevo.llm_call import LLMCall
+
+    archive_path = tmp_path / "archive.sqlite"
+    with Archive.open(archive_path) as archive:
+        task = archive.add_task("task_scale", "source", "hash")
+        recorded = archive.start_run(task, {}, 1, "cpu", "", "", "")
+        for op, reply in (("translate", "T1"), ("mutate", "M1"), ("translate", "T2")):
+            archive.add_llm_call(recorded, LLMCall(provider="openai", model="gpt-5", operator=op, outcome="ok", reply=reply))
+        resumed = archive.start_run(task, {}, 1, "cpu", "", "", "")
+        archive.add_llm_call(resumed, LLMCall(provider="replay", model=recorded, operator="translate", outcome="ok",
+                                              reply="T1", request_id=f"replay:{recorded}#1"))
+    place = ReplayPlace("task_scale", archive_path, tmp_path / "prompts", resumed)
+    llm = member(parse_spec(f"replay:{recorded}"), Config(), place)
+    assert llm.ask("translate", _messages("again")).text == "T2"
+    assert llm.ask("mutate", _messages("m")).text == "M1"
+    with pytest.raises(ReplayEnded, match="replay ended at call 4"):
+        llm.ask("translate", _messages("past the end"))
+    assert (tmp_path / "prompts" / "0004.prompt.md").is_file()
+    with pytest.raises(ValueError, match="searched task 'task_scale', not 'other'"):
+        member(parse_spec(f"replay:{recorded}"), Config(), ReplayPlace("other", archive_path, tmp_path))

@@ -83,7 +83,8 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
     config = load_config(options.config_path)
     names, pins = _model_names(options, on_status)
     tokens = (options.settings.prompt_tokens_estimate, options.settings.output_tokens_estimate)
-    place = replays.ReplayPlace(task.name, Path(options.archive_path), Path(options.out_dir) / "prompts" / task.name)
+    place = replays.ReplayPlace(task.name, Path(options.archive_path), Path(options.out_dir) / "prompts" / task.name,
+                                options.resume or "")
     ensemble = ensembles.build(config, names, pins, tokens, on_status, place)  # its calls are recorded once the run exists
     archive = Archive.open(options.archive_path)
     try:
