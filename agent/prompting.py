@@ -80,6 +80,8 @@ class Opponent:
     eager_kernels: tuple[tuple[str, float, float], ...] = ()
     compiled_kernels: tuple[tuple[str, float, float], ...] = ()
     bound_ms: float | None = None  # the reference's speed of light on this device, where measured
+    bound_why: str = ""  # why that estimate is wrong here ("" : nothing measured says so; evolution/bound.py)
+    bound_from: str = ""  # where its peaks came from, where not the device's calibration (judge/measure/sol.py)
 
 
 @dataclass(frozen=True)
@@ -167,6 +169,8 @@ def opponent(o: Opponent) -> str:
     kernels = "".join(f"\n\n{k}" for k in ((compiled, eager) if o.baseline == "compile" else (eager, compiled)) if k)
     bound = phrase("opponent", "bound", bound_ms=_number(o.bound_ms, 4), eager_pct=_pct(o.bound_ms, o.eager_ms),
                    compiled_pct=_pct(o.bound_ms, o.compiled_ms)) if o.bound_ms and o.compiled_ms else ""
+    if o.bound_ms and o.bound_why:
+        bound = phrase("opponent", "bound_unreliable", bound_ms=_number(o.bound_ms, 4), why=o.bound_why)
     if o.baseline == "compile" and o.compiled_ms is not None:
         return fill("opponent_compile.md", compiled_ms=_number(o.compiled_ms, 4), eager_ms=_number(o.eager_ms, 4),
                     kernels=kernels, bound=bound)

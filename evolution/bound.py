@@ -1,10 +1,35 @@
 """Where the search stops for the speed of light: a task whose torch.compile is already near the bound
 leaves nothing for a kernel to win, and a kernel near the bound, ahead of the baseline, is done.
+A bound that a measured time beats by more than the calibration's spread is wrong, and decides nothing.
 Pure functions of the opponent measured before the first call (agent.prompting.Opponent)."""
 from __future__ import annotations
 
 COMPILER_NEAR = 1.2  # torch.compile within this factor of the bound: ask for --force before spending calls
 AT_BOUND = 1.1  # a best kernel within this factor of the bound, ahead of the baseline, ends the search
+# The calibration's own spread: a time this far under the estimated bound is within its error (a copy ran at
+# 107 % of its bound). Further under it, the estimate is wrong (the data stays in cache, or the calibrated peak
+# is low: it varied by a third between two H100 hosts), and it neither stops nor gates a search.
+SPREAD = 0.10
+
+
+def unreliable(bound_ms: float | None, measured: dict[str, float | None]) -> str:
+    """Why the speed-of-light estimate `bound_ms` is wrong ('' when no measurement says so): the first of
+    `measured` (what ran -> ms per forward) faster than it by more than SPREAD."""
+    if not bound_ms:
+        return ""
+    for who, ms in measured.items():
+        if ms and ms * (1 + SPREAD) < bound_ms:
+            return (f"{who} ran in {ms:.4f} ms, under the estimated speed of light ({bound_ms:.4f} ms) by more than "
+                    f"the calibration's spread ({SPREAD:.0%}): the estimate is wrong here")
+    return ""
+
+
+def opponent_bound(opponent) -> str:
+    """Why the opponent's bound is not to be used ('' when it is): the loop's note, or its own baseline's times."""
+    if opponent is None:
+        return ""
+    return opponent.bound_why or unreliable(opponent.bound_ms, {"eager PyTorch": opponent.eager_ms,
+                                                                "torch.compile": opponent.compiled_ms})
 
 
 def left_to_compiler(opponent) -> str:
@@ -12,19 +37,30 @@ def left_to_compiler(opponent) -> str:
     baseline, already runs within COMPILER_NEAR of the reference's speed of light."""
     if opponent is None or opponent.baseline != "compile" or not opponent.bound_ms or opponent.compiled_ms is None:
         return ""
+    if opponent_bound(opponent):  # a bound the baseline beats gates nothing
+        return ""
     if opponent.compiled_ms > COMPILER_NEAR * opponent.bound_ms:
         return ""
     return (f"left to the compiler: torch.compile takes {opponent.compiled_ms:.4f} ms, within {COMPILER_NEAR}x of "
-            f"the speed of light ({opponent.bound_ms:.4f} ms); nothing was spent. --force searches anyway")
+            f"the speed of light ({opponent.bound_ms:.4f} ms{_from(opponent)}); nothing was spent. --force searches anyway")
 
 
-def at_bound(member, bound_ms: float | None) -> str:
+def at_bound(member, opponent) -> str:
     """'at the bound: ...' when `member` (the best) beats its baseline beyond noise and its device time is
-    within AT_BOUND of the speed of light, else ''."""
+    within AT_BOUND of the opponent's speed of light, else ''. A bound that anything measured beats by more
+    than SPREAD (the member included) stops nothing."""
+    bound_ms = opponent.bound_ms if opponent is not None else None
     if member is None or not bound_ms or not member.ms or member.ms > AT_BOUND * bound_ms:
+        return ""
+    if opponent_bound(opponent) or unreliable(bound_ms, {f"kernel {member.kernel_id}": member.ms}):
         return ""
     ahead = member.fitness_ci[0] > 1.0 if member.fitness_ci else member.fitness > 1.0
     if not ahead:
         return ""
     return (f"at the bound: kernel {member.kernel_id} takes {member.ms:.4f} ms, within {AT_BOUND}x of the speed of "
-            f"light ({bound_ms:.4f} ms)")
+            f"light ({bound_ms:.4f} ms{_from(opponent)})")
+
+
+def _from(opponent) -> str:
+    """Which peaks the bound stands on: the device's calibration, or the task's own figures where they showed more."""
+    return f"; peaks from {opponent.bound_from}" if opponent.bound_from else "; calibrated peaks"

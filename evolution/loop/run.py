@@ -19,7 +19,7 @@ from .. import budget as budgets
 from .. import ensemble as ensembles
 from .. import replays
 from .. import placement
-from ..bound import left_to_compiler
+from ..bound import left_to_compiler, opponent_bound
 from ..novelty import NoveltyGate
 from ..population import BASELINES
 from ..options import OptimizeOptions, formats_of, judge_options
@@ -160,6 +160,7 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
                         if len(formats) > 1 else [],
                         "dropped": dict(ensemble.dropped),
                         "replays": ensemble.replay_notes(),
+                        "bound": _bound_summary(state.base_context.opponent),
                         "baseline": member.against if member else baseline,
                         "search_speedups": (member.speedup_eager, member.speedup_compile) if member else None,
                         "search_intervals": (member.speedup_eager_ci, member.speedup_compile_ci) if member else None})
@@ -250,8 +251,22 @@ def _opponent(judge, task, device: str, baseline: str, on_status: Callable[[str]
         return tuple((k["name"], k["launches"], k["ms"]) for k in kernels.get(side) or ())
 
     compiled = timed.get("compiled")
-    return Opponent(baseline, timed["eager"]["median_ms"], compiled["median_ms"] if compiled else None,
-                    rows("eager"), rows("compiled"), (measured.get("sol") or {}).get("bound_ms"))
+    sol = measured.get("sol") or {}
+    used = "; ".join(f"{peak}: {how}" for peak, how in (sol.get("peaks_used") or {}).items() if how != "calibrated")
+    made = Opponent(baseline, timed["eager"]["median_ms"], compiled["median_ms"] if compiled else None,
+                    rows("eager"), rows("compiled"), sol.get("bound_ms"), bound_from=used)
+    why = opponent_bound(made)
+    if why:
+        on_status(f"speed of light not used: {why}")
+    return dataclasses.replace(made, bound_why=why)
+
+
+def _bound_summary(opponent: Opponent | None) -> dict:
+    """The speed of light the run had, where its peaks came from, and why it was not used ({} without one)."""
+    if opponent is None or not opponent.bound_ms:
+        return {}
+    return {"bound_ms": opponent.bound_ms, "from": opponent.bound_from or "calibrated peaks",
+            "unreliable": opponent.bound_why}
 
 
 def _waited(fn: Callable[..., Any], *args: Any) -> Any:

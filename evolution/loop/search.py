@@ -8,6 +8,7 @@ the plateau rule or a model server that is gone. Writing and submitting a kernel
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import random
 from collections import Counter
 from typing import Callable
@@ -18,7 +19,7 @@ from kernelevo.archive.rows import by_format, by_model
 from .. import budget as budgets
 from .. import ensemble as ensembles
 from .. import scheduling
-from ..bound import at_bound
+from ..bound import at_bound, unreliable
 from ..novelty import NoveltyGate
 from ..options import SearchSettings
 from ..outcome import Progress
@@ -103,11 +104,25 @@ class Search(Planning, Children):
         if self.replay_ended:
             return budgets.StopReason(budgets.StopKind.REPLAY_ENDED, self.replay_ended)
         since = self.progress.generation - self.improved_at
-        opponent = self.state.base_context.opponent
-        done = at_bound(self.population.best(), opponent.bound_ms if opponent else None)
+        opponent = self._bound_checked(self.population.best())
+        done = at_bound(self.population.best(), opponent)
         if done:
             return budgets.StopReason(budgets.StopKind.AT_BOUND, done)
         return self.budget.exhausted(self.progress.generation, since)
+
+    def _bound_checked(self, best):
+        """The opponent, its bound marked unreliable (once, said once) when the best kernel beat it beyond the
+        calibration's spread: the prompts from then on say so, and it stops nothing."""
+        opponent = self.state.base_context.opponent
+        if opponent is None or not opponent.bound_ms or opponent.bound_why or best is None:
+            return opponent
+        why = unreliable(opponent.bound_ms, {f"kernel {best.kernel_id}": best.ms})
+        if why:
+            opponent = dataclasses.replace(opponent, bound_why=why)
+            self.state.base_context = dataclasses.replace(self.state.base_context, opponent=opponent)
+            self.on_status(f"speed of light not used: {why}")
+            self.archive.add_event(self.state.run_id, "bound_unreliable", {"why": why, "kernel": best.kernel_id})
+        return opponent
 
     def run(self) -> budgets.StopReason:
         """Search until a limit is reached; returns the reason. Ctrl-C propagates (the caller stops)."""

@@ -73,8 +73,12 @@ def _speed_of_light(model, args: list, device: str, job: Job, measured: timing.M
     from kernelevo.judge.measure import sol
 
     name = torch_device_name(device)
-    peaks, _ = sol.peaks(Path(job.cache_dir), device, name)
-    bound = sol.bound(sol.count_work(model, args), peaks, measured.stats["eager"].median_ms, None)
+    calibrated, _ = sol.peaks(Path(job.cache_dir), device, name)
+    work = sol.count_work(model, args)
     compiled = measured.stats.get("compiled")
+    peaks = sol.task_peaks(calibrated, work, device, {"eager PyTorch": measured.stats["eager"].median_ms,
+                                                      "torch.compile": compiled.median_ms if compiled else None})
+    bound = sol.bound(work, peaks, measured.stats["eager"].median_ms, None)
     return {"bound_ms": bound.bound_ms, "bound": bound.bound, "eager_pct": bound.reference_pct,
-            "compiled_pct": 100.0 * bound.bound_ms / compiled.median_ms if compiled and compiled.median_ms else None}
+            "compiled_pct": 100.0 * bound.bound_ms / compiled.median_ms if compiled and compiled.median_ms else None,
+            "peaks_used": peaks["used"]}

@@ -38,6 +38,7 @@ def run_profile(job: Job, device: str, channel) -> dict:
         own = policy.own_kernel_names(job.candidate_source)
         with channel.quiet():  # the calibration and the per-kernel times are timings too
             peaks, _ = sol.peaks(Path(job.cache_dir), device, name, store=False)  # a candidate's process
+            peaks = sol.task_peaks(peaks, work, device, {"eager PyTorch": job.eager_ms})
             cand, cand_ms = breakdown(lambda: jobs.forward(candidate, args), device, own)
             ref, ref_ms = breakdown(lambda: jobs.forward(reference, args), device, set())
         found = resources.collect()

@@ -12,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+from ...bound import unreliable
+
 LEFT_TO_COMPILER = 1.2  # compiled time within this factor of the speed of light: no room for a kernel
 
 
@@ -50,13 +52,19 @@ def _figures(baseline: dict, calls: float = 1) -> dict:
     part's `calls` in a forward: as its eager `ms` counts), from its baseline (None where not measured)."""
     timed = (baseline.get("timing") or {}) if baseline.get("verdict") == "ok" else {}
     compiled = (timed.get("compiled") or {}).get("median_ms")
-    sol_ms = (baseline.get("sol") or {}).get("bound_ms") if timed else None
+    sol = (baseline.get("sol") or {}) if timed else {}
+    # a bound one of the part's baselines beats is wrong (bound.py): no gate, and the whole compiled time is headroom
+    wrong = unreliable(sol.get("bound_ms"), {"eager PyTorch": (timed.get("eager") or {}).get("median_ms"),
+                                             "torch.compile": compiled})
+    sol_ms = sol.get("bound_ms")
     compiled = compiled * calls if compiled is not None else None
     sol_ms = sol_ms * calls if sol_ms is not None else None
-    headroom = compiled - sol_ms if compiled is not None and sol_ms is not None else None
+    headroom = compiled - (0.0 if wrong else sol_ms) if compiled is not None and sol_ms is not None else None
     why = baseline.get("compile_error") or ("" if timed else baseline.get("message", "not measured"))
+    used = "; ".join(f"{peak}: {how}" for peak, how in (sol.get("peaks_used") or {}).items() if how != "calibrated")
     return {"ms_compiled": _round(compiled), "sol_ms": _round(sol_ms), "headroom_ms": _round(headroom),
-            "left_to_compiler": bool(compiled is not None and sol_ms and compiled <= LEFT_TO_COMPILER * sol_ms),
+            "left_to_compiler": bool(not wrong and compiled is not None and sol_ms and compiled <= LEFT_TO_COMPILER * sol_ms),
+            **({"sol_from": used} if used else {}), **({"sol_unreliable": wrong} if wrong else {}),
             **({"not_measured": why} if compiled is None else {})}
 
 

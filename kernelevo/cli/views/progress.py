@@ -147,6 +147,9 @@ def summary_rows(outcome: Any) -> list[tuple[str, str]]:
     spend, counts = outcome.summary.get("spend", {}), outcome.summary.get("counts", {})
     best = outcome.best
     rows = [("run", outcome.run_id), ("stopped because", outcome.reason)]
+    if sol := outcome.summary.get("bound"):
+        rows.append(("speed of light", f"{sol['bound_ms']:.4f} ms, from {sol['from']}"
+                     + (f"; not used: {sol['unreliable']}" if sol.get("unreliable") else "")))
     if outcome.summary.get("baseline"):
         rows.append(("ranked against", "torch.compile" if outcome.summary["baseline"] == "compile" else "eager"))
     if best is not None:
