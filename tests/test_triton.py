@@ -47,6 +47,9 @@ def test_a_triton_candidate_is_judged_in_the_interpreter_without_a_speedup(verdi
     assert len(e.shapes.supported) > 3 and not e.specialized  # derived shapes: odd primes among them
     assert e.speedup_eager is None and e.candidate is None and e.speedup_compile is None
     assert any(n.startswith("not timed: Triton kernels on the CPU run in Triton's interpreter") for n in e.notes)
+    # as few calls as the rules allow: two random draws, and no clock block for a verdict without a speedup
+    assert any(n.startswith("2 random draws, not 5: Triton's interpreter") for n in e.notes), e.notes
+    assert e.evidence["clock"]["why"].startswith("not timed: Triton's interpreter")
     assert any(n.startswith("build: import and construction") and "first call (Triton's compile)" in n
                for n in e.notes), e.notes  # the first call is part of the build
     assert e.build_s and e.build_s > 0

@@ -26,6 +26,10 @@ from kernelevo.judge.trials.reference import Reference, Skip
 from kernelevo.judge.trials.shapes import describe
 
 WHERE = "a checker process that never loaded candidate code"
+# Triton's interpreter (a Triton candidate on the CPU) runs each program of a grid in Python: an honest
+# RMSNorm-gate at 2048x2048 ran out of 120 s. Its verdict is untimed, so the checker's clock is not run (its
+# block was 8 calls more, confirming no figure), and it takes this many random draws, not --trials.
+INTERPRETER_DRAWS = 2
 TIMED_FIRST = 1000  # the timed input sets are drawn as trials TIMED_FIRST, TIMED_FIRST + 1, ... (run/jobs.py)
 FRESH_FIRST = 2000  # and the two sources of the fresh-values check's inputs (measure/crosscheck.py)
 
@@ -75,6 +79,7 @@ class Checker:
         self.state = {"previous_values": None, "sizes": [], "places": None, "stateful": False}
         self.sent_arena = False
         self.timed_at: dict | None = None  # on a GPU, the room the worker copies its timed outputs into
+        self.interpreted = job.format == "triton" and not device.startswith("cuda")  # its verdict is untimed
 
     def run(self, planned=None) -> dict:
         """All trials; the result fields of a correctness verdict, `ok` or not."""
@@ -188,6 +193,8 @@ class Checker:
     def _clock(self) -> dict:
         """The checker's own clock on a block of the candidate's calls (trials/clock.py); a wrong output
         there, or the worker's failure, as {"verdict": ...}."""
+        if self.interpreted:
+            return {"confirmed": False, "why": "not timed: Triton's interpreter (the verdict has no speedup to confirm)"}
         try:
             return clock.confirm(self)
         except handback.Ended as ended:
@@ -204,13 +211,17 @@ class Checker:
         """Every trial in order: draws with the built weights, then with redrawn weights (kept from
         there on): as given, at large values, the task's extra shapes, and the shapes the judge derives."""
         ref, job = self.ref, self.job
-        for t in range(job.trials):
+        draws = min(job.trials, INTERPRETER_DRAWS) if self.interpreted else job.trials
+        if draws < job.trials:
+            self.checks.append(f"{draws} random draws, not {job.trials}: Triton's interpreter runs every program of the "
+                               "grid in Python (the derived shapes and the other trials as always)")
+        for t in range(draws):
             args, kind = inputs.trial_inputs(self.task.get_inputs, t, job.seed, self.device)
             if kind != "as given" and not ref.finite_on(args):
                 # This transform left the task's domain (log of a negative...): redraw plainly.
                 args, kind = inputs.trial_inputs(self.task.get_inputs, t, job.seed, self.device, "as given")
             yield Trial(args, f"trial {t + 1} ({kind})")
-        n = job.trials
+        n = draws
         args = self._plain(n)
         saved, said = generality.redraw(ref.model, None, {}, job.seed)
         ref.sync()
