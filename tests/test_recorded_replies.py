@@ -59,9 +59,9 @@ def test_a_folder_round_trip_matches_a_reply_to_the_prompt_written_for_it(tmp_pa
     assert read_folder(tmp_path / "missing") == []
 
 
-def _args(tmp_path, model: str = "scripted") -> list[str]:
-    """A small search (2 calls, one at a time) with `model` in place of the scripted alias."""
-    args = optimize_args(tmp_path, "--generations", "1", "--max-llm-calls", "2", "--plateau", "9")
+def _args(tmp_path, model: str = "scripted", calls: int = 2) -> list[str]:
+    """A small search (`calls` calls, one at a time) with `model` in place of the scripted alias."""
+    args = optimize_args(tmp_path, "--generations", "1", "--max-llm-calls", str(calls), "--plateau", "9")
     args[args.index("--model") + 1] = model
     args[args.index("--concurrency") + 1] = "1"
     return args
@@ -96,37 +96,30 @@ def test_a_recorded_run_replays_without_a_server_and_a_missing_reply_ends_it_or_
         original = _calls(tmp_path / "archive.sqlite", first)
         assert len(original) == 2 and all(c["provider"] == "openai" for c in original)
 
-        # 1. the recording alone, no server to reach: the same replies, nothing paid
+        # 1. the recording alone, no server to reach, a call more allowed than it holds: the same replies, nothing
+        # paid, and at the third call the replay ends and writes that call's prompt
         offline = dict(env, OPENAI_BASE_URL=_unreachable_url())
-        replayed = cli(_args(tmp_path, f"replay:{first}"), offline)
-        assert replayed.returncode in (0, 3), replayed.stderr[-3000:]
+        replayed = cli(_args(tmp_path, f"replay:{first}", calls=3), offline)
+        assert replayed.returncode == 3, replayed.stderr[-3000:]
         second = _run_ids(tmp_path / "archive.sqlite")[-1]
         again = _calls(tmp_path / "archive.sqlite", second)
         assert [(c["operator"], c["reply"]) for c in again] == [(c["operator"], c["reply"]) for c in original]
         assert {c["provider"] for c in again} == {"replay"} and {c["cost_usd"] for c in again} == {0.0}
-        assert "2 of them replayed" in " ".join(replayed.stdout.split())
+        said = " ".join((replayed.stdout + replayed.stderr).split())
+        assert "2 of them replayed" in said and "replay ended at call 3" in said
+        (prompt,) = (tmp_path / "out" / "prompts" / "task_scale").glob("0003.prompt.md")
+        assert "kernelevo prompt: operator=" in prompt.read_text()
 
-        # 2. a folder of replies lacking the second: the replay ends there and writes its prompt
+        # 2. a folder holding the first reply only, then the scripted server: it goes on past the recording
         folder = tmp_path / "replies" / "task_scale"
         write_prompt(folder, 1, original[0]["operator"], "c", _messages("recorded elsewhere"))
         (folder / "0001.reply.md").write_text(original[0]["reply"])
-        ended = cli(_args(tmp_path, f"replay:{tmp_path / 'replies'}"), offline)
-        assert ended.returncode == 3, ended.stderr[-3000:]
-        said = " ".join((ended.stdout + ended.stderr).split())
-        assert "replay ended at call 2" in said
-        (prompt,) = (tmp_path / "out" / "prompts" / "task_scale").glob("0002.prompt.md")
-        assert "kernelevo prompt: operator=" in prompt.read_text()
-        third = _run_ids(tmp_path / "archive.sqlite")[-1]
-        assert [c["provider"] for c in _calls(tmp_path / "archive.sqlite", third)] == ["replay"]
-
-        # 3. the same folder, then the scripted server: it goes on past the recording
         asked = len(server.requests)
         went_on = cli(_args(tmp_path, f"replay:{tmp_path / 'replies'},then:scripted"), env)
         assert went_on.returncode in (0, 3), went_on.stderr[-3000:]
-        fourth = _run_ids(tmp_path / "archive.sqlite")[-1]
-        providers = [c["provider"] for c in _calls(tmp_path / "archive.sqlite", fourth)]
-        assert providers[0] == "replay" and set(providers[1:]) == {"openai"} and len(providers) == 2
-        assert len(server.requests) == asked + 1
+        third = _run_ids(tmp_path / "archive.sqlite")[-1]
+        providers = [c["provider"] for c in _calls(tmp_path / "archive.sqlite", third)]
+        assert providers == ["replay", "openai"] and len(server.requests) == asked + 1
     finally:
         server.close()
 
