@@ -82,6 +82,7 @@ class Opponent:
     bound_ms: float | None = None  # the reference's speed of light on this device, where measured
     bound_why: str = ""  # why that estimate is wrong here ("" : nothing measured says so; evolution/bound.py)
     bound_from: str = ""  # where its peaks came from, where not the device's calibration (judge/measure/sol.py)
+    floor_ms: float | None = None  # its bytes moved once: the floor of any algorithm (the bound is the reference's)
 
 
 @dataclass(frozen=True)

@@ -16,12 +16,15 @@ def _member(ms: float, ci: tuple[float, float]) -> Variant:
 
 
 def test_a_compiler_near_the_bound_leaves_nothing_to_win():
-    near = Opponent("compile", eager_ms=0.2, compiled_ms=0.105, bound_ms=0.1)
+    near = Opponent("compile", eager_ms=0.2, compiled_ms=0.105, bound_ms=0.1, floor_ms=0.1)
     assert bound.left_to_compiler(near).startswith("left to the compiler: torch.compile takes 0.1050 ms")
-    assert "--force" in bound.left_to_compiler(near)
-    assert bound.left_to_compiler(Opponent("compile", 0.2, 0.13, bound_ms=0.1)) == ""  # 1.3x: room left
-    assert bound.left_to_compiler(Opponent("eager", 0.2, 0.105, bound_ms=0.1)) == ""  # ranked by eager
+    assert "--force" in bound.left_to_compiler(near) and "moving its bytes once (0.1000 ms" in bound.left_to_compiler(near)
+    assert bound.left_to_compiler(Opponent("compile", 0.2, 0.13, bound_ms=0.1, floor_ms=0.1)) == ""  # 1.3x: room left
+    assert bound.left_to_compiler(Opponent("eager", 0.2, 0.105, bound_ms=0.1, floor_ms=0.1)) == ""  # ranked by eager
     assert bound.left_to_compiler(Opponent("compile", 0.2, 0.105)) == ""  # no bound measured
+    # near a compute bound is near the reference's arithmetic, not the floor: a kernel may do less (diag(a) @ b)
+    assert bound.left_to_compiler(Opponent("compile", 103.0, 102.0, bound_ms=85.5, floor_ms=1.4)) == ""
+    assert bound.left_to_compiler(Opponent("compile", 0.2, 0.105, bound_ms=0.1)) == ""  # no floor known: no gate
     assert bound.left_to_compiler(None) == ""
 
 

@@ -254,7 +254,7 @@ def _opponent(judge, task, device: str, baseline: str, on_status: Callable[[str]
     sol = measured.get("sol") or {}
     used = "; ".join(f"{peak}: {how}" for peak, how in (sol.get("peaks_used") or {}).items() if how != "calibrated")
     made = Opponent(baseline, timed["eager"]["median_ms"], compiled["median_ms"] if compiled else None,
-                    rows("eager"), rows("compiled"), sol.get("bound_ms"), bound_from=used)
+                    rows("eager"), rows("compiled"), sol.get("bound_ms"), bound_from=used, floor_ms=sol.get("memory_ms"))
     why = opponent_bound(made)
     if why:
         on_status(f"speed of light not used: {why}")

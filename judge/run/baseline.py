@@ -79,6 +79,6 @@ def _speed_of_light(model, args: list, device: str, job: Job, measured: timing.M
     peaks = sol.task_peaks(calibrated, work, device, {"eager PyTorch": measured.stats["eager"].median_ms,
                                                       "torch.compile": compiled.median_ms if compiled else None})
     bound = sol.bound(work, peaks, measured.stats["eager"].median_ms, None)
-    return {"bound_ms": bound.bound_ms, "bound": bound.bound, "eager_pct": bound.reference_pct,
+    return {"bound_ms": bound.bound_ms, "bound": bound.bound, "memory_ms": bound.memory_ms, "eager_pct": bound.reference_pct,
             "compiled_pct": 100.0 * bound.bound_ms / compiled.median_ms if compiled and compiled.median_ms else None,
             "peaks_used": peaks["used"]}
