@@ -5,7 +5,8 @@ cached, so a later search of the part reuses it): eager, the part compiled alone
 and the speed of light of its work on this device (the reference's FLOPs at the calibrated compute
 peak, or its bytes at the calibrated bandwidth). headroom_ms = compiled time - speed of light: what a
 kernel could still win over the compiler. Parts are listed most headroom first; a part whose compiled
-time is within LEFT_TO_COMPILER of its bound is "left to the compiler".
+time is within LEFT_TO_COMPILER of moving its bytes once (the floor of any kernel, evolution/bound.py) is
+"left to the compiler".
 """
 from __future__ import annotations
 
@@ -56,14 +57,16 @@ def _figures(baseline: dict, calls: float = 1) -> dict:
     # a bound one of the part's baselines beats is wrong (bound.py): no gate, and the whole compiled time is headroom
     wrong = unreliable(sol.get("bound_ms"), {"eager PyTorch": (timed.get("eager") or {}).get("median_ms"),
                                              "torch.compile": compiled})
-    sol_ms = sol.get("bound_ms")
+    sol_ms, floor_ms = sol.get("bound_ms"), sol.get("memory_ms")
     compiled = compiled * calls if compiled is not None else None
     sol_ms = sol_ms * calls if sol_ms is not None else None
+    floor_ms = floor_ms * calls if floor_ms is not None else None
     headroom = compiled - (0.0 if wrong else sol_ms) if compiled is not None and sol_ms is not None else None
     why = baseline.get("compile_error") or ("" if timed else baseline.get("message", "not measured"))
     used = "; ".join(f"{peak}: {how}" for peak, how in (sol.get("peaks_used") or {}).items() if how != "calibrated")
-    return {"ms_compiled": _round(compiled), "sol_ms": _round(sol_ms), "headroom_ms": _round(headroom),
-            "left_to_compiler": bool(not wrong and compiled is not None and sol_ms and compiled <= LEFT_TO_COMPILER * sol_ms),
+    return {"ms_compiled": _round(compiled), "sol_ms": _round(sol_ms), "floor_ms": _round(floor_ms), "headroom_ms": _round(headroom),
+            # near the floor of any kernel (its bytes moved once), not near a compute bound: a kernel may do less
+            "left_to_compiler": bool(not wrong and compiled is not None and floor_ms and compiled <= LEFT_TO_COMPILER * floor_ms),
             **({"sol_from": used} if used else {}), **({"sol_unreliable": wrong} if wrong else {}),
             **({"not_measured": why} if compiled is None else {})}
 

@@ -31,7 +31,8 @@ def print_split(data: dict, out: Path) -> None:
     console.print(table)
     if ranked:
         console.print("ranked by headroom (ms): the part's time under torch.compile (compiled) less its speed of light "
-                      "(bound), what a kernel can still win; within 1.2x of the bound, a part is left to the compiler")
+                      "(bound), what a kernel can still win; within 1.2x of moving its bytes once, a part is left to the "
+                      "compiler")
     covered = sum(t["share"] or 0.0 for t in data["tasks"])
     console.print(f"{len(data['tasks'])} parts, {100 * covered:.1f} % of the model's time (times with a wait "
                   f"around every module: they rank parts); a suite in {out}: kernelevo bench {out}")
