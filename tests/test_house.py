@@ -7,6 +7,7 @@ is imported; nothing in evolution imports the drivers above its loop but the dri
 under `if TYPE_CHECKING:` is for the type checker only and does not count. Modules are found
 through pyproject.toml's package-dir, as the installed package is."""
 import ast
+import re
 import tomllib
 from pathlib import Path
 
@@ -200,3 +201,18 @@ def test_the_runtime_is_used_by_its_public_names():
 def test_the_judges_trials_read_formats_from_the_ground():
     bad = _offending(lambda a, b: _within(a, "kernelevo.judge.trials") and _within(b, "kernelevo.judge.run"))
     assert not bad, f"the judge's trials import its run package:\n{bad}"
+
+
+def test_the_readme_is_short_and_links_every_docs_page():
+    """The README is the newcomer's page: at most 250 lines, the two set-up commands near the top, every page of
+    docs/ linked from it, and every link to docs/ a page that exists."""
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 250
+    pages = {p.name for p in (ROOT / "docs").glob("*.md")}
+    linked = set(re.findall(r"\]\(docs/([\w-]+\.md)\)", readme))
+    assert pages and linked == pages, (pages - linked, linked - pages)
+    setup = readme.split("## Set up", 1)[1].split("\n## ", 1)[0]
+    assert [line for line in setup.splitlines() if line.startswith("pip install")] == [
+        "pip install -e . && kernelevo evaluate benchmarks/tasks/row_softmax.py "
+        "benchmarks/tasks/candidates/row_softmax__nvrtc.py",
+        'pip install -e ".[test]" && python -m pytest -n 3 --dist loadfile']
