@@ -1,7 +1,7 @@
 """`--model replay:SOURCE` end to end on the CPU: a scripted run is recorded in the archive, then replayed with
-no server to reach (the same replies, nothing sent, nothing paid); replayed from a folder of replies that lacks
-one, it stops at that call and writes its prompt; with `,then:MODEL` it goes on with the scripted server. The
-pieces (spec, folder, matching) are tested without a run first."""
+no server to reach (the same replies, nothing sent, nothing paid) and a call more allowed than it holds, where
+it stops and writes that call's prompt; from a folder holding one reply, with `,then:MODEL`, it goes on with the
+scripted server. The pieces (spec, folder, matching, resume) are tested without a run."""
 import itertools
 import socket
 
@@ -11,7 +11,7 @@ from kernelevo.agent.providers import Message
 from kernelevo.agent.replay import Recorded, ReplayEnded, ReplayLLM, parse_spec, read_folder, write_prompt
 from kernelevo.archive.store import Archive
 from llm_server import ScriptedServer, kernel_replies
-from test_optimize import KERNELS, USAGE, cli, environment, optimize_args
+from test_optimize import KERNELS, TASK, USAGE, environment
 
 
 def _messages(text: str) -> list[Message]:
@@ -59,12 +59,26 @@ def test_a_folder_round_trip_matches_a_reply_to_the_prompt_written_for_it(tmp_pa
     assert read_folder(tmp_path / "missing") == []
 
 
-def _args(tmp_path, model: str = "scripted", calls: int = 2) -> list[str]:
-    """A small search (`calls` calls, one at a time) with `model` in place of the scripted alias."""
-    args = optimize_args(tmp_path, "--generations", "1", "--max-llm-calls", str(calls), "--plateau", "9")
-    args[args.index("--model") + 1] = model
-    args[args.index("--concurrency") + 1] = "1"
-    return args
+def _search(tmp_path, monkeypatch, server, model: str = "scripted", calls: int = 2, offline: bool = False):
+    """A small search (`calls` calls, one at a time) of `model` on the CPU, in this process, where the judge's
+    zygote serves every run: (its outcome, its calls as the archive holds them)."""
+    from kernelevo.evolution.budget import BudgetLimits
+    from kernelevo.evolution.loop import optimize
+    from kernelevo.evolution.options import OptimizeOptions, SearchSettings
+    from kernelevo.judge.measure.timing import TimingConfig
+
+    for key, value in environment(server, tmp_path).items():
+        monkeypatch.setenv(key, value)
+    if offline:  # nothing listens there: a call that went out would fail
+        monkeypatch.setenv("OPENAI_BASE_URL", _unreachable_url())
+    options = OptimizeOptions(task_path=TASK, models=(model,), devices=("cpu",), archive_path=tmp_path / "archive.sqlite",
+                              out_dir=tmp_path / "out", cache_dir=tmp_path / "cache",
+                              config_path=tmp_path / "kernelevo.toml", trials=2, seed=1,
+                              timing=TimingConfig(max_seconds=0.2), compile_baseline=False,
+                              settings=SearchSettings(children_per_generation=4, llm_concurrency=1),
+                              limits=BudgetLimits(max_llm_calls=calls, generations=1, plateau_generations=9))
+    outcome = optimize(options)
+    return outcome, _calls(tmp_path / "archive.sqlite", outcome.run_id)
 
 
 def _unreachable_url() -> str:
@@ -79,34 +93,25 @@ def _calls(archive_path, run_id: str) -> list[dict]:
                              (run_id,))
 
 
-def _run_ids(archive_path) -> list[str]:
-    with Archive.open_readonly(archive_path) as archive:
-        return [r["id"] for r in sorted(archive.runs(), key=lambda r: r["created_at"])]
+def test_a_recorded_run_replays_without_a_server_and_a_missing_reply_ends_it_or_goes_on(tmp_path, monkeypatch):
+    from kernelevo.cli.views.progress import summary_rows
+    from kernelevo.evolution.outcome import EXIT_BUDGET
 
-
-def test_a_recorded_run_replays_without_a_server_and_a_missing_reply_ends_it_or_goes_on(tmp_path):
     k = KERNELS
     server = ScriptedServer(responder=kernel_replies(itertools.chain([k["broken"]], itertools.repeat(k["good"])),
                                                      itertools.repeat(k["chunked"]), k["good"], USAGE))
     try:
-        env = environment(server, tmp_path)
-        recorded = cli(_args(tmp_path), env)
-        assert recorded.returncode in (0, 3), recorded.stderr[-3000:]
-        (first,) = _run_ids(tmp_path / "archive.sqlite")
-        original = _calls(tmp_path / "archive.sqlite", first)
+        recorded, original = _search(tmp_path, monkeypatch, server)
         assert len(original) == 2 and all(c["provider"] == "openai" for c in original)
 
         # 1. the recording alone, no server to reach, a call more allowed than it holds: the same replies, nothing
         # paid, and at the third call the replay ends and writes that call's prompt
-        offline = dict(env, OPENAI_BASE_URL=_unreachable_url())
-        replayed = cli(_args(tmp_path, f"replay:{first}", calls=3), offline)
-        assert replayed.returncode == 3, replayed.stderr[-3000:]
-        second = _run_ids(tmp_path / "archive.sqlite")[-1]
-        again = _calls(tmp_path / "archive.sqlite", second)
+        replayed, again = _search(tmp_path, monkeypatch, server, f"replay:{recorded.run_id}", calls=3, offline=True)
         assert [(c["operator"], c["reply"]) for c in again] == [(c["operator"], c["reply"]) for c in original]
         assert {c["provider"] for c in again} == {"replay"} and {c["cost_usd"] for c in again} == {0.0}
-        said = " ".join((replayed.stdout + replayed.stderr).split())
-        assert "2 of them replayed" in said and "replay ended at call 3" in said
+        assert replayed.exit_code == EXIT_BUDGET and replayed.reason.startswith("replay ended at call 3")
+        shown = dict(summary_rows(replayed))
+        assert "2 of them replayed" in shown["LLM calls"] and shown[f"replay replay:{recorded.run_id}"]
         (prompt,) = (tmp_path / "out" / "prompts" / "task_scale").glob("0003.prompt.md")
         assert "kernelevo prompt: operator=" in prompt.read_text()
 
@@ -115,11 +120,8 @@ def test_a_recorded_run_replays_without_a_server_and_a_missing_reply_ends_it_or_
         write_prompt(folder, 1, original[0]["operator"], "c", _messages("recorded elsewhere"))
         (folder / "0001.reply.md").write_text(original[0]["reply"])
         asked = len(server.requests)
-        went_on = cli(_args(tmp_path, f"replay:{tmp_path / 'replies'},then:scripted"), env)
-        assert went_on.returncode in (0, 3), went_on.stderr[-3000:]
-        third = _run_ids(tmp_path / "archive.sqlite")[-1]
-        providers = [c["provider"] for c in _calls(tmp_path / "archive.sqlite", third)]
-        assert providers == ["replay", "openai"] and len(server.requests) == asked + 1
+        _, went_on = _search(tmp_path, monkeypatch, server, f"replay:{tmp_path / 'replies'},then:scripted")
+        assert [c["provider"] for c in went_on] == ["replay", "openai"] and len(server.requests) == asked + 1
     finally:
         server.close()
 
