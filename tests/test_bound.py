@@ -104,9 +104,9 @@ def test_a_run_whose_first_kernel_beats_the_bound_goes_on_to_its_call_budget(tmp
         return dataclasses.replace(made, bound_ms=made.eager_ms, bound_why="")
 
     monkeypatch.setattr(loop_run, "_opponent", wrong_bound)
-    server, outcome, said = _scripted_run(tmp_path, monkeypatch, 4, compile_baseline=False, baseline="eager")
+    server, outcome, said = _scripted_run(tmp_path, monkeypatch, 3, compile_baseline=False, baseline="eager")
     assert outcome.reason.startswith("max-llm-calls"), outcome.reason
-    assert len(server.requests) == 4
+    assert len(server.requests) == 3
     with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
         (run,) = archive.runs()
         marked = archive.events(run["id"], "bound_unreliable")

@@ -1,7 +1,8 @@
 """`--model replay:SOURCE` end to end on the CPU: a scripted run is recorded in the archive, then replayed with
 no server to reach (the same replies, nothing sent, nothing paid) and a call more allowed than it holds, where
 it stops and writes that call's prompt; from a folder holding one reply, with `,then:MODEL`, it goes on with the
-scripted server. The pieces (spec, folder, matching, resume) are tested without a run."""
+scripted server (tested on the replaying model itself). The pieces (spec, folder, matching, resume) are tested
+without a run."""
 import itertools
 import socket
 
@@ -114,14 +115,34 @@ def test_a_recorded_run_replays_without_a_server_and_a_missing_reply_ends_it_or_
         assert "2 of them replayed" in shown["LLM calls"] and shown[f"replay replay:{recorded.run_id}"]
         (prompt,) = (tmp_path / "out" / "prompts" / "task_scale").glob("0003.prompt.md")
         assert "kernelevo prompt: operator=" in prompt.read_text()
+    finally:
+        server.close()
 
-        # 2. a folder holding the first reply only, then the scripted server: it goes on past the recording
+
+def test_past_its_recording_a_replay_goes_on_with_the_model_it_names(tmp_path, monkeypatch):
+    """`replay:FOLDER,then:scripted`: the folder's one reply, then the scripted server through the real SDK."""
+    from kernelevo.config import load_config
+    from kernelevo.evolution.replays import ReplayPlace, member
+
+    server = ScriptedServer(responder=kernel_replies(itertools.repeat(KERNELS["good"]), itertools.repeat(KERNELS["chunked"]),
+                                                     KERNELS["good"], USAGE))
+    try:
+        for key, value in environment(server, tmp_path).items():
+            monkeypatch.setenv(key, value)
         folder = tmp_path / "replies" / "task_scale"
-        write_prompt(folder, 1, original[0]["operator"], "c", _messages("recorded elsewhere"))
-        (folder / "0001.reply.md").write_text(original[0]["reply"])
-        asked = len(server.requests)
-        _, went_on = _search(tmp_path, monkeypatch, server, f"replay:{tmp_path / 'replies'},then:scripted")
-        assert [c["provider"] for c in went_on] == ["replay", "openai"] and len(server.requests) == asked + 1
+        write_prompt(folder, 1, "translate", "c", _messages("recorded elsewhere"))
+        (folder / "0001.reply.md").write_text("recorded")
+        place = ReplayPlace("task_scale", tmp_path / "archive.sqlite", tmp_path / "prompts")
+        llm = member(parse_spec(f"replay:{tmp_path / 'replies'},then:scripted"), load_config(tmp_path / "kernelevo.toml"),
+                     place)
+        calls = []
+        llm.on_call = calls.append
+        assert llm.ask("translate", _messages("write a kernel")).text == "recorded"
+        went_on = llm.ask("translate", _messages("write another"))
+        assert "ModelNew" in went_on.text and len(server.requests) == 1
+        assert [c.provider for c in calls] == ["replay", "openai"] and calls[1].cost_usd > 0
+        assert llm.label == "replay:" + str(tmp_path / "replies") + ",then:scripted"
+        assert not (tmp_path / "prompts").exists()  # nothing ended: no prompt written
     finally:
         server.close()
 

@@ -104,18 +104,20 @@ class Search(Planning, Children):
         if self.replay_ended:
             return budgets.StopReason(budgets.StopKind.REPLAY_ENDED, self.replay_ended)
         since = self.progress.generation - self.improved_at
-        opponent = self._bound_checked(self.population.best())
+        opponent = self._bound_checked()
         done = at_bound(self.population.best(), opponent)
         if done:
             return budgets.StopReason(budgets.StopKind.AT_BOUND, done)
         return self.budget.exhausted(self.progress.generation, since)
 
-    def _bound_checked(self, best):
-        """The opponent, its bound marked unreliable (once, said once) when the best kernel beat it beyond the
-        calibration's spread: the prompts from then on say so, and it stops nothing."""
+    def _bound_checked(self):
+        """The opponent, its bound marked unreliable (once, said once) when the fastest correct kernel beat it
+        beyond the calibration's spread: the prompts from then on say so, and it stops nothing."""
         opponent = self.state.base_context.opponent
-        if opponent is None or not opponent.bound_ms or opponent.bound_why or best is None:
+        timed = [m for m in self.population.members if m.ok and m.ms]
+        if opponent is None or not opponent.bound_ms or opponent.bound_why or not timed:
             return opponent
+        best = min(timed, key=lambda m: m.ms)
         why = unreliable(opponent.bound_ms, {f"kernel {best.kernel_id}": best.ms})
         if why:
             opponent = dataclasses.replace(opponent, bound_why=why)
@@ -149,6 +151,7 @@ class Search(Planning, Children):
                 self.progress.status = f"finishing: {reason.text}"
             self._refresh(reread=bool(done))
         self.pool.shutdown(0.0)
+        self._bound_checked()  # a kernel judged after the stop was decided is checked too
         return reason or budgets.StopReason(budgets.StopKind.NOTHING_LEFT, budgets.StopKind.NOTHING_LEFT.value)
 
     def resubmit(self, child: Variant) -> None:
