@@ -24,6 +24,11 @@ def unreliable(bound_ms: float | None, measured: dict[str, float | None]) -> str
     return ""
 
 
+def peaks_from(sol: dict) -> str:
+    """Which of a baseline's peaks came from the task's own figures, not the calibration ('' : none did)."""
+    return "; ".join(f"{peak}: {how}" for peak, how in (sol.get("peaks_used") or {}).items() if how != "calibrated")
+
+
 def opponent_bound(opponent) -> str:
     """Why the opponent's bound is not to be used ('' when it is): the loop's note, or its own baseline's times."""
     if opponent is None:

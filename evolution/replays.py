@@ -78,7 +78,7 @@ def _run_of(archive, source: str, task: str) -> str:
 
 def _edit_format(model: str) -> str:
     """The edit format the recorded model was asked for (its replies are in it); "whole" where unknown."""
-    if not model or model.startswith("replay:"):
+    if not model:
         return "whole"
     try:
         return lookup(parse_model(model)).edit_format

@@ -19,7 +19,7 @@ from .. import budget as budgets
 from .. import ensemble as ensembles
 from .. import replays
 from .. import placement
-from ..bound import left_to_compiler, opponent_bound
+from ..bound import left_to_compiler, opponent_bound, peaks_from
 from ..novelty import NoveltyGate
 from ..population import BASELINES
 from ..options import OptimizeOptions, formats_of, judge_options
@@ -252,7 +252,7 @@ def _opponent(judge, task, device: str, baseline: str, on_status: Callable[[str]
 
     compiled = timed.get("compiled")
     sol = measured.get("sol") or {}
-    used = "; ".join(f"{peak}: {how}" for peak, how in (sol.get("peaks_used") or {}).items() if how != "calibrated")
+    used = peaks_from(sol)
     made = Opponent(baseline, timed["eager"]["median_ms"], compiled["median_ms"] if compiled else None,
                     rows("eager"), rows("compiled"), sol.get("bound_ms"), bound_from=used, floor_ms=sol.get("memory_ms"))
     why = opponent_bound(made)

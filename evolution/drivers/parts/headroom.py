@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from ...bound import unreliable
+from ...bound import peaks_from, unreliable
 
 LEFT_TO_COMPILER = 1.2  # compiled time within this factor of the speed of light: no room for a kernel
 
@@ -63,7 +63,7 @@ def _figures(baseline: dict, calls: float = 1) -> dict:
     floor_ms = floor_ms * calls if floor_ms is not None else None
     headroom = compiled - (0.0 if wrong else sol_ms) if compiled is not None and sol_ms is not None else None
     why = baseline.get("compile_error") or ("" if timed else baseline.get("message", "not measured"))
-    used = "; ".join(f"{peak}: {how}" for peak, how in (sol.get("peaks_used") or {}).items() if how != "calibrated")
+    used = peaks_from(sol)
     return {"ms_compiled": _round(compiled), "sol_ms": _round(sol_ms), "floor_ms": _round(floor_ms), "headroom_ms": _round(headroom),
             # near the floor of any kernel (its bytes moved once), not near a compute bound: a kernel may do less
             "left_to_compiler": bool(not wrong and compiled is not None and floor_ms and compiled <= LEFT_TO_COMPILER * floor_ms),
