@@ -13,7 +13,7 @@ import string
 import tomllib
 from dataclasses import dataclass, field
 
-from kernelevo.evaluation import Failure, Variant
+from kernelevo.evaluation import Failure, Variant, Verdict
 from kernelevo.formats import FORMATS
 
 from .edits import EditFailure
@@ -212,7 +212,7 @@ def _loop(v: Variant) -> str:
 
 
 def variant(v: Variant) -> str:
-    if v.verdict == "ok":
+    if v.verdict == Verdict.OK:
         compiled = f"{_number(v.speedup_compile)}x torch.compile" if v.speedup_compile is not None \
             else f"torch.compile {phrases()['labels']['unknown']}"  # not "not measuredx torch.compile"
         beside = fill("eager_beside.md", eager_ms=_number(v.eager_ms, 4)) if v.eager_ms is not None else ""

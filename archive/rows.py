@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from kernelevo.evaluation import Evaluation
+from kernelevo.evaluation import Evaluation, Verdict
 from kernelevo.llm_call import LLMCall
 
 if TYPE_CHECKING:  # numpy is imported lazily: opening an archive must not pay for it
@@ -160,7 +160,7 @@ def evaluation_row(row: dict[str, Any]) -> dict[str, Any]:
 def announced(finals: dict[int, dict]) -> int | None:
     """The kernel a run wrote out: the first to pass its final re-judgement (optimize tries the
     search's best first), from Archive.final_evaluations; None before a run has one."""
-    return next((kid for kid, e in finals.items() if e["verdict"] == "ok"), None)
+    return next((kid for kid, e in finals.items() if e["verdict"] == Verdict.OK), None)
 
 
 def intervals(row: dict[str, Any]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from typing import Iterable, Sequence
 from kernelevo.agent.prompting import attempt_line, phrase
 from kernelevo.agent.replies import idea_of
 from kernelevo.text import speedup_text
+from kernelevo.evaluation import Verdict
 
 SHOWN = 6  # attempt lines per kernel in a prompt: enough to see a pattern, small enough to stay cheap
 _COPY = re.compile(r"^(?:renamed_)?copy: the same code as kernel (\d+)")
@@ -107,7 +108,7 @@ def outcome(row: dict) -> str:
         return phrase("attempt", "no_kernel", problem=_clip(problem, 160))
     if not row.get("verdict"):
         return phrase("attempt", "judging")
-    if row["verdict"] == "ok":
+    if row["verdict"] == Verdict.OK:
         return phrase("attempt", "ok", speedup=speedup_text(row.get("speedup_eager"), row.get("speedup_eager_ci")))
     message = _clip((row.get("message") or "").splitlines()[0] if row.get("message") else "", 160)
     if message:

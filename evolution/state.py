@@ -13,7 +13,7 @@ from pathlib import Path
 from kernelevo.agent.profile_block import profile_block
 from kernelevo.agent.prompting import Context, insight
 from kernelevo.archive.rows import own_improvement, unique
-from kernelevo.evaluation import Evaluation, Profile
+from kernelevo.evaluation import Evaluation, Profile, Verdict
 from kernelevo.llm_call import LLMCall
 from kernelevo.tasks import Task
 from kernelevo.twins import host_share
@@ -76,7 +76,7 @@ def resumed_members(rows: list[dict], remeasures: dict[int, dict],
     were stored (the order the live run admitted them, which decides who is the incumbent best);
     and apart, the best if it was never re-measured (a run killed while its re-measurement was
     pending): it must be re-measured before it is shown."""
-    judged = [{**row, **(remeasures.get(row["id"], {}) if row["verdict"] == "ok" else {})}
+    judged = [{**row, **(remeasures.get(row["id"], {}) if row["verdict"] == Verdict.OK else {})}
               for row in rows if row.get("verdict")]
     judged.sort(key=lambda row: row.get("evaluation_id") or 0)
     members = [member_from_row(row, baseline) for row in judged]
@@ -164,7 +164,7 @@ class RunState:
         stats: dict[str, scheduling.OperatorStats] = {}
         for row in self._rows_at_start:
             s = stats.get(row["operator"], scheduling.OperatorStats())
-            stats[row["operator"]] = s.record(row.get("verdict") == "ok", own_improvement(row))
+            stats[row["operator"]] = s.record(row.get("verdict") == Verdict.OK, own_improvement(row))
         for op, cost in self.archive.operator_costs(self.run_id).items():
             s = stats.get(op, scheduling.OperatorStats())
             stats[op] = dataclasses.replace(s, cost_usd=cost)

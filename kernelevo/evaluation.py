@@ -7,12 +7,27 @@ JSON and land in the archive unchanged.
 from __future__ import annotations
 
 import dataclasses
+import enum
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from kernelevo.twins import GraphTiming, LoopTiming
 
-VERDICTS = ("ok", "compile_error", "runtime_error", "timeout", "incorrect", "rejected")
+
+
+class Verdict(enum.StrEnum):
+    """The judge's verdicts. A str, so that JSON and the archive keep their text: a verdict read back from
+    either compares equal to its member (row["verdict"] == Verdict.OK)."""
+
+    OK = "ok"
+    COMPILE_ERROR = "compile_error"
+    RUNTIME_ERROR = "runtime_error"
+    TIMEOUT = "timeout"
+    INCORRECT = "incorrect"
+    REJECTED = "rejected"
+
+
+VERDICTS = tuple(v.value for v in Verdict)
 
 
 @dataclass(frozen=True)
@@ -256,7 +271,7 @@ class Variant:
 
     @property
     def ok(self) -> bool:
-        return self.verdict == "ok"
+        return self.verdict == Verdict.OK
 
     @property
     def against(self) -> str:
@@ -317,7 +332,7 @@ class Evaluation:
 
     @property
     def ok(self) -> bool:
-        return self.verdict == "ok"
+        return self.verdict == Verdict.OK
 
     @property
     def specialized(self) -> bool:

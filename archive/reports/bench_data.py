@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from typing import Any
+from kernelevo.evaluation import Verdict
 
 P_VALUES = (1.0, 1.2, 1.5, 2.0)
 BASELINES = {"eager": "speedup_eager", "compile": "speedup_compile"}
@@ -21,7 +22,7 @@ def task_rows(stored: list[dict]) -> list[dict]:
     degenerate, calls, cost, wall time, and where the figures come from (run, kernel)."""
     out = []
     for r in stored:
-        correct = r["status"] == "done" and r.get("verdict") == "ok"
+        correct = r["status"] == "done" and r.get("verdict") == Verdict.OK
         specialized = None if r.get("specialized") is None else bool(r["specialized"])
         out.append({
             "position": r["position"], "name": r["name"], "path": r["path"], "status": r["status"],

@@ -9,7 +9,7 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from kernelevo.evaluation import faster_beyond_noise
+from kernelevo.evaluation import Verdict, faster_beyond_noise
 
 from ..export import profile_summary
 from ..rows import announced, call_operator, own_improvement, source_diff
@@ -89,7 +89,7 @@ def _run_facts(run: dict, task: dict, spend: dict, best: dict | None, finals: di
 def _figures(kernel: dict | None, finals: dict[int, dict], prefix: str = "") -> dict:
     """The speedups, their 95 % intervals ([low, high] or None), and which measurement they are."""
     final = finals.get(kernel["id"]) if kernel else None
-    final = final if final and final["verdict"] == "ok" else None
+    final = final if final and final["verdict"] == Verdict.OK else None
     shown = final or kernel or {}
     return {f"{prefix}speedup": shown.get("speedup_eager"), f"{prefix}speedup_ci": shown.get("speedup_eager_ci"),
             f"{prefix}speedup_compile": shown.get("speedup_compile"),
@@ -111,10 +111,10 @@ def _progress(rows: list[dict], remeasures: dict[int, dict] | None = None) -> li
     where it was re-measured (`remeasures`: Archive.remeasurements), as the search counts it."""
     points, best, best_ci = [], None, None
     for n, r in enumerate(rows, 1):
-        speedup = r["speedup_eager"] if r["verdict"] == "ok" else None
+        speedup = r["speedup_eager"] if r["verdict"] == Verdict.OK else None
         ci = r.get("speedup_eager_ci") if speedup is not None else None
         again = (remeasures or {}).get(r["kernel_id"]) if speedup is not None else None
-        held = (again["speedup_eager"] if again["verdict"] == "ok" else None, again["speedup_eager_ci"]) \
+        held = (again["speedup_eager"] if again["verdict"] == Verdict.OK else None, again["speedup_eager_ci"]) \
             if again else (speedup, ci)
         improved = faster_beyond_noise(*held, best, best_ci)
         best, best_ci = held if improved else (best, best_ci)
@@ -144,7 +144,7 @@ def _node(k: dict, model: str | None, on_path: set[int]) -> dict:
 
 def _top_kernels(store: Archive, kernels: list[dict], by_id: dict[int, dict], profiles: dict, top: int,
                  finals: dict[int, dict]) -> list[dict]:
-    ok = sorted((k for k in kernels if k["verdict"] == "ok" and k["speedup_eager"] is not None),
+    ok = sorted((k for k in kernels if k["verdict"] == Verdict.OK and k["speedup_eager"] is not None),
                 key=lambda k: (-k["speedup_eager"], k["id"]))[:top]
     out = []
     for k in ok:
@@ -189,11 +189,11 @@ def _yield_by(kernels: list[dict], progress: list[dict], usage: list[dict], key:
         if k.get("llm_call_id") is not None and not (k.get("problem") or "").startswith("failed_call"):
             g["replies"] += 1  # a reply came back; judged unless it was a copy or held no kernel
             g["replies_judged"] += bool(k["source"]) and not k.get("problem")
-        g["ok"] += k["verdict"] == "ok"
+        g["ok"] += k["verdict"] == Verdict.OK
         g["copies"] += (k.get("problem") or "").startswith(("copy:", "renamed_copy:"))
         g["new_bests"] += k["id"] in improved
         g["improvements"] += own_improvement(k)
-        if k["verdict"] == "ok" and k["speedup_eager"] is not None:
+        if k["verdict"] == Verdict.OK and k["speedup_eager"] is not None:
             g["best_speedup"] = max(g["best_speedup"] or 0.0, k["speedup_eager"])
     for u in usage:
         name = call_operator(u["operator"]) if key == "operator" else u[key] or "(none)"

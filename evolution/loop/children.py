@@ -14,7 +14,7 @@ import enum
 
 from kernelevo.agent.client import NotSent, Stop, Unreachable
 from kernelevo.agent.replay import ReplayEnded
-from kernelevo.evaluation import Evaluation, Profile
+from kernelevo.evaluation import Evaluation, Profile, Verdict
 from kernelevo.text import speedup_text
 
 from .. import islands, scheduling
@@ -267,7 +267,7 @@ class Children:
             return
         if member.speedup_eager is None:  # not timed (Triton's interpreter): its profile would be the interpreter's
             return
-        judged = [e for e in self.archive.kernel(member.kernel_id)["evaluations"] if e["verdict"] == "ok"]
+        judged = [e for e in self.archive.kernel(member.kernel_id)["evaluations"] if e["verdict"] == Verdict.OK]
         if judged:
             self._start_profile(member.kernel_id, Evaluation.from_dict(judged[-1]["data"]), judged[-1]["id"], False)
 

@@ -66,18 +66,29 @@ def final_judgement(search: Search, options: OptimizeOptions, on_status: Callabl
     return None, None
 
 
+@dataclasses.dataclass(frozen=True)
+class _Opened:
+    """A run once opened and prepared: what the search and the finish need (optimize's steps hand it on)."""
+
+    archive: Any
+    state: RunState
+    ensemble: ensembles.Ensemble
+    gate: NoveltyGate
+    budget: budgets.Budget
+    settings: Any  # the search's settings, with an island per format
+    seed: int
+    seeded: tuple[int, int]
+
+
 def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] | None = None,
              on_status: Callable[[str], None] = lambda text: None) -> Outcome:
-    """A whole run. Raises agent.client.Stop (bad key or request), tasks.TaskError, ValueError on
-    bad options; KeyboardInterrupt leaves the run 'stopped' and resumable."""
-    from kernelevo.agent.prompting import task_view
+    """A whole run, in steps: open (or resume) it, prepare its search, search, finish. Raises
+    agent.client.Stop (bad key or request), tasks.TaskError, ValueError on bad options; a Ctrl-C once
+    the run is open leaves it 'stopped' and resumable (Interrupted)."""
     from kernelevo.archive.store import Archive
-    from kernelevo.judge.api import Judge
-
     from kernelevo.config import load_config
+    from kernelevo.judge.api import Judge
     from kernelevo.tasks import load_task
-
-    from ..novelty import default_embedder
 
     task = load_task(options.task_path)
     config = load_config(options.config_path)
@@ -88,84 +99,119 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
     ensemble = ensembles.build(config, names, pins, tokens, on_status, place)  # its calls are recorded once the run exists
     archive = Archive.open(options.archive_path)
     try:
-        task_id, run_id, seed, fmt, asked = _open_run(archive, task, options, ensemble, (names, pins))
-        baseline = _baseline(asked, options, on_status)
-        embedder = default_embedder(config.embed_model())
-        on_status(f"embedder: {embedder.why}")
-        stones, seeded = _stepping_stones(archive, task, task_id, embedder, options, on_status)
-        formats = formats_of(fmt, options.devices[0])
-        ctx = Context(task_view(task), placement.target(options, formats[0]), inspirations=stones)
-        state = RunState(archive, run_id, task, task_id, ctx, Path(options.archive_path).parent / "runs" / run_id,
-                         formats, baseline)
-        search_settings = _islands_for(options.settings, formats, on_status)
-        ensemble.set_on_call(state.record_call)
-        on_status(f"run {run_id}" + (" (resumed)" if options.resume else "") + f"; kernels in {state.run_dir}")
-        archive.add_event(run_id, "session_start", {"resume": bool(options.resume), "seeded": list(seeded),
-                                                    "models": ensemble.active, "model_for": ensemble.pins})
-        for model, why in ensemble.dropped.items():
-            archive.add_event(run_id, "model_dropped", {"model": model, "reason": why})
-        budget = budgets.Budget(options.limits)
-        spend = archive.spend(run_id)
-        budget.restore(spend["cost_usd"], spend["calls"], elapsed_s(archive.events(run_id), time.time()))
-        gate = NoveltyGate(embedder)
-        for member in state.population.members:  # children left unjudged join it when resubmitted
-            if member.ok:
-                gate.add_source(member.kernel_id, member.source)
-            else:
-                gate.remember(member.kernel_id, member.source)
+        run = _open(archive, task, config, ensemble, (names, pins), options, on_status)
         # One spare worker per device: a started worker waits while another runs, so the device does
         # not wait for Python and torch to import (the search always has the next child ready).
-        settings = dataclasses.replace(judge_options(options, options.devices), seed=seed, spares=1)
-        with Judge(options.cache_dir, settings) as judge:
-            rng = random.Random(f"{seed}:{state.judged()}")  # a resumed run does not replay its draws
-            if ctx.target.capability is not None or ctx.target.format != "triton":  # the interpreter times nothing
-                try:
-                    state.base_context = dataclasses.replace(
-                        ctx, opponent=_opponent(judge, task, options.devices[0], baseline, on_status))
-                except KeyboardInterrupt:
-                    archive.add_event(run_id, "stopped", {"by": "ctrl-c"})
-                    archive.finish_run(run_id, "stopped", "interrupted (Ctrl-C)")
-                    raise Interrupted(run_id) from None
-            left = "" if options.force else left_to_compiler(state.base_context.opponent)
-            if left:  # before any call: the compiler leaves nothing to win
-                on_status(left)
-                archive.add_event(run_id, "finished", {"reason": left, "written": None})
-                archive.finish_run(run_id, "stopped", left)
-                return Outcome(run_id, left, EXIT_LEFT, seeded=seeded,
-                               summary={"spend": archive.spend(run_id), "baseline": baseline})
-            search = Search(state, ensemble, judge, search_settings, budget, gate, rng, on_progress, on_status)
-            for child in state.unjudged():  # stored before a kill, never judged
-                search.resubmit(child)
-            if state.unconfirmed is not None:  # a new best whose re-measurement a kill cut off
-                gate.remember(state.unconfirmed.kernel_id, state.unconfirmed.source)
-                search.remeasure(state.unconfirmed, state.unconfirmed.operator)
+        judging = dataclasses.replace(judge_options(options, options.devices), seed=run.seed, spares=1)
+        search = None
+        with Judge(options.cache_dir, judging) as judge:
             try:
+                left = _measure_opponent(run, judge, options, on_status)
+                if left:
+                    return _left_to_compiler(run, left)
+                search = _started(run, judge, on_progress, on_status)
                 reason = search.run()
-            except KeyboardInterrupt:
-                search.abandon(0.0)
-                archive.add_event(run_id, "stopped", {"by": "ctrl-c"})
-                archive.finish_run(run_id, "stopped", "interrupted (Ctrl-C)")
-                raise Interrupted(run_id) from None
-            member, final = final_judgement(search, options, on_status)
-        written = write_drop_in(member, final, task.name, run_id, options.out_dir) if final else None
-        budget_hit, unreachable = reason.kind.budget, bool(search.unreachable)
-        archive.finish_run(run_id, "stopped" if unreachable else "budget" if budget_hit else "finished", reason.text)
-        archive.add_event(run_id, "finished", {"reason": reason.text, "written": str(written) if written else None})
-        code = EXIT_UNREACHABLE if unreachable else EXIT_BUDGET if budget_hit else EXIT_OK
-        return Outcome(run_id, reason.text, code, final, member.kernel_id if member else None, written, seeded,
-                       {"spend": archive.spend(run_id), "counts": archive.counts(run_id),
-                        "calls": archive.call_yield(run_id),
-                        "models": by_model(archive.model_yield(run_id), ensemble.labels),
-                        "formats": by_format(archive.format_yield(run_id), archive.format_best(run_id), formats)
-                        if len(formats) > 1 else [],
-                        "dropped": dict(ensemble.dropped),
-                        "replays": ensemble.replay_notes(),
-                        "bound": _bound_summary(state.base_context.opponent),
-                        "baseline": member.against if member else baseline,
-                        "search_speedups": (member.speedup_eager, member.speedup_compile) if member else None,
-                        "search_intervals": (member.speedup_eager_ci, member.speedup_compile_ci) if member else None})
+                member, final = final_judgement(search, options, on_status)
+            except KeyboardInterrupt:  # the one Ctrl-C path of a run once it is open
+                if search is not None:
+                    search.abandon(0.0)
+                archive.add_event(run.state.run_id, "stopped", {"by": "ctrl-c"})
+                archive.finish_run(run.state.run_id, "stopped", "interrupted (Ctrl-C)")
+                raise Interrupted(run.state.run_id) from None
+        return _finish(run, search, reason, member, final, options)
     finally:
         archive.close()
+
+
+def _open(archive, task, config, ensemble: ensembles.Ensemble, given: tuple[list[str], dict[str, str]],
+          options: OptimizeOptions, on_status: Callable[[str], None]) -> _Opened:
+    """Open (or resume) the run, seed it with stepping stones, and restore what it had spent and judged."""
+    from kernelevo.agent.prompting import task_view
+
+    from ..novelty import default_embedder
+
+    task_id, run_id, seed, fmt, asked = _open_run(archive, task, options, ensemble, given)
+    baseline = _baseline(asked, options, on_status)
+    embedder = default_embedder(config.embed_model())
+    on_status(f"embedder: {embedder.why}")
+    stones, seeded = _stepping_stones(archive, task, task_id, embedder, options, on_status)
+    formats = formats_of(fmt, options.devices[0])
+    ctx = Context(task_view(task), placement.target(options, formats[0]), inspirations=stones)
+    state = RunState(archive, run_id, task, task_id, ctx, Path(options.archive_path).parent / "runs" / run_id,
+                     formats, baseline)
+    ensemble.set_on_call(state.record_call)
+    on_status(f"run {run_id}" + (" (resumed)" if options.resume else "") + f"; kernels in {state.run_dir}")
+    archive.add_event(run_id, "session_start", {"resume": bool(options.resume), "seeded": list(seeded),
+                                                "models": ensemble.active, "model_for": ensemble.pins})
+    for model, why in ensemble.dropped.items():
+        archive.add_event(run_id, "model_dropped", {"model": model, "reason": why})
+    budget = budgets.Budget(options.limits)
+    spend = archive.spend(run_id)
+    budget.restore(spend["cost_usd"], spend["calls"], elapsed_s(archive.events(run_id), time.time()))
+    gate = NoveltyGate(embedder)
+    for member in state.population.members:  # children left unjudged join it when resubmitted
+        if member.ok:
+            gate.add_source(member.kernel_id, member.source)
+        else:
+            gate.remember(member.kernel_id, member.source)
+    return _Opened(archive, state, ensemble, gate, budget, _islands_for(options.settings, formats, on_status),
+                   seed, seeded)
+
+
+def _measure_opponent(run: _Opened, judge, options: OptimizeOptions, on_status: Callable[[str], None]) -> str:
+    """Time what the kernels must beat, before any call, into every prompt's context; the sentence that
+    ends the run where the compiler leaves nothing to win ("" to search)."""
+    state = run.state
+    if state.base_context.target.capability is not None or state.base_context.target.format != "triton":
+        # (the Triton interpreter times nothing)
+        opponent = _opponent(judge, state.task, options.devices[0], state.baseline, on_status)
+        state.base_context = dataclasses.replace(state.base_context, opponent=opponent)
+    return "" if options.force else left_to_compiler(state.base_context.opponent)
+
+
+def _left_to_compiler(run: _Opened, left: str) -> Outcome:
+    run_id = run.state.run_id
+    run.archive.add_event(run_id, "finished", {"reason": left, "written": None})
+    run.archive.finish_run(run_id, "stopped", left)
+    return Outcome(run_id, left, EXIT_LEFT, seeded=run.seeded,
+                   summary={"spend": run.archive.spend(run_id), "baseline": run.state.baseline})
+
+
+def _started(run: _Opened, judge, on_progress, on_status: Callable[[str], None]) -> Search:
+    """The search, with what a kill left behind taken up again: children stored but never judged, and a
+    new best whose re-measurement was cut off."""
+    state = run.state
+    rng = random.Random(f"{run.seed}:{state.judged()}")  # a resumed run does not replay its draws
+    search = Search(state, run.ensemble, judge, run.settings, run.budget, run.gate, rng, on_progress, on_status)
+    for child in state.unjudged():
+        search.resubmit(child)
+    if state.unconfirmed is not None:
+        run.gate.remember(state.unconfirmed.kernel_id, state.unconfirmed.source)
+        search.remeasure(state.unconfirmed, state.unconfirmed.operator)
+    return search
+
+
+def _finish(run: _Opened, search: Search, reason, member, final, options: OptimizeOptions) -> Outcome:
+    """Write the best out, store how the run ended, and sum it up."""
+    archive, state, run_id = run.archive, run.state, run.state.run_id
+    written = write_drop_in(member, final, state.task.name, run_id, options.out_dir) if final else None
+    budget_hit, unreachable = reason.kind.budget, bool(search.unreachable)
+    archive.finish_run(run_id, "stopped" if unreachable else "budget" if budget_hit else "finished", reason.text)
+    archive.add_event(run_id, "finished", {"reason": reason.text, "written": str(written) if written else None})
+    code = EXIT_UNREACHABLE if unreachable else EXIT_BUDGET if budget_hit else EXIT_OK
+    formats = state.formats
+    return Outcome(run_id, reason.text, code, final, member.kernel_id if member else None, written, run.seeded,
+                   {"spend": archive.spend(run_id), "counts": archive.counts(run_id),
+                    "calls": archive.call_yield(run_id),
+                    "models": by_model(archive.model_yield(run_id), run.ensemble.labels),
+                    "formats": by_format(archive.format_yield(run_id), archive.format_best(run_id), formats)
+                    if len(formats) > 1 else [],
+                    "dropped": dict(run.ensemble.dropped),
+                    "replays": run.ensemble.replay_notes(),
+                    "bound": _bound_summary(state.base_context.opponent),
+                    "baseline": member.against if member else state.baseline,
+                    "search_speedups": (member.speedup_eager, member.speedup_compile) if member else None,
+                    "search_intervals": (member.speedup_eager_ci, member.speedup_compile_ci) if member else None})
 
 
 def _islands_for(settings, formats: tuple[str, ...], on_status: Callable[[str], None]):

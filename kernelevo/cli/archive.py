@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from kernelevo.cli.common import ArchiveOpt, ConfigOpt, CsvOpt, JsonOpt, emit, fail, note, opened, task_ids
+from kernelevo.evaluation import Verdict
 
 if TYPE_CHECKING:
     from kernelevo.archive.store import Archive
@@ -82,7 +83,7 @@ def _task_rows(store: Archive, tasks: list[dict]) -> list[dict]:
     rows = []
     for t in tasks:
         mine = [k for k in kernels if k["task_id"] == t["id"]]
-        fastest = max((k for k in mine if k["verdict"] == "ok" and k["speedup_eager"] is not None),
+        fastest = max((k for k in mine if k["verdict"] == Verdict.OK and k["speedup_eager"] is not None),
                       key=lambda k: k["speedup_eager"], default={})
         rows.append({"id": t["id"], "name": t["name"], "source_hash": t["source_hash"][:12],
                      "runs": sum(r["task_id"] == t["id"] for r in runs), "kernels": len(mine),
@@ -236,7 +237,8 @@ def _speedups(k: dict) -> str:
                 f"{speedup_text(e['speedup_compile'], e.get('speedup_compile_ci'))} vs torch.compile")
 
     def latest(purpose: str) -> dict | None:
-        return next((e for e in reversed(k["evaluations"]) if e["purpose"] == purpose and e["verdict"] == "ok"), None)
+        return next((e for e in reversed(k["evaluations"])
+                     if e["purpose"] == purpose and e["verdict"] == Verdict.OK), None)
 
     final, again = latest("final"), latest("rejudge")
     search = pair(k) if k["speedup_eager"] is not None else ""

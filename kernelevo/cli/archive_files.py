@@ -11,6 +11,7 @@ from typing import Optional
 import typer
 
 from kernelevo.cli.archive import archive_app
+from kernelevo.evaluation import Verdict
 from kernelevo.cli.common import (ArchiveOpt, CacheDirOpt, CompileBaselineOpt, ConfigOpt, ExecutorOpt, JsonOpt,
                                   RayAddressOpt, TimingSecondsOpt, TrialsOpt, archive_path, check_choice, config_or_fail,
                                   emit, executor_choice, fail, judge_devices, note, opened, task_ids)
@@ -173,7 +174,7 @@ def _print_rejudged(judged: list) -> None:
              "speedup": r.speedup_eager, "claimed": r.claimed, "gpu": r.device_name, "device": r.device} for r in judged]
     print_rows(sorted(rows, key=lambda r: r["kernel"]), ("kernel", "task", "verdict", "reason", "speedup", "claimed",
                                                         "gpu", "device"))
-    ok = sum(r.verdict == "ok" for r in judged)
+    ok = sum(r.verdict == Verdict.OK for r in judged)
     note(f"{ok} of {len(judged)} passed here; they are stepping stones for runs on their tasks")
 
 

@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 import typer
 
+from kernelevo.evaluation import Verdict
 from kernelevo.cli.common import (EXIT_INTERRUPTED, EXIT_NOTHING_PLACED, ArchiveOpt, BaselineOpt, CacheDirOpt, CompileBaselineOpt, ConfigOpt,
                                   JsonOpt, OptimizeArgs, SeedOpt, ShapesOpt, TimingSecondsOpt, TrialsOpt,
                                   baseline_choice, check_choice, config_or_fail, fail, resolve_device, say)
@@ -129,7 +130,7 @@ def run_parts(args: OptimizeArgs, options: Any) -> None:
 
 def finish(data: dict) -> None:
     """The exit code of an assembly: 1 where the judge rejected the model, 3 where nothing was placed."""
-    if data["verdict"] != "ok":
+    if data["verdict"] != Verdict.OK:
         sys.exit(1)
     if data["nothing_placed"]:
         sys.exit(EXIT_NOTHING_PLACED)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from ...bound import peaks_from, unreliable
+from kernelevo.evaluation import Verdict
 
 LEFT_TO_COMPILER = 1.2  # compiled time within this factor of the speed of light: no room for a kernel
 
@@ -51,7 +52,7 @@ def weighted_calls(sites: list[dict]) -> float:
 def _figures(baseline: dict, calls: float = 1) -> dict:
     """The part's compiled time, bound and headroom per forward of the model (a call's, times the
     part's `calls` in a forward: as its eager `ms` counts), from its baseline (None where not measured)."""
-    timed = (baseline.get("timing") or {}) if baseline.get("verdict") == "ok" else {}
+    timed = (baseline.get("timing") or {}) if baseline.get("verdict") == Verdict.OK else {}
     compiled = (timed.get("compiled") or {}).get("median_ms")
     sol = (baseline.get("sol") or {}) if timed else {}
     # a bound one of the part's baselines beats is wrong (bound.py): no gate, and the whole compiled time is headroom

@@ -147,27 +147,10 @@ def split(recording: Recording, source: str, model_path: str, out_dir: Path, top
     if granularity not in GRANULARITIES:
         raise ValueError(f"granularity {granularity!r}: one of {', '.join(GRANULARITIES)}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    frontier = list(recording.sites[""].children)
-    constructions = Constructions(recording.seen)
-    written: list[Part] = []
     notes: list[str] = []
-    candidates: list[Part] = []
     rest = Rest(opened=[""])  # where the time no part holds went
-    while frontier:
-        site = recording.sites[frontier.pop(0)]
-        part, why = _as_part(site, recording, constructions)
-        if part is None:
-            opened = site.children and not site.no_work
-            if why:
-                notes.append(f"{site.path} ({type(site.module).__name__}): {why}" +
-                             ("; split into its children" if opened else "; left out"))
-            if opened:
-                frontier[:0] = site.children
-                rest.opened.append(site.path)
-            elif not site.no_work:
-                rest.left_out_ms += site.ms
-            continue
-        candidates.append(part)
+    candidates = _walk(recording, Constructions(recording.seen), notes, rest)
+    written: list[Part] = []
     found, traced_in_vain = regions(recording, rest.own_ms(recording))  # time in forwards' own torch calls
     notes += traced_in_vain
     if not candidates and not found:
@@ -210,6 +193,29 @@ def split(recording: Recording, source: str, model_path: str, out_dir: Path, top
             notes.append(Rest.line(data["rest"], data["covered"], cover, top))
     (out_dir / SPLIT_JSON).write_text(json.dumps(data, indent=1) + "\n")
     return data
+
+
+def _walk(recording: Recording, constructions: Constructions, notes: list[str], rest: Rest) -> list[Part]:
+    """The submodules that can be parts, outermost first: a module that cannot is opened into its children
+    (noted with why), or left out with its time counted in `rest`."""
+    frontier = list(recording.sites[""].children)
+    candidates: list[Part] = []
+    while frontier:
+        site = recording.sites[frontier.pop(0)]
+        part, why = _as_part(site, recording, constructions)
+        if part is not None:
+            candidates.append(part)
+            continue
+        opened = site.children and not site.no_work
+        if why:
+            notes.append(f"{site.path} ({type(site.module).__name__}): {why}" +
+                         ("; split into its children" if opened else "; left out"))
+        if opened:
+            frontier[:0] = site.children
+            rest.opened.append(site.path)
+        elif not site.no_work:
+            rest.left_out_ms += site.ms
+    return candidates
 
 
 def _blocks(parts: list[Part], recording: Recording) -> tuple[list, list[str]]:

@@ -1,0 +1,69 @@
+"""Ctrl-C in a run, in this process on the CPU: pressed while the search waits on a judgement, or while the best
+is re-judged, it leaves the run 'stopped' with its reason, and a resume finishes it without asking again for
+a reply it already holds. The key is simulated where the main thread is at that moment (a callback it runs
+raises KeyboardInterrupt, as the signal handler would), so the run's one Ctrl-C path is what is tested."""
+import dataclasses
+import itertools
+
+import pytest
+from kernelevo.archive.store import Archive
+from llm_server import ScriptedServer, kernel_replies
+from test_optimize import KERNELS, TASK, USAGE, environment
+
+
+def _options(tmp_path):
+    from kernelevo.evolution.budget import BudgetLimits
+    from kernelevo.evolution.options import OptimizeOptions, SearchSettings
+    from kernelevo.judge.measure.timing import TimingConfig
+
+    return OptimizeOptions(task_path=TASK, models=("scripted",), devices=("cpu",), archive_path=tmp_path / "archive.sqlite",
+                           out_dir=tmp_path / "out", cache_dir=tmp_path / "cache", config_path=tmp_path / "kernelevo.toml",
+                           trials=2, seed=1, timing=TimingConfig(max_seconds=0.2), compile_baseline=False,
+                           settings=SearchSettings(children_per_generation=4, llm_concurrency=1),
+                           limits=BudgetLimits(max_llm_calls=2, generations=1, plateau_generations=9))
+
+
+def _key_pressed(when):
+    def callback(event) -> None:
+        if when(event):
+            raise KeyboardInterrupt
+    return callback
+
+
+def _stopped(archive_path, run_id: str) -> None:
+    with Archive.open_readonly(archive_path) as archive:
+        run = archive.run(run_id)
+        events = [e["kind"] for e in archive.events(run_id)]
+    assert (run["status"], run["stop_reason"]) == ("stopped", "interrupted (Ctrl-C)")
+    assert events[-1] == "stopped" and "finished" not in events
+
+
+def test_ctrl_c_leaves_the_run_stopped_and_a_resume_finishes_it(tmp_path, monkeypatch):
+    """Pressed in the search (the display's first refresh after a reply came in), then in the resumed run's
+    final judgement; the second resume finishes with the two calls the budget allows, none asked twice."""
+    from kernelevo.evolution.loop import optimize
+    from kernelevo.evolution.outcome import EXIT_BUDGET, Interrupted
+
+    server = ScriptedServer(responder=kernel_replies(itertools.repeat(KERNELS["good"]), itertools.repeat(KERNELS["chunked"]),
+                                                     KERNELS["good"], USAGE))
+    try:
+        for key, value in environment(server, tmp_path).items():
+            monkeypatch.setenv(key, value)
+        options = _options(tmp_path)
+        with pytest.raises(Interrupted) as stopped:
+            optimize(options, on_progress=_key_pressed(lambda progress: progress.calls >= 1))
+        run_id = stopped.value.run_id
+        _stopped(options.archive_path, run_id)
+        resume = dataclasses.replace(options, resume=run_id, models=())
+        with pytest.raises(Interrupted):
+            optimize(resume, on_status=_key_pressed(lambda text: text.startswith("re-judging kernel")))
+        _stopped(options.archive_path, run_id)
+
+        resumed = optimize(resume)
+        with Archive.open_readonly(options.archive_path) as archive:
+            run = archive.run(run_id)
+            calls = archive.spend(run_id)["calls"]
+        assert resumed.run_id == run_id and resumed.exit_code == EXIT_BUDGET and resumed.written
+        assert run["status"] == "budget" and calls == 2 == len(server.requests)  # no reply was asked for twice
+    finally:
+        server.close()
