@@ -13,11 +13,11 @@ from .options import OptimizeOptions
 
 def target(options: OptimizeOptions, fmt: str | None) -> Target:
     """What the prompts say kernels are written for."""
-    if options.executor != "ray":
+    if options.judge.executor != "ray":
         return target_for(options.devices[0], fmt)
     from kernelevo.judge.api import ray_connect, ray_worker_info
 
-    ray_connect(options.ray_address)
+    ray_connect(options.judge.ray_address)
     return target_from_info(ray_worker_info("cpu" if options.devices[0] == "cpu" else "cuda"), fmt)
 
 
@@ -25,10 +25,10 @@ def label(options: OptimizeOptions) -> tuple[str, str, str]:
     """(device name, torch version, CUDA version) the run is recorded with."""
     import torch
 
-    if options.executor == "ray":
+    if options.judge.executor == "ray":
         from kernelevo.judge.api import ray_connect, ray_nodes
 
-        ray_connect(options.ray_address)
+        ray_connect(options.judge.ray_address)
         found = ray_nodes()
         if options.devices[0] == "cpu":
             return f"ray cluster: {len(found)} nodes, {sum(n['cpus'] for n in found)} CPUs", torch.__version__, ""

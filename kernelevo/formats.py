@@ -9,6 +9,14 @@ import ast
 FORMATS = ("nvrtc", "inline", "triton", "c")
 FORMAT_CHOICES = FORMATS + ("auto",)
 # The call that builds a candidate's kernels decides its format, first match wins.
+
+
+def native(device: str) -> str:
+    """The format a run on `device` asks for when none is given: C on the CPU, CUDA compiled by NVRTC on a GPU.
+    The one place that decides it."""
+    return "c" if device == "cpu" else "nvrtc"
+
+
 BUILDERS = (("load_cuda", "nvrtc"), ("load_inline", "inline"), ("load", "inline"), ("load_c", "c"))
 
 

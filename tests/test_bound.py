@@ -104,7 +104,7 @@ def test_a_run_whose_first_kernel_beats_the_bound_goes_on_to_its_call_budget(tmp
         return dataclasses.replace(made, bound_ms=made.eager_ms, bound_why="")
 
     monkeypatch.setattr(loop_run, "_opponent", wrong_bound)
-    server, outcome, said = _scripted_run(tmp_path, monkeypatch, 3, compile_baseline=False, baseline="eager")
+    server, outcome, said = _scripted_run(tmp_path, monkeypatch, 3, compile_baseline=False)
     assert outcome.reason.startswith("max-llm-calls"), outcome.reason
     assert len(server.requests) == 3
     with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
@@ -120,12 +120,12 @@ def test_a_run_whose_first_kernel_beats_the_bound_goes_on_to_its_call_budget(tmp
         assert outcome.summary["bound"]["unreliable"].startswith("kernel")
 
 
-def _scripted_run(tmp_path, monkeypatch, calls: int, **options):
+def _scripted_run(tmp_path, monkeypatch, calls: int, compile_baseline: bool = True, force: bool = True):
     """A search of the scripted model on the CPU, in this process: (its server, the outcome, the lines said)."""
     from kernelevo.evolution.budget import BudgetLimits
     from kernelevo.evolution.loop import optimize
     from kernelevo.evolution.options import OptimizeOptions
-    from kernelevo.judge.measure.timing import TimingConfig
+    from kernelevo.judge.api import JudgeOptions, TimingConfig
     from llm_server import ScriptedServer
 
     server = ScriptedServer(responder=scripted_model())
@@ -134,8 +134,11 @@ def _scripted_run(tmp_path, monkeypatch, calls: int, **options):
             monkeypatch.setenv(key, value)
         made = OptimizeOptions(task_path=TASK, models=("scripted",), devices=("cpu",),
                                archive_path=tmp_path / "archive.sqlite", out_dir=tmp_path / "out",
-                               cache_dir=tmp_path / "cache", config_path=tmp_path / "kernelevo.toml", trials=2,
-                               timing=TimingConfig(max_seconds=0.2), limits=BudgetLimits(max_llm_calls=calls), **options)
+                               cache_dir=tmp_path / "cache", config_path=tmp_path / "kernelevo.toml",
+                               judge=JudgeOptions(trials=2, timing=TimingConfig(max_seconds=0.2),
+                                                  compile_baseline=compile_baseline),
+                               baseline="compile" if compile_baseline else "eager",
+                               limits=BudgetLimits(max_llm_calls=calls), force=force)
         said: list[str] = []
         outcome = optimize(made, on_status=said.append)
     finally:

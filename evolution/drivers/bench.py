@@ -128,12 +128,12 @@ def _open_bench(store, options: BenchOptions) -> str:
     gpu, torch_version, _ = placement.label(s)
     config = {"model": ", ".join(s.models) if not options.candidates else None, "devices": list(s.devices),
               "models": list(s.models), "model_for": dict(s.model_for or ()),
-              "executor": s.executor,
+              "executor": s.judge.executor,
               "candidates": str(options.candidates) if options.candidates else None,
               "tasks_glob": options.tasks_glob, "max_cost_usd": options.max_cost_usd,
               "per_task": dataclasses.asdict(s.limits), "search": dataclasses.asdict(s.settings),
-              "format": s.fmt, "policy": s.policy, "trials": s.trials, "shapes": s.shapes, "seed": s.seed,
-              "weights": dict(options.weights), "baseline": s.baseline if s.compile_baseline else "eager"}
+              "format": s.fmt, "policy": s.judge.policy, "trials": s.judge.trials, "shapes": s.judge.shapes, "seed": s.seed,
+              "weights": dict(options.weights), "baseline": s.baseline if s.judge.compile_baseline else "eager"}
     return store.start_bench(str(options.suite), "candidates" if options.candidates else "search", config, gpu,
                              torch_version, [(str(p), p.stem) for p in paths])
 
@@ -166,7 +166,7 @@ class _Runner:
         self.lock = threading.Lock()
         self.stop = threading.Event()
         s = options.search
-        self.view = BenchView(bench_id, len(self.rows), baseline=s.baseline if s.compile_baseline else "eager")
+        self.view = BenchView(bench_id, len(self.rows), baseline=s.baseline if s.judge.compile_baseline else "eager")
         self.committed = sum(r["cost_usd"] for r in self.rows if r["status"] in ("done", "failed"))
         self.reserved: dict[int, float] = {}  # position -> the most a running task may still spend
         self.live: dict[int, Progress] = {}

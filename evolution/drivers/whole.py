@@ -40,10 +40,10 @@ def assemble_model(model_path: Path, bench_id: str, out_file: Path, search: Opti
                              "assemble takes a bench of the parts `kernelevo split` wrote")
         rows = task_rows(store.bench_tasks(bench_id))
         candidates, left = chosen_parts(split_dir, rows, lambda kid: store.kernel(kid)["source"], min_speedup,
-                                        search.baseline if search.compile_baseline else "eager")
+                                        search.baseline if search.judge.compile_baseline else "eager")
         out_file.parent.mkdir(parents=True, exist_ok=True)
         # the whole model under the policy of an assembled model: each kernel passed its part's own
-        whole = dataclasses.replace(search, policy="model")
+        whole = dataclasses.replace(search, judge=dataclasses.replace(search.judge, policy="model"))
         with Judge(search.cache_dir, judge_options(whole, search.devices[:1])) as judge:
             placed = _placed(task, Path(model_path).name, out_file, candidates, judge, asked)
         data = {**result(str(model_path), out_file, bench_id, candidates, left, placed.evaluation), **placed.figures()}
@@ -113,7 +113,7 @@ def optimize_model(search: OptimizeOptions, parts: int, parts_dir: Path, out_fil
     suite = parts_dir / SEARCHED
     if resume is None:
         on_status(f"splitting {model_path.name} on {search.devices[0]}")
-        ranked = search.compile_baseline  # rank by headroom: a few more parts written to choose among
+        ranked = search.judge.compile_baseline  # rank by headroom: a few more parts written to choose among
         data = split_model(model_path, parts_dir, search.devices[0], max(parts, SPLIT_TOP) if ranked else parts,
                            seed=search.seed, headroom=ranked, cache_dir=search.cache_dir, on_status=on_status,
                            cover=1.0, granularity=granularity)  # the hottest to choose among, whatever share they hold

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from kernelevo.agent.prompting import Context, Opponent, Variant
 from kernelevo.archive.rows import by_format, by_model
+from kernelevo.formats import native
 from kernelevo.text import speedup_text
 
 from .. import budget as budgets
@@ -108,6 +109,7 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
             try:
                 left = _measure_opponent(run, judge, options, on_status)
                 if left:
+                    on_status(left)
                     return _left_to_compiler(run, left)
                 search = _started(run, judge, on_progress, on_status)
                 reason = search.run()
@@ -248,7 +250,7 @@ def _open_run(archive, task, options: OptimizeOptions, ensemble: ensembles.Ensem
     required; a run stored before baselines were chosen ranked by eager). The run stores its models as
     `given` (names a resume can find again) and by label for display."""
     task_id = archive.add_task(task.name, task.source, task.source_hash)
-    fmt = options.fmt or ("c" if options.devices[0] == "cpu" else "nvrtc")
+    fmt = options.fmt or native(options.devices[0])
     if options.resume:
         run = archive.run(options.resume)
         if run is None:
@@ -262,10 +264,11 @@ def _open_run(archive, task, options: OptimizeOptions, ensemble: ensembles.Ensem
     gpu, torch_version, cuda_version = placement.label(options)
     config = run_config(task=options.task_path, model=", ".join(ensemble.labels), models=given[0],
                         model_for=given[1], devices=options.devices, format=fmt,
-                        policy=options.policy, trials=options.trials, shapes=options.shapes, seed=options.seed,
+                        policy=options.judge.policy, trials=options.judge.trials, shapes=options.judge.shapes,
+                        seed=options.seed,
                         limits=dataclasses.asdict(options.limits), search=dataclasses.asdict(options.settings),
-                        seed_from=options.seed_from, executor=options.executor, baseline=options.baseline,
-                        compile_baseline=options.compile_baseline)
+                        seed_from=options.seed_from, executor=options.judge.executor, baseline=options.baseline,
+                        compile_baseline=options.judge.compile_baseline)
     run_id = archive.start_run(task_id, config, options.seed, ",".join(options.devices), gpu,
                                torch_version, cuda_version)
     return task_id, run_id, options.seed, fmt, options.baseline
@@ -275,7 +278,7 @@ def _baseline(asked: str, options: OptimizeOptions, on_status: Callable[[str], N
     """The baseline a run's fitness is a speedup over, said once: torch.compile unless eager is asked
     for or torch.compile is not measured (a kernel whose torch.compile figure is missing is ranked by
     eager all the same: kernelevo.evaluation.Variant.against)."""
-    if asked == "compile" and not options.compile_baseline:
+    if asked == "compile" and not options.judge.compile_baseline:
         on_status("baseline: eager, since torch.compile is not measured (--no-compile-baseline)")
         return "eager"
     other = "eager" if asked == "compile" else "torch.compile"

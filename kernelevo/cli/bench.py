@@ -19,7 +19,8 @@ from kernelevo.cli.common import (ArchiveOpt, BaselineOpt, CacheDirOpt, Children
                                   ConfigOpt, DeviceOpt, ExecutorOpt, FormatOpt, GenerationsOpt, GpusOpt, IslandsOpt,
                                   JsonOpt, ModelForOpt, ModelOpt, NcuOpt, PlateauOpt, PolicyOpt, ProfileTopOpt, RayAddressOpt,
                                   EXIT_INTERRUPTED, SeedOpt, ShapesOpt, TimingSecondsOpt, TrialsOpt, check_choice,
-                                  duration, emit,
+                                  budget_branch, judge_branch, search_branch,
+                                  emit,
                                   fail, models_text, opened, say, search_options, SearchArgs)
 from kernelevo.formats import FORMAT_CHOICES
 
@@ -46,10 +47,8 @@ class BenchArgs:
     search: SearchArgs
     tasks: Optional[str]
     candidates: Optional[Path]
-    max_cost_usd: Optional[float]
-    max_cost_usd_per_task: Optional[float]
-    max_llm_calls_per_task: Optional[int]
-    max_wall_time_per_task: Optional[str]
+    max_cost_usd: Optional[float]  # the whole suite's
+    per_task: Any  # each task's search's limits (BudgetLimits)
     as_json: bool
 
 
@@ -93,31 +92,28 @@ def run(
 ) -> None:
     """Search every task of SUITE (or score given candidates) and print the table and fast_p."""
     search = SearchArgs(model=model, model_for=model_for, device=device, gpus=gpus, executor=executor,
-                        ray_address=ray_address, fmt=fmt, generations=generations, plateau=plateau, children=children,
-                        islands=islands, concurrency=concurrency, profile_top=profile_top, ncu=ncu, seed=seed,
-                        policy=policy, trials=trials, shapes=shapes, compile_baseline=compile_baseline,
-                        baseline=baseline, timing_seconds=timing_seconds, resume=resume, archive=archive, out=out,
-                        config=config, cache_dir=cache_dir)
+                        ray_address=ray_address, fmt=fmt,
+                        settings=search_branch(children=children, islands=islands, concurrency=concurrency,
+                                               profile_top=profile_top, ncu=ncu),
+                        judge=judge_branch(policy=policy, trials=trials, shapes=shapes,
+                                           compile_baseline=compile_baseline, timing_seconds=timing_seconds),
+                        seed=seed, baseline=baseline, resume=resume, archive=archive, out=out, config=config,
+                        cache_dir=cache_dir)
+    per_task = budget_branch(max_cost_usd=max_cost_usd_per_task, max_llm_calls=max_llm_calls_per_task,
+                             max_wall_time=max_wall_time_per_task, generations=generations, plateau=plateau)
     _run(BenchArgs(suite=suite, search=search, tasks=tasks, candidates=candidates, max_cost_usd=max_cost_usd,
-                   max_cost_usd_per_task=max_cost_usd_per_task, max_llm_calls_per_task=max_llm_calls_per_task,
-                   max_wall_time_per_task=max_wall_time_per_task, as_json=as_json))
+                   per_task=per_task, as_json=as_json))
 
 
 def _options(args: BenchArgs) -> Any:
-    from kernelevo.evolution import budget
     from kernelevo.evolution.drivers.bench import BenchOptions
 
-    check_choice("--policy", args.search.policy, ("mixed", "strict"))
-    check_choice("--shapes", args.search.shapes, ("general", "exact"))
     if args.search.fmt is not None:
         check_choice("--format", args.search.fmt, FORMAT_CHOICES)
     if args.candidates is not None and not args.candidates.is_dir():
         fail(f"--candidates {args.candidates}: no such folder of <task>__<label>.py files")
-    limits = budget.BudgetLimits(max_cost_usd=args.max_cost_usd_per_task, max_llm_calls=args.max_llm_calls_per_task,
-                                 max_wall_s=duration(args.max_wall_time_per_task), generations=args.search.generations,
-                                 plateau_generations=args.search.plateau)
     extra = {"models": ("(given candidates)",)} if args.candidates else {}
-    search = search_options(args.search, args.suite, limits, **extra)
+    search = search_options(args.search, args.suite, args.per_task, **extra)
     return BenchOptions(suite=args.suite, search=search, tasks_glob=args.tasks, candidates=args.candidates,
                         max_cost_usd=args.max_cost_usd, resume=args.search.resume)
 

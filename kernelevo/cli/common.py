@@ -288,9 +288,38 @@ def baseline_choice(given: Optional[str], config: Any) -> str:
     return chosen
 
 
+def judge_branch(*, policy: str, trials: int, shapes: str, compile_baseline: bool, timing_seconds: float) -> Any:
+    """The judge's settings (JudgeOptions) from its flags, checked; the executor is added once the config is read
+    (search_options). The search hands this record to the judge as it is."""
+    check_choice("--policy", policy, ("mixed", "strict"))
+    check_choice("--shapes", shapes, ("general", "exact"))
+    from kernelevo.judge.api import JudgeOptions, TimingConfig
+
+    return JudgeOptions(policy=policy, trials=trials, shapes=shapes, compile_baseline=compile_baseline,
+                        timing=TimingConfig(max_seconds=timing_seconds))
+
+
+def budget_branch(*, max_cost_usd: Optional[float], max_llm_calls: Optional[int], max_wall_time: Optional[str],
+                  generations: int, plateau: int) -> Any:
+    """A search's limits (BudgetLimits) from their flags; a wall time such as 30m or 2h, checked."""
+    from kernelevo.evolution.budget import BudgetLimits
+
+    return BudgetLimits(max_cost_usd=max_cost_usd, max_llm_calls=max_llm_calls, max_wall_s=duration(max_wall_time),
+                        generations=generations, plateau_generations=plateau)
+
+
+def search_branch(*, children: int, islands: int, concurrency: int, profile_top: int, ncu: bool) -> Any:
+    """The search's own settings (SearchSettings) from its flags."""
+    from kernelevo.evolution.options import SearchSettings
+
+    return SearchSettings(children_per_generation=children, islands=islands, llm_concurrency=concurrency,
+                          profile_per_generation=profile_top, ncu=ncu)
+
+
 @dataclass(frozen=True)
 class SearchArgs:
-    """The arguments `optimize` and `bench` share: what each task's search is built from (search_options)."""
+    """The arguments `optimize` and `bench` share: what each task's search is built from (search_options). The
+    judge's and the search's settings come as their branches (judge_branch, search_branch), not flag by flag."""
 
     model: Optional[list[str]]
     model_for: Optional[list[str]]
@@ -299,20 +328,10 @@ class SearchArgs:
     executor: Optional[str]
     ray_address: Optional[str]
     fmt: Optional[str]
-    generations: int
-    plateau: int
-    children: int
-    islands: int
-    concurrency: int
-    profile_top: int
-    ncu: bool
+    settings: Any  # SearchSettings
+    judge: Any  # JudgeOptions
     seed: int
-    policy: str
-    trials: int
-    shapes: str
-    compile_baseline: bool
     baseline: Optional[str]
-    timing_seconds: float
     resume: Optional[str]
     archive: Optional[Path]
     out: Path
@@ -323,9 +342,10 @@ class SearchArgs:
 def search_options(args: SearchArgs, task: Path, limits: Any, **extra: Any) -> Any:
     """OptimizeOptions of one task's search from a command's arguments (optimize's, or bench's for
     each task): config, devices, format, search settings, judge settings, archive and output."""
+    import dataclasses
+
     from kernelevo import runtime
-    from kernelevo.evolution.options import OptimizeOptions, SearchSettings
-    from kernelevo.judge.api import TimingConfig
+    from kernelevo.evolution.options import OptimizeOptions
 
     config = config_or_fail(args.config)
     executor = executor_choice(args.executor, config)
@@ -334,20 +354,16 @@ def search_options(args: SearchArgs, task: Path, limits: Any, **extra: Any) -> A
     if on == ("cpu",) and fmt in ("nvrtc", "inline"):
         fail(f"--format {fmt} needs a GPU; on the CPU kernels are written in C (--format c), or in Triton "
              "(--format triton or auto: checked in Triton's interpreter, not timed)")
-    settings = SearchSettings(children_per_generation=args.children, islands=args.islands,
-                              llm_concurrency=args.concurrency, profile_per_generation=args.profile_top,
-                              ncu=args.ncu)
     resuming = bool(args.resume)
     baseline = baseline_choice(args.baseline, config)
     models = extra.pop("models", None) or model_names(args.model, config, resuming)
     pins = model_pins(args.model_for, config, resuming)
+    judge = dataclasses.replace(args.judge, executor=executor, ray_address=args.ray_address)
     return OptimizeOptions(task_path=task, models=models, model_for=pins, devices=on,
                            archive_path=config.archive_path(args.archive), out_dir=args.out,
                            cache_dir=args.cache_dir or runtime.cache_dir(), fmt=fmt, limits=limits,
-                           settings=settings, seed=args.seed, policy=args.policy, trials=args.trials,
-                           compile_baseline=args.compile_baseline, baseline=baseline, shapes=args.shapes,
-                           config_path=args.config, timing=TimingConfig(max_seconds=args.timing_seconds),
-                           executor=executor, ray_address=args.ray_address, **extra)
+                           settings=args.settings, judge=judge, seed=args.seed, baseline=baseline,
+                           config_path=args.config, **extra)
 
 
 @dataclass(frozen=True)
@@ -357,9 +373,7 @@ class OptimizeArgs:
 
     task: Path
     search: SearchArgs
-    max_cost_usd: Optional[float]
-    max_llm_calls: Optional[int]
-    max_wall_time: Optional[str]
+    limits: Any  # BudgetLimits (budget_branch)
     seed_from: tuple[Path, ...]
     force: bool
     parts: Optional[int]

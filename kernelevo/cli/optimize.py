@@ -14,7 +14,8 @@ from kernelevo.cli.common import (BaselineOpt, CacheDirOpt, ChildrenOpt, Compile
                                   ExecutorOpt,
                                   FormatOpt, GenerationsOpt, GpusOpt, IslandsOpt, ModelForOpt, ModelOpt, NcuOpt, PlateauOpt,
                                   PolicyOpt, ProfileTopOpt, RayAddressOpt, SeedOpt, ShapesOpt, TimingSecondsOpt,
-                                  TrialsOpt, EXIT_INTERRUPTED, OptimizeArgs, SearchArgs, check_choice, duration, fail,
+                                  TrialsOpt, EXIT_INTERRUPTED, OptimizeArgs, SearchArgs, check_choice, fail,
+                                  budget_branch, judge_branch, search_branch,
                                   models_text, say, search_options)
 from kernelevo.formats import FORMAT_CHOICES
 
@@ -67,14 +68,17 @@ def optimize(
 ) -> None:
     """Search for a faster, verified kernel for TASK; writes <task>_kernelevo.py and archives every try."""
     search = SearchArgs(model=model, model_for=model_for, device=device, gpus=gpus, executor=executor,
-                        ray_address=ray_address, fmt=fmt, generations=generations, plateau=plateau, children=children,
-                        islands=islands, concurrency=concurrency, profile_top=profile_top, ncu=ncu, seed=seed,
-                        policy=policy, trials=trials, shapes=shapes, compile_baseline=compile_baseline,
-                        baseline=baseline, timing_seconds=timing_seconds, resume=resume, archive=archive, out=out,
-                        config=config, cache_dir=cache_dir)
-    run_optimize(OptimizeArgs(task=task, search=search, max_cost_usd=max_cost_usd, max_llm_calls=max_llm_calls,
-                              max_wall_time=max_wall_time, seed_from=tuple(seed_from), force=force, parts=parts,
-                              parts_dir=parts_dir, min_speedup=min_speedup, modes=modes,
+                        ray_address=ray_address, fmt=fmt,
+                        settings=search_branch(children=children, islands=islands, concurrency=concurrency,
+                                               profile_top=profile_top, ncu=ncu),
+                        judge=judge_branch(policy=policy, trials=trials, shapes=shapes,
+                                           compile_baseline=compile_baseline, timing_seconds=timing_seconds),
+                        seed=seed, baseline=baseline, resume=resume, archive=archive, out=out, config=config,
+                        cache_dir=cache_dir)
+    limits = budget_branch(max_cost_usd=max_cost_usd, max_llm_calls=max_llm_calls, max_wall_time=max_wall_time,
+                           generations=generations, plateau=plateau)
+    run_optimize(OptimizeArgs(task=task, search=search, limits=limits, seed_from=tuple(seed_from), force=force,
+                              parts=parts, parts_dir=parts_dir, min_speedup=min_speedup, modes=modes,
                               granularity=granularity))
 
 
@@ -82,8 +86,6 @@ def _check(args: OptimizeArgs) -> None:
     """The checks that need no config and no device, so a typo fails before anything is loaded."""
     if not args.task.is_file():
         fail(f"{args.task}: no such file; give the path of a KernelBench-format task .py file")
-    check_choice("--policy", args.search.policy, ("mixed", "strict"))
-    check_choice("--shapes", args.search.shapes, ("general", "exact"))
     if args.parts:
         from kernelevo.evolution.drivers.parts.split import GRANULARITIES
 
@@ -97,13 +99,8 @@ def _check(args: OptimizeArgs) -> None:
 
 def _options(args: OptimizeArgs) -> Any:
     """OptimizeOptions from the command's arguments, after every check that can fail early."""
-    from kernelevo.evolution import budget
-
     _check(args)
-    limits = budget.BudgetLimits(max_cost_usd=args.max_cost_usd, max_llm_calls=args.max_llm_calls,
-                                 max_wall_s=duration(args.max_wall_time), generations=args.search.generations,
-                                 plateau_generations=args.search.plateau)
-    return search_options(args.search, args.task, limits, seed_from=args.seed_from, resume=args.search.resume,
+    return search_options(args.search, args.task, args.limits, seed_from=args.seed_from, resume=args.search.resume,
                           force=args.force)
 
 
@@ -113,10 +110,11 @@ def _echo(options: Any) -> None:
 
     limits = ", ".join(f"{k} {v}" for k, v in dataclasses.asdict(options.limits).items() if v is not None)
     search = ", ".join(f"{k} {v}" for k, v in dataclasses.asdict(options.settings).items())
-    where = f" on a Ray cluster ({options.ray_address or 'RAY_ADDRESS'})" if options.executor == "ray" else ""
+    judge = options.judge
+    where = f" on a Ray cluster ({judge.ray_address or 'RAY_ADDRESS'})" if judge.executor == "ray" else ""
     models = models_text(options.models, options.model_for, "the run's own")
     say(f"kernelevo optimize {options.task_path}: models {models}, devices {','.join(options.devices)}{where}, "
-        f"format {options.fmt or 'default'}, policy {options.policy}, shapes {options.shapes}, seed {options.seed}\n"
+        f"format {options.fmt or 'default'}, policy {judge.policy}, shapes {judge.shapes}, seed {options.seed}\n"
         f"  limits: {limits}\n  search: {search}\n  archive: {options.archive_path}"
         + (f", resuming {options.resume}" if options.resume else ""))
 

@@ -13,7 +13,7 @@ import typer
 from kernelevo.evaluation import Verdict
 from kernelevo.cli.common import (EXIT_INTERRUPTED, EXIT_NOTHING_PLACED, ArchiveOpt, BaselineOpt, CacheDirOpt, CompileBaselineOpt, ConfigOpt,
                                   JsonOpt, OptimizeArgs, SeedOpt, ShapesOpt, TimingSecondsOpt, TrialsOpt,
-                                  baseline_choice, check_choice, config_or_fail, fail, resolve_device, say)
+                                  baseline_choice, check_choice, config_or_fail, fail, judge_branch, resolve_device, say)
 
 
 def assemble(
@@ -73,15 +73,14 @@ def judge_settings(model: Path, out: Path, device: str, *, seed: int, trials: in
     """OptimizeOptions that carry only what the judge of a whole model reads."""
     from kernelevo import runtime
     from kernelevo.evolution.options import OptimizeOptions
-    from kernelevo.judge.api import TimingConfig
 
-    check_choice("--shapes", shapes, ("general", "exact"))
+    judge = judge_branch(policy="mixed", trials=trials, shapes=shapes, compile_baseline=compile_baseline,
+                         timing_seconds=timing_seconds)
     settings = config_or_fail(config)
     return OptimizeOptions(task_path=model, models=(), devices=(device,),
                            archive_path=settings.archive_path(archive), out_dir=out.parent,
-                           cache_dir=cache_dir or runtime.cache_dir(), seed=seed, trials=trials, shapes=shapes,
-                           compile_baseline=compile_baseline, baseline=baseline_choice(baseline, settings),
-                           timing=TimingConfig(max_seconds=timing_seconds))
+                           cache_dir=cache_dir or runtime.cache_dir(), seed=seed, judge=judge,
+                           baseline=baseline_choice(baseline, settings))
 
 
 def show(data: dict, as_json: bool) -> None:
