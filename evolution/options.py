@@ -26,6 +26,12 @@ class SearchSettings:
     ncu: bool = True  # a new best of the run gets Nsight Compute's metrics too, when ncu is installed
 
 
+def _no_config() -> Any:
+    from kernelevo.config import Config
+
+    return Config()
+
+
 def _judge_defaults() -> Any:
     from kernelevo.judge.api import JudgeOptions
 
@@ -49,7 +55,7 @@ class OptimizeOptions:
     seed: int = 0
     seed_from: tuple[Path, ...] = ()
     resume: str | None = None
-    config_path: Path | None = None
+    config: Any = field(default_factory=_no_config)  # kernelevo.toml as read once, by the caller (a Config)
     baseline: str = "compile"  # what fitness is a speedup over: "compile" (where measured) or "eager"
     model_for: tuple[tuple[str, str], ...] | None = None  # (operator, model) pins; None: a resumed run's own
     force: bool = True  # search even where torch.compile is near the speed of light (`optimize` asks for it)

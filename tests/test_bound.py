@@ -124,6 +124,7 @@ def _scripted_run(tmp_path, monkeypatch, calls: int, compile_baseline: bool = Tr
     """A search of the scripted model on the CPU, in this process: (its server, the outcome, the lines said)."""
     from kernelevo.evolution.budget import BudgetLimits
     from kernelevo.evolution.loop import optimize
+    from kernelevo.config import load_config
     from kernelevo.evolution.options import OptimizeOptions
     from kernelevo.judge.api import JudgeOptions, TimingConfig
     from llm_server import ScriptedServer
@@ -134,7 +135,7 @@ def _scripted_run(tmp_path, monkeypatch, calls: int, compile_baseline: bool = Tr
             monkeypatch.setenv(key, value)
         made = OptimizeOptions(task_path=TASK, models=("scripted",), devices=("cpu",),
                                archive_path=tmp_path / "archive.sqlite", out_dir=tmp_path / "out",
-                               cache_dir=tmp_path / "cache", config_path=tmp_path / "kernelevo.toml",
+                               cache_dir=tmp_path / "cache", config=load_config(tmp_path / "kernelevo.toml"),
                                judge=JudgeOptions(trials=2, timing=TimingConfig(max_seconds=0.2),
                                                   compile_baseline=compile_baseline),
                                baseline="compile" if compile_baseline else "eager",

@@ -241,3 +241,23 @@ def test_a_verdict_is_compared_by_its_member_not_its_text():
     outside = {name: n for name, n in found.items() if n and not name.startswith("kernelevo.judge")}
     assert outside == {"kernelevo.evolution.loop.children": 1}, outside  # proposal.calls' outcome
     assert sum(n for name, n in found.items() if name.startswith("kernelevo.judge")) <= 20
+
+
+# Names that 3 or more settings records share, each with its reason: the run's seed, cache and resume beside the
+# judge's job record and the CLI's arguments; `limits`, `max_cost_usd` and `search` name other things in each.
+SHARED_SETTING_NAMES = {"seed", "cache_dir", "resume", "limits", "max_cost_usd", "search"}
+
+
+def test_a_setting_is_not_copied_through_record_after_record():
+    """The settings records (dataclasses named *Options, *Settings, *Limits, *Args, Config, Job): a judge setting
+    used to walk through four of them, copied by hand; now each component's branch is handed on whole."""
+    shared: dict[str, set[str]] = {}
+    for path in modules().values():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef) and re.search(r"Options|Settings|Limits|Args|Config|Job|Spec", node.name) \
+                    and any("dataclass" in ast.unparse(d) for d in node.decorator_list):
+                for item in node.body:
+                    if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                        shared.setdefault(item.target.id, set()).add(node.name)
+    many = {name: sorted(records) for name, records in shared.items() if len(records) >= 3}
+    assert set(many) <= SHARED_SETTING_NAMES, many

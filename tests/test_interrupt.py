@@ -13,11 +13,13 @@ from test_optimize import KERNELS, TASK, USAGE, environment
 
 def _options(tmp_path):
     from kernelevo.evolution.budget import BudgetLimits
+    from kernelevo.config import load_config
     from kernelevo.evolution.options import OptimizeOptions, SearchSettings
     from kernelevo.judge.api import JudgeOptions, TimingConfig
 
     return OptimizeOptions(task_path=TASK, models=("scripted",), devices=("cpu",), archive_path=tmp_path / "archive.sqlite",
-                           out_dir=tmp_path / "out", cache_dir=tmp_path / "cache", config_path=tmp_path / "kernelevo.toml",
+                           out_dir=tmp_path / "out", cache_dir=tmp_path / "cache",
+                           config=load_config(tmp_path / "kernelevo.toml"),
                            seed=1, judge=JudgeOptions(trials=2, timing=TimingConfig(max_seconds=0.2), compile_baseline=False),
                            settings=SearchSettings(children_per_generation=4, llm_concurrency=1),
                            limits=BudgetLimits(max_llm_calls=2, generations=1, plateau_generations=9))

@@ -65,6 +65,7 @@ def _search(tmp_path, monkeypatch, server, model: str = "scripted", calls: int =
     zygote serves every run: (its outcome, its calls as the archive holds them)."""
     from kernelevo.evolution.budget import BudgetLimits
     from kernelevo.evolution.loop import optimize
+    from kernelevo.config import load_config
     from kernelevo.evolution.options import OptimizeOptions, SearchSettings
     from kernelevo.judge.api import JudgeOptions, TimingConfig
 
@@ -74,7 +75,7 @@ def _search(tmp_path, monkeypatch, server, model: str = "scripted", calls: int =
         monkeypatch.setenv("OPENAI_BASE_URL", _unreachable_url())
     options = OptimizeOptions(task_path=TASK, models=(model,), devices=("cpu",), archive_path=tmp_path / "archive.sqlite",
                               out_dir=tmp_path / "out", cache_dir=tmp_path / "cache",
-                              config_path=tmp_path / "kernelevo.toml", seed=1,
+                              config=load_config(tmp_path / "kernelevo.toml"), seed=1,
                               judge=JudgeOptions(trials=2, timing=TimingConfig(max_seconds=0.2), compile_baseline=False),
                               settings=SearchSettings(children_per_generation=4, llm_concurrency=1),
                               limits=BudgetLimits(max_llm_calls=calls, generations=1, plateau_generations=9))

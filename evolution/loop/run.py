@@ -87,12 +87,11 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
     agent.client.Stop (bad key or request), tasks.TaskError, ValueError on bad options; a Ctrl-C once
     the run is open leaves it 'stopped' and resumable (Interrupted)."""
     from kernelevo.archive.store import Archive
-    from kernelevo.config import load_config
     from kernelevo.judge.api import Judge
     from kernelevo.tasks import load_task
 
     task = load_task(options.task_path)
-    config = load_config(options.config_path)
+    config = options.config
     names, pins = _model_names(options, on_status)
     tokens = (options.settings.prompt_tokens_estimate, options.settings.output_tokens_estimate)
     place = replays.ReplayPlace(task.name, Path(options.archive_path), Path(options.out_dir) / "prompts" / task.name,

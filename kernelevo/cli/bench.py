@@ -91,14 +91,12 @@ def run(
     as_json: JsonOpt = False,
 ) -> None:
     """Search every task of SUITE (or score given candidates) and print the table and fast_p."""
+    settings = search_branch(children=children, islands=islands, concurrency=concurrency, profile_top=profile_top, ncu=ncu)
+    judge = judge_branch(policy=policy, trials=trials, shapes=shapes, compile_baseline=compile_baseline,
+                         timing_seconds=timing_seconds)
     search = SearchArgs(model=model, model_for=model_for, device=device, gpus=gpus, executor=executor,
-                        ray_address=ray_address, fmt=fmt,
-                        settings=search_branch(children=children, islands=islands, concurrency=concurrency,
-                                               profile_top=profile_top, ncu=ncu),
-                        judge=judge_branch(policy=policy, trials=trials, shapes=shapes,
-                                           compile_baseline=compile_baseline, timing_seconds=timing_seconds),
-                        seed=seed, baseline=baseline, resume=resume, archive=archive, out=out, config=config,
-                        cache_dir=cache_dir)
+                        ray_address=ray_address, fmt=fmt, settings=settings, judge=judge, seed=seed, baseline=baseline,
+                        resume=resume, archive=archive, out=out, config=config, cache_dir=cache_dir)
     per_task = budget_branch(max_cost_usd=max_cost_usd_per_task, max_llm_calls=max_llm_calls_per_task,
                              max_wall_time=max_wall_time_per_task, generations=generations, plateau=plateau)
     _run(BenchArgs(suite=suite, search=search, tasks=tasks, candidates=candidates, max_cost_usd=max_cost_usd,

@@ -288,6 +288,13 @@ def baseline_choice(given: Optional[str], config: Any) -> str:
     return chosen
 
 
+def given_flags(ctx: Any) -> frozenset[str]:
+    """The command's parameters set on its command line, not left to their defaults (click's own record; by the
+    source's name, since typer may carry its own copy of click)."""
+    return frozenset(name for name in ctx.params
+                     if getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE")
+
+
 def judge_branch(*, policy: str, trials: int, shapes: str, compile_baseline: bool, timing_seconds: float) -> Any:
     """The judge's settings (JudgeOptions) from its flags, checked; the executor is added once the config is read
     (search_options). The search hands this record to the judge as it is."""
@@ -363,7 +370,7 @@ def search_options(args: SearchArgs, task: Path, limits: Any, **extra: Any) -> A
                            archive_path=config.archive_path(args.archive), out_dir=args.out,
                            cache_dir=args.cache_dir or runtime.cache_dir(), fmt=fmt, limits=limits,
                            settings=args.settings, judge=judge, seed=args.seed, baseline=baseline,
-                           config_path=args.config, **extra)
+                           config=config, **extra)
 
 
 @dataclass(frozen=True)
@@ -381,3 +388,5 @@ class OptimizeArgs:
     min_speedup: float
     modes: Optional[str] = None  # with --parts: the compile modes to time the assembly in
     granularity: str = "module"  # with --parts: how the model is split (split.GRANULARITIES)
+    given: frozenset[str] = frozenset()  # the parameters set on the command line (given_flags)
+    show_settings: bool = False  # print the resolved settings and where each came from, and stop

@@ -15,12 +15,13 @@ from kernelevo.cli.common import (BaselineOpt, CacheDirOpt, ChildrenOpt, Compile
                                   FormatOpt, GenerationsOpt, GpusOpt, IslandsOpt, ModelForOpt, ModelOpt, NcuOpt, PlateauOpt,
                                   PolicyOpt, ProfileTopOpt, RayAddressOpt, SeedOpt, ShapesOpt, TimingSecondsOpt,
                                   TrialsOpt, EXIT_INTERRUPTED, OptimizeArgs, SearchArgs, check_choice, fail,
-                                  budget_branch, judge_branch, search_branch,
+                                  budget_branch, given_flags, judge_branch, search_branch,
                                   models_text, say, search_options)
 from kernelevo.formats import FORMAT_CHOICES
 
 
 def optimize(
+    ctx: typer.Context,
     task: Path = typer.Argument(..., help="KernelBench-format task file (Model, get_inputs, get_init_inputs)"),
     parts: Optional[int] = typer.Option(None, min=1, help="TASK is a whole model: split it, search its N hottest "
                                         "parts (the budget shared by their time), and assemble it verified"),
@@ -65,21 +66,20 @@ def optimize(
     cache_dir: CacheDirOpt = None,
     force: bool = typer.Option(False, "--force", help="search even where torch.compile already runs within 1.2x "
                                "of the task's speed of light (otherwise the run stops before its first call)"),
+    show_settings: bool = typer.Option(False, "--show-settings", help="print the settings and where each came from"),
 ) -> None:
     """Search for a faster, verified kernel for TASK; writes <task>_kernelevo.py and archives every try."""
+    settings = search_branch(children=children, islands=islands, concurrency=concurrency, profile_top=profile_top, ncu=ncu)
+    judge = judge_branch(policy=policy, trials=trials, shapes=shapes, compile_baseline=compile_baseline,
+                         timing_seconds=timing_seconds)
     search = SearchArgs(model=model, model_for=model_for, device=device, gpus=gpus, executor=executor,
-                        ray_address=ray_address, fmt=fmt,
-                        settings=search_branch(children=children, islands=islands, concurrency=concurrency,
-                                               profile_top=profile_top, ncu=ncu),
-                        judge=judge_branch(policy=policy, trials=trials, shapes=shapes,
-                                           compile_baseline=compile_baseline, timing_seconds=timing_seconds),
-                        seed=seed, baseline=baseline, resume=resume, archive=archive, out=out, config=config,
-                        cache_dir=cache_dir)
+                        ray_address=ray_address, fmt=fmt, settings=settings, judge=judge, seed=seed, baseline=baseline,
+                        resume=resume, archive=archive, out=out, config=config, cache_dir=cache_dir)
     limits = budget_branch(max_cost_usd=max_cost_usd, max_llm_calls=max_llm_calls, max_wall_time=max_wall_time,
                            generations=generations, plateau=plateau)
     run_optimize(OptimizeArgs(task=task, search=search, limits=limits, seed_from=tuple(seed_from), force=force,
                               parts=parts, parts_dir=parts_dir, min_speedup=min_speedup, modes=modes,
-                              granularity=granularity))
+                              granularity=granularity, given=given_flags(ctx), show_settings=show_settings))
 
 
 def _check(args: OptimizeArgs) -> None:
@@ -127,6 +127,10 @@ def run_optimize(args: OptimizeArgs) -> None:
     from kernelevo.tasks import TaskError
 
     options = _options(args)
+    if args.show_settings:
+        from kernelevo.cli.views.settings import print_settings
+
+        return print_settings(options, args.given, options.config)
     _echo(options)
     if args.parts:
         from kernelevo.cli.whole import run_parts

@@ -80,7 +80,7 @@ def judge_settings(model: Path, out: Path, device: str, *, seed: int, trials: in
     return OptimizeOptions(task_path=model, models=(), devices=(device,),
                            archive_path=settings.archive_path(archive), out_dir=out.parent,
                            cache_dir=cache_dir or runtime.cache_dir(), seed=seed, judge=judge,
-                           baseline=baseline_choice(baseline, settings))
+                           baseline=baseline_choice(baseline, settings), config=settings)
 
 
 def show(data: dict, as_json: bool) -> None:
