@@ -1,0 +1,53 @@
+"""benchmarks/kernelbench_sample.py: a task whose call does not fit the cap has its batch halved until it does,
+and says so in a header line; the file stays a task kernelevo loads; bytes are counted on the meta device."""
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from kernelbench_sample import call_bytes, scaled  # noqa: E402
+
+TASK = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.relu(x) * 2.0
+
+
+batch_size = 64
+dim = 1024
+
+
+def get_inputs():
+    return [torch.rand(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_task_over_the_cap_is_scaled_by_its_batch_and_says_so(tmp_path):
+    from kernelevo.tasks import load_task
+
+    assert call_bytes(TASK, "relu") == 2 * 64 * 1024 * 4  # its input and its output, float32
+    source, record = scaled(TASK, "relu", cap=200 * 1024)
+    assert record == {"bytes": 512 * 1024, "bytes_judged": 128 * 1024, "scaled_by": 4, "batch_size": [64, 16]}
+    assert source.startswith("# kernelevo: batch_size 64 -> 16") and "\nbatch_size = 16\n" in source
+    path = tmp_path / "relu.py"
+    path.write_text(source)
+    assert load_task(path).get_inputs()[0].shape == (16, 1024)
+    same, kept = scaled(TASK, "relu", cap=2**30)
+    assert same == TASK and kept["scaled_by"] == 1
+
+
+def test_a_task_that_cannot_be_scaled_under_the_cap_is_refused():
+    with pytest.raises(SystemExit, match="raise --max-gib"):
+        scaled(TASK.replace("batch_size = 64", "batch_size = 1"), "relu", cap=1024)
