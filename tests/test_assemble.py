@@ -1,9 +1,9 @@
 """A model handed back with kernels in place, on the CPU: the drop-in file matches the model, swaps
 the parts of a live instance, and compiles whole under torch.compile with no graph break; judged end
 to end by the real judge, a part that is right alone but wrong in place (it assumes contiguous rows,
-and the model hands it a strided view) is reverted with the judge's reason, and the rest is verified;
-`optimize MODEL.py --parts 2` with scripted C replies splits, searches, assembles and verifies."""
-import json
+and the model hands it a strided view) is reverted with the judge's reason, and the rest is verified.
+`optimize MODEL.py --parts 2` end to end is in test_assemble_optimize.py (a file of its own, so that
+under --dist loadfile it runs beside these)."""
 from pathlib import Path
 
 import pytest
@@ -16,8 +16,6 @@ from kernelevo.evolution.drivers.parts.assemble import Candidate, verified
 from kernelevo.evolution.drivers.parts.drop_in import Placed, drop_in_text
 from kernelevo.evolution.drivers.parts.split import split_model
 from kernelevo.tasks import load_module, load_task
-from llm_server import ScriptedServer, Step, request_text
-from test_optimize import USAGE, cli, environment
 
 MODELS = FIXTURES / "models"
 KERNELS = MODELS / "kernels"
@@ -132,100 +130,30 @@ def _judge(cache: Path):
                                      timing=TimingConfig(max_seconds=0.2)))
 
 
-def test_a_part_wrong_in_place_is_reverted_and_the_rest_verified(tmp_path):
+@pytest.fixture(scope="module")
+def judge(tmp_path_factory):
+    """One judge (its zygote, its pool) for the tests here that judge parts and assembled files."""
+    with _judge(tmp_path_factory.mktemp("judge") / "cache") as j:
+        yield j
+
+
+def test_a_part_wrong_in_place_is_reverted_and_the_rest_verified(tmp_path, judge):
     model = MODELS / "strided.py"
     parts = {p.name: p for p in placed_parts(model, tmp_path / "parts")}
     assert set(parts) == {"mix", "row_norm"}
-    with _judge(tmp_path / "cache") as judge:  # each kernel is right alone, on its task
-        alone = {name: judge.evaluate(load_task(tmp_path / "parts" / f"{name}.py"), KERNELS / f"{name}__c.py")
-                 for name in parts}
-        assert all(e.verdict == "ok" for e in alone.values()), {n: e.message for n, e in alone.items()}
-        candidates = [Candidate(parts["mix"], 0.6, 1.1, None, 1), Candidate(parts["row_norm"], 0.4, 1.2, None, 2)]
-        task = load_task(model)
-        evaluation = verified(task.source, "strided.py", tmp_path / "strided_kernelevo.py", candidates,
-                              lambda path: judge.evaluate(task, path, final=True))
+    # each kernel is right alone, on its task
+    alone = {name: judge.evaluate(load_task(tmp_path / "parts" / f"{name}.py"), KERNELS / f"{name}__c.py")
+             for name in parts}
+    assert all(e.verdict == "ok" for e in alone.values()), {n: e.message for n, e in alone.items()}
+    candidates = [Candidate(parts["mix"], 0.6, 1.1, None, 1), Candidate(parts["row_norm"], 0.4, 1.2, None, 2)]
+    task = load_task(model)
+    evaluation = verified(task.source, "strided.py", tmp_path / "strided_kernelevo.py", candidates,
+                          lambda path: judge.evaluate(task, path, final=True))
     assert evaluation.verdict == "ok", evaluation.message
     mix, row_norm = candidates
     assert mix.reverted == "" and row_norm.reverted.startswith("wrong in place: incorrect")
     written = (tmp_path / "strided_kernelevo.py").read_text()
     assert "_InPlace_mix" in written and "_InPlace_row_norm" not in written  # the file holds what was verified
-
-
-def _replies(body: dict) -> Step:
-    text = request_text(body)
-    task = text.split("# The task: ", 1)[1].split("\n", 1)[0].strip()
-    kernel = (KERNELS / f"{task}__c.py").read_text()
-    analysis = "## Analysis\nIt fuses the norm.\n\n## Kernel\n" if "measured kernels" in text.rsplit("# Your job", 1)[-1] else ""
-    return Step(text=f"{analysis}Here it is.\n\n```python\n{kernel}```\n", usage=USAGE)
-
-
-def test_optimize_in_parts_splits_searches_assembles_and_verifies(tmp_path):
-    server = ScriptedServer(responder=_replies)
-    try:
-        env = environment(server, tmp_path)
-        done = cli(["optimize", str(MODELS / "mlp_stack.py"), "--parts", "2", "--min-speedup", "0", "--device", "cpu",
-                    "--model", "scripted", "--config", str(tmp_path / "kernelevo.toml"),
-                    "--archive", str(tmp_path / "archive.sqlite"), "--out", str(tmp_path / "out"),
-                    "--children", "1", "--generations", "1", "--max-llm-calls", "2", "--concurrency", "2",
-                    "--timing-seconds", "0.2", "--trials", "2", "--no-compile-baseline", "--seed", "1"], env)
-    finally:
-        server.close()
-    result = json.loads((tmp_path / "out" / "mlp_stack_kernelevo.json").read_text())
-    assert result["verdict"] == "ok", result
-    # every part verified; whether it is placed is the A/B of the model with and without it, timed
-    assert [(p["task"], p["sites"]) for p in result["parts"]] == [("mlp_block", 4), ("gated_head", 1)], \
-        (result["left_as_they_were"], done.stdout[-3000:])  # a part left out says why
-    for p in result["parts"]:
-        # placed where its A/B gain is beyond noise, unless the model with every such part in place is not
-        # (the parts' gains timed one by one on 2 busy cores can each pass while their sum does not)
-        low, high = p["in_place_effect"][1:]
-        together = (p["reverted"] or "").startswith("in place together")
-        assert p["in_place"] == (low > 1.0 and not together), p
-        assert p["in_place"] or p["reverted"].startswith(("no gain in place", "in place together")), p
-    # the user's loop in each mode of the CPU, host included; the headline or, with nothing placed, what to run
-    assert set(result["modes"]) == {"eager", "default"}
-    assert all(row["original_ms"][1] <= row["original_ms"][0] <= row["original_ms"][2] for row in result["modes"].values())
-    placed = any(p["in_place"] for p in result["parts"])
-    assert done.returncode == (0 if placed else 3), done.stderr[-3000:]
-    if placed:
-        assert result["speedup"][1] > 1.0 and result["chosen_mode"] in result["modes"], result
-    else:
-        assert result["nothing_placed"].startswith("nothing placed: ") and result["speedup"] is None, result
-        assert result["chosen_mode"] == result["original_best_mode"]
-        assert result["nothing_placed"] in " ".join(done.stdout.split())
-    written = (tmp_path / "out" / "mlp_stack_kernelevo.py").read_text()
-    assert f"KERNELEVO_MODE = {result['chosen_mode']!r}".replace("'", '"') in written
-    # its header's figures say whose they are: the kernels in place, or the parts tried and all reverted
-    assert ("the original -> with kernels: " if placed else "the original -> with the parts tried in place (none kept): ") \
-        in written
-    split = json.loads((tmp_path / "out" / "mlp_stack_parts" / "split.json").read_text())
-    assert [t["task"] for t in split["tasks"]] == ["mlp_block.py", "gated_head.py"]
-    # the parts in place may hold all of the model's time as measured (then there is no Amdahl bound)
-    assert 0 < result["parts"][0]["share"] <= 1 and (result["amdahl_bound"] is None or result["amdahl_bound"] >= 1)
-    assert "ms per forward, host included" in done.stdout
-    # the model's page: its time as parts before and after, each part linked to its run's report
-    page = (tmp_path / "out" / "mlp_stack_kernelevo.html").read_text()
-    assert result["report"] == str(tmp_path / "out" / "mlp_stack_kernelevo.html")
-    assert 'id="before-mlp_block"' in page and 'id="after-gated_head"' in page
-    for part in ("mlp_block", "gated_head"):
-        link = page.split(f'<a href="reports/{part}_', 1)[1].split('"', 1)[0]
-        assert (tmp_path / "out" / "reports" / f"{part}_{link}").is_file()
-    # the drop-in matches the model on the model's own inputs
-    task = load_task(MODELS / "mlp_stack.py")
-    module = load_module((tmp_path / "out" / "mlp_stack_kernelevo.py").read_text(), "assembled.py", "candidate")
-    reference, new, x = model_and_assembled(module, task, seed=2)
-    with torch.no_grad():
-        assert torch.allclose(new(x), reference(x), atol=1e-5, rtol=1e-5)
-    assert "by device time only" in " ".join(done.stdout.split())
-    # the same bench assembled again by `assemble --json`, timed in eager alone: the user's loop, as data
-    again = cli(["assemble", str(MODELS / "mlp_stack.py"), "--bench", result["bench"], "-o", str(tmp_path / "again.py"),
-                 "--device", "cpu", "--modes", "eager", "--min-speedup", "0", "--no-compile-baseline", "--trials", "2",
-                 "--timing-seconds", "0.2", "--archive", str(tmp_path / "archive.sqlite"),
-                 "--config", str(tmp_path / "kernelevo.toml"), "--json"], env)
-    data = json.loads(again.stdout)
-    assert list(data["modes"]) == ["eager"] and data["chosen_mode"] == "eager" and data["verdict"] == "ok", data
-    assert again.returncode == (3 if data["nothing_placed"] else 0), again.stderr[-2000:]
-    assert (data["speedup"] is None) == bool(data["nothing_placed"])
 
 
 class _Judged:
@@ -265,7 +193,7 @@ def test_a_part_is_placed_only_where_its_kernel_beats_the_compiled_part(tmp_path
     assert [c.kernel_id for c in chosen] == [7, 8] and left == []
 
 
-def test_only_kernels_faster_beyond_noise_are_placed_and_nothing_placed_is_the_model_unchanged(tmp_path):
+def test_only_kernels_faster_beyond_noise_are_placed_and_nothing_placed_is_the_model_unchanged(tmp_path, judge):
     from kernelevo.evolution.drivers.parts.assemble import chosen_parts, result
 
     placed_parts(MODELS / "mlp_stack.py", tmp_path / "parts")  # the split, with split.json
@@ -283,14 +211,13 @@ def test_only_kernels_faster_beyond_noise_are_placed_and_nothing_placed_is_the_m
     out = tmp_path / "unchanged.py"
     task = load_task(MODELS / "mlp_stack.py")
     with Judge(tmp_path / "cache", JudgeOptions(devices=("cpu",), trials=2, compile_baseline=False, policy="model",
-                                                timing=TimingConfig(max_seconds=0.3))) as judge:
-        evaluation = verified(task.source, "mlp_stack.py", out, [], lambda path: judge.evaluate(task, path, final=True))
+                                                timing=TimingConfig(max_seconds=0.3))) as whole:
+        evaluation = verified(task.source, "mlp_stack.py", out, [], lambda path: whole.evaluate(task, path, final=True))
     data = result(str(MODELS / "mlp_stack.py"), out, "b1", [], left, evaluation)
     assert data["verdict"] == "ok" and data["message"].startswith("no part in place") and data["amdahl_bound"] == 1.0
     assert data["speedup_eager"] > 0, data  # the model against itself, timed: no bound on a loaded CPU's figure
     assert evaluation.policy == "model" and evaluation.evidence["policy"]["own_kernels"] == []
-    with _judge(tmp_path / "cache") as judge:  # a search's policy would refuse it: no kernel of its own ran
-        assert judge.evaluate(task, out).reason == "no_own_kernel"
+    assert judge.evaluate(task, out).reason == "no_own_kernel"  # a search's policy would refuse it: no kernel of its own ran
     module = load_module(out.read_text(), str(out), "candidate")
     reference, new, x = model_and_assembled(module, task, seed=4)
     with torch.no_grad():
@@ -312,7 +239,7 @@ def test_the_gpt_stack_part_kernels_compile_and_read_clean(name):
     assert static.check(source) == []
 
 
-def test_an_lstm_of_torch_returning_a_tuple_is_assembled_and_verified_end_to_end(tmp_path):
+def test_an_lstm_of_torch_returning_a_tuple_is_assembled_and_verified_end_to_end(tmp_path, judge):
     """recurrent.py: nn.LSTM built with keywords, given (h0, c0) as a tuple, returning (output, (h_n, c_n))
     of which the model uses the output. The task takes x, h0 and c0 and returns the output; in place, its
     op returns that and the call site gets (output, (None, None)); the whole is judged as a candidate."""
@@ -324,10 +251,9 @@ def test_an_lstm_of_torch_returning_a_tuple_is_assembled_and_verified_end_to_end
     placed = Placed("lstm", (KERNELS / "lstm__c.py").read_text(), task.init_args, ("tensor",) * 3, ("lstm",),
                     "the fixture kernel of lstm", parse(entry["call"], 3))
     model = load_task(MODELS / "recurrent.py")
-    with _judge(tmp_path / "cache") as judge:
-        candidate = Candidate(placed, entry["share"], 1.0, None, 1)
-        evaluation = verified(model.source, "recurrent.py", tmp_path / "recurrent_kernelevo.py", [candidate],
-                              lambda path: judge.evaluate(model, path, final=True))
+    candidate = Candidate(placed, entry["share"], 1.0, None, 1)
+    evaluation = verified(model.source, "recurrent.py", tmp_path / "recurrent_kernelevo.py", [candidate],
+                          lambda path: judge.evaluate(model, path, final=True))
     assert evaluation.verdict == "ok" and candidate.reverted == "", (candidate.reverted, evaluation.message)
     module = load_module((tmp_path / "recurrent_kernelevo.py").read_text(), "assembled.py", "candidate")
     torch.manual_seed(5)

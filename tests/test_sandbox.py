@@ -56,9 +56,11 @@ class Listener:
         self.sock.close()
 
 
-def reach(fixture: Path, tmp_path: Path, device: str) -> tuple[dict, Listener, list[Path]]:
-    """Judge `fixture` through `kernelevo evaluate --json` with fake keys in the environment; returns
-    the verdict, the listener, and every file outside the judge's cache that holds a key."""
+def reach(fixture: Path, tmp_path: Path, device: str, cache: Path | None = None) -> tuple[dict, Listener, list[Path]]:
+    """Judge `fixture` through `kernelevo evaluate --json` with fake keys in the environment, its judge cache
+    `cache` (by default a new one in `tmp_path`); returns the verdict, the listener, and every file outside
+    the judge's cache that holds a key."""
+    cache = cache or tmp_path / "cache"
     listener = Listener()
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -69,14 +71,30 @@ def reach(fixture: Path, tmp_path: Path, device: str) -> tuple[dict, Listener, l
     env = {**os.environ, **KEYS}
     exe = shutil.which("kernelevo", path=str(Path(sys.executable).parent)) or shutil.which("kernelevo")
     done = subprocess.run([exe, "evaluate", str(task), str(candidate), "--device", device, "--json",
-                           "--cache-dir", str(tmp_path / "cache")], env=env, capture_output=True, text=True,
+                           "--cache-dir", str(cache)], env=env, capture_output=True, text=True,
                           timeout=900)
     listener.close()
     assert done.returncode == 0, done.stderr[-3000:]
-    places = [p for p in tmp_path.rglob("*") if p.is_file() and (tmp_path / "cache") not in p.parents]
+    places = [p for p in tmp_path.rglob("*") if p.is_file() and cache not in p.parents]
     places += [p for p in Path("/tmp").glob("kernelevo-loot*") if p.is_file()]
     leaked = [p for p in places if any(v.encode() in p.read_bytes() for v in KEYS.values())]
     return json.loads(done.stdout), listener, leaked
+
+
+SOFTMAX = FIXTURES / "cpu" / "task_softmax.py"
+OPTIONS = JudgeOptions(devices=("cpu",), timing=TimingConfig(min_reps=5, max_seconds=0.2))
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory) -> Path:
+    """A judge cache in which task_softmax's baseline was measured, torch.compile's included: the tests that
+    judge a candidate of that task against torch.compile share its compile (the code inductor wrote in the
+    opponent's folder, the baseline's record), as a user's runs share a cache, rather than each compiling it
+    anew. The test that deletes the baselines to compile the opponent again (the plant) is the last of them."""
+    cache = tmp_path_factory.mktemp("compiled") / "cache"
+    with Judge(cache, OPTIONS) as judge:
+        assert "compiled" in judge.baseline(load_task(SOFTMAX), "cpu")["timing"]
+    return cache
 
 
 def _confined(verdict: dict) -> tuple[str, ...]:
@@ -84,8 +102,8 @@ def _confined(verdict: dict) -> tuple[str, ...]:
 
 
 @pytest.mark.parametrize("fixture", ["reach_c.py", "reach_triton.py"])
-def test_a_candidate_that_hides_its_reach_takes_nothing(tmp_path, fixture):
-    verdict, listener, leaked = reach(FIXTURES / "sandbox" / fixture, tmp_path, "cpu")
+def test_a_candidate_that_hides_its_reach_takes_nothing(tmp_path, fixture, compiled):
+    verdict, listener, leaked = reach(FIXTURES / "sandbox" / fixture, tmp_path, "cpu", compiled)
     if _confined(verdict):
         pytest.skip(f"this machine leaves {', '.join(_confined(verdict))} unconfined: {verdict['confinement']}")
     assert not leaked, f"a key reached {leaked}"
@@ -123,12 +141,12 @@ def test_a_forked_worker_holds_nothing_of_the_process_that_forked_it(tmp_path, m
     assert "OMP_WAIT_POLICY" in environ
 
 
-def test_a_candidate_cannot_rewrite_the_code_torch_compile_made_for_its_opponent(tmp_path):
+def test_a_candidate_cannot_rewrite_the_code_torch_compile_made_for_its_opponent(compiled):
     """torch.compile loads the code it finds in its cache as it is. A candidate that could write there would
     slow the compiled reference of every later baseline or final judgement (or run its own code in it):
     the opponent's caches are written only by baseline workers, and read by candidates (sandbox.OPPONENT)."""
-    task, cache = load_task(FIXTURES / "cpu" / "task_softmax.py"), tmp_path / "cache"
-    with Judge(cache, JudgeOptions(devices=("cpu",), timing=TimingConfig(min_reps=5, max_seconds=0.2))) as judge:
+    task, cache = load_task(SOFTMAX), compiled
+    with Judge(cache, OPTIONS) as judge:
         assert "compiled" in judge.baseline(task, "cpu")["timing"]
         made = {p: p.read_bytes() for p in cache.rglob("*.py") if b"def call(" in p.read_bytes()}
         e = judge.evaluate(task, FIXTURES / "sandbox" / "poison_opponent_c.py")
@@ -153,7 +171,7 @@ def _planted(root: Path, token: str) -> list[Path]:
     return found
 
 
-def test_a_candidate_cannot_plant_builds_or_modules_for_later_judgements(tmp_path):
+def test_a_candidate_cannot_plant_builds_or_modules_for_later_judgements(tmp_path, compiled):
     """What is judged is what the source builds to: a candidate that writes into every folder of the cache it
     reaches, with modules a process importing from there would run and its own library as an honest source's
     build, changes nothing of a later judgement. Its builds went to its own folder (sandbox: the job's build
@@ -166,8 +184,7 @@ def test_a_candidate_cannot_plant_builds_or_modules_for_later_judgements(tmp_pat
     planter.write_text(source)
     honest = FIXTURES / "general" / "softmax_ok_c.py"
     assert source.split('VICTIM = r"""', 1)[1].split('"""', 1)[0] in honest.read_text(), "VICTIM is not its source"
-    task, cache = load_task(FIXTURES / "cpu" / "task_softmax.py"), tmp_path / "cache"
-    options = JudgeOptions(devices=("cpu",), timing=TimingConfig(min_reps=5, max_seconds=0.2))
+    task, cache, options = load_task(SOFTMAX), compiled, OPTIONS
     try:
         with Judge(cache, options) as judge:
             assert "compiled" in judge.baseline(task, "cpu")["timing"]

@@ -97,9 +97,10 @@ TRITON_WIDE = TRITON.replace("BLOCK_C = 128  # tune: 64 128 256", "BLOCK_C = 256
 
 
 def both_languages():
-    """Replies in the language each prompt asks for: C (good, then the faster chunked one, cycling
-    with a slow one) or Triton (the fixture, then a wider variant)."""
-    c = itertools.chain([GOOD], itertools.cycle([KERNELS["chunked"], KERNELS["slow"]]))
+    """Replies in the language each prompt asks for: C (a first translation that does not build, for a
+    missing semicolon; then good; then the faster chunked one, cycling with a slow one) or Triton (the
+    fixture, then a wider variant)."""
+    c = itertools.chain([KERNELS["broken"], GOOD], itertools.cycle([KERNELS["chunked"], KERNELS["slow"]]))
     triton = itertools.chain([TRITON], itertools.cycle([TRITON_WIDE, TRITON.replace("BLOCK_R = 16", "BLOCK_R = 8")]))
 
     def respond(body: dict) -> Step:
@@ -110,16 +111,23 @@ def both_languages():
     return respond
 
 
-def test_optimize_format_auto_asks_for_both_languages_and_shows_each(tmp_path):
+@pytest.fixture(scope="module")
+def auto_run(tmp_path_factory):
+    """One `optimize --format auto` run, C and Triton on alternate islands, whose first C translation fails
+    to build (the two tests below read it): (its folder, the prompts it sent, the CLI's result)."""
+    tmp_path = tmp_path_factory.mktemp("auto")
     server = ScriptedServer(responder=both_languages())
     try:
-        env = environment(server, tmp_path)
         done = cli(optimize_args(tmp_path, "--format", "auto", "--generations", "2", "--max-llm-calls", "8",
-                                 "--islands", "2", "--plateau", "9"), env)
+                                 "--islands", "2", "--plateau", "9"), environment(server, tmp_path))
     finally:
         server.close()
+    return tmp_path, [request_text(r["body"]) for r in server.requests], done
+
+
+def test_optimize_format_auto_asks_for_both_languages_and_shows_each(auto_run):
+    tmp_path, prompts, done = auto_run
     assert done.returncode in (0, 3), done.stderr[-3000:]
-    prompts = [request_text(r["body"]) for r in server.requests]
     asked = {fmt for text in prompts for fmt in ("c", "triton") if f"# Candidate format: {fmt} (write this one)" in text}
     assert asked == {"c", "triton"}  # islands 0 and 1: one language each
     with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
@@ -158,26 +166,11 @@ def _paragraphs(text: str) -> list[str]:
     return [p.strip() for p in re.split(r"\n\s*\n", prose) if len(p.strip()) > 40]
 
 
-def test_format_auto_asks_both_formats_first_repairs_a_failed_translation_first_and_repeats_no_paragraph(tmp_path):
+def test_format_auto_asks_both_formats_first_repairs_a_failed_translation_first_and_repeats_no_paragraph(auto_run):
     """The first C translation fails to build (a missing semicolon): the next C call repairs it
     rather than a translation being asked to avoid an approach that only lacked a character."""
-    c = itertools.chain([KERNELS["broken"], GOOD], itertools.cycle([KERNELS["chunked"], KERNELS["slow"]]))
-    triton = itertools.cycle([TRITON, TRITON_WIDE])
-
-    def respond(body: dict) -> Step:
-        text = request_text(body)
-        kernel = next(triton if "# Candidate format: triton (write this one)" in text else c)
-        analysis = "## Analysis\nThe fastest streams rows.\n\n## Kernel\n" if "measured kernels" in text else ""
-        return Step(text=f"{analysis}Here it is.\n\n```python\n{kernel}```\n", usage=USAGE)
-
-    server = ScriptedServer(responder=respond)
-    try:
-        done = cli(optimize_args(tmp_path, "--format", "auto", "--generations", "2", "--max-llm-calls", "6",
-                                 "--islands", "2", "--plateau", "9"), environment(server, tmp_path))
-    finally:
-        server.close()
+    _, prompts, done = auto_run
     assert done.returncode in (0, 3), done.stderr[-3000:]
-    prompts = [request_text(r["body"]) for r in server.requests]
     calls = [("translate" if "Write `ModelNew` for this task" in job else "repair" if "failed the judge" in job else "other",
               "triton" if "# Candidate format: triton (write this one)" in text else "c")
              for text in prompts for job in [text.rsplit("# Your job", 1)[-1]]]
