@@ -41,8 +41,9 @@ def _stopped(archive_path, run_id: str) -> None:
 
 
 def test_ctrl_c_leaves_the_run_stopped_and_a_resume_finishes_it(tmp_path, monkeypatch):
-    """Pressed in the search (the display's first refresh after a reply came in), then in the resumed run's
-    final judgement; the second resume finishes with the two calls the budget allows, none asked twice."""
+    """Pressed while the run is prepared (its embedder loading), then in the resumed run's search (the
+    display's first refresh after a reply came in), then in the next one's final judgement; the third resume
+    finishes with the two calls the budget allows, none asked twice."""
     from kernelevo.evolution.loop import optimize
     from kernelevo.evolution.outcome import EXIT_BUDGET, Interrupted
 
@@ -53,10 +54,13 @@ def test_ctrl_c_leaves_the_run_stopped_and_a_resume_finishes_it(tmp_path, monkey
             monkeypatch.setenv(key, value)
         options = _options(tmp_path)
         with pytest.raises(Interrupted) as stopped:
-            optimize(options, on_progress=_key_pressed(lambda progress: progress.calls >= 1))
+            optimize(options, on_status=_key_pressed(lambda text: text.startswith("embedder:")))
         run_id = stopped.value.run_id
         _stopped(options.archive_path, run_id)
         resume = dataclasses.replace(options, resume=run_id, models=())
+        with pytest.raises(Interrupted):
+            optimize(resume, on_progress=_key_pressed(lambda progress: progress.calls >= 1))
+        _stopped(options.archive_path, run_id)
         with pytest.raises(Interrupted):
             optimize(resume, on_status=_key_pressed(lambda text: text.startswith("re-judging kernel")))
         _stopped(options.archive_path, run_id)

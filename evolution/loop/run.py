@@ -99,7 +99,11 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
     ensemble = ensembles.build(config, names, pins, tokens, on_status, place)  # its calls are recorded once the run exists
     archive = Archive.open(options.archive_path)
     try:
-        run = _open(archive, task, config, ensemble, (names, pins), options, on_status)
+        opened = _open_run(archive, task, options, ensemble, (names, pins))
+        try:
+            run = _prepared(archive, task, config, ensemble, opened, options, on_status)
+        except KeyboardInterrupt:  # while stepping stones are found, or the embedder loads
+            _stopped(archive, opened[1])
         # One spare worker per device: a started worker waits while another runs, so the device does
         # not wait for Python and torch to import (the search always has the next child ready).
         judging = dataclasses.replace(judge_options(options, options.devices), seed=run.seed, spares=1)
@@ -113,25 +117,30 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
                 search = _started(run, judge, on_progress, on_status)
                 reason = search.run()
                 member, final = final_judgement(search, options, on_status)
-            except KeyboardInterrupt:  # the one Ctrl-C path of a run once it is open
+            except KeyboardInterrupt:
                 if search is not None:
                     search.abandon(0.0)
-                archive.add_event(run.state.run_id, "stopped", {"by": "ctrl-c"})
-                archive.finish_run(run.state.run_id, "stopped", "interrupted (Ctrl-C)")
-                raise Interrupted(run.state.run_id) from None
+                _stopped(archive, run.state.run_id)
         return _finish(run, search, reason, member, final, options)
     finally:
         archive.close()
 
 
-def _open(archive, task, config, ensemble: ensembles.Ensemble, given: tuple[list[str], dict[str, str]],
-          options: OptimizeOptions, on_status: Callable[[str], None]) -> _Opened:
-    """Open (or resume) the run, seed it with stepping stones, and restore what it had spent and judged."""
+def _stopped(archive, run_id: str) -> None:
+    """Ctrl-C once the run exists: stored as 'stopped', to be resumed by its id (the CLI says how)."""
+    archive.add_event(run_id, "stopped", {"by": "ctrl-c"})
+    archive.finish_run(run_id, "stopped", "interrupted (Ctrl-C)")
+    raise Interrupted(run_id) from None
+
+
+def _prepared(archive, task, config, ensemble: ensembles.Ensemble, opened: tuple[int, str, int, str, str],
+              options: OptimizeOptions, on_status: Callable[[str], None]) -> _Opened:
+    """The opened (or resumed) run seeded with stepping stones, with what it had spent and judged restored."""
     from kernelevo.agent.prompting import task_view
 
     from ..novelty import default_embedder
 
-    task_id, run_id, seed, fmt, asked = _open_run(archive, task, options, ensemble, given)
+    task_id, run_id, seed, fmt, asked = opened
     baseline = _baseline(asked, options, on_status)
     embedder = default_embedder(config.embed_model())
     on_status(f"embedder: {embedder.why}")
