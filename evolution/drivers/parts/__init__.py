@@ -15,5 +15,7 @@ region.py traces the forward of a module with time of its own, region_cut.py cut
 and rewrite.py writes the module's forward again with its regions as kernel calls;
 drop_in.py writes the model with kernels in place as one file (custom ops, `apply(model)`);
 assemble.py chooses the kernels to place and reverts, one by one, those the judge rejects in place.
-The judge and the archive are reached by the caller (evolution/drivers/whole.py): nothing here imports them.
+headroom.py measures each written part's baselines through the judge's door (judge.api), and effect.py
+reads the judge's timings of the model in each mode to keep each part only where it earns its place;
+the archive is reached by the caller (evolution/drivers/whole.py).
 """
