@@ -17,8 +17,8 @@ from typing import Iterable, Sequence
 
 from kernelevo.agent.prompting import attempt_line, phrase
 from kernelevo.agent.replies import idea_of
-from kernelevo.text import speedup_text
 from kernelevo.evaluation import Verdict
+from kernelevo.text import speedup_text
 
 SHOWN = 6  # attempt lines per kernel in a prompt: enough to see a pattern, small enough to stay cheap
 _COPY = re.compile(r"^(?:renamed_)?copy: the same code as kernel (\d+)")

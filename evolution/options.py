@@ -60,6 +60,11 @@ class OptimizeOptions:
     model_for: tuple[tuple[str, str], ...] | None = None  # (operator, model) pins; None: a resumed run's own
     force: bool = True  # search even where torch.compile is near the speed of light (`optimize` asks for it)
 
+    @property
+    def ranked_by(self) -> str:
+        """The baseline kernels are ranked by: `baseline`, or eager where torch.compile is not measured."""
+        return self.baseline if self.judge.compile_baseline else "eager"
+
 
 def formats_of(fmt: str | None, device: str) -> tuple[str, ...]:
     """The candidate formats a run's calls ask for: the one given (nvrtc on a GPU, c on the CPU by

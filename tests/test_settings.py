@@ -1,11 +1,7 @@
 """`kernelevo optimize --show-settings`: the settings a search is given, resolved once (defaults, then
 kernelevo.toml, then flags), each with where it came from; nothing is run, called or written. And the
 branches themselves: the judge gets the search's judge branch whole, with the run's devices and seed."""
-import os
 import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 from conftest import ROOT, run_cli
@@ -22,16 +18,15 @@ def _rows(stdout: str) -> dict[str, tuple[str, str]]:
     return rows
 
 
-def test_show_settings_says_where_each_value_came_from_and_runs_nothing(tmp_path):
+def test_show_settings_says_where_each_value_came_from_and_runs_nothing(tmp_path, monkeypatch):
     config = tmp_path / "kernelevo.toml"
     config.write_text('ensemble = ["fast"]\nbaseline = "eager"\n[models.fast]\nmodel = "openai:gpt-5"\n')
     archive = tmp_path / "archive.sqlite"
-    env = dict(os.environ, COLUMNS="200", OPENAI_API_KEY="sk-test")
-    exe = shutil.which("kernelevo", path=str(Path(sys.executable).parent))
-    out = subprocess.run([exe, "optimize", str(TASK), "--device", "cpu", "--trials", "3", "--max-llm-calls", "5",
-                          "--children", "2", "--no-compile-baseline", "--timing-seconds", "0.3", "--config", str(config),
-                          "--archive", str(archive), "--show-settings"], capture_output=True, text=True, env=env,
-                         timeout=120)
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    out = run_cli("optimize", str(TASK), "--device", "cpu", "--trials", "3", "--max-llm-calls", "5", "--children", "2",
+                  "--no-compile-baseline", "--timing-seconds", "0.3", "--config", str(config), "--archive", str(archive),
+                  "--show-settings", timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     rows = _rows(out.stdout)
     assert rows["run.task_path"][1] == "argument"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from typing import Any
+
 from kernelevo.evaluation import Verdict
 
 P_VALUES = (1.0, 1.2, 1.5, 2.0)

@@ -132,8 +132,9 @@ def _open_bench(store, options: BenchOptions) -> str:
               "candidates": str(options.candidates) if options.candidates else None,
               "tasks_glob": options.tasks_glob, "max_cost_usd": options.max_cost_usd,
               "per_task": dataclasses.asdict(s.limits), "search": dataclasses.asdict(s.settings),
-              "format": s.fmt, "policy": s.judge.policy, "trials": s.judge.trials, "shapes": s.judge.shapes, "seed": s.seed,
-              "weights": dict(options.weights), "baseline": s.baseline if s.judge.compile_baseline else "eager"}
+              "format": s.fmt, "policy": s.judge.policy, "trials": s.judge.trials, "shapes": s.judge.shapes,
+              "seed": s.seed,
+              "weights": dict(options.weights), "baseline": s.ranked_by}
     return store.start_bench(str(options.suite), "candidates" if options.candidates else "search", config, gpu,
                              torch_version, [(str(p), p.stem) for p in paths])
 
@@ -166,7 +167,7 @@ class _Runner:
         self.lock = threading.Lock()
         self.stop = threading.Event()
         s = options.search
-        self.view = BenchView(bench_id, len(self.rows), baseline=s.baseline if s.judge.compile_baseline else "eager")
+        self.view = BenchView(bench_id, len(self.rows), baseline=s.ranked_by)
         self.committed = sum(r["cost_usd"] for r in self.rows if r["status"] in ("done", "failed"))
         self.reserved: dict[int, float] = {}  # position -> the most a running task may still spend
         self.live: dict[int, Progress] = {}

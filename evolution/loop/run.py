@@ -68,10 +68,9 @@ def final_judgement(search: Search, options: OptimizeOptions, on_status: Callabl
 
 
 @dataclasses.dataclass(frozen=True)
-class _Opened:
+class _Prepared:
     """A run once opened and prepared: what the search and the finish need (optimize's steps hand it on)."""
 
-    archive: Any
     state: RunState
     ensemble: ensembles.Ensemble
     gate: NoveltyGate
@@ -134,7 +133,7 @@ def _stopped(archive, run_id: str) -> None:
 
 
 def _prepared(archive, task, config, ensemble: ensembles.Ensemble, opened: tuple[int, str, int, str, str],
-              options: OptimizeOptions, on_status: Callable[[str], None]) -> _Opened:
+              options: OptimizeOptions, on_status: Callable[[str], None]) -> _Prepared:
     """The opened (or resumed) run seeded with stepping stones, with what it had spent and judged restored."""
     from kernelevo.agent.prompting import task_view
 
@@ -164,11 +163,10 @@ def _prepared(archive, task, config, ensemble: ensembles.Ensemble, opened: tuple
             gate.add_source(member.kernel_id, member.source)
         else:
             gate.remember(member.kernel_id, member.source)
-    return _Opened(archive, state, ensemble, gate, budget, _islands_for(options.settings, formats, on_status),
-                   seed, seeded)
+    return _Prepared(state, ensemble, gate, budget, _islands_for(options.settings, formats, on_status), seed, seeded)
 
 
-def _measure_opponent(run: _Opened, judge, options: OptimizeOptions, on_status: Callable[[str], None]) -> str:
+def _measure_opponent(run: _Prepared, judge, options: OptimizeOptions, on_status: Callable[[str], None]) -> str:
     """Time what the kernels must beat, before any call, into every prompt's context; the sentence that
     ends the run where the compiler leaves nothing to win ("" to search)."""
     state = run.state
@@ -179,15 +177,15 @@ def _measure_opponent(run: _Opened, judge, options: OptimizeOptions, on_status: 
     return "" if options.force else left_to_compiler(state.base_context.opponent)
 
 
-def _left_to_compiler(run: _Opened, left: str) -> Outcome:
-    run_id = run.state.run_id
-    run.archive.add_event(run_id, "finished", {"reason": left, "written": None})
-    run.archive.finish_run(run_id, "stopped", left)
+def _left_to_compiler(run: _Prepared, left: str) -> Outcome:
+    archive, run_id = run.state.archive, run.state.run_id
+    archive.add_event(run_id, "finished", {"reason": left, "written": None})
+    archive.finish_run(run_id, "stopped", left)
     return Outcome(run_id, left, EXIT_LEFT, seeded=run.seeded,
-                   summary={"spend": run.archive.spend(run_id), "baseline": run.state.baseline})
+                   summary={"spend": archive.spend(run_id), "baseline": run.state.baseline})
 
 
-def _started(run: _Opened, judge, on_progress, on_status: Callable[[str], None]) -> Search:
+def _started(run: _Prepared, judge, on_progress, on_status: Callable[[str], None]) -> Search:
     """The search, with what a kill left behind taken up again: children stored but never judged, and a
     new best whose re-measurement was cut off."""
     state = run.state
@@ -201,9 +199,10 @@ def _started(run: _Opened, judge, on_progress, on_status: Callable[[str], None])
     return search
 
 
-def _finish(run: _Opened, search: Search, reason, member, final, options: OptimizeOptions) -> Outcome:
+def _finish(run: _Prepared, search: Search, reason, member, final, options: OptimizeOptions) -> Outcome:
     """Write the best out, store how the run ended, and sum it up."""
-    archive, state, run_id = run.archive, run.state, run.state.run_id
+    state, run_id = run.state, run.state.run_id
+    archive = state.archive
     written = write_drop_in(member, final, state.task.name, run_id, options.out_dir) if final else None
     budget_hit, unreachable = reason.kind.budget, bool(search.unreachable)
     archive.finish_run(run_id, "stopped" if unreachable else "budget" if budget_hit else "finished", reason.text)

@@ -11,10 +11,10 @@ from typing import Optional
 import typer
 
 from kernelevo.cli.archive import archive_app
-from kernelevo.evaluation import Verdict
 from kernelevo.cli.common import (ArchiveOpt, CacheDirOpt, CompileBaselineOpt, ConfigOpt, ExecutorOpt, JsonOpt,
                                   RayAddressOpt, TimingSecondsOpt, TrialsOpt, archive_path, check_choice, config_or_fail,
                                   emit, executor_choice, fail, judge_devices, note, opened, task_ids)
+from kernelevo.evaluation import Verdict
 
 
 @archive_app.command()

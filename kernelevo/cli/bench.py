@@ -18,10 +18,9 @@ from kernelevo.cli.common import (ArchiveOpt, BaselineOpt, CacheDirOpt, Children
                                   ConcurrencyOpt,
                                   ConfigOpt, DeviceOpt, ExecutorOpt, FormatOpt, GenerationsOpt, GpusOpt, IslandsOpt,
                                   JsonOpt, ModelForOpt, ModelOpt, NcuOpt, PlateauOpt, PolicyOpt, ProfileTopOpt, RayAddressOpt,
-                                  EXIT_INTERRUPTED, SeedOpt, ShapesOpt, TimingSecondsOpt, TrialsOpt, check_choice,
-                                  budget_branch, judge_branch, search_branch,
-                                  emit,
-                                  fail, models_text, opened, say, search_options, SearchArgs)
+                                  EXIT_INTERRUPTED, SeedOpt, ShapesOpt, TimingSecondsOpt, TrialsOpt, budget_branch,
+                                  check_choice, emit, fail, judge_branch, models_text, opened, say, search_branch,
+                                  search_options, SearchArgs)
 from kernelevo.formats import FORMAT_CHOICES
 
 

@@ -130,7 +130,7 @@ def run_optimize(args: OptimizeArgs) -> None:
     if args.show_settings:
         from kernelevo.cli.views.settings import print_settings
 
-        return print_settings(options, args.given, options.config)
+        return print_settings(options, args.given)
     _echo(options)
     if args.parts:
         from kernelevo.cli.whole import run_parts

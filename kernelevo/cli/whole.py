@@ -10,10 +10,10 @@ from typing import Any, Optional
 
 import typer
 
-from kernelevo.evaluation import Verdict
 from kernelevo.cli.common import (EXIT_INTERRUPTED, EXIT_NOTHING_PLACED, ArchiveOpt, BaselineOpt, CacheDirOpt, CompileBaselineOpt, ConfigOpt,
                                   JsonOpt, OptimizeArgs, SeedOpt, ShapesOpt, TimingSecondsOpt, TrialsOpt,
                                   baseline_choice, check_choice, config_or_fail, fail, judge_branch, resolve_device, say)
+from kernelevo.evaluation import Verdict
 
 
 def assemble(

@@ -13,8 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from ...bound import peaks_from, unreliable
 from kernelevo.evaluation import Verdict
+
+from ...bound import peaks_from, unreliable
 
 LEFT_TO_COMPILER = 1.2  # compiled time within this factor of the speed of light: no room for a kernel
 

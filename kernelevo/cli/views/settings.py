@@ -42,13 +42,13 @@ def leaves(prefix: str, value: Any) -> Iterator[tuple[str, Any]]:
         yield prefix, value
 
 
-def settings_rows(options: Any, given: frozenset[str], config: Any) -> list[tuple[str, str, str]]:
+def settings_rows(options: Any, given: frozenset[str]) -> list[tuple[str, str, str]]:
     """(setting, value, where it came from) for a search's options (OptimizeOptions): the run's own, then the
     branches the search, the budget and the judge are handed. `given`: the parameters set on the command line."""
     tree = [(f"run.{name}", getattr(options, name)) for name in RUN_FIELDS]
     for branch, record in (("search", options.settings), ("budget", options.limits), ("judge", options.judge)):
         tree += [(path, value) for path, value in leaves(branch, record) if path not in RUNS_OWN]
-    return [(path, _text(value), _origin(path, given, config)) for path, value in tree]
+    return [(path, _text(value), _origin(path, given, options.config)) for path, value in tree]
 
 
 def _origin(path: str, given: frozenset[str], config: Any) -> str:
@@ -72,11 +72,12 @@ def _text(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
-def print_settings(options: Any, given: frozenset[str], config: Any) -> None:
-    read = f"; kernelevo.toml read from {config.path}" if config.path else "; no kernelevo.toml found"
+def print_settings(options: Any, given: frozenset[str]) -> None:
+    path = options.config.path
+    read = f"; kernelevo.toml read from {path}" if path else "; no kernelevo.toml found"
     table = Table(title=f"settings as the search is given them{read}", title_justify="left")
     for column in ("setting", "value", "from"):
         table.add_column(column, overflow="fold")
-    for row in settings_rows(options, given, config):
+    for row in settings_rows(options, given):
         table.add_row(*row)
     Console().print(table)
