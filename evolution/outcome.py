@@ -72,6 +72,7 @@ class Outcome:
     best_kernel_id: int | None = None
     written: Path | None = None
     seeded: tuple[int, int] = (0, 0)  # kernels, tasks
+    waiting: bool = False  # stopped for a reply: a replay's recording ended; answer its prompt, then --resume
     summary: dict = field(default_factory=dict)
 
 

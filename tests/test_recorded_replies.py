@@ -173,3 +173,90 @@ def test_a_resumed_replay_is_not_served_again_what_its_run_was_served(tmp_path):
     assert (tmp_path / "prompts" / "0004.prompt.md").is_file()
     with pytest.raises(ValueError, match="searched task 'task_scale', not 'other'"):
         member(parse_spec(f"replay:{recorded}"), Config(), ReplayPlace("other", archive_path, tmp_path))
+
+
+def test_a_bench_replayed_in_rounds_waits_for_each_answer_and_goes_on_from_it(tmp_path):
+    """A suite searched by replay rounds, as the yardstick runs: no reply recorded yet, so the task's run stops at its
+    first call with that prompt written, waiting (no final, the bench row pending); answered, `--resume` serves the
+    answer (judged once, not again) and waits at the next call; answered again, the task's two calls are spent and it
+    finishes with its best re-judged. Nothing is sent anywhere: there is no server."""
+    import dataclasses
+    import shutil
+
+    from kernelevo.config import Config
+    from kernelevo.evolution.budget import BudgetLimits
+    from kernelevo.evolution.drivers.bench import BenchOptions, run_bench
+    from kernelevo.evolution.options import OptimizeOptions, SearchSettings
+    from kernelevo.judge.api import JudgeOptions, TimingConfig
+
+    (tmp_path / "suite").mkdir()
+    shutil.copy(TASK, tmp_path / "suite" / "scale.py")
+    prompts = tmp_path / "out" / "prompts" / "scale"
+    search = OptimizeOptions(task_path=TASK, models=(f"replay:{tmp_path / 'out' / 'prompts'}",), devices=("cpu",),
+                             archive_path=tmp_path / "archive.sqlite", out_dir=tmp_path / "out",
+                             cache_dir=tmp_path / "cache", config=Config(), seed=1,
+                             judge=JudgeOptions(trials=2, timing=TimingConfig(max_seconds=0.2), compile_baseline=False),
+                             settings=SearchSettings(children_per_generation=1, llm_concurrency=1),
+                             limits=BudgetLimits(max_llm_calls=2, plateau_generations=9))
+    first = run_bench(BenchOptions(suite=tmp_path / "suite", search=search))
+    assert (first.status, first.waiting) == ("stopped", 1)
+    assert sorted(p.name for p in prompts.iterdir()) == ["0001.prompt.md"]
+
+    def row() -> dict:
+        with Archive.open_readonly(tmp_path / "archive.sqlite") as store:
+            (found,) = store.bench_tasks(first.bench_id)
+            return found | {"finals": store._read("SELECT COUNT(*) AS n FROM evaluations WHERE purpose = 'final'")[0]["n"],
+                            "kernels": store._read("SELECT COUNT(*) AS n FROM kernels")[0]["n"]}
+
+    waiting = row()
+    assert (waiting["status"], waiting["run_status"], waiting["finals"], waiting["calls"]) == ("pending", "stopped", 0, 0)
+    assert waiting["stop_reason"].startswith("replay ended at call 1 (translate)")
+
+    resumed = dataclasses.replace(BenchOptions(suite=tmp_path / "suite", search=search), resume=first.bench_id)
+    (prompts / "0001.reply.md").write_text(f"Idea: scale in one pass.\n\n```python\n{KERNELS['good']}```\n")
+    second = run_bench(resumed)
+    assert (second.status, second.waiting) == ("stopped", 1)
+    assert sorted(p.name for p in prompts.glob("*.prompt.md")) == ["0001.prompt.md", "0002.prompt.md"]
+    middle = row()
+    assert (middle["status"], middle["run_id"], middle["calls"], middle["kernels"]) == ("pending", waiting["run_id"], 1, 1)
+    assert middle["stop_reason"].startswith("replay ended at call 2")
+
+    (prompts / "0002.reply.md").write_text(f"Idea: the same, in chunks.\n\n```python\n{KERNELS['chunked']}```\n")
+    third = run_bench(resumed)
+    assert (third.status, third.waiting) == ("finished", 0)
+    done = row()
+    assert (done["status"], done["run_id"], done["calls"], done["replayed"]) == ("done", waiting["run_id"], 2, 2)
+    assert done["finals"] >= 1 and done["verdict"] == "ok" and done["kernels"] == 2
+    assert sorted(p.name for p in prompts.glob("*.prompt.md")) == ["0001.prompt.md", "0002.prompt.md"]
+
+
+def test_a_waiting_replay_ends_where_it_is_when_resumed_with_the_calls_it_made(tmp_path, monkeypatch):
+    """`optimize` on a folder holding one reply and a cap of 2 waits at call 2 (stopped, nothing re-judged, nothing
+    written); resumed with the cap at the one call it made, it stops on its budget and writes its best, re-judged."""
+    import dataclasses
+
+    from kernelevo.config import Config
+    from kernelevo.evolution.budget import BudgetLimits
+    from kernelevo.evolution.loop import optimize
+    from kernelevo.evolution.options import OptimizeOptions, SearchSettings
+    from kernelevo.evolution.outcome import EXIT_BUDGET
+    from kernelevo.judge.api import JudgeOptions, TimingConfig
+
+    folder = tmp_path / "replies" / "task_scale"
+    write_prompt(folder, 1, "translate", "c", _messages("recorded elsewhere"))
+    (folder / "0001.reply.md").write_text(f"Idea: scale in one pass.\n\n```python\n{KERNELS['good']}```\n")
+    options = OptimizeOptions(task_path=TASK, models=(f"replay:{tmp_path / 'replies'}",), devices=("cpu",),
+                              archive_path=tmp_path / "archive.sqlite", out_dir=tmp_path / "out",
+                              cache_dir=tmp_path / "cache", config=Config(), seed=1,
+                              judge=JudgeOptions(trials=2, timing=TimingConfig(max_seconds=0.2), compile_baseline=False),
+                              settings=SearchSettings(children_per_generation=1, llm_concurrency=1),
+                              limits=BudgetLimits(max_llm_calls=2, plateau_generations=9))
+    waiting = optimize(options)
+    assert waiting.waiting and waiting.exit_code == EXIT_BUDGET and waiting.best is None and waiting.written is None
+    assert waiting.reason.startswith("replay ended at call 2")
+    with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
+        assert archive.run(waiting.run_id)["status"] == "stopped"
+    ended = optimize(dataclasses.replace(options, resume=waiting.run_id, limits=BudgetLimits(max_llm_calls=1)))
+    assert not ended.waiting and ended.reason.startswith("max-llm-calls") and ended.best.verdict == "ok"
+    assert ended.written.is_file() and ended.run_id == waiting.run_id
+    assert [c["provider"] for c in _calls(tmp_path / "archive.sqlite", ended.run_id)] == ["replay"]

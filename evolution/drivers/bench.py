@@ -58,6 +58,7 @@ class BenchView:
 class BenchOutcome:
     bench_id: str
     status: str  # finished, or stopped (Ctrl-C: resumable)
+    waiting: int = 0  # tasks whose replay ended: each waits for its prompt's answer, then --resume
 
 
 class BenchError(ValueError):
@@ -110,8 +111,10 @@ def run_bench(options: BenchOptions, on_progress: Callable[[BenchView], None] = 
         except Stop:
             store.set_bench_status(bench_id, "stopped")
             raise
-        store.set_bench_status(bench_id, "finished")
-        return BenchOutcome(bench_id, "finished")
+        waiting = sum(r["status"] == "pending" and bool(r["run_id"]) for r in store.bench_tasks(bench_id))
+        status = "stopped" if waiting else "finished"
+        store.set_bench_status(bench_id, status)
+        return BenchOutcome(bench_id, status, waiting)
 
 
 def _open_bench(store, options: BenchOptions) -> str:
@@ -317,6 +320,8 @@ def _search_task(runner: _Runner, row: dict, device: str, cap: float | None) -> 
         raise Unreachable(outcome.reason)
     store = runner.store
     task_id = store.run(outcome.run_id)["task_id"]
+    if outcome.waiting:  # its replay ended: the run goes on once the prompt is answered (bench --resume)
+        return {"status": "pending", "run_id": outcome.run_id, "task_id": task_id, "error": ""}
     fields = {"status": "done", "run_id": outcome.run_id, "task_id": task_id, "error": ""}
     if outcome.best is not None:
         fields.update(kernel_id=outcome.best_kernel_id,

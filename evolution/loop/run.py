@@ -115,7 +115,10 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
                     return _left_to_compiler(run, left)
                 search = _started(run, judge, on_progress, on_status)
                 reason = search.run()
-                member, final = final_judgement(search, options, on_status)
+                # a replay whose recording ran out waits for that prompt's answer: the run goes on from it
+                # (--resume), so its best is not re-judged yet
+                waiting = reason.kind is budgets.StopKind.REPLAY_ENDED
+                member, final = (None, None) if waiting else final_judgement(search, options, on_status)
             except KeyboardInterrupt:
                 if search is not None:
                     search.abandon(0.0)
@@ -205,11 +208,14 @@ def _finish(run: _Prepared, search: Search, reason, member, final, options: Opti
     archive = state.archive
     written = write_drop_in(member, final, state.task.name, run_id, options.out_dir) if final else None
     budget_hit, unreachable = reason.kind.budget, bool(search.unreachable)
-    archive.finish_run(run_id, "stopped" if unreachable else "budget" if budget_hit else "finished", reason.text)
+    waiting = reason.kind is budgets.StopKind.REPLAY_ENDED
+    archive.finish_run(run_id, "stopped" if unreachable or waiting else "budget" if budget_hit else "finished",
+                       reason.text)
     archive.add_event(run_id, "finished", {"reason": reason.text, "written": str(written) if written else None})
     code = EXIT_UNREACHABLE if unreachable else EXIT_BUDGET if budget_hit else EXIT_OK
     formats = state.formats
     return Outcome(run_id, reason.text, code, final, member.kernel_id if member else None, written, run.seeded,
+                   waiting,
                    {"spend": archive.spend(run_id), "counts": archive.counts(run_id),
                     "calls": archive.call_yield(run_id),
                     "models": by_model(archive.model_yield(run_id), run.ensemble.labels),

@@ -139,6 +139,9 @@ def _run(args: BenchArgs) -> None:
     except OSError as exc:
         fail(f"{exc.strerror or exc}: {exc.filename or ''} (a full disk or an unwritable archive?)")
     _finish(options, outcome.bench_id, args.as_json)
+    if outcome.waiting:
+        say(f"{outcome.waiting} task(s) wait for a reply: answer each prompt in {options.search.out_dir}/prompts/<task>/ "
+            f"(NNNN.reply.md beside it), then continue with `kernelevo bench {options.suite} --resume {outcome.bench_id}`")
 
 
 def _finish(options: Any, bench_id: str, as_json: bool) -> None:

@@ -154,7 +154,9 @@ def run_optimize(args: OptimizeArgs) -> None:
     page = _write_report(options, outcome.run_id)
     say(f"run {outcome.run_id}: {outcome.reason}" + (f"; best kernel written to {outcome.written}"
                                                      if outcome.written else "")
-        + (f"; report: {page}" if page else ""))
+        + (f"; report: {page}" if page else "")
+        + (f"; answer it in NNNN.reply.md beside it, then continue with "
+           f"`kernelevo optimize {options.task_path} --resume {outcome.run_id}`" if outcome.waiting else ""))
     raise typer.Exit(outcome.exit_code)
 
 
