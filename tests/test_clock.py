@@ -196,6 +196,19 @@ def test_a_microsecond_kernel_is_timed_on_a_block_long_enough():
     assert clock._agreed(slow) and clock.judge(claim, clock._fastest(slow))["reason"] == "timing_mismatch"
 
 
+def test_a_block_of_one_call_is_allowed_what_a_block_pays_once():
+    """On an H200 (2026-11-29, the KernelBench sample) three honest kernels whose inputs filled the block's budget at
+    one call a block read about 0.15 ms over their timed figure in it, as a block of 8 microsecond calls did, and
+    were refused: the block's own excess has one call to spread over. Allowed now; a figure understated four times
+    on a 1-call block of a longer kernel is still refused."""
+    for claimed, speedup, seen, eager in ((0.2199, 36.6, 0.3777, 8.0580), (0.1300, 8.82, 0.2805, 1.1356),
+                                          (0.1297, 3.2, 0.2788, 0.4114)):  # LayerNorm, NewGELU, CrossEntropy
+        assert clock.judge(_claim(claimed, speedup), _block(seen, copy=0.15, eager=eager, calls=1)) is None
+    assert clock.judge(_claim(0.2199, 36.6), _block(0.3777, copy=0.15, eager=8.058))["reason"] == "timing_mismatch"
+    said = clock.judge(_claim(1.0 / 4, 8.0), _block(1.15, copy=0.3, eager=8.0, calls=1))
+    assert said["reason"] == "timing_mismatch"
+
+
 def test_a_block_lengthened_by_another_job_is_outvoted_by_two_that_agree():
     """On an H100 (2026-11-28, concurrency 8) one block of an honest softmax read 0.377 ms a call, 4.6 times
     the 0.08 its blocks read elsewhere, and the one-block rule refused it: other jobs' kernels share the device

@@ -28,6 +28,7 @@ from pathlib import Path
 from kernelevo.judge import verdicts
 from kernelevo.judge.measure import hold
 from kernelevo.judge.run import sandbox, zygote
+from kernelevo.judge.run.room import DeviceRoom, out_of_memory
 from kernelevo.judge.run.drive import WorkerDied, audit, drive  # noqa: F401 - the executor's names, as before
 from kernelevo.judge.job import Job
 
@@ -254,6 +255,12 @@ class WorkerPool:
                 kept.kill()
         return self._new(opponent=True)
 
+    def drop_checkers(self) -> None:
+        """End the kept checkers (a job about to run alone needs the memory they hold)."""
+        with self._lock:
+            while self._checkers:
+                self._checkers.pop().kill()
+
     def keep(self, checker: Worker) -> None:
         """A checker that ended its job cleanly (drive.py: settle), for the next one; else it is killed."""
         if not getattr(checker, "reusable", False) or not _alive(checker.proc):
@@ -331,6 +338,7 @@ class LocalExecutor(Spread):
         pinning = cpu_plan(devices)
         self.pools = {d: WorkerPool(d, self.cache_dir, spares, limits, pinning.get(d, {}))
                       for d in devices}
+        self.rooms = {d: DeviceRoom() for d in devices}
         workers = concurrency or max(1, min(8, (os.cpu_count() or 2) - 1)) * len(devices)
         self._threads = concurrent.futures.ThreadPoolExecutor(max_workers=workers)
         self._busy: set[Worker] = set()  # candidates' (and baselines') workers running a job
@@ -354,6 +362,17 @@ class LocalExecutor(Spread):
         return future
 
     def _run(self, job: Job, device: str) -> dict:
+        with self.rooms[device].shared():
+            result = self._once(job, device)
+        if not out_of_memory(result) or not device.startswith("cuda"):
+            return result
+        with self.rooms[device].alone():  # beside other jobs' memory: judged again with the device to itself
+            self.pools[device].drop_checkers()  # kept ones hold their last job's arenas
+            again = self._once(job, device)
+        return {**again, "notes": [*again.get("notes", []), "ran out of device memory beside other jobs; "
+                                   "judged again with the device to itself"]}
+
+    def _once(self, job: Job, device: str) -> dict:
         pool = self.pools[device]
         worker = pool.take(job)
         checker = pool.checker() if job.kind == "candidate" else None
