@@ -3,6 +3,7 @@ server (one task whose every reply is broken, one degenerate task), the bench ki
 and resumed, every row and the fast_p figures checked by hand against the archive; then the same
 suite scored from given candidate files, the two benches compared, and the suite report in Chromium."""
 import json
+import math
 import shutil
 import signal
 import sqlite3
@@ -129,6 +130,36 @@ def test_fast_p_by_hand(benched):
         assert shown["suite"]["fast_p"]["compile"][str(p)] is None  # torch.compile was not measured: not a 0
     assert shown["suite"]["correct"] == 2 and shown["suite"]["degenerate"] == 1
     assert [t["name"] for t in shown["tasks"]] == ["copy", "offset", "scale"]
+
+
+def test_each_best_kernels_format_loop_figures_share_of_the_bound_and_tokens_by_hand(benched):
+    """The yardstick's per-task figures (issue 52): the best kernel's format and its figures in a loop (the final
+    evaluation's host-inclusive twin), its share of the run's speed of light, and the tokens of every call."""
+    tmp, env, bench_id, _, _ = benched
+    shown = json.loads(cli(["bench", "show", bench_id, "--json", "--archive", str(tmp / "archive.sqlite")], env).stdout)
+    tasks = {t["name"]: t for t in shown["tasks"]}
+    finals = {r["name"]: r["evaluation_id"] for r in rows_of(tmp, bench_id)}
+    loops = []
+    with Archive.open_readonly(tmp / "archive.sqlite") as store:
+        for name, row in tasks.items():
+            calls = store._read("SELECT input_tokens + cache_read_tokens + cache_write_tokens AS i, output_tokens AS o "
+                                "FROM llm_calls WHERE run_id = ?", (row["run_id"],))
+            assert (row["input_tokens"], row["output_tokens"]) == (sum(c["i"] for c in calls), sum(c["o"] for c in calls))
+            assert row["input_tokens"] > 0 and row["output_tokens"] > 0
+            if not row["correct"]:
+                assert (row["format"], row["loop_speedup_eager"], row["sol_share"]) == ("", None, None)
+                continue
+            final = store.evaluation(finals[name])["data"]
+            assert row["format"] == final["format"] == "c"
+            assert row["loop_speedup_eager"] == final["loop"]["speedup_eager"] > 0
+            loops.append(row["loop_speedup_eager"])
+            (bound,) = [e["data"] for e in store.events(row["run_id"], "bound")][-1:]
+            beaten = store.events(row["run_id"], "bound_unreliable") or bound["unreliable"]
+            want = None if beaten else bound["bound_ms"] / final["candidate"]["median_ms"]
+            assert row["sol_share"] == want, (name, bound, beaten)
+    suite = shown["suite"]
+    assert suite["geomean_loop"]["eager"] == pytest.approx(math.exp(sum(map(math.log, loops)) / len(loops)))
+    assert suite["input_tokens"] == sum(t["input_tokens"] for t in tasks.values())
 
 
 def test_candidates_compare_and_report(benched):

@@ -20,7 +20,8 @@ BASELINES = {"eager": "speedup_eager", "compile": "speedup_compile"}
 
 def task_rows(stored: list[dict]) -> list[dict]:
     """Store.bench_tasks rows as table rows: name, status, verdict, correct, speedups and their intervals, specialized,
-    degenerate, calls, cost, wall time, and where the figures come from (run, kernel)."""
+    degenerate, calls, cost, tokens, wall time, where the figures come from (run, kernel), and of the best kernel its
+    format, its figures in a loop (host included) and its share of the speed of light."""
     out = []
     for r in stored:
         correct = r["status"] == "done" and r.get("verdict") == Verdict.OK
@@ -39,8 +40,22 @@ def task_rows(stored: list[dict]) -> list[dict]:
             "run_id": r.get("run_id"), "kernel_id": r.get("kernel_id"), "device_name": r.get("device_name") or "",
             # which device judged the figures: cuda:1, or on a Ray cluster the node and its GPU
             "device": (r.get("evaluation") or {}).get("node") or r.get("device") or "",
+            "input_tokens": int(r.get("input_tokens") or 0), "output_tokens": int(r.get("output_tokens") or 0),
+            **_of_best((r.get("evaluation") or {}) if correct else {}, r.get("bound") or {}, bool(r.get("bound_beaten"))),
         })
     return out
+
+
+def _of_best(evaluation: dict, bound: dict, beaten: bool) -> dict:
+    """The best kernel's format, its figures in a loop of calls (host work included), and its share of the run's
+    speed of light (the bound's time over the kernel's; None where the run had none, or a kernel ran faster than
+    it: the estimate is wrong there)."""
+    loop = evaluation.get("loop") or {}
+    ms = (evaluation.get("candidate") or {}).get("median_ms")
+    reliable = bound.get("bound_ms") and not bound.get("unreliable") and not beaten
+    return {"format": evaluation.get("format") or "",
+            "loop_speedup_eager": loop.get("speedup_eager"), "loop_speedup_compile": loop.get("speedup_compile"),
+            "sol_share": bound["bound_ms"] / ms if reliable and ms else None}
 
 
 def fast_p(rows: list[dict], p: float, baseline: str = "eager") -> float | None:
@@ -59,7 +74,8 @@ def geomean(values: list[float]) -> float | None:
 
 def summary(rows: list[dict], p_values: tuple[float, ...] = P_VALUES) -> dict[str, Any]:
     """The suite's figures: correct rate, fast_p (all tasks and non-degenerate ones) against eager
-    and torch.compile, geomean speedups over correct tasks, totals of cost, calls and wall time."""
+    and torch.compile, geomean speedups over correct tasks (device time, and in a loop with the host's work),
+    totals of cost, calls, tokens and wall time."""
     healthy = [r for r in rows if not r["degenerate"]]
     correct = [r for r in rows if r["correct"]]
     return {
@@ -69,6 +85,9 @@ def summary(rows: list[dict], p_values: tuple[float, ...] = P_VALUES) -> dict[st
         "fast_p": {b: {str(p): fast_p(rows, p, b) for p in p_values} for b in BASELINES},
         "fast_p_healthy": {b: {str(p): fast_p(healthy, p, b) for p in p_values} for b in BASELINES},
         "geomean": {b: geomean([r[k] for r in correct]) for b, k in BASELINES.items()},
+        # in a loop of calls, host work included (the final judgement's twin of the device figures)
+        "geomean_loop": {b: geomean([r[f"loop_{k}"] for r in correct]) for b, k in BASELINES.items()},
+        "input_tokens": sum(r["input_tokens"] for r in rows), "output_tokens": sum(r["output_tokens"] for r in rows),
         "cost_usd": sum(r["cost_usd"] for r in rows), "calls": sum(r["calls"] for r in rows),
         "unknown_cost_calls": sum(r["unknown_cost_calls"] for r in rows), "replayed": sum(r["replayed"] for r in rows),
         "wall_s": sum(r["wall_s"] for r in rows),

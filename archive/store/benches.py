@@ -72,7 +72,8 @@ class BenchesMixin(Store):
     def bench_tasks(self, bench_id: str) -> list[dict]:
         """A bench's tasks in order, each with the figures of the evaluation it points to (verdict,
         reason, speedups, specialized, device, its whole record as `evaluation`), its run's status
-        and stop reason, and its LLM calls (`replayed`: of them, those answered from a recording) and known cost."""
+        and stop reason, its LLM calls (`replayed`: of them, those answered from a recording), known cost and tokens, and
+        its run's speed of light (`bound`, the run's 'bound' event; `bound_beaten`: a kernel ran faster than it)."""
         rows = self._read(
             "SELECT t.*, e.verdict, e.reason, e.speedup_eager, e.speedup_compile, e.specialized, e.device_name, e.device, "
             "e.speedup_eager_lo, e.speedup_eager_hi, e.speedup_compile_lo, e.speedup_compile_hi, "
@@ -80,10 +81,17 @@ class BenchesMixin(Store):
             "(SELECT COUNT(*) FROM llm_calls c WHERE c.run_id = t.run_id) AS calls, "
             "(SELECT TOTAL(c.cost_usd) FROM llm_calls c WHERE c.run_id = t.run_id) AS cost_usd, "
             "(SELECT COUNT(*) - COUNT(c.cost_usd) FROM llm_calls c WHERE c.run_id = t.run_id) AS unknown_cost_calls, "
-            "(SELECT COUNT(*) FROM llm_calls c WHERE c.run_id = t.run_id AND c.provider = 'replay') AS replayed "
+            "(SELECT COUNT(*) FROM llm_calls c WHERE c.run_id = t.run_id AND c.provider = 'replay') AS replayed, "
+            "(SELECT TOTAL(c.input_tokens + c.cache_read_tokens + c.cache_write_tokens) FROM llm_calls c "
+            "WHERE c.run_id = t.run_id) AS input_tokens, "
+            "(SELECT TOTAL(c.output_tokens) FROM llm_calls c WHERE c.run_id = t.run_id) AS output_tokens, "
+            "(SELECT v.data FROM events v WHERE v.run_id = t.run_id AND v.kind = 'bound' ORDER BY v.id DESC LIMIT 1) "
+            "AS bound, "
+            "(SELECT COUNT(*) FROM events v WHERE v.run_id = t.run_id AND v.kind = 'bound_unreliable') AS bound_beaten "
             "FROM bench_tasks t LEFT JOIN evaluations e ON e.id = t.evaluation_id "
             "LEFT JOIN runs r ON r.id = t.run_id WHERE t.bench_id = ? ORDER BY t.position", (bench_id,))
         for row in rows:
             row["evaluation"] = loads(row["evaluation"])
+            row["bound"] = loads(row["bound"])
             intervals(row)
         return rows

@@ -177,6 +177,8 @@ def _measure_opponent(run: _Prepared, judge, options: OptimizeOptions, on_status
         # (the Triton interpreter times nothing)
         opponent = _opponent(judge, state.task, options.devices[0], state.baseline, on_status)
         state.base_context = dataclasses.replace(state.base_context, opponent=opponent)
+        if _bound_summary(opponent):  # a bench's table gives each task's best as a share of it
+            state.archive.add_event(state.run_id, "bound", _bound_summary(opponent))
     return "" if options.force else left_to_compiler(state.base_context.opponent)
 
 

@@ -73,13 +73,19 @@ def suite_table(suite: dict, other: dict | None = None):
 
 
 def suite_facts(suite: dict) -> str:
-    """Correct rate, geomean speedups over correct tasks, flags and totals, in one line."""
+    """Correct rate, geomean speedups over correct tasks (device time, and in a loop with the host's work), flags and
+    totals, in one line."""
     unknown = f" (+{suite['unknown_cost_calls']} calls of unknown cost)" if suite["unknown_cost_calls"] else ""
+    loop = suite.get("geomean_loop") or {}
+    in_loop = (f" (in a loop, host included: {_x(loop['eager'])} vs eager, {_x(loop['compile'])} vs torch.compile)"
+               if loop.get("eager") else "")
+    tokens = (f", tokens {suite['input_tokens']:,} in, {suite['output_tokens']:,} out"
+              if suite.get("input_tokens") else "")
+    replayed = f" ({suite['replayed']} replayed)" if suite.get("replayed") else ""
     return (f"correct {suite['correct']}/{suite['tasks']} ({share_text(suite['correct_rate'])}); geomean over correct "
-            f"tasks {_x(suite['geomean']['eager'])} vs eager, {_x(suite['geomean']['compile'])} vs torch.compile; "
-            f"{suite['degenerate']} degenerate, {suite['specialized']} specialized; LLM calls {suite['calls']}"
-            + (f" ({suite['replayed']} replayed)" if suite.get("replayed") else "") + ", "
-            f"${suite['cost_usd']:.2f}{unknown}; wall {suite['wall_s'] / 60:.1f} min")
+            f"tasks {_x(suite['geomean']['eager'])} vs eager, {_x(suite['geomean']['compile'])} vs torch.compile"
+            f"{in_loop}; {suite['degenerate']} degenerate, {suite['specialized']} specialized; LLM calls "
+            f"{suite['calls']}{replayed}, ${suite['cost_usd']:.2f}{unknown}{tokens}; wall {suite['wall_s'] / 60:.1f} min")
 
 
 def print_compare(cmp: dict) -> None:
