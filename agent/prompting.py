@@ -13,7 +13,7 @@ import string
 import tomllib
 from dataclasses import dataclass, field
 
-from kernelevo.evaluation import Failure, Variant, Verdict
+from kernelevo.evaluation import Failure, Figures, Shown, Variant, Verdict
 from kernelevo.formats import FORMATS
 
 from .edits import EditFailure
@@ -202,29 +202,31 @@ def _number(value: float | None, digits: int = 2) -> str:
 HOST_BOUND = 0.2  # a host share of a call above which the prompt says launches and allocations dominate
 
 
-def _loop(v: Variant) -> str:
-    if v.loop_ms is None:
+def _loop(f: Figures) -> str:
+    if f.loop_ms is None:
         return ""
-    host = "" if v.host_share is None else phrase(
-        "labels", "host_bound" if v.host_share > HOST_BOUND else "host_share", pct=f"{100 * v.host_share:.0f}",
-        ms=_number(v.loop_ms * v.host_share, 4))
-    return fill("loop_beside.md", loop_ms=_number(v.loop_ms, 4), host=host)
+    host = "" if f.host_share is None else phrase(
+        "labels", "host_bound" if f.host_share > HOST_BOUND else "host_share", pct=f"{100 * f.host_share:.0f}",
+        ms=_number(f.loop_ms * f.host_share, 4))
+    return fill("loop_beside.md", loop_ms=_number(f.loop_ms, 4), host=host)
 
 
 def variant(v: Variant) -> str:
-    if v.verdict == Verdict.OK:
-        compiled = f"{_number(v.speedup_compile)}x torch.compile" if v.speedup_compile is not None \
+    f, shown = v.figures, v.shown
+    if f.verdict == Verdict.OK:
+        compiled = f"{_number(f.speedup_compile)}x torch.compile" if f.speedup_compile is not None \
             else f"torch.compile {phrases()['labels']['unknown']}"  # not "not measuredx torch.compile"
-        beside = fill("eager_beside.md", eager_ms=_number(v.eager_ms, 4)) if v.eager_ms is not None else ""
-        measured = fill("measured_ok.md", eager=_number(v.speedup_eager), compiled=compiled, ms=_number(v.ms, 4),
-                        beside=beside, loop=_loop(v))
+        beside = fill("eager_beside.md", eager_ms=_number(f.eager_ms, 4)) if f.eager_ms is not None else ""
+        measured = fill("measured_ok.md", eager=_number(f.speedup_eager), compiled=compiled, ms=_number(f.ms, 4),
+                        beside=beside, loop=_loop(f))
     else:
-        measured = fill("measured_failed.md", verdict=v.verdict, reason=v.reason, message=v.message)
-    attempts = _then(fill("attempts.md", label=v.label, lines="".join(v.attempts).rstrip("\n"))) if v.attempts else ""
-    return fill("variant.md", label=v.label, format=v.format, measured=measured,
+        measured = fill("measured_failed.md", verdict=f.verdict, reason=f.reason, message=f.message)
+    attempts = (_then(fill("attempts.md", label=shown.label, lines="".join(shown.attempts).rstrip("\n")))
+                if shown.attempts else "")
+    return fill("variant.md", label=shown.label, format=v.format, measured=measured,
                 kernel=f", kernel {v.kernel_id}" if v.kernel_id is not None else "",
-                notes=f"\n{v.notes}" if v.notes else "", source=v.source.rstrip("\n"),
-                profile=f"\n{v.profile}" if v.profile else "", attempts=attempts)
+                notes=f"\n{shown.notes}" if shown.notes else "", source=v.source.rstrip("\n"),
+                profile=f"\n{shown.profile}" if shown.profile else "", attempts=attempts)
 
 
 def phrase(section: str, key: str, **values: object) -> str:
@@ -304,7 +306,7 @@ def repair(ctx: Context, failed: Variant, fb: Failure, edit_format: str = "whole
 
 def mutate(ctx: Context, parent: Variant, edit_format: str = "whole") -> list[Message]:
     job = fill("mutate.md", parent=variant(parent), insights=_insights(ctx),
-               answer=_answer(edit_format, f"kernel {parent.label}"))
+               answer=_answer(edit_format, f"kernel {parent.shown.label}"))
     return _conversation(ctx, job)
 
 
@@ -315,7 +317,7 @@ def crossover(ctx: Context, parents: list[Variant]) -> list[Message]:
 
 
 def reflect(ctx: Context, variants: list[Variant]) -> list[Message]:
-    ranked = sorted(variants, key=lambda v: -(v.speedup_eager or 0.0))
+    ranked = sorted(variants, key=lambda v: -(v.figures.speedup_eager or 0.0))
     job = fill("reflect.md", count=len(ranked), variants="\n\n".join(variant(v) for v in ranked),
                insights=_insights(ctx), answer=_answer("whole", ""))
     return _conversation(ctx, job)
@@ -377,9 +379,8 @@ def feedback_from(evaluation) -> Failure:
 
 def variant_from(source: str, fmt: str, evaluation, label: str = "A", profile: str = "", notes: str = "") -> Variant:
     """A judged kernel as the prompts show it."""
-    ms = evaluation.candidate.median_ms if evaluation.candidate else None
-    eager_ms = evaluation.eager.median_ms if evaluation.eager else None
-    loop = evaluation.loop
-    return Variant(source, fmt, label, evaluation.verdict, evaluation.reason, evaluation.message,
-                   evaluation.speedup_eager, evaluation.speedup_compile, ms, profile, notes, eager_ms,
-                   loop_ms=loop.candidate_ms if loop else None, host_share=loop.host_share if loop else None)
+    e, loop = evaluation, evaluation.loop
+    figures = Figures(e.verdict, e.reason, e.message, e.speedup_eager, e.speedup_compile,
+                      ms=e.candidate.median_ms if e.candidate else None, eager_ms=e.eager.median_ms if e.eager else None,
+                      loop_ms=loop.candidate_ms if loop else None, host_share=loop.host_share if loop else None)
+    return Variant(source, fmt, figures=figures, shown=Shown(label, profile, notes))

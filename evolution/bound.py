@@ -58,14 +58,14 @@ def at_bound(member, opponent) -> str:
     within AT_BOUND of the opponent's speed of light, else ''. A bound that anything measured beats by more
     than SPREAD (the member included) stops nothing."""
     bound_ms = opponent.bound_ms if opponent is not None else None
-    if member is None or not bound_ms or not member.ms or member.ms > AT_BOUND * bound_ms:
+    if member is None or not bound_ms or not member.figures.ms or member.figures.ms > AT_BOUND * bound_ms:
         return ""
-    if opponent_bound(opponent) or unreliable(bound_ms, {f"kernel {member.kernel_id}": member.ms}):
+    if opponent_bound(opponent) or unreliable(bound_ms, {f"kernel {member.kernel_id}": member.figures.ms}):
         return ""
     ahead = member.fitness_ci[0] > 1.0 if member.fitness_ci else member.fitness > 1.0
     if not ahead:
         return ""
-    return (f"at the bound: kernel {member.kernel_id} takes {member.ms:.4f} ms, within {AT_BOUND}x of the speed of "
+    return (f"at the bound: kernel {member.kernel_id} takes {member.figures.ms:.4f} ms, within {AT_BOUND}x of the speed of "
             f"light ({bound_ms:.4f} ms{_from(opponent)})")
 
 

@@ -22,7 +22,7 @@ def _islands(population: Population | Iterable[Variant], n_islands: int) -> dict
         return {i: population.by_island(i) for i in range(n_islands)}
     out: dict[int, list[Variant]] = {i: [] for i in range(n_islands)}
     for m in population:
-        out.setdefault(m.island, []).append(m)
+        out.setdefault(m.lineage.island, []).append(m)
     return out
 
 
@@ -63,7 +63,7 @@ def needing_seed(population: Population | Iterable[Variant], n_islands: int,
     for i, members in sorted(_islands(population, n_islands).items()):
         if i >= max(1, n_islands) or i in pending:
             continue
-        judged = [m for m in members if m.verdict and m.operator != "tune"]  # a tune variant's failure is its constant's
+        judged = [m for m in members if m.figures.verdict and m.lineage.operator != "tune"]  # a tune variant's failure is its constant's
         if not any(m.ok for m in members):
             return i
         recent = sorted(judged, key=lambda m: m.kernel_id)[-COLLAPSE_AFTER:]

@@ -1,9 +1,10 @@
 """The population: every candidate of a run as a frozen `Variant` (kernelevo.evaluation: the one record
 of a judged kernel, which the prompts show too), grouped by island and niche.
 
-A member is the search's view of one kernel: what it is (source, format), where it came from
-(operator, parents, generation) and what the judge said (verdict, speedups). It is rebuilt from
-archive rows on resume, so it holds only plain values.
+A member is the search's view of one kernel: what it is (source, format), what the judge said
+(`figures`: verdict, speedups), where it came from (`lineage`: operator, parents, island, generation,
+niche) and how a prompt shows it (`shown`). It is rebuilt from archive rows on resume, so it holds
+only plain values.
 
 Islands and migration: a migrant is the same kernel listed on a second island. `Population.add`
 with a kernel id already present on another island records that copy; population-wide views
@@ -69,15 +70,16 @@ class Population:
         """Add a kernel, update one (same id and island: replaced), or add a migrant copy
         (same id, another island)."""
         home = self._home.get(member.kernel_id)
-        if home is None or home.island == member.island:
+        if home is None or home.lineage.island == member.lineage.island:
             self._home[member.kernel_id] = member
-        self._islands.setdefault(member.island, {})[member.kernel_id] = member
+        self._islands.setdefault(member.lineage.island, {})[member.kernel_id] = member
 
     def migrate_in(self, kernel_id: int, island: int) -> Variant:
         """List kernel `kernel_id` on `island` as well (a migration move); returns the copy."""
         from dataclasses import replace
 
-        copy = replace(self._home[kernel_id], island=island)
+        home = self._home[kernel_id]
+        copy = replace(home, lineage=replace(home.lineage, island=island))
         self.add(copy)
         return copy
 
@@ -122,6 +124,6 @@ def elites_of(members: Iterable[Variant]) -> dict[str, Variant]:
     """Best correct member per niche (the incumbent, as best_of), niches in order of first appearance."""
     out: dict[str, Variant] = {}
     for m in members:
-        if m.ok and beats(m, out.get(m.niche)):
-            out[m.niche] = m
+        if m.ok and beats(m, out.get(m.lineage.niche)):
+            out[m.lineage.niche] = m
     return out

@@ -63,14 +63,14 @@ def pick_crossover_parents(members: Sequence[Variant], rng: random.Random, n: in
     fresh = [c for c in combinations(ok[:40], min(n, len(ok))) if frozenset(m.kernel_id for m in c) not in avoid]
     if not fresh:
         return []
-    apart = [c for c in fresh if len({m.niche for m in c}) == len(c)]
+    apart = [c for c in fresh if len({m.lineage.niche for m in c}) == len(c)]
     return sorted(rng.choice(apart or fresh), key=rank_key)
 
 
 def _draw_parents(ok: list[Variant], rng: random.Random, n: int) -> list[Variant]:
     by_niche: dict[str, list[Variant]] = {}
     for m in ok:
-        by_niche.setdefault(m.niche, []).append(m)
+        by_niche.setdefault(m.lineage.niche, []).append(m)
     niches = list(by_niche)
     rng.shuffle(niches)
     picked = [tournament(by_niche[niche], rng) for niche in niches[:n]]
@@ -89,7 +89,7 @@ def tune_parents(tunable: Sequence[Variant], rng: random.Random, per_island: int
     from (a run tuned its slowest kernel twice, a 0.71x crossover)."""
     by_island: dict[int, list[Variant]] = {}
     for m in sorted((m for m in tunable if m.ok), key=rank_key):
-        by_island.setdefault(m.island, []).append(m)
+        by_island.setdefault(m.lineage.island, []).append(m)
     top = list({m.kernel_id: m for ms in by_island.values() for m in ms[:max(1, per_island)]}.values())
     rng.shuffle(top)
     return top
@@ -99,7 +99,7 @@ def pick_reflect_variants(members: Sequence[Variant], rng: random.Random, k: int
     """`k` measured correct variants spanning the speedups seen: the best, then one drawn from
     each of k-1 equal rank strata of the rest, fastest first. Contrast is what the reflect
     prompt learns from; k near-identical top kernels teach nothing about why one is fast."""
-    ranked = sorted(_distinct_sources([m for m in members if m.ok and m.speedup_eager is not None]), key=rank_key)
+    ranked = sorted(_distinct_sources([m for m in members if m.ok and m.figures.speedup_eager is not None]), key=rank_key)
     if len(ranked) <= k:
         return ranked
     best, rest = ranked[0], ranked[1:]
@@ -122,22 +122,22 @@ def pick_repair_target(members: Sequence[Variant], rng: random.Random) -> Varian
     Pass all members (or a recent slice of all), not the failures alone: the parents' verdicts
     and the existing repairs are read from the same list."""
     by_id = {m.kernel_id: m for m in members}
-    repaired = {p for m in members if m.operator == "repair" for p in m.parents}
+    repaired = {p for m in members if m.lineage.operator == "repair" for p in m.lineage.parents}
     eligible = [
         m for m in members
-        if m.verdict in FIXABLE and m.kernel_id not in repaired and m.operator != "tune"
-        and (m.operator == "translate" or any(by_id[p].ok for p in m.parents if p in by_id))
+        if m.figures.verdict in FIXABLE and m.kernel_id not in repaired and m.lineage.operator != "tune"
+        and (m.lineage.operator == "translate" or any(by_id[p].ok for p in m.lineage.parents if p in by_id))
     ]
     if not eligible:
         return None
-    eligible.sort(key=lambda m: (m.generation, m.kernel_id), reverse=True)
+    eligible.sort(key=lambda m: (m.lineage.generation, m.kernel_id), reverse=True)
     return rng.choice(eligible[:REPAIR_WINDOW])
 
 
 def approaches(members: Sequence[Variant]) -> int:
     """How many distinct approaches the correct members hold, a kernel and its tune variants
     counting once: crossover and reflect need two (what they contrast is the approaches)."""
-    return len(_distinct_sources([m for m in members if m.ok and m.speedup_eager is not None]))
+    return len(_distinct_sources([m for m in members if m.ok and m.figures.speedup_eager is not None]))
 
 
 def _distinct_sources(members: list[Variant]) -> list[Variant]:

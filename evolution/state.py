@@ -13,7 +13,7 @@ from pathlib import Path
 from kernelevo.agent.profile_block import profile_block
 from kernelevo.agent.prompting import Context, insight
 from kernelevo.archive.rows import own_improvement, unique
-from kernelevo.evaluation import Evaluation, Profile, Verdict
+from kernelevo.evaluation import Evaluation, Figures, Lineage, Profile, Shown, Verdict
 from kernelevo.llm_call import LLMCall
 from kernelevo.tasks import Task
 from kernelevo.twins import host_share
@@ -33,31 +33,33 @@ def judged(kernel: Variant, evaluation: Evaluation) -> Variant:
 def member_from_row(row: dict, baseline: str = "eager") -> Variant:
     """A Variant from an archive kernel row (with its latest search evaluation), ranked against `baseline`."""
     ci, compile_ci = row.get("speedup_eager_ci"), row.get("speedup_compile_ci")
-    return Variant(kernel_id=row["id"], source=row["source"], format=row["format"] or "", operator=row["operator"],
-                   parents=tuple(row.get("parents") or ()), island=row.get("island") or 0,
-                   generation=row.get("generation") or 0, verdict=row.get("verdict") or "",
-                   reason=row.get("reason") or "", speedup_eager=row.get("speedup_eager"),
-                   speedup_compile=row.get("speedup_compile"), speedup_eager_ci=tuple(ci) if ci else None,
-                   speedup_compile_ci=tuple(compile_ci) if compile_ci else None,
-                   ms=row.get("candidate_ms"), eager_ms=row.get("eager_ms"),
-                   niche=row.get("niche") or "", stepping_stone=bool(row.get("stepping_stone")), baseline=baseline,
-                   loop_ms=row.get("loop_ms"), host_share=host_share(row.get("loop_device_ms"), row.get("loop_ms")))
+    figures = Figures(verdict=row.get("verdict") or "", reason=row.get("reason") or "",
+                      speedup_eager=row.get("speedup_eager"), speedup_compile=row.get("speedup_compile"),
+                      speedup_eager_ci=tuple(ci) if ci else None, speedup_compile_ci=tuple(compile_ci) if compile_ci else None,
+                      ms=row.get("candidate_ms"), eager_ms=row.get("eager_ms"), loop_ms=row.get("loop_ms"),
+                      host_share=host_share(row.get("loop_device_ms"), row.get("loop_ms")))
+    lineage = Lineage(operator=row["operator"], parents=tuple(row.get("parents") or ()), island=row.get("island") or 0,
+                      generation=row.get("generation") or 0, niche=row.get("niche") or "")
+    return Variant(row["source"], row["format"] or "", row["id"], figures, lineage, baseline=baseline)
 
 
 def remeasured(member: Variant, evaluation: Evaluation, stored: bool = False) -> Variant:
     """The member with a re-measurement's figures in place of the search's: what selection then uses.
     `stored`: the speedups as an archive row holds them (an infinite one is None)."""
+    return dataclasses.replace(member, figures=figures_of(evaluation, stored))
+
+
+def figures_of(evaluation: Evaluation, stored: bool = False) -> Figures:
+    """A search's figures of a kernel from its evaluation; `stored`: as an archive row holds them (an infinite speedup
+    is None)."""
     e = evaluation
     speedups = (_finite(e.speedup_eager), _finite(e.speedup_compile), _finite_ci(e.speedup_eager_ci),
                 _finite_ci(e.speedup_compile_ci)) if stored else \
         (e.speedup_eager, e.speedup_compile, e.speedup_eager_ci, e.speedup_compile_ci)
-    return dataclasses.replace(
-        member, verdict=e.verdict, reason=e.reason, speedup_eager=speedups[0], speedup_compile=speedups[1],
-        speedup_eager_ci=speedups[2], speedup_compile_ci=speedups[3],
-        ms=evaluation.candidate.median_ms if evaluation.candidate else None,
-        eager_ms=evaluation.eager.median_ms if evaluation.eager else None,
-        loop_ms=evaluation.loop.candidate_ms if evaluation.loop else None,
-        host_share=evaluation.loop.host_share if evaluation.loop else None)
+    return Figures(verdict=e.verdict, reason=e.reason, message=e.message, speedup_eager=speedups[0],
+                   speedup_compile=speedups[1], speedup_eager_ci=speedups[2], speedup_compile_ci=speedups[3],
+                   ms=e.candidate.median_ms if e.candidate else None, eager_ms=e.eager.median_ms if e.eager else None,
+                   loop_ms=e.loop.candidate_ms if e.loop else None, host_share=e.loop.host_share if e.loop else None)
 
 
 def _finite(x: float | None) -> float | None:
@@ -134,8 +136,8 @@ class RunState:
             generation=generation, island=island, origin="run", descriptors=descriptors,
             niche=niche, thinking=thinking or note, problem=problem,  # tune children: the change, as their "thinking"
             account=account)
-        return Variant(source, fmt, verdict="", kernel_id=kernel_id, operator=operator, parents=tuple(unique(parents)),
-                       island=island, generation=generation, niche=niche, baseline=self.baseline)
+        return Variant(source, fmt, kernel_id, Figures(verdict=""),
+                       Lineage(operator, tuple(unique(parents)), island, generation, niche), baseline=self.baseline)
 
     def kernel_path(self, kernel_id: int) -> Path:
         """Where a child's source is written for the judge."""
@@ -182,8 +184,8 @@ class RunState:
         same island replaced is not shown), newest first, at most INSIGHTS. A reflect prompt leaves
         out its own island's, which the model wrote in that island's previous reflect. `fmt`: the
         format the call asks for (the run's first, unless given)."""
-        speedups = {m.kernel_id: m.speedup_eager for m in self.population.members}
-        where = {m.kernel_id: m.island for m in self.population.members}
+        speedups = {m.kernel_id: m.figures.speedup_eager for m in self.population.members}
+        where = {m.kernel_id: m.lineage.island for m in self.population.members}
         latest: dict[int, dict] = {}
         for r in self.archive.reflections(run_id=self.run_id):  # oldest first: the newest of an island wins
             latest[where.get((r["variant_ids"] or [None])[0], 0)] = r
@@ -206,7 +208,8 @@ class RunState:
 def inspirations(rows: list[dict], limit: int = 3) -> tuple[Variant, ...]:
     """Stepping stones of earlier runs (or other archives) as prompt variants, best first."""
     chosen = sorted((r for r in rows if r.get("source")), key=lambda r: -(r.get("speedup_eager") or 0.0))[:limit]
-    return tuple(Variant(r["source"], r.get("format") or "", f"S{i + 1}", "ok", speedup_eager=r.get("speedup_eager"),
-                         speedup_compile=r.get("speedup_compile"), ms=r.get("candidate_ms"),
-                         eager_ms=r.get("eager_ms"))
+    return tuple(Variant(r["source"], r.get("format") or "",
+                         figures=Figures(speedup_eager=r.get("speedup_eager"), speedup_compile=r.get("speedup_compile"),
+                                         ms=r.get("candidate_ms"), eager_ms=r.get("eager_ms")),
+                         shown=Shown(label=f"S{i + 1}"))
                  for i, r in enumerate(chosen))

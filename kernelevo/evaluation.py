@@ -229,66 +229,85 @@ class Failure:
 
 
 @dataclass(frozen=True)
+class Figures:
+    """What the judge said of a kernel in a search: its verdict, and where it passed its speedups with their 95 %
+    intervals and times. A re-measurement replaces them whole (evolution/state.py: remeasured)."""
+
+    verdict: str = "ok"
+    reason: str = ""
+    message: str = ""
+    speedup_eager: float | None = None
+    speedup_compile: float | None = None
+    speedup_eager_ci: tuple[float, float] | None = None  # None: unknown
+    speedup_compile_ci: tuple[float, float] | None = None
+    ms: float | None = None
+    eager_ms: float | None = None  # eager PyTorch timed alongside it, in the same measurement as `ms`
+    loop_ms: float | None = None  # per call back to back, host work included (Evaluation.loop)
+    host_share: float | None = None  # of that, what is not its device time (GPU only)
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """Where a kernel came from in a search: the operator that made it, its parents, its island and generation,
+    and the niche its source falls in (evolution/niches.py)."""
+
+    operator: str = ""
+    parents: tuple[int, ...] = ()
+    island: int = 0
+    generation: int = 0
+    niche: str = ""
+
+
+@dataclass(frozen=True)
+class Shown:
+    """How a prompt shows a kernel: the label it names it by, its condensed profile, notes (what it does well, or how
+    it came about) and what came of earlier attempts to change it (attempt lines, newest first)."""
+
+    label: str = "A"
+    profile: str = ""
+    notes: str = ""
+    attempts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Variant:
-    """A judged kernel: what it is (source, format), what the judge said of it (verdict, speedups and
-    their intervals, times), where it came from in a search (operator, parents, island, generation,
-    niche) and how a prompt shows it (label, profile, notes, earlier attempts on it). The search's
-    population holds these (evolution/population.py) and the prompts show them (agent/prompting.py).
-    Rebuilt from archive rows on resume, so it holds only plain values.
+    """A judged kernel of a search: what it is (source, format, its archive id), what the judge said of it
+    (`figures`), where it came from (`lineage`) and how a prompt shows it (`shown`). The search's population holds
+    these (evolution/population.py) and the prompts show them (agent/prompting.py). Rebuilt from archive rows on
+    resume, so it holds only plain values.
 
     Fitness: the speedup over the run's `baseline`: torch.compile by default, eager PyTorch where asked
     for or where torch.compile gave no figure (`against`), so every kernel of a run is ranked by one measure."""
 
     source: str
     format: str
-    label: str = "A"  # how a prompt names it
-    verdict: str = "ok"
-    reason: str = ""
-    message: str = ""
-    speedup_eager: float | None = None
-    speedup_compile: float | None = None
-    ms: float | None = None
-    profile: str = ""  # the condensed profile block, when the candidate was profiled
-    notes: str = ""  # what it does well (crossover), or how it came about
-    eager_ms: float | None = None  # eager PyTorch timed alongside it, in the same measurement as `ms`
     kernel_id: int | None = None  # its id in the archive: attempt lines and copies name kernels by id
-    attempts: tuple[str, ...] = ()  # what came of earlier attempts to change it (attempt_line), newest first
-    loop_ms: float | None = None  # per call back to back, host work included (Evaluation.loop)
-    host_share: float | None = None  # of that, what is not its device time (GPU only)
-    operator: str = ""
-    parents: tuple[int, ...] = ()
-    island: int = 0
-    generation: int = 0
-    speedup_eager_ci: tuple[float, float] | None = None  # 95 % interval of speedup_eager; None: unknown
-    speedup_compile_ci: tuple[float, float] | None = None
-    niche: str = ""
-    # Descriptors are a plain dict (JSON-friendly, as niches.describe returns them); treat it as
-    # read-only. Excluded from the hash so that a frozen Variant stays hashable.
-    descriptors: dict = field(default_factory=dict, hash=False)
-    stepping_stone: bool = False  # seeded from the archive (past runs or similar tasks)
-    cost_usd: float | None = None  # LLM cost of producing it; None: unknown price or no LLM
+    figures: Figures = field(default_factory=Figures)
+    lineage: Lineage = field(default_factory=Lineage)
+    shown: Shown = field(default_factory=Shown)
     baseline: str = "eager"  # what the run's fitness is a speedup over: "compile" or "eager"
 
     @property
     def ok(self) -> bool:
-        return self.verdict == Verdict.OK
+        return self.figures.verdict == Verdict.OK
 
     @property
     def against(self) -> str:
         """The baseline its fitness measures against: torch.compile where asked for and measured."""
-        return "compile" if self.baseline == "compile" and self.speedup_compile is not None else "eager"
+        return "compile" if self.baseline == "compile" and self.figures.speedup_compile is not None else "eager"
 
     @property
     def fitness(self) -> float:
         """Speedup over the run's baseline (`against`); 0.0 for a failed or unmeasured kernel (never best)."""
         if not self.ok:
             return 0.0
-        return float((self.speedup_compile if self.against == "compile" else self.speedup_eager) or 0.0)
+        f = self.figures
+        return float((f.speedup_compile if self.against == "compile" else f.speedup_eager) or 0.0)
 
     @property
     def fitness_ci(self) -> tuple[float, float] | None:
         """The 95 % interval of `fitness`."""
-        return self.speedup_compile_ci if self.against == "compile" else self.speedup_eager_ci
+        return self.figures.speedup_compile_ci if self.against == "compile" else self.figures.speedup_eager_ci
 
 
 @dataclass(frozen=True)

@@ -86,3 +86,21 @@ def own_kernels_placed(parts_dir: Path, tasks: list[str]) -> list:
              "kernel_id": i, "verdict": "ok", "status": "done"} for i, name in enumerate(tasks)]
     kernels = [(parts_dir / name).read_text().replace("class Model(", "class ModelNew(") for name in tasks]
     return chosen_parts(parts_dir, rows, kernels.__getitem__, min_speedup=1.0, baseline="eager")[0]
+
+
+def variant_of(source: str, format: str, label: str = "A", kernel_id: int | None = None, baseline: str = "eager",
+               **fields):
+    """A search's Variant from flat keywords, each put in the record of its concern (the judge's figures, the
+    lineage, how a prompt shows it): what tests write by hand."""
+    import dataclasses
+
+    from kernelevo.evaluation import Figures, Lineage, Shown, Variant
+
+    def take(cls, **given):
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**given, **{k: fields.pop(k) for k in list(fields) if k in names})
+
+    figures, lineage, shown = take(Figures), take(Lineage), take(Shown, label=label)
+    if fields:
+        raise TypeError(f"no Variant field {sorted(fields)}")
+    return Variant(source, format, kernel_id, figures, lineage, shown, baseline)

@@ -7,9 +7,10 @@ import pytest
 from kernelevo.agent import operators
 from kernelevo.agent.client import LLM, Stop
 from kernelevo.agent.pool import CallPool
-from kernelevo.agent.prompting import Context, Target, TaskView, Variant
+from kernelevo.agent.prompting import Context, Target, TaskView
 from kernelevo.evaluation import Failure
 from kernelevo.config import ModelChoice
+from conftest import variant_of
 from llm_server import Step, request_text
 
 PRICES = dict(input=3.0, cached_input=0.3, cache_write=3.75, output=15.0)
@@ -86,7 +87,7 @@ def test_repair_sends_the_judges_words_and_applies_edits(server, make_llm):
     server.steps.append(Step(text=edit, usage=dict(input=10, output=5)))
     feedback = Failure("compile_error", "compile_error", "the C compiler refused the source",
                        excerpt="candidate.c:2:5: error: 'lon' undeclared")
-    proposal = operators.repair(make_llm("diff"), CTX, Variant(PARENT, "c"), feedback)
+    proposal = operators.repair(make_llm("diff"), CTX, variant_of(PARENT, "c"), feedback)
     assert proposal.ok and proposal.edited and proposal.source == PARENT.replace("return x\n", "return x * 2\n")
     text = sent(server.requests[0])
     assert "error: 'lon' undeclared" in text and "compile_error" in text and "<<<<<<< SEARCH" in text
@@ -98,7 +99,7 @@ def test_failed_blocks_are_shown_with_the_real_lines_then_fixed(server, make_llm
             "    def forward(self, x):\n        return x + 1\n>>>>>>> REPLACE\n"
     server.steps += [Step(text=wrong), Step(text=right)]
     llm = make_llm("diff")
-    proposal = operators.mutate(llm, CTX, Variant(PARENT, "c", speedup_eager=1.2, speedup_compile=1.0, ms=0.5))
+    proposal = operators.mutate(llm, CTX, variant_of(PARENT, "c", speedup_eager=1.2, speedup_compile=1.0, ms=0.5))
     assert proposal.ok and proposal.source.endswith("return x + 1\n")
     assert [c.operator for c in llm.calls] == ["mutate", "mutate_edit_followup"]
     text = sent(server.requests[1]).split("<<<<<<< SEARCH")[-1]  # the follow-up, after the failed reply
@@ -109,7 +110,7 @@ def test_failed_blocks_are_shown_with_the_real_lines_then_fixed(server, make_llm
 def test_blocks_that_fail_twice_end_as_edit_failed(server, make_llm):
     wrong = "<<<<<<< SEARCH\nnot in the file\n=======\nx\n>>>>>>> REPLACE\n"
     server.steps += [Step(text=wrong), Step(text=wrong)]
-    proposal = operators.mutate(make_llm("diff"), CTX, Variant(PARENT, "c"))
+    proposal = operators.mutate(make_llm("diff"), CTX, variant_of(PARENT, "c"))
     assert proposal.outcome == "edit_failed" and "block 1: no match" in proposal.problem
     assert len(proposal.calls) == 2
 
@@ -124,7 +125,7 @@ def test_a_follow_up_the_budget_refuses_is_not_sent(server, make_llm):
     budget = Budget(BudgetLimits(max_llm_calls=1))
     reservation = budget.reserve(0.01)
     llm = Metered(make_llm("diff"), lambda: budget.extend(reservation, 0.01))
-    proposal = operators.mutate(llm, CTX, Variant(PARENT, "c"))
+    proposal = operators.mutate(llm, CTX, variant_of(PARENT, "c"))
     assert len(server.requests) == 1 and [c.operator for c in llm.calls] == ["mutate"]
     assert proposal.outcome == "edit_failed" and proposal.unsent.startswith("max-llm-calls reached")
     assert "block 1: no match" in proposal.problem and "follow-up not sent: max-llm-calls" in proposal.problem
@@ -135,21 +136,21 @@ def test_a_follow_up_the_budget_refuses_is_not_sent(server, make_llm):
     reservation = budget.reserve(0.01)
     server.steps.insert(0, Step(text=wrong))
     llm = Metered(make_llm("diff"), lambda: budget.extend(reservation, 0.01))
-    assert operators.mutate(llm, CTX, Variant(PARENT, "c")).ok and len(server.requests) == 3
+    assert operators.mutate(llm, CTX, variant_of(PARENT, "c")).ok and len(server.requests) == 3
     budget.settle(reservation, None, len(llm.calls))
     assert budget.calls == 2 and budget.spent_usd == pytest.approx(0.02)
 
 
 def test_unfinished_block_is_named(server, make_llm):
     server.steps.append(Step(text="<<<<<<< SEARCH\n        return x\n=======\n        return x * 2\n"))
-    proposal = operators.mutate(make_llm("diff"), CTX, Variant(PARENT, "c"))
+    proposal = operators.mutate(make_llm("diff"), CTX, variant_of(PARENT, "c"))
     assert proposal.outcome == "no_code" and "never reach their >>>>>>> REPLACE" in proposal.problem
 
 
 def test_reflect_returns_the_analysis_as_data(server, make_llm):
     reply = ("## Analysis\nB is fastest because it reads x once; A makes two passes.\n\n## Kernel\n" + WHOLE)
     server.steps.append(Step(text=reply))
-    variants = [Variant(PARENT, "c", "A", speedup_eager=1.1), Variant(PARENT, "c", "B", speedup_eager=2.0)]
+    variants = [variant_of(PARENT, "c", "A", speedup_eager=1.1), variant_of(PARENT, "c", "B", speedup_eager=2.0)]
     proposal = operators.reflect(make_llm(), CTX, variants)
     assert proposal.ok and proposal.analysis == "B is fastest because it reads x once; A makes two passes."
     text = sent(server.requests[0])
@@ -160,7 +161,7 @@ def test_crossover_and_functional_translate(server, make_llm):
     functional = "```python\ndef module_fn(x, scale):\n    return x * scale\n```\n"
     server.steps += [Step(text=WHOLE), Step(text=functional), Step(text=WHOLE)]
     llm = make_llm()
-    parents = [Variant(PARENT, "c", "A", notes="vectorised"), Variant(PARENT, "c", "B", notes="one pass")]
+    parents = [variant_of(PARENT, "c", "A", notes="vectorised"), variant_of(PARENT, "c", "B", notes="one pass")]
     assert operators.crossover(llm, CTX, parents).ok
     proposal, code = operators.translate_via_functional(llm, CTX)
     assert proposal.ok and "def module_fn" in code and len(proposal.calls) == 2

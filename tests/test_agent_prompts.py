@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 from kernelevo.agent import models, prompting
 from kernelevo.agent.edits import EditError, apply_edits, parse_edits
-from kernelevo.agent.prompting import Context, Target, TaskView, Variant
+from kernelevo.agent.prompting import Context, Target, TaskView
 from kernelevo.evaluation import Failure
 from kernelevo.agent.providers import ModelRef, Usage
 from kernelevo.agent.profile_block import profile_block
 from kernelevo.config import ConfigError, load_config
 from kernelevo.evaluation import Profile
+from conftest import variant_of
 
 GOLDEN = Path(__file__).parent / "golden" / "prompts"
 PROMPTS = Path(__file__).parents[1] / "prompts"
@@ -32,10 +33,10 @@ KERNEL = "import torch\n\n\nclass ModelNew(torch.nn.Module):\n    def forward(se
 # A profile as the judge stored it for an honest kernel on an H100 (tests/fixtures/profile/)
 PROFILE = Profile.from_dict(json.loads((Path(__file__).parent / "fixtures" / "profile" /
                                         "evaluation_row_softmax.json").read_text())["profile"])
-A = Variant(KERNEL, "nvrtc", "A", speedup_eager=1.52, speedup_compile=0.98, ms=0.0312,
+A = variant_of(KERNEL, "nvrtc", "A", speedup_eager=1.52, speedup_compile=0.98, ms=0.0312,
             profile=profile_block(PROFILE), notes=prompting.approach({"launches": 1, "vector_io": True}, "nvrtc"),
             eager_ms=0.0474)
-B = Variant(KERNEL.replace("x\n", "x + 0\n"), "nvrtc", "B", speedup_eager=2.1, speedup_compile=1.3, ms=0.0229)
+B = variant_of(KERNEL.replace("x\n", "x + 0\n"), "nvrtc", "B", speedup_eager=2.1, speedup_compile=1.3, ms=0.0229)
 FAILED = Failure("incorrect", "value_mismatch", "output 0 differs from the reference", where="trial 2 (scaled x8), "
                  "output 0, index (3, 17)", rel_l2=0.41, max_abs=3.5, max_rel=1.0, tolerance="atol 1e-05, rtol 1e-05")
 COMPILE = Failure("compile_error", "compile_error", "NVRTC refused the source",
@@ -62,7 +63,7 @@ def render_all() -> dict[str, list]:
         "repair_compile_diff": prompting.repair(gpu, A, COMPILE, "diff"),
         "repair_mismatch": prompting.repair(gpu, A, FAILED),
         "mutate_diff": prompting.mutate(gpu, A, "diff"),
-        "mutate_attempts": prompting.mutate(gpu, dataclasses.replace(A, kernel_id=3, attempts=TRIED)),
+        "mutate_attempts": prompting.mutate(gpu, dataclasses.replace(A, kernel_id=3, shown=dataclasses.replace(A.shown, attempts=TRIED))),
         "translate_second": prompting.translate(gpu, (prompting.attempt_line(1, "translate", "one fused pass", "being judged"),)),
         "crossover": prompting.crossover(cpu, [A, B]),
         "reflect": prompting.reflect(cpu, [A, B]),
@@ -195,11 +196,11 @@ def test_template_syntax_is_valid():
 
 
 def test_unmeasured_torch_compile_reads_as_such():
-    from kernelevo.agent.prompting import Variant, variant
+    from kernelevo.agent.prompting import variant
 
-    text = variant(Variant("x = 1\n", "c", "A", "ok", "", "", 1.5, None, 0.25, "", ""))
+    text = variant(variant_of("x = 1\n", "c", "A", speedup_eager=1.5, ms=0.25))
     assert "1.50x the speed of PyTorch eager, torch.compile not measured, 0.2500 ms per call" in text
-    text = variant(Variant("x = 1\n", "c", "A", "ok", "", "", 1.5, 0.8, 0.25, "", ""))
+    text = variant(variant_of("x = 1\n", "c", "A", speedup_eager=1.5, speedup_compile=0.8, ms=0.25))
     assert "1.50x the speed of PyTorch eager, 0.80x torch.compile, 0.2500 ms per call" in text
 
 

@@ -1,11 +1,12 @@
 """The attempt notebook (evolution/attempts.py) and the model's account of a kernel, on rows as the
 archive returns them; the latest analysis per island (RunState.context). Pure, CPU only."""
 from kernelevo.agent.operators import first_prompt
-from kernelevo.agent.prompting import Context, Target, TaskView, Variant
+from kernelevo.agent.prompting import Context, Target, TaskView
 from kernelevo.agent.replies import account_of, idea_of
 from kernelevo.archive.store import Archive
 from kernelevo.evolution import attempts
 from kernelevo.evolution.state import RunState
+from conftest import variant_of
 
 SRC = "import torch\n\nSRC = r'''\nvoid f(float* y) {\n    y[0] = 1.0f;\n}\n'''\n"
 
@@ -56,7 +57,7 @@ def test_the_account_is_the_prose_before_the_code_and_its_idea_one_sentence():
 
 def test_the_prompt_a_call_would_send_is_known_before_it_is_sent():
     ctx = Context(TaskView("t", "import torch\n", "float32[4]", "[]"), Target("c", "cpu"))
-    kernel = Variant("import torch\n", "c", kernel_id=4)
+    kernel = variant_of("import torch\n", "c", kernel_id=4)
     assert first_prompt("mutate", ctx, (kernel,), "whole") != first_prompt("mutate", ctx, (kernel,), "diff")
     told = first_prompt("translate", ctx, (attempts.lines([row(1, "translate")], [], 6),), "whole")
     assert "kernel 1 (translate)" in told[-1].content and "kernel 1" not in first_prompt("translate", ctx, (), "whole")[-1].content

@@ -7,10 +7,11 @@ from kernelevo.evolution import bound
 from kernelevo.evolution.population import Variant
 
 from test_optimize import TASK, environment, scripted_model
+from conftest import variant_of
 
 
 def _member(ms: float, ci: tuple[float, float]) -> Variant:
-    return Variant(kernel_id=7, source="", format="c", operator="mutate", parents=(), island=0, generation=1,
+    return variant_of(kernel_id=7, source="", format="c", operator="mutate", parents=(), island=0, generation=1,
                    verdict="ok", speedup_eager=3.0, speedup_compile=sum(ci) / 2, speedup_compile_ci=ci, ms=ms,
                    baseline="compile")
 

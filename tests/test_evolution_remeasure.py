@@ -87,7 +87,7 @@ def test_a_new_best_is_remeasured_before_it_counts_and_its_figure_replaces_the_f
     assert again is not None and judge.jobs[-1][0] == "k1.py" and search.population.best() is None
     again.set_result(measured(1.02, 0.97, 1.07))
     search._judged(again)
-    assert search.population.best().kernel_id == 1 and search.population.best().speedup_eager == 1.02
+    assert search.population.best().kernel_id == 1 and search.population.best().figures.speedup_eager == 1.02
 
     # 1.78x in the search, 0.66x timed alone: never offered as the one to beat
     again = judged(search, judge, 2, measured(1.78, 1.52, 2.05))
@@ -96,7 +96,7 @@ def test_a_new_best_is_remeasured_before_it_counts_and_its_figure_replaces_the_f
     assert search.progress.remeasuring == 1 and search.progress.best_eager == 1.02
     again.set_result(measured(0.66, 0.60, 0.70))
     search._judged(again)
-    assert search.population.best().kernel_id == 1 and search.population.get(2).speedup_eager == 0.66
+    assert search.population.best().kernel_id == 1 and search.population.get(2).figures.speedup_eager == 0.66
     assert search.stats["mutate"].improvements == 0
 
     # inside the incumbent's noise: a tie, no re-measurement, no improvement, the plateau goes on
@@ -110,7 +110,7 @@ def test_a_new_best_is_remeasured_before_it_counts_and_its_figure_replaces_the_f
     again.set_result(measured(1.45, 1.40, 1.50))
     search._judged(again)
     best = search.population.best()
-    assert (best.kernel_id, best.speedup_eager, best.speedup_eager_ci) == (4, 1.45, (1.40, 1.50))
+    assert (best.kernel_id, best.figures.speedup_eager, best.figures.speedup_eager_ci) == (4, 1.45, (1.40, 1.50))
     assert search.improved_at == search.progress.generation and search.stats["mutate"].improvements == 1
     assert judge.profiles >= 1  # a new best is profiled, once confirmed
 
@@ -127,5 +127,5 @@ def test_a_new_best_is_remeasured_before_it_counts_and_its_figure_replaces_the_f
     resumed = search_on(archive, run_id, task_id, tmp_path, StandInJudge())
     assert resumed.state.unconfirmed.kernel_id == 5 and 5 not in resumed.population
     best = resumed.population.best()
-    assert (best.kernel_id, best.speedup_eager) == (4, 1.45) and resumed.population.get(2).speedup_eager == 0.66
+    assert (best.kernel_id, best.figures.speedup_eager) == (4, 1.45) and resumed.population.get(2).figures.speedup_eager == 0.66
     archive.close()

@@ -7,32 +7,40 @@ from pathlib import Path
 import pytest
 
 from kernelevo.evolution import islands, niches, scheduling, selection
-from kernelevo.evolution.population import Variant, Population, beats, best_of
+from kernelevo.evolution.population import Population, beats, best_of
 from kernelevo.evaluation import faster_beyond_noise
 from kernelevo.evolution.scheduling import OperatorStats
+from conftest import variant_of
 
 CANDIDATES = Path(__file__).resolve().parent.parent / "benchmarks" / "tasks" / "candidates"
 
 
-def member(kid, speed=1.0, verdict="ok", niche="L1", island=0, stone=False, operator="mutate", parents=(),
+def refigured(m, baseline: str | None = None, **changes):
+    """The member with some of the judge's figures changed (and its run's baseline, where given)."""
+    m = replace(m, figures=replace(m.figures, **changes))
+    return replace(m, baseline=baseline) if baseline else m
+
+
+def member(kid, speed=1.0, verdict="ok", niche="L1", island=0, operator="mutate", parents=(),
            generation=0, source=None):
-    return Variant(kernel_id=kid, source=source if source is not None else f"// kernel {kid}\n", format="nvrtc",
-                   operator=operator, parents=tuple(parents), island=island, generation=generation,
-                   verdict=verdict, speedup_eager=speed if verdict == "ok" else None, niche=niche,
-                   stepping_stone=stone)
+    return variant_of(source if source is not None else f"// kernel {kid}\n", "nvrtc", kernel_id=kid,
+                      operator=operator, parents=tuple(parents), island=island, generation=generation,
+                      verdict=verdict, speedup_eager=speed if verdict == "ok" else None, niche=niche)
 
 
 # --- population ---------------------------------------------------------------------------
 
-def test_member_is_frozen_and_hashable_with_descriptors():
-    m = replace(member(1), descriptors={"launches": 1, "vector_io": True})
-    assert hash(m) == hash(replace(m, descriptors={}))  # descriptors stay out of the hash
+def test_member_is_frozen_and_hashable():
+    m = member(1)
+    assert hash(m) == hash(member(1)) and {m, member(1)} == {m}
     with pytest.raises(AttributeError):
-        m.verdict = "incorrect"  # type: ignore[misc]
+        m.figures = None  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        m.figures.verdict = "incorrect"  # type: ignore[misc]
     assert m.ok and m.fitness == 1.0
     failed = member(2, verdict="incorrect")
     assert not failed.ok and failed.fitness == 0.0
-    assert replace(member(3), speedup_eager=None).fitness == 0.0
+    assert replace(m, figures=replace(m.figures, speedup_eager=None)).fitness == 0.0
 
 
 def test_population_views_and_migrant_copies():
@@ -41,15 +49,16 @@ def test_population_views_and_migrant_copies():
     assert pop.best().kernel_id == 2
     assert [m.kernel_id for m in pop.correct()] == [1, 2, 4]
     assert {k: m.kernel_id for k, m in pop.elites().items()} == {"L1": 4, "L2-smem": 2}
-    assert pop.get(3).verdict == "runtime_error" and pop.get(99) is None
+    assert pop.get(3).figures.verdict == "runtime_error" and pop.get(99) is None
     pop.migrate_in(2, 0)  # a copy on island 0; island 1 keeps it
     assert {m.kernel_id for m in pop.by_island(0)} == {1, 2, 3, 4}
     assert [m.kernel_id for m in pop.by_island(1)] == [2]
     assert len(pop) == 4 and len(pop.members) == 4  # counted once
-    assert pop.get(2).island == 1  # the home record
+    assert pop.get(2).lineage.island == 1  # the home record
     assert pop.best(island=0).kernel_id == 2
-    pop.add(replace(pop.get(1), stepping_stone=True))  # same id and island: an update
-    assert pop.get(1).stepping_stone and len(pop) == 4
+    one = pop.get(1)
+    pop.add(replace(one, figures=replace(one.figures, speedup_eager=9.0)))  # same id and island: an update
+    assert pop.get(1).figures.speedup_eager == 9.0 and len(pop) == 4
 
 
 def test_faster_beyond_noise_needs_intervals_apart():
@@ -62,10 +71,10 @@ def test_faster_beyond_noise_needs_intervals_apart():
 
 
 def test_best_does_not_flip_inside_the_noise():
-    a = replace(member(1, 1.50), speedup_eager_ci=(1.40, 1.60))
-    b = replace(member(2, 1.58), speedup_eager_ci=(1.50, 1.66))  # faster median, overlapping interval
-    c = replace(member(3, 1.75), speedup_eager_ci=(1.65, 1.85))  # clear of a's interval
-    d = replace(member(4, 1.80), speedup_eager_ci=(1.70, 1.90))  # inside c's noise
+    a = refigured(member(1, 1.50), speedup_eager_ci=(1.40, 1.60))
+    b = refigured(member(2, 1.58), speedup_eager_ci=(1.50, 1.66))  # faster median, overlapping interval
+    c = refigured(member(3, 1.75), speedup_eager_ci=(1.65, 1.85))  # clear of a's interval
+    d = refigured(member(4, 1.80), speedup_eager_ci=(1.70, 1.90))  # inside c's noise
     assert not beats(b, a) and beats(c, a) and not beats(d, c) and not beats(a, c)
     assert best_of([a, b]) is a  # the incumbent stays the one to beat
     assert best_of([a, b, c, d]) is c and best_of([a, c, b, d]) is c
@@ -77,25 +86,25 @@ def test_best_does_not_flip_inside_the_noise():
     assert pop.best().kernel_id == 3 and pop.best(island=0).kernel_id == 3 and pop.elites()["L1"].kernel_id == 3
     # without intervals: the fastest, the older on equal speed (the rule before intervals)
     assert best_of([member(5, 1.2), member(6, 1.3), member(7, 1.3)]).kernel_id == 6
-    assert best_of([member(8, verdict="incorrect"), replace(member(9), speedup_eager=None)]).kernel_id == 9
+    assert best_of([member(8, verdict="incorrect"), refigured(member(9), speedup_eager=None)]).kernel_id == 9
 
 
 def test_a_kernel_that_beats_eager_but_not_the_compiler_loses_to_one_that_beats_the_compiler():
     """Fitness is the speedup over the run's baseline: against torch.compile (the default), the kernel
     at 2.0x eager but 0.9x torch.compile loses to the one at 1.5x eager and 1.1x torch.compile; against
     eager it is the other way round. Eager ranks where torch.compile gave no figure."""
-    fast_eager = replace(member(1), speedup_eager=2.0, speedup_eager_ci=(1.9, 2.1), speedup_compile=0.9,
+    fast_eager = refigured(member(1), speedup_eager=2.0, speedup_eager_ci=(1.9, 2.1), speedup_compile=0.9,
                          speedup_compile_ci=(0.85, 0.95), baseline="compile")
-    beats_compile = replace(member(2), speedup_eager=1.5, speedup_eager_ci=(1.45, 1.55), speedup_compile=1.1,
+    beats_compile = refigured(member(2), speedup_eager=1.5, speedup_eager_ci=(1.45, 1.55), speedup_compile=1.1,
                             speedup_compile_ci=(1.05, 1.15), baseline="compile")
     assert (fast_eager.against, fast_eager.fitness, fast_eager.fitness_ci) == ("compile", 0.9, (0.85, 0.95))
     assert best_of([fast_eager, beats_compile]) is beats_compile and beats(beats_compile, fast_eager)
     assert Population([fast_eager, beats_compile]).best().kernel_id == 2
     eager = [replace(m, baseline="eager") for m in (fast_eager, beats_compile)]
     assert best_of(eager) is eager[0] and eager[0].fitness == 2.0 and eager[0].fitness_ci == (1.9, 2.1)
-    unmeasured = replace(beats_compile, speedup_compile=None, speedup_compile_ci=None)
+    unmeasured = refigured(beats_compile, speedup_compile=None, speedup_compile_ci=None)
     assert unmeasured.against == "eager" and unmeasured.fitness == 1.5
-    assert replace(fast_eager, verdict="incorrect").fitness == 0.0
+    assert refigured(fast_eager, verdict="incorrect").fitness == 0.0
 
 
 # --- niches -------------------------------------------------------------------------------
@@ -202,8 +211,8 @@ def test_crossover_prefers_distinct_niches():
     rng = random.Random(11)
     for _ in range(200):
         a, b = selection.pick_crossover_parents(pop, rng)
-        assert {a.niche, b.niche} == {"L1-vec", "L2-smem"}
-    single_niche = [m for m in pop if m.niche == "L1-vec"]
+        assert {a.lineage.niche, b.lineage.niche} == {"L1-vec", "L2-smem"}
+    single_niche = [m for m in pop if m.lineage.niche == "L1-vec"]
     picks = selection.pick_crossover_parents(single_niche, rng, n=3)
     assert len({m.kernel_id for m in picks}) == 3
     assert selection.pick_crossover_parents(pop[:1], rng) == pop[:1]
@@ -214,7 +223,7 @@ def test_reflect_variants_span_speedups_with_distinct_sources():
     pop.append(member(30, speed=5.0, source="k20"))  # same source as kernel 20, faster copy
     pop.append(member(31, verdict="incorrect", source="bad"))
     picks = selection.pick_reflect_variants(pop, random.Random(5), k=4)
-    speeds = [m.speedup_eager for m in picks]
+    speeds = [m.figures.speedup_eager for m in picks]
     assert speeds[0] == 5.0 and speeds == sorted(speeds, reverse=True)
     assert len({m.source for m in picks}) == 4 and all(m.ok for m in picks)
     assert min(speeds) <= 1.5  # reaches the slow end, not four near-copies of the top

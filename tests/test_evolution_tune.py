@@ -3,6 +3,7 @@ import random
 from pathlib import Path
 
 from kernelevo.evolution.tune import Tunable, apply, has_tunables, tune_variants, tunables
+from conftest import variant_of
 
 CANDIDATES = Path(__file__).resolve().parent.parent / "benchmarks" / "tasks" / "candidates"
 PLAIN = (CANDIDATES / "gemm_bias_gelu__nvrtc.py").read_text()
@@ -83,14 +84,13 @@ def test_a_kernel_its_profile_calls_far_from_the_bound_is_not_tuned():
     from kernelevo.agent.profile_block import FAR
     from kernelevo.evaluation import Profile, SpeedOfLight
     from kernelevo.evolution.loop.planning import _tunable
-    from kernelevo.evolution.population import Variant
 
     def profiled(pct):
         sol = SpeedOfLight(flops=0.0, bytes=1 << 20, dtype="float32", peak_flops=1e12, peak_bytes=1e12,
                            bound="memory", bound_ms=0.01, candidate_pct=pct)
         return Profile(device_name="gpu", sol=sol)
 
-    m = Variant(kernel_id=7, source=MARKED, format="nvrtc", operator="mutate", parents=(), island=0, generation=0,
-                verdict="ok", speedup_eager=1.2, niche="L1", stepping_stone=False)
+    m = variant_of(kernel_id=7, source=MARKED, format="nvrtc", operator="mutate", parents=(), island=0, generation=0,
+                verdict="ok", speedup_eager=1.2, niche="L1")
     assert _tunable(m, {}) and _tunable(m, {7: profiled(FAR + 40)})
     assert not _tunable(m, {7: profiled(FAR - 10)})

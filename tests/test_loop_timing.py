@@ -4,13 +4,14 @@ import json
 
 import pytest
 
-from kernelevo.agent.prompting import HOST_BOUND, Opponent, Variant, opponent, variant
+from kernelevo.agent.prompting import HOST_BOUND, Opponent, opponent, variant
 from kernelevo.evaluation import Evaluation
 from kernelevo.twins import GraphTiming, LoopTiming
 from kernelevo.evolution.drivers.bench import _speedup_against
 from kernelevo.judge.results import _graph_figures, _loop_figures
 from kernelevo.text import graph_text
 from kernelevo.judge.measure import loop
+from conftest import variant_of
 
 torch = pytest.importorskip("torch")
 
@@ -80,13 +81,13 @@ def test_prompts_name_the_opponent_with_its_kernels():
 
 
 def test_a_kernel_whose_calls_are_mostly_host_work_is_told_so():
-    shown = Variant("src", "nvrtc", speedup_eager=2.0, speedup_compile=1.1, ms=0.01, loop_ms=0.02,
+    shown = variant_of("src", "nvrtc", speedup_eager=2.0, speedup_compile=1.1, ms=0.01, loop_ms=0.02,
                     host_share=HOST_BOUND + 0.3)
     assert "0.0200 ms per call" in variant(shown) and "launches dominate" in variant(shown)
     assert f"host overhead {0.02 * (HOST_BOUND + 0.3):.4f} ms per call" in variant(shown)
-    quiet = Variant("src", "nvrtc", speedup_eager=2.0, ms=0.01, loop_ms=0.011, host_share=0.09)
+    quiet = variant_of("src", "nvrtc", speedup_eager=2.0, ms=0.01, loop_ms=0.011, host_share=0.09)
     assert "host overhead 0.0010 ms per call (9 % of the call" in variant(quiet) and "dominate" not in variant(quiet)
-    assert "back to back" not in variant(Variant("src", "c", speedup_eager=2.0, ms=0.01))
+    assert "back to back" not in variant(variant_of("src", "c", speedup_eager=2.0, ms=0.01))
 
 
 def test_a_candidates_bench_chooses_by_its_baseline():

@@ -39,9 +39,9 @@ class Admission(enum.Enum):
 def stepping_stone_reason(admission: Admission, member: Variant) -> str:
     """The sentence the archive stores with a stepping stone ('' for none)."""
     if admission is Admission.ISLAND_BEST:
-        return f"new best of island {member.island}: {member.fitness:.2f}x {BASELINES[member.against]}"
+        return f"new best of island {member.lineage.island}: {member.fitness:.2f}x {BASELINES[member.against]}"
     if admission is Admission.NEW_NICHE:
-        return f"opened niche {member.niche}"
+        return f"opened niche {member.lineage.niche}"
     return ""
 
 
@@ -170,7 +170,7 @@ class Children:
 
     def _say_baseline(self, member: Variant, evaluation: Evaluation) -> None:
         """Once: a run asked to beat torch.compile ranks by eager when torch.compile gave no figure."""
-        untimed = member.speedup_eager is None  # Triton's interpreter: no figure of either kind
+        untimed = member.figures.speedup_eager is None  # Triton's interpreter: no figure of either kind
         if self.baseline_said or member.baseline != "compile" or untimed or member.against == "compile":
             return
         self.baseline_said = True
@@ -201,8 +201,8 @@ class Children:
         admission = self._admit(member)
         best = self.population.best() is member
         self.archive.add_event(self.state.run_id, "remeasure", {
-            "kernel": member.kernel_id, "search": first.speedup_eager, "search_ci": first.speedup_eager_ci,
-            "verdict": member.verdict, "speedup_eager": member.speedup_eager, "ci": member.speedup_eager_ci,
+            "kernel": member.kernel_id, "search": first.figures.speedup_eager, "search_ci": first.figures.speedup_eager_ci,
+            "verdict": member.figures.verdict, "speedup_eager": member.figures.speedup_eager, "ci": member.figures.speedup_eager_ci,
             "against": member.against, "fitness": member.fitness, "fitness_ci": member.fitness_ci,
             "best": best, "incumbent": incumbent.kernel_id if incumbent else None})
         if evaluation is not None and admission is Admission.ISLAND_BEST:
@@ -210,15 +210,15 @@ class Children:
         if not best:  # said once: the search's figure was noise (or luck)
             self.on_status(f"kernel {member.kernel_id}: {speedup_text(first.fitness, first.fitness_ci)} in the "
                            f"search, {speedup_text(member.fitness, member.fitness_ci)} re-measured "
-                           f"({member.verdict}, over {BASELINES[member.against]}): not the run's new best")
+                           f"({member.figures.verdict}, over {BASELINES[member.against]}): not the run's new best")
         stats = self.stats.get(meta.op, scheduling.OperatorStats())
         self.stats[meta.op] = dataclasses.replace(stats, improvements=stats.improvements + admission.improved)
 
     def _admit(self, member: Variant) -> Admission:
         """Add a judged child; mark stepping stones. Returns what its admission meant."""
         best_before = self.population.best()
-        island_best = self.population.best(member.island)
-        niche_new = member.ok and member.niche not in self.population.elites()
+        island_best = self.population.best(member.lineage.island)
+        niche_new = member.ok and member.lineage.niche not in self.population.elites()
         self.population.add(member)
         if member.ok:  # near-copies are skipped only of kernels known to be correct
             self.gate.add_source(member.kernel_id, member.source)
@@ -230,7 +230,7 @@ class Children:
         if admission.improved:
             reason = stepping_stone_reason(admission, member)
             self.archive.mark_stepping_stone(member.kernel_id, reason)
-            for parent in member.parents:  # the parent led to an improvement
+            for parent in member.lineage.parents:  # the parent led to an improvement
                 self.archive.mark_stepping_stone(parent, reason, via=member.kernel_id)
         if beats(member, best_before):  # a tie does not reset the plateau
             self.improved_at = self.progress.generation
@@ -265,7 +265,7 @@ class Children:
         pending = any(meta.kernel_id == member.kernel_id for meta in self.profile_futures.values())
         if not self.settings.profile_per_generation or pending or member.kernel_id in self.state.profiles:
             return
-        if member.speedup_eager is None:  # not timed (Triton's interpreter): its profile would be the interpreter's
+        if member.figures.speedup_eager is None:  # not timed (Triton's interpreter): its profile would be the interpreter's
             return
         judged = [e for e in self.archive.kernel(member.kernel_id)["evaluations"] if e["verdict"] == Verdict.OK]
         if judged:

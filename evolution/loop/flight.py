@@ -41,7 +41,7 @@ class Judging:
 
     @property
     def island(self) -> int:
-        return self.kernel.island
+        return self.kernel.lineage.island
 
 
 @dataclass(frozen=True)

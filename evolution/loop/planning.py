@@ -12,7 +12,7 @@ from kernelevo.agent import operators
 from kernelevo.agent.client import LLM, Metered, prompt_hash
 from kernelevo.agent.profile_block import FAR, profile_block
 from kernelevo.agent.prompting import Context, approach, feedback_from
-from kernelevo.evaluation import Evaluation
+from kernelevo.evaluation import Evaluation, Shown
 
 from .. import attempts, islands, niches, scheduling, selection, tune
 from ..population import Variant
@@ -140,7 +140,7 @@ class Planning:
         """(operator function, its arguments, parent ids, island) of the next call; every kernel the
         prompt asks to change comes with what came of the earlier attempts on it (attempts.py)."""
         island = self._next_island()
-        pool = [m for m in correct if m.island == island] or correct
+        pool = [m for m in correct if m.lineage.island == island] or correct
         rows = self.archive.kernels(run_id=self.state.run_id)
         if op == "translate":  # the first kernels, then only to seed an empty or collapsed island
             return operators.translate, (attempts.translations(rows),), (), self._seed_home(seed_island, island)
@@ -149,7 +149,7 @@ class Planning:
             tries = {m.kernel_id: attempts.count_on(m.kernel_id, rows) for m in top}
             parent = selection.pick_mutate_parent(top, tries, self.rng)
             variant = self._variant(parent, "A", tried=attempts.on_kernel(parent.kernel_id, rows))
-            return self._after_profiles(operators.mutate, parent), (variant,), (parent.kernel_id,), parent.island
+            return self._after_profiles(operators.mutate, parent), (variant,), (parent.kernel_id,), parent.lineage.island
         if op == "crossover":
             parents = selection.pick_crossover_parents(correct, self.rng, avoid=self.crossed)
             if len(parents) < 2:
@@ -158,7 +158,7 @@ class Planning:
             variants = [self._variant(p, "ABC"[i], notes=self._notes(p, rows),
                                       tried=attempts.on_kernel(p.kernel_id, rows, limit=3))
                         for i, p in enumerate(parents)]
-            home = island if len(self.state.formats) > 1 else parents[0].island  # auto: the drawn format's island
+            home = island if len(self.state.formats) > 1 else parents[0].lineage.island  # auto: the drawn format's island
             return self._after_profiles(operators.crossover, *parents), (variants,), \
                 tuple(p.kernel_id for p in parents), home
         if op == "reflect":
@@ -168,13 +168,13 @@ class Planning:
             variants = [self._variant(m, "ABCDEFGH"[i], notes=self._notes(m, rows),
                                       tried=attempts.on_kernel(m.kernel_id, rows, limit=3) if i == 0 else ())
                         for i, m in enumerate(chosen)]
-            home = island if len(self.state.formats) > 1 else chosen[0].island
+            home = island if len(self.state.formats) > 1 else chosen[0].lineage.island
             return self._after_profiles(operators.reflect, *chosen), (variants,), tuple(m.kernel_id for m in chosen), home
         if op == "repair":  # among recent children: the selection checks a failure's parent and repairs
             self.repair_tried.add(repairable.kernel_id)
             evaluation = Evaluation.from_dict(self.archive.kernel(repairable.kernel_id)["evaluations"][-1]["data"])
             return (operators.repair, (self._variant(repairable, "A"), feedback_from(evaluation)),
-                    (repairable.kernel_id,), repairable.island)
+                    (repairable.kernel_id,), repairable.lineage.island)
         return None
 
     def _seed_home(self, seed_island: int | None, island: int) -> int:
@@ -208,7 +208,8 @@ class Planning:
             if v.kernel_id not in pending:
                 return v
             try:
-                return dataclasses.replace(v, profile=profile_block(pending[v.kernel_id].result(timeout=PROFILE_WAIT_S)))
+                profile = profile_block(pending[v.kernel_id].result(timeout=PROFILE_WAIT_S))
+                return dataclasses.replace(v, shown=dataclasses.replace(v.shown, profile=profile))
             except Exception:  # noqa: BLE001 - too slow or failed: the kernel goes without its profile
                 return v
 
@@ -218,8 +219,7 @@ class Planning:
         return after
 
     def _variant(self, m: Variant, label: str, notes: str = "", tried: tuple[str, ...] = ()) -> Variant:
-        return dataclasses.replace(m, label=label, profile=self.state.profile_text(m.kernel_id), notes=notes,
-                                   attempts=tried)
+        return dataclasses.replace(m, shown=Shown(label, self.state.profile_text(m.kernel_id), notes, tried))
 
     @staticmethod
     def _notes(m: Variant, rows: list[dict]) -> str:
@@ -253,7 +253,7 @@ class Planning:
         else:
             return False
         source, change = variants[0]
-        self._submit_child("tune", source, (parent.kernel_id,), parent.island, None,
+        self._submit_child("tune", source, (parent.kernel_id,), parent.lineage.island, None,
                            note=", ".join(f"{k}={v}" for k, v in change.items()))
         return True
 
@@ -265,4 +265,4 @@ def _tunable(m: Variant, profiles: dict) -> bool:
     not constants: the judge's time goes to new replies instead)."""
     sol = getattr(profiles.get(m.kernel_id), "sol", None)
     far = sol is not None and sol.candidate_pct is not None and sol.candidate_pct < FAR
-    return m.speedup_eager is not None and tune.has_tunables(m.source) and not far
+    return m.figures.speedup_eager is not None and tune.has_tunables(m.source) and not far

@@ -200,7 +200,7 @@ def _started(run: _Prepared, judge, on_progress, on_status: Callable[[str], None
         search.resubmit(child)
     if state.unconfirmed is not None:
         run.gate.remember(state.unconfirmed.kernel_id, state.unconfirmed.source)
-        search.remeasure(state.unconfirmed, state.unconfirmed.operator)
+        search.remeasure(state.unconfirmed, state.unconfirmed.lineage.operator)
     return search
 
 
@@ -227,8 +227,8 @@ def _finish(run: _Prepared, search: Search, reason, member, final, options: Opti
                     "replays": run.ensemble.replay_notes(),
                     "bound": _bound_summary(state.base_context.opponent),
                     "baseline": member.against if member else state.baseline,
-                    "search_speedups": (member.speedup_eager, member.speedup_compile) if member else None,
-                    "search_intervals": (member.speedup_eager_ci, member.speedup_compile_ci) if member else None})
+                    "search_speedups": (member.figures.speedup_eager, member.figures.speedup_compile) if member else None,
+                    "search_intervals": (member.figures.speedup_eager_ci, member.figures.speedup_compile_ci) if member else None})
 
 
 def _islands_for(settings, formats: tuple[str, ...], on_status: Callable[[str], None]):

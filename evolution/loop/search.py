@@ -74,10 +74,10 @@ class Search(Planning, Children):
         archive's rows and change only when a call or a judgement finished (not every 0.5 s tick)."""
         best = self.population.best()
         p = self.progress
-        p.best_eager = best.speedup_eager if best else None
-        p.best_compile = best.speedup_compile if best else None
-        p.best_eager_ci = best.speedup_eager_ci if best else None
-        p.best_compile_ci = best.speedup_compile_ci if best else None
+        p.best_eager = best.figures.speedup_eager if best else None
+        p.best_compile = best.figures.speedup_compile if best else None
+        p.best_eager_ci = best.figures.speedup_eager_ci if best else None
+        p.best_compile_ci = best.figures.speedup_compile_ci if best else None
         p.llm_in_flight, p.judging = len(self.llm_futures), len(self.judge_futures)
         p.remeasuring = sum(meta.remeasure for meta in self.judge_futures.values())
         if not reread:
@@ -114,11 +114,11 @@ class Search(Planning, Children):
         """The opponent, its bound marked unreliable (once, said once) when the fastest correct kernel beat it
         beyond the calibration's spread: the prompts from then on say so, and it stops nothing."""
         opponent = self.state.base_context.opponent
-        timed = [m for m in self.population.members if m.ok and m.ms]
+        timed = [m for m in self.population.members if m.ok and m.figures.ms]
         if opponent is None or not opponent.bound_ms or opponent.bound_why or not timed:
             return opponent
-        best = min(timed, key=lambda m: m.ms)
-        why = unreliable(opponent.bound_ms, {f"kernel {best.kernel_id}": best.ms})
+        best = min(timed, key=lambda m: m.figures.ms)
+        why = unreliable(opponent.bound_ms, {f"kernel {best.kernel_id}": best.figures.ms})
         if why:
             opponent = dataclasses.replace(opponent, bound_why=why)
             self.state.base_context = dataclasses.replace(self.state.base_context, opponent=opponent)
@@ -160,7 +160,7 @@ class Search(Planning, Children):
         # Known to the gate by fingerprint from now on, not once judged: two concurrent replies with
         # the same kernel must not both reach the GPU (nor count as two parents for crossover).
         self.gate.remember(child.kernel_id, child.source)
-        self._to_judge(child, child.operator)
+        self._to_judge(child, child.lineage.operator)
 
     def _to_judge(self, child: Variant, op: str, remeasure: bool = False) -> None:
         """Write the kernel's file, the one place a kernel file is written (there already for a
