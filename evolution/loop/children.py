@@ -51,7 +51,8 @@ class Children:
     Reads the search's settings, state, archive, ensemble, judge, gate, budget, rng and on_status.
     Writes llm_futures, judge_futures and profile_futures (popping what is done, adding profiles),
     device_load, stats, progress (verdicts, counts, generation), population (admitted and migrated
-    children), asked, barren_translations, improved_at, unreachable, replay_ended, profiled and ncu_generations.
+    children), memory (prompts answered, barren translations), improved_at, unreachable, replay_ended, profiled
+    and ncu_generations.
     Calls Search._generation, Search.resubmit and Search._to_judge (a child or a re-measurement
     to the judge)."""
 
@@ -70,7 +71,7 @@ class Children:
         self._settle(meta)
         answered = {c.prompt_hash for c in proposal.calls if c.outcome == "ok" and c.prompt_hash}
         if answered:  # a failed call (a 5xx, a timeout) may be asked again; an answered prompt may not
-            self.asked |= answered | {meta.digest}
+            self.memory.asked |= answered | {meta.digest}
         call_id = self.state.call_id(proposal.calls[-1]) if proposal.calls else None
         stats = self.stats.get(meta.op, scheduling.OperatorStats())
         self.stats[meta.op] = dataclasses.replace(stats, attempts=stats.attempts + 1,
@@ -78,7 +79,7 @@ class Children:
         if proposal.analysis and call_id is not None:
             self.archive.add_reflection(self.state.run_id, call_id, proposal.analysis, list(meta.parents))
         if not proposal.ok:
-            self.barren_translations += meta.op == "translate"
+            self.memory.barren_translations += meta.op == "translate"
             kernel_id = self.state.add_kernel("", meta.op, meta.parents, meta.island, call_id,
                                               self._generation(), thinking=proposal.thinking,
                                               problem=f"{proposal.outcome}: {proposal.problem}",
@@ -89,7 +90,7 @@ class Children:
             return
         seen = self.gate.check(proposal.source)
         if meta.op == "translate" and not seen.novel:
-            self.barren_translations += 1
+            self.memory.barren_translations += 1
         if not seen.novel:  # an exact or renamed copy; any change to the code is judged
             self.state.add_kernel(proposal.source, meta.op, meta.parents, meta.island, call_id,
                                   self._generation(), thinking=proposal.thinking, problem=seen.problem(),
@@ -150,7 +151,7 @@ class Children:
         member = judged(meta.kernel, evaluation)  # as the rows just written hold it
         self._say_baseline(member, evaluation)
         if meta.op == "translate":
-            self.barren_translations = 0 if member.ok else self.barren_translations + 1
+            self.memory.barren_translations = 0 if member.ok else self.memory.barren_translations + 1
         admission = Admission.ADMITTED
         if member.ok and beats(member, self.population.best()):  # admitted once its figure holds again
             self.remeasure(member, meta.op)

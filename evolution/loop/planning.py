@@ -29,8 +29,8 @@ class Planning:
     """The planning methods of loop.search.Search (a mixin: it has no state of its own).
 
     Reads the search's population, settings, rng, stats, state, archive, ensemble, budget, pool,
-    gate, judge_futures and profile_futures, barren_translations and format_rows. Writes llm_futures
-    (a started call and its bookkeeping), repair_tried, crossed, repeated, progress.repeats_avoided,
+    gate, judge_futures and profile_futures, and format_rows. Writes llm_futures (a started call and its
+    bookkeeping), memory (what was asked and tried: memory.py), progress.repeats_avoided,
     _island_turn and _format_turn. Calls Children._submit_child (a tune variant) and Children._profile_on_demand
     (mutate's parent)."""
 
@@ -41,13 +41,13 @@ class Planning:
     def _plan_once(self) -> bool:
         """Start one child (an LLM call, or a tune variant straight to the judge)."""
         correct = self.population.correct()
-        recent = [m for m in self.population.members[-40:] if m.kernel_id not in self.repair_tried]
+        recent = [m for m in self.population.members[-40:] if m.kernel_id not in self.memory.repair_tried]
         repairable = selection.pick_repair_target(recent, self.rng)
         tunable = any(_tunable(m, self.state.profiles) for m in correct)
         seeding = {m.island for m in [*self.llm_futures.values(), *self.judge_futures.values()]
                    if m.op == "translate"}
         seed_island = islands.needing_seed(self.population, self.settings.islands, seeding) \
-            if self.barren_translations < BARREN_TRANSLATIONS else None
+            if self.memory.barren_translations < BARREN_TRANSLATIONS else None
         op = scheduling.choose_operator(self.stats, bool(correct), selection.approaches(correct), repairable is not None,
                                         tunable, self.rng, translate_ok=seed_island is not None)
         untried = self._untried_formats()
@@ -77,7 +77,7 @@ class Planning:
         ctx = self.state.context(island, op, fmt)
         chosen = self.ensemble.llm(model)
         digest = prompt_hash(operators.first_prompt(op, ctx, args, chosen.edit_format))
-        if digest in self.asked or digest in {m.digest for m in self.llm_futures.values()}:
+        if digest in self.memory.asked or digest in {m.digest for m in self.llm_futures.values()}:
             return self._repeat(op, parents, model, digest)
         s = self.settings
         estimate = self.ensemble.estimate_usd(model, s.prompt_tokens_estimate, s.output_tokens_estimate)
@@ -88,7 +88,7 @@ class Planning:
         llm = Metered(chosen, lambda: self.budget.extend(reservation, estimate), fmt)
         future = self.pool.submit(fn, llm, ctx, *args)
         self.llm_futures[future] = Call(op, parents, island, reservation, key, model, llm, digest, fmt)
-        self.formats_asked.add(fmt)
+        self.memory.formats_asked.add(fmt)
         return True
 
     def _choose_format(self, op: str) -> str:
@@ -111,7 +111,7 @@ class Planning:
         """With several formats, those no call has asked for yet (none made, none in flight)."""
         if len(self.state.formats) < 2:
             return []
-        asked = {r["format"] for r in self.format_rows if r["calls"]} | self.formats_asked
+        asked = {r["format"] for r in self.format_rows if r["calls"]} | self.memory.formats_asked
         return [f for f in self.state.formats if f not in asked]
 
     def _write_format(self, op: str, parents: tuple[int, ...], island: int) -> str:
@@ -125,9 +125,8 @@ class Planning:
     def _repeat(self, op: str, parents: tuple[int, ...], model: str, digest: str) -> bool:
         """A prompt answered before (or in flight) is not sent again: counted once per prompt (the
         planner may draw it again every half second), and another draw is made."""
-        if digest in self.repeated:
+        if not self.memory.first_repeat(digest):
             return False
-        self.repeated.add(digest)
         self.archive.add_event(self.state.run_id, "prompt_repeat", {"operator": op, "parents": list(parents),
                                                                     "model": model})
         self.progress.repeats_avoided += 1
@@ -151,10 +150,10 @@ class Planning:
             variant = self._variant(parent, "A", tried=attempts.on_kernel(parent.kernel_id, rows))
             return self._after_profiles(operators.mutate, parent), (variant,), (parent.kernel_id,), parent.lineage.island
         if op == "crossover":
-            parents = selection.pick_crossover_parents(correct, self.rng, avoid=self.crossed)
+            parents = selection.pick_crossover_parents(correct, self.rng, avoid=self.memory.crossed)
             if len(parents) < 2:
                 return None
-            self.crossed.add(frozenset(p.kernel_id for p in parents))
+            self.memory.crossed.add(frozenset(p.kernel_id for p in parents))
             variants = [self._variant(p, "ABC"[i], notes=self._notes(p, rows),
                                       tried=attempts.on_kernel(p.kernel_id, rows, limit=3))
                         for i, p in enumerate(parents)]
@@ -171,7 +170,7 @@ class Planning:
             home = island if len(self.state.formats) > 1 else chosen[0].lineage.island
             return self._after_profiles(operators.reflect, *chosen), (variants,), tuple(m.kernel_id for m in chosen), home
         if op == "repair":  # among recent children: the selection checks a failure's parent and repairs
-            self.repair_tried.add(repairable.kernel_id)
+            self.memory.repair_tried.add(repairable.kernel_id)
             evaluation = Evaluation.from_dict(self.archive.kernel(repairable.kernel_id)["evaluations"][-1]["data"])
             return (operators.repair, (self._variant(repairable, "A"), feedback_from(evaluation)),
                     (repairable.kernel_id,), repairable.lineage.island)

@@ -24,6 +24,7 @@ from ..novelty import NoveltyGate
 from ..options import SearchSettings
 from ..outcome import Progress
 from ..population import Variant, Population
+from .memory import Memory
 from ..state import RunState
 from .children import Children
 from .flight import Call, Judging, Profiling
@@ -55,14 +56,9 @@ class Search(Planning, Children):
         self._island_turn = -1
         self._format_turn: str | None = None  # with several formats: the one drawn for the call being planned
         self.format_rows: list[dict] = []  # with several formats: Archive.format_yield, as of the last refresh
-        self.formats_asked: set[str] = set()  # formats this search's calls asked for (format_rows may lag)
-        self.repair_tried: set[int] = state.repair_targets()  # one repair per failure, whatever came of it
+        self.memory = Memory.of_run(state)  # what was asked and tried: nothing is asked twice
         self.unreachable = ""  # why the model server is given up on (stops the run)
         self.replay_ended = ""  # where a replay's recording ran out (stops the run)
-        self.crossed = state.crossed()  # parent sets already sent to crossover: the same prompt again
-        self.asked = state.archive.answered_prompts(state.run_id)  # hashes of the prompts answered
-        self.barren_translations = 0  # translations since the last one judged correct
-        self.repeated: set[str] = set()  # prompts not sent because they were answered: counted once each
         self.baseline_said = False  # the fall back to eager, where torch.compile gives no figure, said once
         self._refresh()
 
