@@ -14,13 +14,13 @@ import enum
 
 from kernelevo.agent.client import NotSent, Stop, Unreachable
 from kernelevo.agent.replay import ReplayEnded
-from kernelevo.evaluation import Evaluation, Profile, Verdict
+from kernelevo.evaluation import Evaluation
 from kernelevo.text import speedup_text
 
 from .. import islands, scheduling
 from ..population import BASELINES, Variant, beats
 from ..state import judged, remeasured
-from .flight import Call, Judging, Profiling
+from .flight import Call, Judging
 
 
 class Admission(enum.Enum):
@@ -49,10 +49,9 @@ class Children:
     """The methods of loop.search.Search for what comes back (a mixin: it has no state of its own).
 
     Reads the search's settings, state, archive, ensemble, judge, gate, budget, rng and on_status.
-    Writes llm_futures, judge_futures and profile_futures (popping what is done, adding profiles),
-    device_load, stats, progress (verdicts, counts, generation), population (admitted and migrated
-    children), memory (prompts answered, barren translations), improved_at, unreachable, replay_ended, profiled
-    and ncu_generations.
+    Writes llm_futures and judge_futures (popping what is done), device_load, stats, progress (verdicts,
+    counts, generation), population (admitted and migrated children), memory (prompts answered, barren
+    translations), improved_at, unreachable and replay_ended; asks its profiler for a new island best's profile.
     Calls Search._generation, Search.resubmit and Search._to_judge (a child or a re-measurement
     to the judge)."""
 
@@ -158,7 +157,8 @@ class Children:
         else:
             admission = self._admit(member)
             if admission is Admission.ISLAND_BEST:
-                self._profile(member, evaluation, evaluation_id)
+                self.profiler.island_best(member, evaluation, evaluation_id, self.progress.generation,
+                                          self.population.best())
         stats = self.stats.get(meta.op, scheduling.OperatorStats())
         if meta.op == "tune":
             stats = dataclasses.replace(stats, attempts=stats.attempts + 1)
@@ -207,7 +207,8 @@ class Children:
             "against": member.against, "fitness": member.fitness, "fitness_ci": member.fitness_ci,
             "best": best, "incumbent": incumbent.kernel_id if incumbent else None})
         if evaluation is not None and admission is Admission.ISLAND_BEST:
-            self._profile(member, evaluation, evaluation_id)
+            self.profiler.island_best(member, evaluation, evaluation_id, self.progress.generation,
+                                          self.population.best())
         if not best:  # said once: the search's figure was noise (or luck)
             self.on_status(f"kernel {member.kernel_id}: {speedup_text(first.fitness, first.fitness_ci)} in the "
                            f"search, {speedup_text(member.fitness, member.fitness_ci)} re-measured "
@@ -236,53 +237,6 @@ class Children:
         if beats(member, best_before):  # a tie does not reset the plateau
             self.improved_at = self.progress.generation
         return admission
-
-    def _profile(self, member: Variant, evaluation: Evaluation, evaluation_id: int) -> None:
-        """Profile a new island best, at most profile_per_generation a generation: those are the
-        kernels mutate and reflect most often start from. Profiling holds the device (H100, starter
-        suite: 0.1-0.7 s; judging every child's profile cut throughput from 41 to 28 per minute), and
-        Nsight Compute takes 7-9 s more, so it runs only for a new best of the whole run, once a
-        generation at most."""
-        generation = self.progress.generation
-        if self.profiled[generation] >= self.settings.profile_per_generation:
-            return
-        self.profiled[generation] += 1
-        best = self.population.best()
-        ncu = self.settings.ncu and best is not None and best.kernel_id == member.kernel_id \
-            and generation not in self.ncu_generations
-        if ncu:
-            self.ncu_generations.add(generation)
-        self._start_profile(member.kernel_id, evaluation, evaluation_id, ncu)
-
-    def _start_profile(self, kernel_id: int, evaluation: Evaluation, evaluation_id: int, ncu: bool) -> None:
-        self.device_load[evaluation.device] += 1
-        future = self.judge.profile(self.state.task, self.state.kernel_path(kernel_id), evaluation, ncu=ncu)
-        self.profile_futures[future] = Profiling(kernel_id, evaluation_id, evaluation.device)
-
-    def _profile_on_demand(self, member: Variant) -> None:
-        """Profile a kernel a prompt shows now if it never was: the prompt then shows where its time
-        goes (the call waits for it, _after_profiles), and a kernel need not have been profiled by
-        chance to be chosen. Without Nsight Compute: a tenth of a second to a second of device time."""
-        pending = any(meta.kernel_id == member.kernel_id for meta in self.profile_futures.values())
-        if not self.settings.profile_per_generation or pending or member.kernel_id in self.state.profiles:
-            return
-        if member.figures.speedup_eager is None:  # not timed (Triton's interpreter): its profile would be the interpreter's
-            return
-        judged = [e for e in self.archive.kernel(member.kernel_id)["evaluations"] if e["verdict"] == Verdict.OK]
-        if judged:
-            self._start_profile(member.kernel_id, Evaluation.from_dict(judged[-1]["data"]), judged[-1]["id"], False)
-
-    def _profiled(self, future: concurrent.futures.Future) -> None:
-        meta = self.profile_futures.pop(future)
-        self.device_load[meta.device] -= 1
-        try:
-            profile = future.result()
-        except Exception as exc:  # noqa: BLE001 - a profile is advice: the search goes on without it
-            profile = Profile(device_name="", notes=(f"profiling failed: {type(exc).__name__}: {exc}"[:300],))
-        self.state.set_profile(meta.kernel_id, meta.evaluation_id, profile)
-        self.archive.add_event(self.state.run_id, "profile", {
-            "kernel": meta.kernel_id, "cost_s": profile.cost_s, "notes": list(profile.notes),
-            "sol_pct": profile.sol.candidate_pct if profile.sol else None})
 
     def _generation_tick(self) -> None:
         generation = self._generation()

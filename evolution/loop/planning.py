@@ -29,10 +29,10 @@ class Planning:
     """The planning methods of loop.search.Search (a mixin: it has no state of its own).
 
     Reads the search's population, settings, rng, stats, state, archive, ensemble, budget, pool,
-    gate, judge_futures and profile_futures, and format_rows. Writes llm_futures (a started call and its
-    bookkeeping), memory (what was asked and tried: memory.py), progress.repeats_avoided,
-    _island_turn and _format_turn. Calls Children._submit_child (a tune variant) and Children._profile_on_demand
-    (mutate's parent)."""
+    gate, judge_futures and format_rows. Writes llm_futures (a started call and its bookkeeping), memory
+    (what was asked and tried: memory.py), progress.repeats_avoided, _island_turn and _format_turn. Calls
+    Children._submit_child (a tune variant) and asks the profiler (profiler.py) for the profiles of the
+    kernels a prompt shows."""
 
     def _plan(self) -> bool:
         """Start one child; False when no operator could start one (three draws) or the budget refuses."""
@@ -197,9 +197,8 @@ class Planning:
         never was: a new best is shown with its profile), `fn` after those profiles are in: the call
         waits in its pool thread (seconds), not the loop, and the prompt shows each kernel's profile."""
         for m in members:
-            self._profile_on_demand(m)
-        ids = {m.kernel_id for m in members}
-        pending = {meta.kernel_id: f for f, meta in self.profile_futures.items() if meta.kernel_id in ids}
+            self.profiler.on_demand(m)
+        pending = self.profiler.pending({m.kernel_id for m in members})
         if not pending:
             return fn
 

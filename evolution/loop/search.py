@@ -27,7 +27,8 @@ from ..population import Variant, Population
 from .memory import Memory
 from ..state import RunState
 from .children import Children
-from .flight import Call, Judging, Profiling
+from .flight import Call, Judging
+from .profiler import Profiler
 from .planning import Planning
 
 
@@ -48,10 +49,8 @@ class Search(Planning, Children):
         self.pool = CallPool(settings.llm_concurrency)
         self.llm_futures: dict[concurrent.futures.Future, Call] = {}
         self.judge_futures: dict[concurrent.futures.Future, Judging] = {}
-        self.profile_futures: dict[concurrent.futures.Future, Profiling] = {}
-        self.profiled: Counter = Counter()  # generation -> profiles started
-        self.ncu_generations: set[int] = set()  # generations that ran Nsight Compute
         self.device_load: Counter = Counter({d: 0 for d in judge.options.devices})
+        self.profiler = Profiler(state, judge, settings, self.device_load)  # new bests' and shown kernels' profiles
         self.improved_at = self.progress.generation  # generation of the last new best (plateau rule)
         self._island_turn = -1
         self._format_turn: str | None = None  # with several formats: the one drawn for the call being planned
@@ -132,15 +131,15 @@ class Search(Planning, Children):
                 while len(self.llm_futures) < self.settings.llm_concurrency and len(self.judge_futures) < \
                         2 * len(self.device_load) + 2 and self._plan():
                     pass
-            if not self.llm_futures and not self.judge_futures and not self.profile_futures:
+            if not self.llm_futures and not self.judge_futures and not self.profiler.futures:
                 break
-            waiting = list(self.llm_futures) + list(self.judge_futures) + list(self.profile_futures)
+            waiting = list(self.llm_futures) + list(self.judge_futures) + list(self.profiler.futures)
             done, _ = concurrent.futures.wait(waiting, timeout=0.5, return_when=concurrent.futures.FIRST_COMPLETED)
             for future in done:
                 if future in self.llm_futures:
                     self._proposal_done(future)
-                elif future in self.profile_futures:
-                    self._profiled(future)
+                elif future in self.profiler.futures:
+                    self.profiler.done(future)
                 else:
                     self._judged(future)
             if reason:
