@@ -64,6 +64,35 @@ class Interrupted(KeyboardInterrupt):
 
 
 @dataclass(frozen=True)
+class BoundUsed:
+    """The speed of light a run had: its time, where its peaks came from, and why it was not used ("": it was)."""
+
+    bound_ms: float
+    source: str  # "calibrated peaks", or the task's own measured peaks
+    unreliable: str = ""
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """A run summed up at its end, for its summary table: the archive's counters of the run (spend: cost, calls,
+    unknown-cost calls, replayed; counts: evaluations and verdicts; calls: per operator, archive.call_yield;
+    models and formats: per model and format asked), the models dropped and replays served, the speed of light
+    it had, what its kernels were ranked against, and its best's figures in the search (eager, torch.compile)."""
+
+    spend: dict = field(default_factory=dict)
+    counts: dict = field(default_factory=dict)
+    calls: dict = field(default_factory=dict)
+    models: tuple[dict, ...] = ()
+    formats: tuple[dict, ...] = ()
+    dropped: dict = field(default_factory=dict)  # model -> why it dropped out
+    replays: dict = field(default_factory=dict)  # replaying model -> what it served
+    bound: BoundUsed | None = None
+    baseline: str = ""  # "compile" or "eager"
+    search_speedups: tuple[float | None, float | None] | None = None
+    search_intervals: tuple | None = None
+
+
+@dataclass(frozen=True)
 class Outcome:
     run_id: str
     reason: str
@@ -73,7 +102,7 @@ class Outcome:
     written: Path | None = None
     seeded: tuple[int, int] = (0, 0)  # kernels, tasks
     waiting: bool = False  # stopped for a reply: a replay's recording ended; answer its prompt, then --resume
-    summary: dict = field(default_factory=dict)
+    summary: RunSummary = field(default_factory=RunSummary)
 
 
 def write_drop_in(member: Variant, evaluation: Evaluation, task_name: str, run_id: str, out_dir: Path) -> Path:

@@ -118,7 +118,7 @@ def test_a_run_whose_first_kernel_beats_the_bound_goes_on_to_its_call_budget(tmp
     # beat the bound, and nothing stopped the run either; where the fastest clearly beat it, it was said
     if fastest * (1 + bound.SPREAD) < 0.95 * eager[0]:
         assert marked and any(s.startswith("speed of light not used: kernel") for s in said), said
-        assert outcome.summary["bound"]["unreliable"].startswith("kernel")
+        assert outcome.summary.bound.unreliable.startswith("kernel")
 
 
 def _scripted_run(tmp_path, monkeypatch, calls: int, compile_baseline: bool = True, force: bool = True):

@@ -26,12 +26,14 @@ from ..population import BASELINES
 from ..options import OptimizeOptions, formats_of, judge_options
 from ..outcome import (
     EXIT_BUDGET,
+    BoundUsed,
     EXIT_LEFT,
     EXIT_OK,
     EXIT_UNREACHABLE,
     Interrupted,
     Outcome,
     Progress,
+    RunSummary,
     elapsed_s,
     write_drop_in,
 )
@@ -177,8 +179,9 @@ def _measure_opponent(run: _Prepared, judge, options: OptimizeOptions, on_status
         # (the Triton interpreter times nothing)
         opponent = _opponent(judge, state.task, options.devices[0], state.baseline, on_status)
         state.base_context = dataclasses.replace(state.base_context, opponent=opponent)
-        if _bound_summary(opponent):  # a bench's table gives each task's best as a share of it
-            state.archive.add_event(state.run_id, "bound", _bound_summary(opponent))
+        if used := bound_used(opponent):  # a bench's table gives each task's best as a share of it
+            state.archive.add_event(state.run_id, "bound", {"bound_ms": used.bound_ms, "from": used.source,
+                                                            "unreliable": used.unreliable})
     return "" if options.force else left_to_compiler(state.base_context.opponent)
 
 
@@ -187,7 +190,7 @@ def _left_to_compiler(run: _Prepared, left: str) -> Outcome:
     archive.add_event(run_id, "finished", {"reason": left, "written": None})
     archive.finish_run(run_id, "stopped", left)
     return Outcome(run_id, left, EXIT_LEFT, seeded=run.seeded,
-                   summary={"spend": archive.spend(run_id), "baseline": run.state.baseline})
+                   summary=RunSummary(spend=archive.spend(run_id), baseline=run.state.baseline))
 
 
 def _started(run: _Prepared, judge, on_progress, on_status: Callable[[str], None]) -> Search:
@@ -217,18 +220,17 @@ def _finish(run: _Prepared, search: Search, reason, member, final, options: Opti
     code = EXIT_UNREACHABLE if unreachable else EXIT_BUDGET if budget_hit else EXIT_OK
     formats = state.formats
     return Outcome(run_id, reason.text, code, final, member.kernel_id if member else None, written, run.seeded,
-                   waiting,
-                   {"spend": archive.spend(run_id), "counts": archive.counts(run_id),
-                    "calls": archive.call_yield(run_id),
-                    "models": by_model(archive.model_yield(run_id), run.ensemble.labels),
-                    "formats": by_format(archive.format_yield(run_id), archive.format_best(run_id), formats)
-                    if len(formats) > 1 else [],
-                    "dropped": dict(run.ensemble.dropped),
-                    "replays": run.ensemble.replay_notes(),
-                    "bound": _bound_summary(state.base_context.opponent),
-                    "baseline": member.against if member else state.baseline,
-                    "search_speedups": (member.figures.speedup_eager, member.figures.speedup_compile) if member else None,
-                    "search_intervals": (member.figures.speedup_eager_ci, member.figures.speedup_compile_ci) if member else None})
+                   waiting, RunSummary(
+                       spend=archive.spend(run_id), counts=archive.counts(run_id), calls=archive.call_yield(run_id),
+                       models=tuple(by_model(archive.model_yield(run_id), run.ensemble.labels)),
+                       formats=tuple(by_format(archive.format_yield(run_id), archive.format_best(run_id), formats)
+                                     if len(formats) > 1 else ()),
+                       dropped=dict(run.ensemble.dropped), replays=run.ensemble.replay_notes(),
+                       bound=bound_used(state.base_context.opponent),
+                       baseline=member.against if member else state.baseline,
+                       search_speedups=(member.figures.speedup_eager, member.figures.speedup_compile) if member else None,
+                       search_intervals=(member.figures.speedup_eager_ci, member.figures.speedup_compile_ci)
+                       if member else None))
 
 
 def _islands_for(settings, formats: tuple[str, ...], on_status: Callable[[str], None]):
@@ -325,12 +327,11 @@ def _opponent(judge, task, device: str, baseline: str, on_status: Callable[[str]
     return dataclasses.replace(made, bound_why=why)
 
 
-def _bound_summary(opponent: Opponent | None) -> dict:
-    """The speed of light the run had, where its peaks came from, and why it was not used ({} without one)."""
+def bound_used(opponent: Opponent | None) -> BoundUsed | None:
+    """The speed of light the run had, where its peaks came from, and why it was not used (None without one)."""
     if opponent is None or not opponent.bound_ms:
-        return {}
-    return {"bound_ms": opponent.bound_ms, "from": opponent.bound_from or "calibrated peaks",
-            "unreliable": opponent.bound_why}
+        return None
+    return BoundUsed(opponent.bound_ms, opponent.bound_from or "calibrated peaks", opponent.bound_why or "")
 
 
 def _waited(fn: Callable[..., Any], *args: Any) -> Any:

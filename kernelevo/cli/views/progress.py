@@ -144,17 +144,18 @@ def repeats_text(calls: dict) -> str:
 
 def summary_rows(outcome: Any) -> list[tuple[str, str]]:
     """The final summary as (label, value) rows."""
-    spend, counts = outcome.summary.get("spend", {}), outcome.summary.get("counts", {})
+    summary = outcome.summary
+    spend, counts = summary.spend, summary.counts
     best = outcome.best
     rows = [("run", outcome.run_id), ("stopped because", outcome.reason)]
-    if sol := outcome.summary.get("bound"):
-        rows.append(("speed of light", f"{sol['bound_ms']:.4f} ms, from {sol['from']}"
-                     + (f"; not used: {sol['unreliable']}" if sol.get("unreliable") else "")))
-    if outcome.summary.get("baseline"):
-        rows.append(("ranked against", "torch.compile" if outcome.summary["baseline"] == "compile" else "eager"))
+    if sol := summary.bound:
+        rows.append(("speed of light", f"{sol.bound_ms:.4f} ms, from {sol.source}"
+                     + (f"; not used: {sol.unreliable}" if sol.unreliable else "")))
+    if summary.baseline:
+        rows.append(("ranked against", "torch.compile" if summary.baseline == "compile" else "eager"))
     if best is not None:
-        searched = outcome.summary.get("search_speedups") or (None, None)
-        spread = outcome.summary.get("search_intervals") or (None, None)
+        searched = summary.search_speedups or (None, None)
+        spread = summary.search_intervals or (None, None)
         rows += [("best kernel", f"{outcome.best_kernel_id}: {_x(best.speedup_eager, best.speedup_eager_ci)} vs eager, "
                                  f"{_x(best.speedup_compile, best.speedup_compile_ci)} vs torch.compile "
                                  "(re-judged in a fresh process)"),
@@ -167,17 +168,16 @@ def summary_rows(outcome: Any) -> list[tuple[str, str]]:
     cost = f"${spend.get('cost_usd', 0.0):.4f}"
     if spend.get("unknown_cost_calls"):
         cost += f" + {spend['unknown_cost_calls']} calls of unknown cost"
-    calls = outcome.summary.get("calls") or {}
+    calls = summary.calls
     replies, judged = (sum(row[k] for row in calls.values()) for k in ("replies", "judged"))
     replayed = f", {spend['replayed']} of them replayed" if spend.get("replayed") else ""
     rows += [("LLM calls", f"{spend.get('calls', 0)} ({cost}{replayed})"),
-             *((f"replay {label}", note) for label, note in (outcome.summary.get("replays") or {}).items()),
+             *((f"replay {label}", note) for label, note in summary.replays.items()),
              ("calls per operator", call_shares({op: row["calls"] for op, row in calls.items() if row["calls"]})),
              ("yield", f"{judged} of {replies} replies judged" if replies else "-"),
              ("asked once", repeats_text(calls)),
-             *((f"model {row['model']}", model_text(row, (outcome.summary.get("dropped") or {}).get(row["model"])))
-               for row in outcome.summary.get("models") or ()),
-             *((f"format {row['format']}", format_text(row)) for row in outcome.summary.get("formats") or ()),
+             *((f"model {row['model']}", model_text(row, summary.dropped.get(row["model"]))) for row in summary.models),
+             *((f"format {row['format']}", format_text(row)) for row in summary.formats),
              ("candidates judged", str(counts.get("evaluations", 0))),
              ("verdicts", ", ".join(f"{k} {v}" for k, v in sorted((counts.get("verdicts") or {}).items())) or "-")]
     return rows
