@@ -227,7 +227,7 @@ def test_the_terminal_prints_each_speedup_with_its_interval(monkeypatch):
     import io
 
     from kernelevo.cli.views.bench import print_table
-    from kernelevo.evolution.outcome import Progress
+    from kernelevo.evolution.outcome import Progress, RunSummary
     from kernelevo.cli.views.progress import lines, summary_rows
     from kernelevo.evaluation import Evaluation, TimingStats
     from kernelevo.cli.views.tables import print_evaluation
@@ -243,7 +243,8 @@ def test_the_terminal_prints_each_speedup_with_its_interval(monkeypatch):
     assert "best 1.78x (1.52-2.05) vs eager, 0.90x vs torch.compile" in text[0]
     assert "(1 a new best, re-measured)" in text[-1]
     outcome = type("Outcome", (), {"run_id": "r", "reason": "done", "best": e, "best_kernel_id": 4, "written": "k.py",
-                                   "summary": {"search_speedups": (2.5, 1.2), "search_intervals": ((1.0, 4.0), None)}})
+                                   "summary": RunSummary(search_speedups=(2.5, 1.2),
+                                                         search_intervals=((1.0, 4.0), None))})
     rows = dict(summary_rows(outcome))
     assert rows["best kernel"].startswith("4: 1.78x (1.52-2.05) vs eager") and rows["in the search"].startswith(
         "2.50x (1.00-4.00) vs eager, 1.20x vs")
