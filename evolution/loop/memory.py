@@ -12,7 +12,6 @@ class Memory:
     crossed: set[frozenset]  # parent sets already sent to crossover: the same prompt again
     repair_tried: set[int]  # one repair per failure, whatever came of it
     repeated: set[str] = field(default_factory=set)  # prompts not sent because they were answered: counted once each
-    formats_asked: set[str] = field(default_factory=set)  # formats this session's calls asked for (rows may lag)
     barren_translations: int = 0  # translations since the last one judged correct
 
     @classmethod

@@ -29,8 +29,8 @@ class Planning:
     """The planning methods of loop.search.Search (a mixin: it has no state of its own).
 
     Reads the search's population, settings, rng, stats, state, archive, ensemble, budget, pool,
-    gate, judge_futures and format_rows. Writes llm_futures (a started call and its bookkeeping), memory
-    (what was asked and tried: memory.py), progress.repeats_avoided, _island_turn and _format_turn. Calls
+    gate and judge_futures. Writes llm_futures (a started call and its bookkeeping), memory (what was asked
+    and tried: memory.py), progress.repeats_avoided and turns (the next island and format: turns.py). Calls
     Children._submit_child (a tune variant) and asks the profiler (profiler.py) for the profiles of the
     kernels a prompt shows."""
 
@@ -50,7 +50,7 @@ class Planning:
             if self.memory.barren_translations < BARREN_TRANSLATIONS else None
         op = scheduling.choose_operator(self.stats, bool(correct), selection.approaches(correct), repairable is not None,
                                         tunable, self.rng, translate_ok=seed_island is not None)
-        untried = self._untried_formats()
+        untried = self.turns.untried()
         if op != "repair" and untried:  # --format auto: each format's islands are seeded before the draws begin
             homes = [h for h in (self._needing_seed(f, seeding) for f in untried) if h is not None]
             if homes:  # whatever earlier translations in other formats did
@@ -88,31 +88,18 @@ class Planning:
         llm = Metered(chosen, lambda: self.budget.extend(reservation, estimate), fmt)
         future = self.pool.submit(fn, llm, ctx, *args)
         self.llm_futures[future] = Call(op, parents, island, reservation, key, model, llm, digest, fmt)
-        self.memory.formats_asked.add(fmt)
+        self.turns.asked.add(fmt)
         return True
 
     def _choose_format(self, op: str) -> str:
         """With several formats (--format auto): the model of the next call first, then the format it
-        is asked in, drawn by what each format's calls earned for that model and for all
-        (scheduling.format_weights); the format's islands take the call. Returns the model ("" when
-        every model dropped out)."""
+        is asked in (turns.py); the format's islands take the call. Returns the model ("" when every model
+        dropped out)."""
         model = self.ensemble.choose(op, self.rng)
         if model is None:
             return ""
-        rows = self.format_rows  # refreshed whenever a call or a verdict came in (Search._refresh)
-        # a format no call has asked for yet (none made, none in flight) goes first: the islands
-        # alternate formats from the first call, and the bandit draws once each has been asked
-        untried = self._untried_formats()
-        self._format_turn = untried[0] if untried else scheduling.choose_format(
-            scheduling.format_stats(rows, model), scheduling.format_stats(rows), self.state.formats, self.rng)
+        self.turns.draw_format(model, self.rng)  # its rows were refreshed when a call or a verdict came in
         return model
-
-    def _untried_formats(self) -> list[str]:
-        """With several formats, those no call has asked for yet (none made, none in flight)."""
-        if len(self.state.formats) < 2:
-            return []
-        asked = {r["format"] for r in self.format_rows if r["calls"]} | self.memory.formats_asked
-        return [f for f in self.state.formats if f not in asked]
 
     def _write_format(self, op: str, parents: tuple[int, ...], island: int) -> str:
         """The format a call asks for: a mutation or repair keeps its parent's, any other call writes
@@ -138,7 +125,7 @@ class Planning:
     def _job(self, op: str, correct: list[Variant], repairable: Variant | None, seed_island: int | None):
         """(operator function, its arguments, parent ids, island) of the next call; every kernel the
         prompt asks to change comes with what came of the earlier attempts on it (attempts.py)."""
-        island = self._next_island()
+        island = self.turns.next_island()
         pool = [m for m in correct if m.lineage.island == island] or correct
         rows = self.archive.kernels(run_id=self.state.run_id)
         if op == "translate":  # the first kernels, then only to seed an empty or collapsed island
@@ -183,7 +170,7 @@ class Planning:
         if seed_island is None or len(self.state.formats) == 1:
             return seed_island if seed_island is not None else island
         seeding = {m.island for m in [*self.llm_futures.values(), *self.judge_futures.values()] if m.op == "translate"}
-        mine = self._needing_seed(self._format_turn, seeding)
+        mine = self._needing_seed(self.turns.format, seeding)
         return mine if mine is not None else seed_island
 
     def _needing_seed(self, fmt: str, seeding: set[int]) -> int | None:
@@ -225,17 +212,6 @@ class Planning:
         idea = attempts.idea_for(m.kernel_id, rows)
         return "\n".join(t for t in (f"Idea: {idea}" if idea else "",
                                       approach(niches.describe(m.source, m.format), m.format)) if t)
-
-    def _next_island(self) -> int:
-        """Islands in turn; with several formats, the next island of the format drawn for this call."""
-        formats = self.state.formats
-        if len(formats) > 1 and self._format_turn in formats:
-            own = [i for i in range(self.settings.islands) if self.state.island_format(i) == self._format_turn]
-            self._island_turn = own[(own.index(self._island_turn) + 1) % len(own)] \
-                if self._island_turn in own else own[0]
-            return self._island_turn
-        self._island_turn = (self._island_turn + 1) % self.settings.islands
-        return self._island_turn
 
     def _start_tune(self, correct: list[Variant]) -> bool:
         """A variant of one of the best tunable kernels of an island, within the ranges its own

@@ -29,6 +29,7 @@ from ..state import RunState
 from .children import Children
 from .flight import Call, Judging
 from .profiler import Profiler
+from .turns import Turns
 from .planning import Planning
 
 
@@ -52,9 +53,7 @@ class Search(Planning, Children):
         self.device_load: Counter = Counter({d: 0 for d in judge.options.devices})
         self.profiler = Profiler(state, judge, settings, self.device_load)  # new bests' and shown kernels' profiles
         self.improved_at = self.progress.generation  # generation of the last new best (plateau rule)
-        self._island_turn = -1
-        self._format_turn: str | None = None  # with several formats: the one drawn for the call being planned
-        self.format_rows: list[dict] = []  # with several formats: Archive.format_yield, as of the last refresh
+        self.turns = Turns(state.formats, settings.islands, state.island_format)  # the next call's island and format
         self.memory = Memory.of_run(state)  # what was asked and tried: nothing is asked twice
         self.unreachable = ""  # why the model server is given up on (stops the run)
         self.replay_ended = ""  # where a replay's recording ran out (stops the run)
@@ -89,8 +88,8 @@ class Search(Planning, Children):
         self.ensemble.update(models)  # what the next calls' models are chosen by
         p.models, p.dropped = by_model(models, self.ensemble.labels), dict(self.ensemble.dropped)
         if len(self.state.formats) > 1:  # what the format bandit draws by, read when a call or verdict came in
-            self.format_rows = self.archive.format_yield(self.state.run_id)
-            p.formats = by_format(self.format_rows, self.archive.format_best(self.state.run_id), self.state.formats)
+            self.turns.rows = self.archive.format_yield(self.state.run_id)
+            p.formats = by_format(self.turns.rows, self.archive.format_best(self.state.run_id), self.state.formats)
         self.on_progress(p)
 
     def _stop_reason(self) -> budgets.StopReason | None:
