@@ -39,6 +39,11 @@ class StopKind(enum.Enum):
     NOTHING_LEFT = "nothing left to try"
 
     @property
+    def waits(self) -> bool:
+        """A replay's recording ran out: the run waits for that call's answer and goes on from it (--resume)."""
+        return self is StopKind.REPLAY_ENDED
+
+    @property
     def budget(self) -> bool:
         # a recording's end is the calls it holds running out: a limit, and the run can go on from it
         return self in (StopKind.MAX_COST_USD, StopKind.MAX_LLM_CALLS, StopKind.MAX_WALL_TIME, StopKind.REPLAY_ENDED)

@@ -26,10 +26,10 @@ from ..population import BASELINES
 from ..options import OptimizeOptions, formats_of, judge_options
 from ..outcome import (
     EXIT_BUDGET,
-    BoundUsed,
     EXIT_LEFT,
     EXIT_OK,
     EXIT_UNREACHABLE,
+    BoundUsed,
     Interrupted,
     Outcome,
     Progress,
@@ -117,10 +117,8 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
                     return _left_to_compiler(run, left)
                 search = _started(run, judge, on_progress, on_status)
                 reason = search.run()
-                # a replay whose recording ran out waits for that prompt's answer: the run goes on from it
-                # (--resume), so its best is not re-judged yet
-                waiting = reason.kind is budgets.StopKind.REPLAY_ENDED
-                member, final = (None, None) if waiting else final_judgement(search, options, on_status)
+                # a run waiting for a reply goes on from it (--resume): its best is not re-judged yet
+                member, final = (None, None) if reason.kind.waits else final_judgement(search, options, on_status)
             except KeyboardInterrupt:
                 if search is not None:
                     search.abandon(0.0)
@@ -179,7 +177,7 @@ def _measure_opponent(run: _Prepared, judge, options: OptimizeOptions, on_status
         # (the Triton interpreter times nothing)
         opponent = _opponent(judge, state.task, options.devices[0], state.baseline, on_status)
         state.base_context = dataclasses.replace(state.base_context, opponent=opponent)
-        if used := bound_used(opponent):  # a bench's table gives each task's best as a share of it
+        if used := _bound_used(opponent):  # a bench's table gives each task's best as a share of it
             state.archive.add_event(state.run_id, "bound", {"bound_ms": used.bound_ms, "from": used.source,
                                                             "unreliable": used.unreliable})
     return "" if options.force else left_to_compiler(state.base_context.opponent)
@@ -213,7 +211,7 @@ def _finish(run: _Prepared, search: Search, reason, member, final, options: Opti
     archive = state.archive
     written = write_drop_in(member, final, state.task.name, run_id, options.out_dir) if final else None
     budget_hit, unreachable = reason.kind.budget, bool(search.unreachable)
-    waiting = reason.kind is budgets.StopKind.REPLAY_ENDED
+    waiting = reason.kind.waits
     archive.finish_run(run_id, "stopped" if unreachable or waiting else "budget" if budget_hit else "finished",
                        reason.text)
     archive.add_event(run_id, "finished", {"reason": reason.text, "written": str(written) if written else None})
@@ -226,7 +224,7 @@ def _finish(run: _Prepared, search: Search, reason, member, final, options: Opti
                        formats=tuple(by_format(archive.format_yield(run_id), archive.format_best(run_id), formats)
                                      if len(formats) > 1 else ()),
                        dropped=dict(run.ensemble.dropped), replays=run.ensemble.replay_notes(),
-                       bound=bound_used(state.base_context.opponent),
+                       bound=_bound_used(state.base_context.opponent),
                        baseline=member.against if member else state.baseline,
                        search_speedups=(member.figures.speedup_eager, member.figures.speedup_compile) if member else None,
                        search_intervals=(member.figures.speedup_eager_ci, member.figures.speedup_compile_ci)
@@ -327,7 +325,7 @@ def _opponent(judge, task, device: str, baseline: str, on_status: Callable[[str]
     return dataclasses.replace(made, bound_why=why)
 
 
-def bound_used(opponent: Opponent | None) -> BoundUsed | None:
+def _bound_used(opponent: Opponent | None) -> BoundUsed | None:
     """The speed of light the run had, where its peaks came from, and why it was not used (None without one)."""
     if opponent is None or not opponent.bound_ms:
         return None
