@@ -183,6 +183,7 @@ def test_a_bench_replayed_in_rounds_waits_for_each_answer_and_goes_on_from_it(tm
     import dataclasses
     import shutil
 
+    from kernelevo.archive.reports.bench_data import bench_table
     from kernelevo.config import Config
     from kernelevo.evolution.budget import BudgetLimits
     from kernelevo.evolution.drivers.bench import BenchOptions, run_bench
@@ -220,6 +221,10 @@ def test_a_bench_replayed_in_rounds_waits_for_each_answer_and_goes_on_from_it(tm
     middle = row()
     assert (middle["status"], middle["run_id"], middle["calls"], middle["kernels"]) == ("pending", waiting["run_id"], 1, 1)
     assert middle["stop_reason"].startswith("replay ended at call 2")
+    with Archive.open_readonly(tmp_path / "archive.sqlite") as store:  # its best so far, though nothing is final
+        (shown,) = bench_table(store, first.bench_id)["tasks"]
+        latest = store._read("SELECT speedup_eager FROM evaluations ORDER BY id DESC LIMIT 1")[0]  # its re-measurement
+    assert shown["search_speedup_eager"] == latest["speedup_eager"] > 0 and shown["speedup_eager"] is None
 
     (prompts / "0002.reply.md").write_text(f"Idea: the same, in chunks.\n\n```python\n{KERNELS['chunked']}```\n")
     third = run_bench(resumed)

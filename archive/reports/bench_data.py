@@ -41,6 +41,8 @@ def task_rows(stored: list[dict]) -> list[dict]:
             # which device judged the figures: cuda:1, or on a Ray cluster the node and its GPU
             "device": (r.get("evaluation") or {}).get("node") or r.get("device") or "",
             "input_tokens": int(r.get("input_tokens") or 0), "output_tokens": int(r.get("output_tokens") or 0),
+            # so far in the search (a task waiting for a reply has no final figures yet): not counted in fast_p
+            "search_speedup_eager": r.get("search_speedup_eager"), "search_speedup_compile": r.get("search_speedup_compile"),
             **_of_best((r.get("evaluation") or {}) if correct else {}, r.get("bound") or {}, bool(r.get("bound_beaten"))),
         })
     return out

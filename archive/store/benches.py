@@ -73,7 +73,9 @@ class BenchesMixin(Store):
         """A bench's tasks in order, each with the figures of the evaluation it points to (verdict,
         reason, speedups, specialized, device, its whole record as `evaluation`), its run's status
         and stop reason, its LLM calls (`replayed`: of them, those answered from a recording), known cost and tokens, and
-        its run's speed of light (`bound`, the run's 'bound' event; `bound_beaten`: a kernel ran faster than it)."""
+        its run's speed of light (`bound`, the run's 'bound' event; `bound_beaten`: a kernel ran faster than it), and
+        the fastest of its kernels as the search holds them (`search_speedup_eager`, `search_speedup_compile`: each
+        kernel's latest figure, its re-measurement's where it has one), which a task still searching has."""
         rows = self._read(
             "SELECT t.*, e.verdict, e.reason, e.speedup_eager, e.speedup_compile, e.specialized, e.device_name, e.device, "
             "e.speedup_eager_lo, e.speedup_eager_hi, e.speedup_compile_lo, e.speedup_compile_hi, "
@@ -87,7 +89,11 @@ class BenchesMixin(Store):
             "(SELECT TOTAL(c.output_tokens) FROM llm_calls c WHERE c.run_id = t.run_id) AS output_tokens, "
             "(SELECT v.data FROM events v WHERE v.run_id = t.run_id AND v.kind = 'bound' ORDER BY v.id DESC LIMIT 1) "
             "AS bound, "
-            "(SELECT COUNT(*) FROM events v WHERE v.run_id = t.run_id AND v.kind = 'bound_unreliable') AS bound_beaten "
+            "(SELECT COUNT(*) FROM events v WHERE v.run_id = t.run_id AND v.kind = 'bound_unreliable') AS bound_beaten, "
+            + ", ".join(f"(SELECT MAX(e.{col}) FROM evaluations e WHERE e.run_id = t.run_id AND e.verdict = 'ok' AND e.id = "
+                        "(SELECT MAX(x.id) FROM evaluations x WHERE x.kernel_id = e.kernel_id "
+                        f"AND x.purpose IN ('search', 'rejudge'))) AS search_{col}"
+                        for col in ("speedup_eager", "speedup_compile")) + " "
             "FROM bench_tasks t LEFT JOIN evaluations e ON e.id = t.evaluation_id "
             "LEFT JOIN runs r ON r.id = t.run_id WHERE t.bench_id = ? ORDER BY t.position", (bench_id,))
         for row in rows:

@@ -39,10 +39,14 @@ def print_table(table: dict) -> None:
     for column in ("task", "verdict", "vs eager", "vs torch.compile", "shapes", "calls", "cost", "wall"):
         tasks.add_column(column, justify="right" if column in ("vs eager", "vs torch.compile", "calls", "cost",
                                                                "wall") else "left")
+    compile_ranked = table.get("baseline") == "compile"
     for r in table["tasks"]:
         shapes = "-" if r["specialized"] is None else "specialized" if r["specialized"] else "general"
         name = r["name"] + (" (degenerate)" if r["degenerate"] else "")
         verdict = r["verdict"] + (f": {r['reason']}" if r["reason"] and not r["correct"] else "")
+        so_far = r.get("search_speedup_compile" if compile_ranked else "search_speedup_eager")
+        if r.get("status") == "pending" and so_far:  # still searching (a replay waiting for a reply): its best so far
+            verdict += f" (search so far: {_x(so_far)} vs {'torch.compile' if compile_ranked else 'eager'})"
         tasks.add_row(name, verdict, _x(r["speedup_eager"], r.get("speedup_eager_ci")),
                       _x(r["speedup_compile"], r.get("speedup_compile_ci")), shapes, str(r["calls"]),
                       f"${r['cost_usd']:.2f}", f"{r['wall_s']:.0f} s")
