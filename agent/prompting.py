@@ -379,8 +379,4 @@ def feedback_from(evaluation) -> Failure:
 
 def variant_from(source: str, fmt: str, evaluation, label: str = "A", profile: str = "", notes: str = "") -> Variant:
     """A judged kernel as the prompts show it."""
-    e, loop = evaluation, evaluation.loop
-    figures = Figures(e.verdict, e.reason, e.message, e.speedup_eager, e.speedup_compile,
-                      ms=e.candidate.median_ms if e.candidate else None, eager_ms=e.eager.median_ms if e.eager else None,
-                      loop_ms=loop.candidate_ms if loop else None, host_share=loop.host_share if loop else None)
-    return Variant(source, fmt, figures=figures, shown=Shown(label, profile, notes))
+    return Variant(source, fmt, figures=Figures.of(evaluation), shown=Shown(label, profile, notes))

@@ -65,8 +65,8 @@ def at_bound(member, opponent) -> str:
     ahead = member.fitness_ci[0] > 1.0 if member.fitness_ci else member.fitness > 1.0
     if not ahead:
         return ""
-    return (f"at the bound: kernel {member.kernel_id} takes {member.figures.ms:.4f} ms, within {AT_BOUND}x of the speed of "
-            f"light ({bound_ms:.4f} ms{_from(opponent)})")
+    return (f"at the bound: kernel {member.kernel_id} takes {member.figures.ms:.4f} ms, within {AT_BOUND}x of the "
+            f"speed of light ({bound_ms:.4f} ms{_from(opponent)})")
 
 
 def _from(opponent) -> str:

@@ -63,7 +63,8 @@ def needing_seed(population: Population | Iterable[Variant], n_islands: int,
     for i, members in sorted(_islands(population, n_islands).items()):
         if i >= max(1, n_islands) or i in pending:
             continue
-        judged = [m for m in members if m.figures.verdict and m.lineage.operator != "tune"]  # a tune variant's failure is its constant's
+        # a tune variant's failure is its constant's
+        judged = [m for m in members if m.figures.verdict and m.lineage.operator != "tune"]
         if not any(m.ok for m in members):
             return i
         recent = sorted(judged, key=lambda m: m.kernel_id)[-COLLAPSE_AFTER:]

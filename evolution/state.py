@@ -52,14 +52,13 @@ def remeasured(member: Variant, evaluation: Evaluation, stored: bool = False) ->
 def figures_of(evaluation: Evaluation, stored: bool = False) -> Figures:
     """A search's figures of a kernel from its evaluation; `stored`: as an archive row holds them (an infinite speedup
     is None)."""
-    e = evaluation
-    speedups = (_finite(e.speedup_eager), _finite(e.speedup_compile), _finite_ci(e.speedup_eager_ci),
-                _finite_ci(e.speedup_compile_ci)) if stored else \
-        (e.speedup_eager, e.speedup_compile, e.speedup_eager_ci, e.speedup_compile_ci)
-    return Figures(verdict=e.verdict, reason=e.reason, message=e.message, speedup_eager=speedups[0],
-                   speedup_compile=speedups[1], speedup_eager_ci=speedups[2], speedup_compile_ci=speedups[3],
-                   ms=e.candidate.median_ms if e.candidate else None, eager_ms=e.eager.median_ms if e.eager else None,
-                   loop_ms=e.loop.candidate_ms if e.loop else None, host_share=e.loop.host_share if e.loop else None)
+    figures = Figures.of(evaluation)
+    if not stored:
+        return figures
+    return dataclasses.replace(figures, speedup_eager=_finite(figures.speedup_eager),
+                               speedup_compile=_finite(figures.speedup_compile),
+                               speedup_eager_ci=_finite_ci(figures.speedup_eager_ci),
+                               speedup_compile_ci=_finite_ci(figures.speedup_compile_ci))
 
 
 def _finite(x: float | None) -> float | None:

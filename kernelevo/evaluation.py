@@ -245,6 +245,14 @@ class Figures:
     loop_ms: float | None = None  # per call back to back, host work included (Evaluation.loop)
     host_share: float | None = None  # of that, what is not its device time (GPU only)
 
+    @classmethod
+    def of(cls, e: "Evaluation") -> "Figures":
+        """The figures of a judgement: its verdict, speedups with their intervals, and median times."""
+        return cls(e.verdict, e.reason, e.message, e.speedup_eager, e.speedup_compile, e.speedup_eager_ci,
+                   e.speedup_compile_ci, ms=e.candidate.median_ms if e.candidate else None,
+                   eager_ms=e.eager.median_ms if e.eager else None, loop_ms=e.loop.candidate_ms if e.loop else None,
+                   host_share=e.loop.host_share if e.loop else None)
+
 
 @dataclass(frozen=True)
 class Lineage:

@@ -111,10 +111,9 @@ def run_bench(options: BenchOptions, on_progress: Callable[[BenchView], None] = 
         except Stop:
             store.set_bench_status(bench_id, "stopped")
             raise
-        waiting = sum(r["status"] == "pending" and bool(r["run_id"]) for r in store.bench_tasks(bench_id))
-        status = "stopped" if waiting else "finished"
+        status = "stopped" if runner.waiting else "finished"
         store.set_bench_status(bench_id, status)
-        return BenchOutcome(bench_id, status, waiting)
+        return BenchOutcome(bench_id, status, runner.waiting)
 
 
 def _open_bench(store, options: BenchOptions) -> str:
@@ -175,6 +174,7 @@ class _Runner:
         self.reserved: dict[int, float] = {}  # position -> the most a running task may still spend
         self.live: dict[int, Progress] = {}
         self.judge = None  # scoring candidates: one judge for every task (_scoring_judge)
+        self.waiting = 0  # tasks whose replay ended this session: each waits for its next reply (bench --resume)
 
     def run(self) -> None:
         self._tally()
@@ -220,6 +220,9 @@ class _Runner:
         try:
             fields = _score_task(self, row, device, cap) if self.options.candidates \
                 else _search_task(self, row, device, cap)
+            if fields["status"] == "pending":  # its replay ended: the task waits for the reply
+                with self.lock:
+                    self.waiting += 1
         except Interrupted as exc:  # this task's search was stopped: it resumes with the bench
             fields = {"status": "pending", "run_id": getattr(exc, "run_id", None) or row.get("run_id")}
         except Stop:  # the model refuses (a bad key) or is gone: every other task would fail alike

@@ -157,8 +157,7 @@ class Children:
         else:
             admission = self._admit(member)
             if admission is Admission.ISLAND_BEST:
-                self.profiler.island_best(member, evaluation, evaluation_id, self.progress.generation,
-                                          self.population.best())
+                self.profiler.island_best(member, evaluation, evaluation_id)
         stats = self.stats.get(meta.op, scheduling.OperatorStats())
         if meta.op == "tune":
             stats = dataclasses.replace(stats, attempts=stats.attempts + 1)
@@ -202,13 +201,13 @@ class Children:
         admission = self._admit(member)
         best = self.population.best() is member
         self.archive.add_event(self.state.run_id, "remeasure", {
-            "kernel": member.kernel_id, "search": first.figures.speedup_eager, "search_ci": first.figures.speedup_eager_ci,
-            "verdict": member.figures.verdict, "speedup_eager": member.figures.speedup_eager, "ci": member.figures.speedup_eager_ci,
+            "kernel": member.kernel_id, "search": first.figures.speedup_eager,
+            "search_ci": first.figures.speedup_eager_ci, "verdict": member.figures.verdict,
+            "speedup_eager": member.figures.speedup_eager, "ci": member.figures.speedup_eager_ci,
             "against": member.against, "fitness": member.fitness, "fitness_ci": member.fitness_ci,
             "best": best, "incumbent": incumbent.kernel_id if incumbent else None})
         if evaluation is not None and admission is Admission.ISLAND_BEST:
-            self.profiler.island_best(member, evaluation, evaluation_id, self.progress.generation,
-                                          self.population.best())
+            self.profiler.island_best(member, evaluation, evaluation_id)
         if not best:  # said once: the search's figure was noise (or luck)
             self.on_status(f"kernel {member.kernel_id}: {speedup_text(first.fitness, first.fitness_ci)} in the "
                            f"search, {speedup_text(member.fitness, member.fitness_ci)} re-measured "

@@ -18,18 +18,20 @@ from .flight import Profiling
 
 class Profiler:
     """Profiles of one search: started through the judge, stored in the run's state and archive once done.
-    `device_load` is the search's count of work on each device, shared with its judging."""
+    `device_load` is the search's count of work on each device, shared with its judging; `progress` its display's
+    figures (the generation)."""
 
-    def __init__(self, state, judge, settings, device_load: Counter):
+    def __init__(self, state, judge, settings, device_load: Counter, progress):
         self.state, self.judge, self.settings, self.device_load = state, judge, settings, device_load
+        self.progress = progress
         self.futures: dict[concurrent.futures.Future, Profiling] = {}
         self.started: Counter = Counter()  # generation -> profiles started
         self.ncu_generations: set[int] = set()  # generations that ran Nsight Compute
 
-    def island_best(self, member: Variant, evaluation: Evaluation, evaluation_id: int, generation: int,
-                    run_best: Variant | None) -> None:
+    def island_best(self, member: Variant, evaluation: Evaluation, evaluation_id: int) -> None:
         """Profile a new island best, within the generation's share; with Nsight Compute where it is the run's
         best and no profile of this generation had it yet."""
+        generation, run_best = self.progress.generation, self.state.population.best()
         if self.started[generation] >= self.settings.profile_per_generation:
             return
         self.started[generation] += 1

@@ -178,8 +178,7 @@ def _measure_opponent(run: _Prepared, judge, options: OptimizeOptions, on_status
         opponent = _opponent(judge, state.task, options.devices[0], state.baseline, on_status)
         state.base_context = dataclasses.replace(state.base_context, opponent=opponent)
         if used := _bound_used(opponent):  # a bench's table gives each task's best as a share of it
-            state.archive.add_event(state.run_id, "bound", {"bound_ms": used.bound_ms, "from": used.source,
-                                                            "unreliable": used.unreliable})
+            state.archive.add_event(state.run_id, "bound", dataclasses.asdict(used))
     return "" if options.force else left_to_compiler(state.base_context.opponent)
 
 

@@ -51,7 +51,7 @@ class Search(Planning, Children):
         self.llm_futures: dict[concurrent.futures.Future, Call] = {}
         self.judge_futures: dict[concurrent.futures.Future, Judging] = {}
         self.device_load: Counter = Counter({d: 0 for d in judge.options.devices})
-        self.profiler = Profiler(state, judge, settings, self.device_load)  # new bests' and shown kernels' profiles
+        self.profiler = Profiler(state, judge, settings, self.device_load, self.progress)  # kernels' profiles
         self.improved_at = self.progress.generation  # generation of the last new best (plateau rule)
         self.turns = Turns(state.formats, settings.islands, state.island_format)  # the next call's island and format
         self.memory = Memory.of_run(state)  # what was asked and tried: nothing is asked twice
