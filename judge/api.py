@@ -146,7 +146,7 @@ class Judge:
         node a candidate's result reports; the baseline is the one of that GPU model and torch,
         measured on that node if missing (on a cluster, nodes may differ)."""
         result = self.prefetch_baseline(task, device, ran_on).result()
-        return result if result.get("verdict") == "ok" else None
+        return result if verdicts.passed(result) else None
 
     def prefetch_baseline(self, task: Task, device: str, ran_on: dict | None = None) -> concurrent.futures.Future:
         """The baseline's future, its job started if it is not cached: a suite asks for all of them at
@@ -199,7 +199,7 @@ class Judge:
                 node = result.get("node_id")  # follow-up jobs run where the candidate was timed
                 ran_on = {"device_name": result.get("device_name"), "torch": result.get("torch_version"),
                           "node_id": node}
-                timed = result.get("verdict") == "ok" and not result.get("untimed")  # the interpreter: no speedup
+                timed = verdicts.passed(result) and not result.get("untimed")  # the interpreter: no speedup
                 baseline = self.baseline(task, device, ran_on) if timed else None
                 result = self._second_opinion(task, job, device, result, baseline)
                 if final and timed and baseline and "compiled" in baseline.get("timing", {}):
@@ -232,7 +232,7 @@ class Judge:
                         candidate_hash=source_hash(source), format=detect_format(source), modes=tuple(modes),
                         variants=tuple(variants))
         result = self.executor.submit(job, device).result()
-        if result.get("verdict") != "ok":
+        if not verdicts.passed(result):
             raise ValueError(f"the model's modes were not timed: {result.get('reason')}: {result.get('message')}")
         return ModelModes.from_result(result, device)
 
@@ -261,26 +261,26 @@ class Judge:
                                       eager_ms=evaluation.eager.median_ms if evaluation.eager else None)
         result = self.executor.submit(profile, evaluation.device,
                                       node=evaluation.node_id or None).result()
-        if result.get("verdict") != "ok" or not result.get("profile"):
+        if not verdicts.passed(result) or not result.get("profile"):
             return Profile(device_name=evaluation.device_name,
                            notes=(result.get("message") or f"profiling failed: {result.get('reason')}",))
         return Profile.from_dict(result["profile"])
 
 
     def _store(self, path: Path, future: concurrent.futures.Future) -> None:
-        if future.exception() is None and future.result().get("verdict") == "ok":
+        if future.exception() is None and verdicts.passed(future.result()):
             kept = write_once(path, json.dumps(future.result(), indent=1).encode())
             self._known[path.name] = hashlib.sha256(kept).hexdigest()
 
     def _second_opinion(self, task: Task, job: Job, device: str, result: dict, baseline: dict | None) -> dict:
         """Cross-checks of a passing result that need another process: eager's time beside the
         candidate against eager's time alone, and a re-measurement of implausible speedups."""
-        if result.get("verdict") != "ok":
+        if not verdicts.passed(result):
             return result
         checked = crosscheck_eager(result, baseline, device, self.options.eager_tolerance)
         kind = (baseline or {}).get("kind", "other")
         limit = {**IMPLAUSIBLE_SPEEDUP, **self.options.implausible}.get(kind, IMPLAUSIBLE_SPEEDUP["other"])
-        if checked.get("verdict") != "ok" or (checked.get("speedup_eager") or 0) <= limit:
+        if not verdicts.passed(checked) or (checked.get("speedup_eager") or 0) <= limit:
             return checked
         second = self.executor.submit(dataclasses.replace(job, kind="remeasure"), device,
                                       node=result.get("node_id")).result()

@@ -12,6 +12,7 @@ from kernelevo.judge.measure.timing import load_note
 from kernelevo.evaluation import (Confinement, Correctness, Evaluation, GraphTiming, KernelResources, LoopTiming,
                                   ShapeReport, TimingStats)
 from kernelevo.tasks import Task
+from kernelevo.judge.verdicts import passed
 
 
 def audit_files(cache_dir: Path, result: dict, known: dict[str, str]) -> dict:
@@ -56,7 +57,7 @@ def crosscheck_eager(result: dict, baseline: dict | None, device: str, tolerance
 def judge_remeasure(result: dict, second: dict, kind: str, limit: float, tolerance: float, device: str) -> dict:
     """Accept an implausible speedup only if a fresh process with another timer agrees."""
     evidence = {**result.get("evidence", {}), "implausible_above": limit, "task_kind": kind}
-    if second.get("verdict") != "ok" or not isinstance(second.get("speedup"), (int, float)):
+    if not passed(second) or not isinstance(second.get("speedup"), (int, float)):
         return {**result, "verdict": "rejected", "reason": "timing_mismatch",
                 "message": f"a speedup of {result['speedup_eager']:.1f}x (above {limit:g}x for a {kind} task) could "
                            f"not be re-measured: {second.get('message', '')}", "evidence": evidence}
@@ -102,7 +103,7 @@ def _compile_figures(result: dict, baseline: dict | None, notes: list[str]) -> t
     timing = result.get("timing") or {}
     cand, eager = _stats(timing.get("candidate")), _stats(timing.get("eager"))
     beside = result.get("compile_beside") or {}
-    if cand and beside.get("verdict") == "ok":
+    if cand and passed(beside):
         speedup = beside["speedup_compile"]
         notes.append(f"torch.compile timed beside the candidate in a fresh process: {speedup:.2f}x "
                      f"(eager there: {beside['speedup_eager']:.2f}x)")
@@ -181,9 +182,9 @@ def to_evaluation(task: Task, digest: str, fmt: str, device: str, result: dict,
     timing = result.get("timing") or {}
     cand, eager = _stats(timing.get("candidate")), _stats(timing.get("eager"))
     notes = [n for n in result.get("notes", []) if n]
-    passed = result["verdict"] == "ok"  # a rejected candidate's timings are evidence, not speedups
+    timed = passed(result)  # a rejected candidate's timings are evidence, not speedups
     compiled = speedup_compile = compile_ci = None
-    if passed:
+    if timed:
         compiled, speedup_compile, compile_ci = _compile_figures(result, baseline, notes)
     elif baseline and baseline.get("compile_error"):
         notes.append(f"torch.compile failed on the reference: {baseline['compile_error']}")
@@ -197,13 +198,13 @@ def to_evaluation(task: Task, digest: str, fmt: str, device: str, result: dict,
         node_id=result.get("node_id", ""), build_s=result.get("build_s"),
         device_s=result.get("device_s"), wall_s=wall_s,
         correctness=Correctness(**correctness) if correctness else None, candidate=cand, eager=eager,
-        compiled=compiled, speedup_eager=result.get("speedup_eager") if passed else None,
-        speedup_eager_ci=_pair(result.get("speedup_eager_ci")) if passed else None,
+        compiled=compiled, speedup_eager=result.get("speedup_eager") if timed else None,
+        speedup_eager_ci=_pair(result.get("speedup_eager_ci")) if timed else None,
         speedup_compile=speedup_compile, speedup_compile_ci=_pair(compile_ci), notes=tuple(notes),
         policy=result.get("policy", ""), evidence=result.get("evidence") or {}, warnings=warnings,
         resources=tuple(KernelResources(**r) for r in result.get("resources") or ()),
-        shapes=ShapeReport.from_dict(result["shapes"]) if passed and result.get("shapes") else None,
+        shapes=ShapeReport.from_dict(result["shapes"]) if timed and result.get("shapes") else None,
         confinement=Confinement(**result["confinement"]) if result.get("confinement") else None,
         loop=_loop_figures(result, baseline, cand.median_ms if cand and device.startswith("cuda") else None)
-        if passed else None,  # on the CPU the timed figure is host time too: no host share to tell apart
-        graph=_graph_figures(result) if passed else None)
+        if timed else None,  # on the CPU the timed figure is host time too: no host share to tell apart
+        graph=_graph_figures(result) if timed else None)

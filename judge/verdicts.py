@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 import signal
 import traceback
-from kernelevo.evaluation import Failure
+from kernelevo.evaluation import Failure, Verdict
 from kernelevo.tasks import first_line
 
 EXCERPT_LINES = 20
@@ -112,3 +112,8 @@ def interpreter_timeout(result: dict, fmt: str, device: str) -> dict:
         "; Triton's interpreter runs every program of the grid in Python on the CPU, so a task of real size "
         "can take longer than that: judge Triton kernels on a GPU, or give the run more time "
         "(kernelevo evaluate --run-timeout)")}
+
+
+def passed(result: dict) -> bool:
+    """Whether a job's result (a worker's, the checker's, a baseline's) is a pass: its verdict is `ok`."""
+    return result.get("verdict") == Verdict.OK

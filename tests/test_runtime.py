@@ -109,6 +109,32 @@ def test_the_constants_have_their_values_on_the_gpu():
     assert got[5:] == pytest.approx([math.pi, math.sqrt(0.5), math.log2(math.e)], rel=1e-7)
 
 
+PREPROCESSED = r"""
+#define WIDE 0
+extern "C" __global__ void narrow(float* out) { out[0] = 1.f; }
+#if WIDE
+extern "C" __global__ void wide(float* out) { out[0] = 2.f; }
+#endif
+"""
+
+
+@pytest.mark.gpu
+def test_a_kernel_the_preprocessor_left_out_fails_only_when_launched_and_says_why():
+    """A source whose #if leaves out a kernel builds; launching the kernel kept works, launching the one left out
+    says so (an honest RMSNorm reply of the KernelBench sample failed at import with CUDA_ERROR_NOT_FOUND)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    out = torch.zeros(1, device="cuda")
+    module = runtime.load_cuda(PREPROCESSED)
+    module.narrow(1, 1, out)
+    assert out.item() == 1.0
+    with pytest.raises(runtime.LaunchError, match=r"kernel wide was not compiled: .*preprocessor left it out.*"
+                                                  r"compiled: narrow"):
+        module.wide(1, 1, out)
+
+
 @pytest.mark.parametrize("source, fmt", [
     ("from kernelevo import runtime\nm = runtime.load_cuda(SRC)", "nvrtc"),
     ("from kernelevo.runtime import load_c\nm = load_c(SRC)", "c"),

@@ -111,16 +111,22 @@ def fresh_values(forward, reference, clock, sources: list[list], timed_ms: float
         expected = reference(inputs.clone_inputs(work)) if lockstep else None
         if handed is not None:
             handed.append((len(fresh), out))  # the last fill's k: each fresh call's is the count so far
-    slower = _slower_pairs(fresh, control, clock.cuda)
+    return _fresh_verdict(out, expected if lockstep else None, fresh, control, clock.cuda, timed_ms)
+
+
+def _fresh_verdict(out, expected, fresh: list[float], control: list[float], cuda: bool, timed_ms: float) -> dict:
+    """The pairs' evidence; Rejected where the last fresh call's output is wrong (`expected` None: not compared)
+    or the fresh calls look served from a cache."""
+    slower = _slower_pairs(fresh, control, cuda)
     evidence = {"timed_ms": timed_ms, "fresh_values_ms": min(fresh), "fresh_values_median_ms": statistics.median(fresh),
                 "control_ms": min(control), "control_median_ms": statistics.median(control),
                 "pairs": len(fresh), "pairs_fresh_slower": slower,
                 "pair_ms": [[round(c, 4), round(f, 4)] for c, f in zip(control, fresh)]}
-    result = compare.compare(out, expected) if lockstep else None
+    result = compare.compare(out, expected) if expected is not None else None
     if isinstance(result, compare.Mismatch):
         raise Rejected("cached_result", f"with new values in the same input tensors the output is wrong "
                        f"({result.message}): results must not be cached by address", evidence)
-    if _looks_cached(fresh, control, clock.cuda):
+    if _looks_cached(fresh, control, cuda):
         raise Rejected("cached_result", f"calls on inputs whose values change took {min(fresh):.4f} ms, the "
                        f"same calls on values that repeat {min(control):.4f} ms (fastest of each, measured "
                        f"alike; the fresh call slower in {slower} of {len(fresh)} pairs): repeated inputs reuse "

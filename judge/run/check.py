@@ -9,6 +9,7 @@ from kernelevo.judge.job import Job
 from kernelevo.judge.run import triton_jobs
 from kernelevo.judge.trials import arena, gate, guards, inputs
 from kernelevo.judge.trials.checker import WHERE, Checker, plan_shapes
+from kernelevo.judge.verdicts import passed
 
 
 class Done(Exception):
@@ -102,9 +103,9 @@ def _one(job: Job, device: str, channel) -> bool:
     result["checker"] = {"where": WHERE, "memory": "CUDA IPC" if isinstance(checker.memory, arena.CudaMemory) else "file",
                          "trials_s": result.get("trial_s", {})}
     outline = {k: result.get(k) for k in ("verdict", "reason", "message")}
-    timed = not ended and result["verdict"] == "ok" and not result.get("stateful") \
+    timed = not ended and passed(result) and not result.get("stateful") \
         and not triton_jobs.interpreted(job, device)
-    channel.send("to_worker", message={"check": "end", "ok": result["verdict"] == "ok",
+    channel.send("to_worker", message={"check": "end", "ok": passed(result),
                                        "stateful": bool(result.get("stateful")), **outline,
                                        "timed": _room(checker, result) if timed else None})
     channel.send_result(result)
@@ -139,12 +140,12 @@ def _timed(checker: Checker, channel) -> bool:
     except Exception as exc:  # noqa: BLE001 - the reference failing here is the judge's failure, not the candidate's
         verdict = {"verdict": "runtime_error", "reason": "judge_error",
                    "message": f"the checker could not compare the timed outputs: {type(exc).__name__}: {exc}"[:300]}
-    if verdict["verdict"] == "ok":  # the worker waits for the answer below: none of its threads should be working
+    if passed(verdict):  # the worker waits for the answer below: none of its threads should be working
         try:
             verdict["threads"] = guards.watch_peer(checker.job.peer_pid, gate.threads_ns)
         except guards.Rejected as r:
             verdict = {"verdict": "rejected", "reason": r.reason, "message": r.message, "evidence": r.evidence}
     channel.send("timed", **verdict)
-    channel.send("to_worker", message={"check": "timed_end", "ok": verdict["verdict"] == "ok",
+    channel.send("to_worker", message={"check": "timed_end", "ok": passed(verdict),
                                        **{k: verdict.get(k) for k in ("verdict", "reason", "message")}})
     return False

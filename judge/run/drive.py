@@ -44,7 +44,7 @@ def audit(result: dict, token: str | None, expected: str, granted: float | None,
     result. The device time on record is this process's measurement (from `go` to the worker's
     `release`, or to its result), not the worker's.
     """
-    claims_time = result.get("verdict") == "ok" or "timing" in result
+    claims_time = verdicts.passed(result) or "timing" in result
     if granted is None:
         if claims_time:
             return _forged("a passing result arrived before the worker was given the device")
@@ -93,16 +93,16 @@ def merge(result: dict, checked: dict | None, timed: dict | None = None) -> dict
     the checker's where one is not `ok`; the worker's own where that is not `ok` (no better than it says);
     else both together. A timed result whose timed outputs the checker did not compare is not taken."""
     if checked is None:
-        if result.get("verdict") != "ok":
+        if not verdicts.passed(result):
             return result
         return _forged("a passing result arrived before the checker had compared the candidate's outputs "
                        "(the trials it sent were not all answered)", {"worker_claimed": result.get("verdict")})
     for verdict in (checked, timed):
-        if verdict is not None and verdict.get("verdict") != "ok":
+        if verdict is not None and not verdicts.passed(verdict):
             kept = {k: result[k] for k in ("build_s", "resources", "device_s", "worker_s", "policy") if k in result}
             notes = [n for n in result.get("notes", []) if n]
             return {**kept, **verdict, "notes": notes}
-    if result.get("verdict") != "ok":
+    if not verdicts.passed(result):
         return result
     if timed is None and "timing" in result and not checked.get("stateful"):
         return _forged("a timed result arrived without the outputs of its timed calls, which the checker compares",

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from typing import Any
 
 from kernelevo import runtime
+from kernelevo.evaluation import Verdict
 from kernelevo.judge import static, verdicts
 from kernelevo.judge.measure import crosscheck, graphs, loop, resources, timing
 from kernelevo.judge.trials import correctness, guards, inputs, policy
@@ -141,13 +143,7 @@ def _check_and_time(task, reference, candidate, job: Job, device: str, result: d
     evidence: dict[str, Any] = {}
     phases = evidence["phases_s"] = {}
     result.update(policy=job.policy, evidence=evidence)
-    clock = time.perf_counter()
-
-    def phase(name: str) -> None:
-        nonlocal clock
-        now = time.perf_counter()
-        phases[name], clock = round(now - clock, 4), now
-
+    phase = _phase_clock(phases)
     try:
         # The checker (trials/checker.py) sends each trial's inputs and compares what comes back; its
         # verdict, not anything this process says, is the one the judging process takes.
@@ -155,10 +151,7 @@ def _check_and_time(task, reference, candidate, job: Job, device: str, result: d
         checked = side.follow(channel.receive, lambda message: channel.send("to_checker", message=message))
         phase("correctness")
         if not checked.get("ok"):
-            result.update({k: checked.get(k) or "" for k in ("verdict", "reason", "message")})
-            if result["verdict"] in ("", "ok"):
-                result.update(verdict="runtime_error", reason="checker", message="the checker gave no verdict")
-            return result
+            return _refused_by_checker(result, checked)
         checked = {"stateful": bool(checked.get("stateful"))}
         result.update(verdict="ok", reason="", message="")  # as far as this process can tell: the checker decides
         integrity.verify("the correctness trials")
@@ -184,8 +177,7 @@ def _check_and_time(task, reference, candidate, job: Job, device: str, result: d
             said = side.timed(kept["timed"], sets, kept["fresh"], lambda message: channel.send("to_checker", message=message),
                               channel.receive)
             if not said.get("ok"):
-                result.update({k: said.get(k) or "" for k in ("verdict", "reason", "message")})
-                return result
+                return _refused_by_checker(result, said)
             phase("timed_outputs")
         result["device_s"] = time.perf_counter() - acquired
         channel.release_device()  # the idle check needs no GPU: let the next candidate start
@@ -200,6 +192,30 @@ def _check_and_time(task, reference, candidate, job: Job, device: str, result: d
     except Exception as exc:  # noqa: BLE001
         result.update(_failure(verdicts.classify_run(exc)))
         return result
+    return _with_figures(result, measured, device)
+
+
+def _phase_clock(phases: dict) -> Callable[[str], None]:
+    """phase(name): the seconds since the last phase ended (or since now) kept as `phases[name]`."""
+    last = [time.perf_counter()]
+
+    def phase(name: str) -> None:
+        now = time.perf_counter()
+        phases[name], last[0] = round(now - last[0], 4), now
+    return phase
+
+
+def _refused_by_checker(result: dict, said: dict) -> dict:
+    """The checker's verdict on a candidate it did not pass; a refusal without one is the checker's failure."""
+    result.update({k: said.get(k) or "" for k in ("verdict", "reason", "message")})
+    if result["verdict"] in ("", Verdict.OK):
+        result.update(verdict="runtime_error", reason="checker", message="the checker gave no verdict")
+    return result
+
+
+def _with_figures(result: dict, measured, device: str) -> dict:
+    """A passing result with its timed figures: the stats, the speedup over eager with its interval, what the
+    machine's load and the L2 reset say of them."""
     result["timing"] = {name: dataclasses.asdict(s) for name, s in measured.stats.items()}
     result["speedup_eager"], ci = measured.speedup("eager", "candidate")
     result["speedup_eager_ci"] = timing.reported(result["speedup_eager"], ci, measured.load, not device.startswith("cuda"))

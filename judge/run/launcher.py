@@ -35,6 +35,7 @@ from pathlib import Path
 
 from kernelevo.judge.job import Job
 from kernelevo.judge.run import bounds, landlock, seccomp
+from kernelevo.judge.verdicts import passed
 
 _worker_end: socket.socket | None = None  # in a worker that forked one: its end of the launcher's socket pair
 _DEVICE = re.compile(r"cpu|cuda(:\d+)?")
@@ -128,7 +129,7 @@ def verdict(result: dict, job: Job, device: str, reports: list[dict] | None) -> 
     the worker says (`reports`: sandbox.Parent.bounds_reports; None where the worker forked no launcher,
     and the worker's word is all there is). An access it saw is `out_of_bounds` whatever the worker
     reported; where it reported nothing, no index was checked, whatever the worker's notes say."""
-    if reports is None or not job.bounds or result.get("verdict") != "ok" or bounds.applies(job, device, launched=True):
+    if reports is None or not job.bounds or not passed(result) or bounds.applies(job, device, launched=True):
         return result
     notes = [n for n in result.get("notes", []) if not str(n).startswith("bounds trial")]
     evidence = dict(result.get("evidence") or {})

@@ -214,10 +214,13 @@ class _Block:
                     "message": "the checker's timed block: its done word does not seal the outputs that were there "
                                "when it showed (gate.seal): it was written before the calls ended, or not by the block"}}
             sealed_ms = (time.perf_counter() - mark) * 1e3  # the worker's thread spent about as long sealing it
-        block_ms = (shown - opened) / 1e6
         calling = gate.main_thread_ms(self.checker.job.peer_pid, self.threads, threads)
-        if calling is not None:
-            calling = max(0.0, calling - sealed_ms)
+        return self._figures(rooms, (shown - opened) / 1e6, None if calling is None else max(0.0, calling - sealed_ms))
+
+    def _figures(self, rooms: list, block_ms: float, calling: float | None) -> dict:
+        """The block's figures a call, beside the checker's own blocks on the same inputs (the copies alone, and
+        eager), and whether they confirm anything (`calling`: the worker's calling thread's CPU ms, where read)."""
+        checker = self.checker
         watch = None if self.device.startswith("cuda") else timing.LoadWatch()
         copy_ms = self._own_block(lambda i: self.refs[i][0], rooms)
         eager_ms = self._own_block(lambda i: forward(checker.ref.model, self.sets[i]), rooms)

@@ -3,6 +3,7 @@ against the memory they name before anything is read, outputs never written (the
 previous result returned again, and the verdict a worker may report of itself (never `ok`)."""
 from __future__ import annotations
 
+from kernelevo.evaluation import Verdict
 from kernelevo.judge.trials import arena, compare, guards
 
 
@@ -94,7 +95,7 @@ def worker_verdict(answer: dict) -> dict:
     if not isinstance(data, dict):
         return protocol("a verdict it did not spell out")
     verdict = "rejected" if "rejected" in answer else str(data.get("verdict") or "runtime_error")
-    if verdict == "ok":
+    if verdict == Verdict.OK:
         return protocol("a failure whose verdict is ok")
     return {"verdict": verdict, "reason": str(data.get("reason", "")), "message": str(data.get("message", "")),
             "excerpt": str(data.get("excerpt", "")), "evidence": data.get("evidence") or {}}

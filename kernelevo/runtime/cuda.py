@@ -219,16 +219,35 @@ class CudaModule:
                 _ensure_context(device)
                 module = _check(driver.cuModuleLoadData(cubin), "cuModuleLoadData")
                 self._modules[device] = module
-        return _check(driver.cuModuleGetFunction(module, name.encode()), f"cuModuleGetFunction({name})")
+        found = driver.cuModuleGetFunction(module, name.encode())
+        if int(found[0]) == int(driver.CUresult.CUDA_ERROR_NOT_FOUND):
+            raise AbsentKernel(f"kernel {name} was not compiled: the source defines it, but the preprocessor left it "
+                               f"out (an #if or #ifdef around it), so it cannot be launched; compiled: "
+                               f"{', '.join(self.compiled(device)) or 'none'}")
+        return _check(found, f"cuModuleGetFunction({name})")
+
+    def compiled(self, device: int) -> list[str]:
+        """The kernels the loaded module holds (those the preprocessor kept), by name."""
+        from cuda.bindings import driver
+        module = self._modules[device]
+        return [n for n in self.kernels if int(driver.cuModuleGetFunction(module, n.encode())[0]) == 0]
 
     def build(self, device: int | None = None) -> "CudaModule":
-        """Compile (and load, when a GPU is present) now rather than at the first launch."""
+        """Compile (and load, when a GPU is present) now rather than at the first launch. A kernel the
+        preprocessor left out is no error until it is launched."""
         import torch
         if torch.cuda.is_available():
             device = torch.cuda.current_device() if device is None else device
             for name in self.kernels:
-                self.kernels[name]._function(device)
+                try:
+                    self.kernels[name]._function(device)
+                except AbsentKernel:
+                    continue
         return self
+
+
+class AbsentKernel(LaunchError):
+    """A kernel its source text defines that the compiled module does not hold (left out by the preprocessor)."""
 
 
 def _ensure_context(device: int) -> None:
