@@ -139,8 +139,16 @@ class RunState:
                        Lineage(operator, tuple(unique(parents)), island, generation, niche), baseline=self.baseline)
 
     def kernel_path(self, kernel_id: int) -> Path:
-        """Where a child's source is written for the judge."""
-        return self.run_dir / "kernels" / f"k{kernel_id}.py"
+        """Where a kernel's source is written for the judge. A resumed run whose folder is gone (another
+        machine, the folder deleted) has it written again from the archive, which holds every source: a
+        final re-judgement or a profile of a kernel judged in an earlier session reads it from here."""
+        path = self.run_dir / "kernels" / f"k{kernel_id}.py"
+        if not path.exists():
+            row = self.archive.kernel(kernel_id)
+            if row and row["source"]:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(row["source"])
+        return path
 
     # -- derived counters ---------------------------------------------------------------------------
 

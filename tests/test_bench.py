@@ -194,3 +194,25 @@ def test_candidates_compare_and_report(benched):
     assert dom.count("<tr>") >= 3 + 1 and 'id="curve-eager"' in dom and "degenerate" in dom
     for name in ("offset", "scale", "copy"):
         assert f'reports/{name}_r' in dom  # each task links to its run's report
+
+
+def test_a_resumed_bench_tries_a_failed_task_again(tmp_path):
+    """A task that failed (an error, not a verdict: its run's folder lost on another machine, a full disk) is
+    queued again by a resume, and counts as finished only once this session will not run it."""
+    from kernelevo.evolution.drivers.bench import BenchOptions, _Runner
+    from kernelevo.evolution.options import OptimizeOptions
+
+    with Archive.open(tmp_path / "archive.sqlite") as store:
+        bench_id = store.start_bench("suite", "search", {}, "cpu", "", [("a.py", "a"), ("b.py", "b"), ("c.py", "c")])
+        store.set_bench_task(bench_id, 0, status="done")
+        store.set_bench_task(bench_id, 1, status="failed", error="FileNotFoundError: runs/r1/kernels/k4.py")
+        search = OptimizeOptions(task_path=tmp_path, models=(), devices=("cpu",), archive_path=tmp_path / "archive.sqlite",
+                                 out_dir=tmp_path, cache_dir=tmp_path)
+        views = []
+        runner = _Runner(store, bench_id, BenchOptions(suite=tmp_path, search=search), views.append, print)
+        assert [r["name"] for r in runner.queue] == ["b", "c"]
+        runner._tally()
+        assert views[-1].done == 1  # b waits in the queue
+        runner.queue.clear()  # as once b has failed again this session
+        runner._tally()
+        assert views[-1].done == 2

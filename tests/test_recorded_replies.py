@@ -4,6 +4,7 @@ it stops and writes that call's prompt; from a folder holding one reply, with `,
 scripted server (tested on the replaying model itself). The pieces (spec, folder, matching, resume) are tested
 without a run."""
 import itertools
+import shutil
 import socket
 
 import pytest
@@ -181,8 +182,7 @@ def test_a_bench_replayed_in_rounds_waits_for_each_answer_and_goes_on_from_it(tm
     answer (judged once, not again) and waits at the next call; answered again, the task's two calls are spent and it
     finishes with its best re-judged. Nothing is sent anywhere: there is no server."""
     import dataclasses
-    import shutil
-
+    
     from kernelevo.archive.reports.bench_data import bench_table
     from kernelevo.config import Config
     from kernelevo.evolution.budget import BudgetLimits
@@ -237,7 +237,8 @@ def test_a_bench_replayed_in_rounds_waits_for_each_answer_and_goes_on_from_it(tm
 
 def test_a_waiting_replay_ends_where_it_is_when_resumed_with_the_calls_it_made(tmp_path, monkeypatch):
     """`optimize` on a folder holding one reply and a cap of 2 waits at call 2 (stopped, nothing re-judged, nothing
-    written); resumed with the cap at the one call it made, it stops on its budget and writes its best, re-judged."""
+    written); resumed with the cap at the one call it made, its folder gone, it stops on its budget and writes its
+    best, re-judged from the source the archive holds."""
     import dataclasses
 
     from kernelevo.config import Config
@@ -261,6 +262,7 @@ def test_a_waiting_replay_ends_where_it_is_when_resumed_with_the_calls_it_made(t
     assert waiting.reason.startswith("replay ended at call 2")
     with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
         assert archive.run(waiting.run_id)["status"] == "stopped"
+    shutil.rmtree(tmp_path / "runs")  # resumed on another machine: the run's kernel files are the archive's alone
     ended = optimize(dataclasses.replace(options, resume=waiting.run_id, limits=BudgetLimits(max_llm_calls=1)))
     assert not ended.waiting and ended.reason.startswith("max-llm-calls") and ended.best.verdict == "ok"
     assert ended.written.is_file() and ended.run_id == waiting.run_id

@@ -5,7 +5,8 @@ Each task's row points at the evaluation behind its figures (the run's final re-
 best given candidate's verdict), so the table is read from the archive, never kept beside it.
 Tasks run concurrently, one per judge device, each search with its device alone (timings of two
 tasks never share a GPU); their LLM calls overlap. Resumable: a task marked done is not redone, a
-task whose search was interrupted resumes that run.
+task whose search was interrupted resumes that run, and so does a task that failed (an error, not a verdict: a
+lost folder, a full disk, a bug of ours), which nothing of its run's paid replies is asked again for.
 """
 from __future__ import annotations
 
@@ -164,13 +165,14 @@ class _Runner:
         self.store, self.bench_id, self.options = store, bench_id, options
         self.on_progress, self.on_status = on_progress, on_status
         self.rows = store.bench_tasks(bench_id)
-        # not done: pending, running (the session was killed) or skipped (the suite's money ran out)
-        self.queue = [r for r in self.rows if r["status"] not in ("done", "failed")]
+        # not done: pending, running (the session was killed), skipped (the suite's money ran out) or
+        # failed (an error stopped it, its run resumable)
+        self.queue = [r for r in self.rows if r["status"] != "done"]
         self.lock = threading.Lock()
         self.stop = threading.Event()
         s = options.search
         self.view = BenchView(bench_id, len(self.rows), baseline=s.ranked_by)
-        self.committed = sum(r["cost_usd"] for r in self.rows if r["status"] in ("done", "failed"))
+        self.committed = 0.0  # the LLM spend of tasks this session will not run (_tally)
         self.reserved: dict[int, float] = {}  # position -> the most a running task may still spend
         self.live: dict[int, Progress] = {}
         self.judge = None  # scoring candidates: one judge for every task (_scoring_judge)
@@ -291,7 +293,9 @@ class _Runner:
 
         rows = task_rows(self.store.bench_tasks(self.bench_id))
         with self.lock:
-            finished = [r for r in rows if r["status"] in ("done", "failed")]
+            queued = {r["position"] for r in self.queue}  # a failed task here is tried again this session
+            finished = [r for r in rows
+                        if r["status"] == "done" or r["status"] == "failed" and r["position"] not in queued]
             self.committed = sum(r["cost_usd"] for r in finished)
             self.view.done = len(finished)
             self.view.correct = sum(r["correct"] for r in rows)

@@ -157,12 +157,9 @@ class Search(Planning, Children):
         self._to_judge(child, child.lineage.operator)
 
     def _to_judge(self, child: Variant, op: str, remeasure: bool = False) -> None:
-        """Write the kernel's file, the one place a kernel file is written (there already for a
-        re-measurement, unless a resumed run lost its folder), and judge the source and format held
-        here on the least loaded device; `remeasure`: `child` is a judged kernel, judged again."""
+        """Judge the kernel's file (written from the archive, state.kernel_path), the source and format held
+        here, on the least loaded device; `remeasure`: `child` is a judged kernel, judged again."""
         path = self.state.kernel_path(child.kernel_id)
-        if not remeasure or not path.exists():
-            path.write_text(child.source)
         device = min(self.device_load, key=lambda d: self.device_load[d])
         self.device_load[device] += 1
         future = self.judge.submit(self.state.task, path, device, source=child.source, fmt=child.format)
