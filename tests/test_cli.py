@@ -172,3 +172,13 @@ def test_import_cli_stays_light():
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "", f"import kernelevo.cli pulled in: {done.stdout.strip()}"
 
+
+
+def test_sigusr1_prints_every_threads_stack_and_the_command_goes_on():
+    """A run that seems stuck (a bench task that judged nothing for minutes) says where each thread is."""
+    code = ("import os, signal, kernelevo.cli as cli\n"
+            "def stuck():\n    os.kill(os.getpid(), signal.SIGUSR1)\n    print('went on')\n"
+            "cli.app = stuck\ncli.main()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "went on", done.stderr
+    assert "in stuck" in done.stderr and "in main" in done.stderr, done.stderr

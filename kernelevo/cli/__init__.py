@@ -6,6 +6,8 @@ stay inside the commands, so that `kernelevo --help` answers at once.
 """
 from __future__ import annotations
 
+import faulthandler
+import signal
 import sys
 
 import typer
@@ -28,7 +30,10 @@ app.add_typer(bench.bench_app, name="bench")
 
 
 def main() -> None:
-    """The console script: an interrupt ends with exit status 130 and one line, not a traceback."""
+    """The console script: an interrupt ends with exit status 130 and one line, not a traceback. A run that
+    seems stuck says where: `kill -USR1 PID` prints every thread's stack to stderr and the run goes on."""
+    if hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
     try:
         app()
     except KeyboardInterrupt:
