@@ -49,7 +49,13 @@ class Recorded:
 
 
 class ReplayEnded(Stop):
-    """A request the recording has no reply for, and no model to go on with: the search stops there."""
+    """A request the recording has no reply for, and no model to go on with: the search stops there.
+    `written`: this request's prompt is the one written out for an answer (the first such request); a
+    resumed run asks it first, so that the answer is served to the call it was written for."""
+
+    def __init__(self, message: str, written: bool = False):
+        super().__init__(message)
+        self.written = written
 
 
 def parse_spec(spec: str) -> ReplaySpec | None:
@@ -147,8 +153,9 @@ class ReplayLLM:
         with self._lock:
             found = self._take(operator, digest)
             if found is None and self.then is None:
+                written = not self.ended
                 self.ended = self.ended or self._end(operator, fmt, messages)
-                raise ReplayEnded(self.ended)
+                raise ReplayEnded(self.ended, written)
             if found is not None:
                 self.served += 1
                 self.changed += bool(found.prompt_hash) and found.prompt_hash != digest

@@ -87,6 +87,20 @@ def resumed_members(rows: list[dict], remeasures: dict[int, dict],
     return [m for m in members if m.kernel_id != best.kernel_id], best
 
 
+@dataclasses.dataclass(frozen=True)
+class WaitingCall:
+    """The call a replay stopped at, its prompt written out for an answer: a resumed run asks it first
+    (loop/planning.py), with the same parents, so the answer is served to the call it was written for.
+    Planned afresh, a resumed search drew another operator (issue 52's third round: 40_LayerNorm's answered
+    mutation went unserved, a crossover asked instead)."""
+
+    op: str
+    parents: tuple[int, ...]
+    island: int
+    format: str
+    calls: int = 0  # the run's calls when it waited: a call made since has answered it
+
+
 class RunState:
     def __init__(self, archive, run_id: str, task: Task, task_id: int, context: Context, run_dir: Path,
                  formats: tuple[str, ...], baseline: str = "eager"):
@@ -149,6 +163,21 @@ class RunState:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(row["source"])
         return path
+
+    def wait_for(self, call: WaitingCall) -> None:
+        """Store the call a replay stopped at (a 'waits_for' event), with the run's calls so far."""
+        data = {**dataclasses.asdict(call), "calls": self.archive.spend(self.run_id)["calls"]}
+        self.archive.add_event(self.run_id, "waits_for", data)
+
+    def waiting_call(self) -> WaitingCall | None:
+        """The call the run waited at when it stopped, if no call was made since (it is still unanswered)."""
+        events = self.archive.events(self.run_id, kind="waits_for")
+        if not events:
+            return None
+        data = events[-1]["data"]
+        if data["calls"] != self.archive.spend(self.run_id)["calls"]:
+            return None
+        return WaitingCall(data["op"], tuple(data["parents"]), data["island"], data["format"], data["calls"])
 
     # -- derived counters ---------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ without a run."""
 import itertools
 import shutil
 import socket
+from pathlib import Path
 
 import pytest
 from kernelevo.agent.client import prompt_hash
@@ -267,3 +268,44 @@ def test_a_waiting_replay_ends_where_it_is_when_resumed_with_the_calls_it_made(t
     assert not ended.waiting and ended.reason.startswith("max-llm-calls") and ended.best.verdict == "ok"
     assert ended.written.is_file() and ended.run_id == waiting.run_id
     assert [c["provider"] for c in _calls(tmp_path / "archive.sqlite", ended.run_id)] == ["replay"]
+
+
+def test_a_resumed_replay_asks_first_the_call_it_waited_at(tmp_path, monkeypatch):
+    """The answer to the prompt a replay stopped at is served to that call: resumed, the search asks the same
+    operator on the same parents first, though its own draw would now be another operator (a resumed search
+    once drew a crossover where a mutation's answer waited, and the answer went unserved)."""
+    import dataclasses
+
+    from kernelevo.config import Config
+    from kernelevo.evolution import scheduling
+    from kernelevo.evolution.budget import BudgetLimits
+    from kernelevo.evolution.loop import optimize
+    from kernelevo.evolution.options import OptimizeOptions, SearchSettings
+    from kernelevo.judge.api import JudgeOptions, TimingConfig
+
+    folder = tmp_path / "replies" / "task_scale"
+    write_prompt(folder, 1, "translate", "c", _messages("recorded elsewhere"))
+    (folder / "0001.reply.md").write_text(f"Idea: scale in one pass.\n\n```python\n{KERNELS['good']}```\n")
+    options = OptimizeOptions(task_path=TASK, models=(f"replay:{tmp_path / 'replies'}",), devices=("cpu",),
+                              archive_path=tmp_path / "archive.sqlite", out_dir=tmp_path / "out",
+                              cache_dir=tmp_path / "cache", config=Config(), seed=1,
+                              judge=JudgeOptions(trials=2, timing=TimingConfig(max_seconds=0.2), compile_baseline=False),
+                              settings=SearchSettings(children_per_generation=1, llm_concurrency=1),
+                              limits=BudgetLimits(max_llm_calls=2, plateau_generations=9))
+    waiting = optimize(options)
+    assert waiting.waiting and waiting.reason.startswith("replay ended at call 2")
+    header = Path(waiting.reason.split("its prompt is in ")[1]).read_text().splitlines()[0]
+    op = header.split("operator=")[1].split()[0]
+    with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
+        (event,) = archive.events(waiting.run_id, kind="waits_for")
+    assert event["data"]["op"] == op and event["data"]["calls"] == 1
+
+    (folder / "0002.reply.md").write_text(f"Idea: the same, in chunks.\n\n```python\n{KERNELS['chunked']}```\n")
+    other = "mutate" if op == "translate" else "translate"  # what the resumed search would draw instead
+    monkeypatch.setattr(scheduling, "choose_operator", lambda *args, **kwargs: other)
+    ended = optimize(dataclasses.replace(options, resume=waiting.run_id))
+    assert not ended.waiting and ended.reason.startswith("max-llm-calls"), ended.reason
+    assert [c["operator"] for c in _calls(tmp_path / "archive.sqlite", ended.run_id)] == ["translate", op]
+    with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
+        child = [k for k in archive.kernels(run_id=ended.run_id) if k["operator"] == op and k["source"]][-1]
+    assert tuple(child["parents"]) == tuple(event["data"]["parents"])

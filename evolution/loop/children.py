@@ -19,7 +19,7 @@ from kernelevo.text import speedup_text
 
 from .. import islands, scheduling
 from ..population import BASELINES, Variant, beats
-from ..state import judged, remeasured
+from ..state import WaitingCall, judged, remeasured
 from .flight import Call, Judging
 
 
@@ -61,6 +61,8 @@ class Children:
             proposal = future.result()
         except Stop as exc:  # a refused key or request, or a server that is gone: the model drops out
             self._settle(meta)
+            if isinstance(exc, ReplayEnded) and exc.written:  # the call a resumed run asks first
+                self.state.wait_for(WaitingCall(meta.op, meta.parents, meta.island, meta.format))
             self._drop(meta.model, exc)
             return
         except NotSent as exc:  # an operator with no use for its replies without the refused call

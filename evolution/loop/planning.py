@@ -40,6 +40,9 @@ class Planning:
 
     def _plan_once(self) -> bool:
         """Start one child (an LLM call, or a tune variant straight to the judge)."""
+        waiting = self._waiting_job()
+        if waiting is not None:
+            return self._start_call(*waiting, None)
         correct = self.population.correct()
         recent = [m for m in self.population.members[-40:] if m.kernel_id not in self.memory.repair_tried]
         repairable = selection.pick_repair_target(recent, self.rng)
@@ -65,8 +68,12 @@ class Planning:
         job = self._job(op, correct, repairable, seed_island)
         if job is None:
             return False
+        return self._start_call(op, job, self._write_format(op, job[2], job[3]), model)
+
+    def _start_call(self, op: str, job: tuple, fmt: str, model: str | None) -> bool:
+        """Send the call `job` plans (its operator function, arguments, parent ids and island), in `fmt`, to
+        `model` (None: one the ensemble draws); False where it is in flight, answered before, or refused."""
         fn, args, parents, island = job
-        fmt = self._write_format(op, parents, island)
         key = (op, tuple(sorted(parents)))  # same operator, same parents: the same prompt
         if key in self._in_flight() or (op == "translate" and any(m.op == "translate"
                                                                   for m in self.llm_futures.values())):
@@ -123,44 +130,66 @@ class Planning:
         return {meta.key for meta in self.llm_futures.values()}
 
     def _job(self, op: str, correct: list[Variant], repairable: Variant | None, seed_island: int | None):
-        """(operator function, its arguments, parent ids, island) of the next call; every kernel the
-        prompt asks to change comes with what came of the earlier attempts on it (attempts.py)."""
+        """(operator function, its arguments, parent ids, island) of the next call, its parents chosen here."""
         island = self.turns.next_island()
         pool = [m for m in correct if m.lineage.island == island] or correct
         rows = self.archive.kernels(run_id=self.state.run_id)
         if op == "translate":  # the first kernels, then only to seed an empty or collapsed island
-            return operators.translate, (attempts.translations(rows),), (), self._seed_home(seed_island, island)
+            return self._build(op, [], self._seed_home(seed_island, island), rows)
         if op == "mutate":
             top = selection.fastest_approaches(pool)  # the model's attempts are counted for these only
             tries = {m.kernel_id: attempts.count_on(m.kernel_id, rows) for m in top}
             parent = selection.pick_mutate_parent(top, tries, self.rng)
-            variant = self._variant(parent, "A", tried=attempts.on_kernel(parent.kernel_id, rows))
-            return self._after_profiles(operators.mutate, parent), (variant,), (parent.kernel_id,), parent.lineage.island
+            return self._build(op, [parent], parent.lineage.island, rows)
         if op == "crossover":
             parents = selection.pick_crossover_parents(correct, self.rng, avoid=self.memory.crossed)
-            if len(parents) < 2:
-                return None
-            self.memory.crossed.add(frozenset(p.kernel_id for p in parents))
-            variants = [self._variant(p, "ABC"[i], notes=self._notes(p, rows),
-                                      tried=attempts.on_kernel(p.kernel_id, rows, limit=3))
-                        for i, p in enumerate(parents)]
-            home = island if len(self.state.formats) > 1 else parents[0].lineage.island  # auto: the drawn format's island
-            return self._after_profiles(operators.crossover, *parents), (variants,), \
-                tuple(p.kernel_id for p in parents), home
+            return self._build(op, parents, island, rows) if len(parents) >= 2 else None
         if op == "reflect":
             chosen = selection.pick_reflect_variants(correct, self.rng, self.settings.reflect_k)
-            if len(chosen) < 2:
-                return None
+            return self._build(op, chosen, island, rows) if len(chosen) >= 2 else None
+        if op == "repair":  # among recent children: the selection checks a failure's parent and repairs
+            return self._build(op, [repairable], repairable.lineage.island, rows)
+        return None
+
+    def _waiting_job(self) -> tuple | None:
+        """The call a replay stopped at (state.WaitingCall), once, as the first call of the resumed run: its
+        operator, the call's arguments for its parents as they are now, and its format. None when there is
+        none, or a parent is gone."""
+        waiting, self.memory.waiting = self.memory.waiting, None
+        if waiting is None:
+            return None
+        members = [self.population.get(p) for p in waiting.parents]
+        if any(m is None for m in members):
+            return None
+        job = self._build(waiting.op, members, waiting.island, self.archive.kernels(run_id=self.state.run_id))
+        return None if job is None else (waiting.op, job, waiting.format)
+
+    def _build(self, op: str, members: list[Variant], island: int, rows: list[dict]):
+        """(operator function, its arguments, parent ids, island) of a call on the kernels `members`; every
+        kernel the prompt asks to change comes with what came of the earlier attempts on it (attempts.py)."""
+        ids = tuple(m.kernel_id for m in members)
+        # a crossover's or reflection's: with --format auto the drawn format's island, else its first kernel's
+        home = island if len(self.state.formats) > 1 or not members else members[0].lineage.island
+        if op == "translate":
+            return operators.translate, (attempts.translations(rows),), (), island
+        if op == "mutate":
+            variant = self._variant(members[0], "A", tried=attempts.on_kernel(ids[0], rows))
+            return self._after_profiles(operators.mutate, members[0]), (variant,), ids, island
+        if op == "crossover":
+            self.memory.crossed.add(frozenset(ids))
+            variants = [self._variant(p, "ABC"[i], notes=self._notes(p, rows),
+                                      tried=attempts.on_kernel(p.kernel_id, rows, limit=3))
+                        for i, p in enumerate(members)]
+            return self._after_profiles(operators.crossover, *members), (variants,), ids, home
+        if op == "reflect":
             variants = [self._variant(m, "ABCDEFGH"[i], notes=self._notes(m, rows),
                                       tried=attempts.on_kernel(m.kernel_id, rows, limit=3) if i == 0 else ())
-                        for i, m in enumerate(chosen)]
-            home = island if len(self.state.formats) > 1 else chosen[0].lineage.island
-            return self._after_profiles(operators.reflect, *chosen), (variants,), tuple(m.kernel_id for m in chosen), home
-        if op == "repair":  # among recent children: the selection checks a failure's parent and repairs
-            self.memory.repair_tried.add(repairable.kernel_id)
-            evaluation = Evaluation.from_dict(self.archive.kernel(repairable.kernel_id)["evaluations"][-1]["data"])
-            return (operators.repair, (self._variant(repairable, "A"), feedback_from(evaluation)),
-                    (repairable.kernel_id,), repairable.lineage.island)
+                        for i, m in enumerate(members)]
+            return self._after_profiles(operators.reflect, *members), (variants,), ids, home
+        if op == "repair":
+            self.memory.repair_tried.add(ids[0])
+            evaluation = Evaluation.from_dict(self.archive.kernel(ids[0])["evaluations"][-1]["data"])
+            return operators.repair, (self._variant(members[0], "A"), feedback_from(evaluation)), ids, island
         return None
 
     def _seed_home(self, seed_island: int | None, island: int) -> int:
