@@ -242,22 +242,11 @@ def test_a_waiting_replay_ends_where_it_is_when_resumed_with_the_calls_it_made(t
     best, re-judged from the source the archive holds."""
     import dataclasses
 
-    from kernelevo.config import Config
     from kernelevo.evolution.budget import BudgetLimits
     from kernelevo.evolution.loop import optimize
-    from kernelevo.evolution.options import OptimizeOptions, SearchSettings
     from kernelevo.evolution.outcome import EXIT_BUDGET
-    from kernelevo.judge.api import JudgeOptions, TimingConfig
 
-    folder = tmp_path / "replies" / "task_scale"
-    write_prompt(folder, 1, "translate", "c", _messages("recorded elsewhere"))
-    (folder / "0001.reply.md").write_text(f"Idea: scale in one pass.\n\n```python\n{KERNELS['good']}```\n")
-    options = OptimizeOptions(task_path=TASK, models=(f"replay:{tmp_path / 'replies'}",), devices=("cpu",),
-                              archive_path=tmp_path / "archive.sqlite", out_dir=tmp_path / "out",
-                              cache_dir=tmp_path / "cache", config=Config(), seed=1,
-                              judge=JudgeOptions(trials=2, timing=TimingConfig(max_seconds=0.2), compile_baseline=False),
-                              settings=SearchSettings(children_per_generation=1, llm_concurrency=1),
-                              limits=BudgetLimits(max_llm_calls=2, plateau_generations=9))
+    folder, options = _one_reply_and_a_cap_of_two(tmp_path)
     waiting = optimize(options)
     assert waiting.waiting and waiting.exit_code == EXIT_BUDGET and waiting.best is None and waiting.written is None
     assert waiting.reason.startswith("replay ended at call 2")
@@ -276,22 +265,10 @@ def test_a_resumed_replay_asks_first_the_call_it_waited_at(tmp_path, monkeypatch
     once drew a crossover where a mutation's answer waited, and the answer went unserved)."""
     import dataclasses
 
-    from kernelevo.config import Config
     from kernelevo.evolution import scheduling
-    from kernelevo.evolution.budget import BudgetLimits
     from kernelevo.evolution.loop import optimize
-    from kernelevo.evolution.options import OptimizeOptions, SearchSettings
-    from kernelevo.judge.api import JudgeOptions, TimingConfig
 
-    folder = tmp_path / "replies" / "task_scale"
-    write_prompt(folder, 1, "translate", "c", _messages("recorded elsewhere"))
-    (folder / "0001.reply.md").write_text(f"Idea: scale in one pass.\n\n```python\n{KERNELS['good']}```\n")
-    options = OptimizeOptions(task_path=TASK, models=(f"replay:{tmp_path / 'replies'}",), devices=("cpu",),
-                              archive_path=tmp_path / "archive.sqlite", out_dir=tmp_path / "out",
-                              cache_dir=tmp_path / "cache", config=Config(), seed=1,
-                              judge=JudgeOptions(trials=2, timing=TimingConfig(max_seconds=0.2), compile_baseline=False),
-                              settings=SearchSettings(children_per_generation=1, llm_concurrency=1),
-                              limits=BudgetLimits(max_llm_calls=2, plateau_generations=9))
+    folder, options = _one_reply_and_a_cap_of_two(tmp_path)
     waiting = optimize(options)
     assert waiting.waiting and waiting.reason.startswith("replay ended at call 2")
     header = Path(waiting.reason.split("its prompt is in ")[1]).read_text().splitlines()[0]
@@ -309,3 +286,23 @@ def test_a_resumed_replay_asks_first_the_call_it_waited_at(tmp_path, monkeypatch
     with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
         child = [k for k in archive.kernels(run_id=ended.run_id) if k["operator"] == op and k["source"]][-1]
     assert tuple(child["parents"]) == tuple(event["data"]["parents"])
+
+
+def _one_reply_and_a_cap_of_two(tmp_path):
+    """A replay folder holding one answered translation, and `optimize`'s options with a cap of 2 calls: the run
+    waits at call 2."""
+    from kernelevo.config import Config
+    from kernelevo.evolution.budget import BudgetLimits
+    from kernelevo.evolution.options import OptimizeOptions, SearchSettings
+    from kernelevo.judge.api import JudgeOptions, TimingConfig
+
+    folder = tmp_path / "replies" / "task_scale"
+    write_prompt(folder, 1, "translate", "c", _messages("recorded elsewhere"))
+    (folder / "0001.reply.md").write_text(f"Idea: scale in one pass.\n\n```python\n{KERNELS['good']}```\n")
+    return folder, OptimizeOptions(
+        task_path=TASK, models=(f"replay:{tmp_path / 'replies'}",), devices=("cpu",),
+        archive_path=tmp_path / "archive.sqlite", out_dir=tmp_path / "out", cache_dir=tmp_path / "cache",
+        config=Config(), seed=1,
+        judge=JudgeOptions(trials=2, timing=TimingConfig(max_seconds=0.2), compile_baseline=False),
+        settings=SearchSettings(children_per_generation=1, llm_concurrency=1),
+        limits=BudgetLimits(max_llm_calls=2, plateau_generations=9))
