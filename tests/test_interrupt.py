@@ -73,3 +73,42 @@ def test_ctrl_c_leaves_the_run_stopped_and_a_resume_finishes_it(tmp_path, monkey
         assert run["status"] == "budget" and calls == 2 == len(server.requests)  # no reply was asked for twice
     finally:
         server.close()
+
+
+def test_ctrl_c_ends_a_bench_whose_task_never_stops(tmp_path):
+    """A task's search stuck where it never looks at the key (once seen on two H200s: a resumed search silent for
+    460 s): Ctrl-C waits the grace for it, says so, and the bench exits 130, not held open by that thread; the task
+    is left 'running', which a resume takes up as after a kill."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    (tmp_path / "suite").mkdir()
+    (tmp_path / "suite" / "scale.py").write_text(TASK.read_text())
+    code = ("import threading, sys\n"
+            "from kernelevo.evolution.drivers import bench\n"
+            "bench.STOP_GRACE_S = 1.0\n"
+            "bench._search_task = lambda *args: threading.Event().wait()  # stuck, never ticks\n"
+            "from kernelevo.cli import main\n"
+            f"sys.argv = ['kernelevo', 'bench', {str(tmp_path / 'suite')!r}, '--device', 'cpu', '--model',\n"
+            f"            'replay:{tmp_path / 'replies'}', '--archive', {str(tmp_path / 'a.sqlite')!r},\n"
+            f"            '--out', {str(tmp_path / 'out')!r}, '--no-compile-baseline']\n"
+            "main()\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+        if (tmp_path / "a.sqlite").exists():
+            with Archive.open_readonly(tmp_path / "a.sqlite") as store:
+                benches = store.benches()
+                if benches and store.bench_tasks(benches[0]["id"])[0]["status"] == "running":
+                    break
+    time.sleep(0.5)  # the main thread past starting the task's thread, waiting on it
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "did not stop within 1 s" in err and "--resume" in err, err
+    with Archive.open_readonly(tmp_path / "a.sqlite") as store:
+        (bench,) = store.benches()
+        assert bench["status"] == "stopped" and store.bench_tasks(bench["id"])[0]["status"] == "running"

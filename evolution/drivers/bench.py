@@ -158,6 +158,11 @@ def _as_stored(bench: dict, options: BenchOptions) -> BenchOptions:
     return options
 
 
+# How long Ctrl-C waits for each task's search to stop (a search stops at its next half-second tick, then
+# ends its judge's jobs); one that has not stopped by then is left, its run resumable as after a kill.
+STOP_GRACE_S = 60.0
+
+
 class _Runner:
     """The bench's tasks on its devices: one worker thread per device takes the next pending task."""
 
@@ -187,20 +192,25 @@ class _Runner:
             self._run_workers(devices)
 
     def _run_workers(self, devices) -> None:
-        with concurrent.futures.ThreadPoolExecutor(len(devices), thread_name_prefix="bench") as pool:
-            futures = [pool.submit(self._worker, d) for d in devices]
-            try:
-                for future in futures:
-                    while True:
-                        try:
-                            future.result(timeout=0.5)
-                            break
-                        except concurrent.futures.TimeoutError:
-                            continue
-            except KeyboardInterrupt:
-                self.stop.set()  # each search sees it at its next progress tick and stops, resumable
-                concurrent.futures.wait(futures)
-                raise
+        pool = concurrent.futures.ThreadPoolExecutor(len(devices), thread_name_prefix="bench")
+        futures = [pool.submit(self._worker, d) for d in devices]
+        try:
+            for future in futures:
+                while True:
+                    try:
+                        future.result(timeout=0.5)
+                        break
+                    except concurrent.futures.TimeoutError:
+                        continue
+        except KeyboardInterrupt:
+            self.stop.set()  # each search sees it at its next progress tick and stops, resumable
+            _, left = concurrent.futures.wait(futures, timeout=STOP_GRACE_S)
+            if left:  # a search stuck where it never ticks: left as after a kill (--resume takes it up)
+                stuck = ", ".join(sorted(self.view.running)) or "a task"
+                self.on_status(f"{stuck}: did not stop within {STOP_GRACE_S:.0f} s; its run resumes as after a kill")
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
 
     def _worker(self, device: str) -> None:
         while not self.stop.is_set():

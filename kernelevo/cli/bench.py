@@ -6,7 +6,6 @@ as the field writes it; the other commands read benches back, read-only.
 """
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -18,8 +17,8 @@ from kernelevo.cli.common import (ArchiveOpt, BaselineOpt, CacheDirOpt, Children
                                   ConcurrencyOpt,
                                   ConfigOpt, DeviceOpt, ExecutorOpt, FormatOpt, GenerationsOpt, GpusOpt, IslandsOpt,
                                   JsonOpt, ModelForOpt, ModelOpt, NcuOpt, PlateauOpt, PolicyOpt, ProfileTopOpt, RayAddressOpt,
-                                  EXIT_INTERRUPTED, SeedOpt, ShapesOpt, TimingSecondsOpt, TrialsOpt, budget_branch,
-                                  check_choice, emit, fail, judge_branch, models_text, opened, say, search_branch,
+                                  SeedOpt, ShapesOpt, TimingSecondsOpt, TrialsOpt, budget_branch,
+                                  check_choice, emit, exit_interrupted, fail, judge_branch, models_text, opened, say, search_branch,
                                   search_options, SearchArgs)
 from kernelevo.formats import FORMAT_CHOICES
 
@@ -135,7 +134,7 @@ def _run(args: BenchArgs) -> None:
         bench_id = getattr(exc, "run_id", None)
         how = f"`kernelevo bench {options.suite} --resume {bench_id}`" if bench_id else "a new bench"
         typer.echo(f"stopped: every task's search is stored and resumable; continue with {how}", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        exit_interrupted()
     except OSError as exc:
         fail(f"{exc.strerror or exc}: {exc.filename or ''} (a full disk or an unwritable archive?)")
     _finish(options, outcome.bench_id, args.as_json)

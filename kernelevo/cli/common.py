@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -71,6 +73,17 @@ TimingSecondsOpt = Annotated[float, typer.Option(min=0.05, help="seconds spent t
 
 
 EXIT_INTERRUPTED = 130  # Ctrl-C: everything stored, resumable
+
+
+def exit_interrupted() -> NoReturn:
+    """Exit with EXIT_INTERRUPTED, also where a thread did not stop (a bench task's search stuck where it never
+    looks at the key): the interpreter would wait for it at exit forever. What it did is stored as it went, and a
+    resume takes it up as after a kill; the judge's processes end on their own once this one is gone."""
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_INTERRUPTED)
+    sys.exit(EXIT_INTERRUPTED)
 EXIT_NOTHING_PLACED = 3  # a whole model's assembly placed no kernel: its line says which compile mode to run
 
 
