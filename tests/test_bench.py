@@ -196,9 +196,10 @@ def test_candidates_compare_and_report(benched):
         assert f'reports/{name}_r' in dom  # each task links to its run's report
 
 
-def test_a_resumed_bench_tries_a_failed_task_again(tmp_path):
+def test_a_resumed_bench_tries_a_failed_task_again(tmp_path, monkeypatch):
     """A task that failed (an error, not a verdict: its run's folder lost on another machine, a full disk) is
     queued again by a resume, and counts as finished only once this session will not run it."""
+    from kernelevo.evolution.drivers import bench as bench_driver
     from kernelevo.evolution.drivers.bench import BenchOptions, _Runner
     from kernelevo.evolution.options import OptimizeOptions
 
@@ -213,6 +214,16 @@ def test_a_resumed_bench_tries_a_failed_task_again(tmp_path):
         assert [r["name"] for r in runner.queue] == ["b", "c"]
         runner._tally()
         assert views[-1].done == 1  # b waits in the queue
+        seen = []
+
+        def search_task(runner, row, device, cap):  # b tried again: its row while it runs, then a new error
+            seen.append([r for r in store.bench_tasks(bench_id) if r["name"] == "b"][0])
+            raise OSError("disk full")
+
+        monkeypatch.setattr(bench_driver, "_search_task", search_task)
+        runner._task(runner.queue[0], "cpu")
+        assert (seen[0]["status"], seen[0]["error"]) == ("running", "")  # not the old error beside 'running'
+        assert [r["error"] for r in store.bench_tasks(bench_id) if r["name"] == "b"] == ["OSError: disk full"]
         runner.queue.clear()  # as once b has failed again this session
         runner._tally()
         assert views[-1].done == 2

@@ -227,7 +227,7 @@ class _Runner:
             self.store.set_bench_task(self.bench_id, position, status="skipped",
                                       error="the suite's --max-cost-usd was spent before it started")
             return self._tally()
-        self.store.set_bench_task(self.bench_id, position, status="running")
+        self.store.set_bench_task(self.bench_id, position, status="running", error="")  # a failed one tried again
         self._show(row["name"], "starting")
         try:
             fields = _score_task(self, row, device, cap) if self.options.candidates \
