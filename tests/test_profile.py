@@ -285,3 +285,29 @@ def test_cli_prints_the_profile(shared_cache):
     assert out.returncode == 0, out.stderr
     assert "speed of light" in out.stdout and "as the search's prompts show it" in out.stdout
     assert "Profile of this kernel on" in out.stdout and "copy_floats" in out.stdout
+
+
+def test_a_kernel_judged_on_a_device_this_judge_lacks_is_profiled_on_one_it_has(tmp_path):
+    """A resumed run's kernel judged in an earlier session on cuda:0 (one GPU then), resumed by a bench on cuda:1:
+    its profile goes to the judge's own device, and the search's count of work per device gains no foreign key
+    (from which the next child would have been sent to a device the judge does not have)."""
+    from collections import Counter
+    from types import SimpleNamespace
+
+    from kernelevo.evolution.loop.profiler import Profiler
+
+    import concurrent.futures
+
+    asked = []
+
+    class OneDeviceJudge:  # the judge of cuda:1 alone: what the profiler asks of it
+        def profile(self, task, path, evaluation, ncu=True):
+            asked.append(evaluation.device)
+            return concurrent.futures.Future()
+
+    state = SimpleNamespace(task=None, kernel_path=lambda k: tmp_path / f"k{k}.py")
+    load = Counter({"cuda:1": 0})
+    profiler = Profiler(state, OneDeviceJudge(), SimpleNamespace(), load, None)
+    profiler._start(8, Evaluation(verdict="ok", reason="", message="", device="cuda:0", node_id="n0"), 15, False)
+    assert asked == ["cuda:1"] and load == Counter({"cuda:1": 1})
+    assert [meta.device for meta in profiler.futures.values()] == ["cuda:1"]

@@ -9,6 +9,7 @@ chosen."""
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 from collections import Counter
 
 from kernelevo.evaluation import Evaluation, Profile, Variant, Verdict
@@ -71,6 +72,11 @@ class Profiler:
             "sol_pct": profile.sol.candidate_pct if profile.sol else None})
 
     def _start(self, kernel_id: int, evaluation: Evaluation, evaluation_id: int, ncu: bool) -> None:
+        """Profile on the device the kernel was judged on; a kernel judged in an earlier session on a device this
+        judge does not have (resumed on another machine, a bench's other GPU) on this judge's least loaded one."""
+        if evaluation.device not in self.device_load:
+            device = min(self.device_load, key=lambda d: self.device_load[d])
+            evaluation = dataclasses.replace(evaluation, device=device, node_id="")
         self.device_load[evaluation.device] += 1
         future = self.judge.profile(self.state.task, self.state.kernel_path(kernel_id), evaluation, ncu=ncu)
         self.futures[future] = Profiling(kernel_id, evaluation_id, evaluation.device)
