@@ -49,14 +49,14 @@ class Children:
     """The methods of loop.search.Search for what comes back (a mixin: it has no state of its own).
 
     Reads the search's settings, state, archive, ensemble, judge, gate, budget, rng and on_status.
-    Writes llm_futures and judge_futures (popping what is done), device_load, stats, progress (verdicts,
+    Writes flight (its calls and judge jobs, popping what is done, and the work per device), stats, progress (verdicts,
     counts, generation), population (admitted and migrated children), memory (prompts answered, barren
     translations), improved_at, unreachable and replay_ended; asks its profiler for a new island best's profile.
     Calls Search._generation, Search.resubmit and Search._to_judge (a child or a re-measurement
     to the judge)."""
 
     def _proposal_done(self, future: concurrent.futures.Future) -> None:
-        meta = self.llm_futures.pop(future)
+        meta = self.flight.calls.pop(future)
         try:
             proposal = future.result()
         except Stop as exc:  # a refused key or request, or a server that is gone: the model drops out
@@ -142,8 +142,8 @@ class Children:
                                             thinking=thinking, note=note, account=account))
 
     def _judged(self, future: concurrent.futures.Future) -> None:
-        meta = self.judge_futures.pop(future)
-        self.device_load[meta.device] -= 1
+        meta = self.flight.judging.pop(future)
+        self.flight.load[meta.device] -= 1
         if meta.remeasure:
             return self._remeasured(future, meta)
         evaluation = future.result()

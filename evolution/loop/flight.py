@@ -1,7 +1,10 @@
 """What the search keeps of each piece of work in flight, by its future: an LLM call (`Call`), a judge
-job (`Judging`) and a profile (`Profiling`). Each is set when the work starts and read when it is done."""
+job (`Judging`) and a profile (`Profiling`). Each is set when the work starts and read when it is done. `InFlight`
+holds the search's calls and jobs by future."""
 from __future__ import annotations
 
+import concurrent.futures
+from collections import Counter
 from dataclasses import dataclass
 
 from kernelevo.agent.client import Metered
@@ -51,3 +54,13 @@ class Profiling:
     kernel_id: int
     evaluation_id: int
     device: str
+
+
+class InFlight:
+    """The search's work under way: its LLM calls and judge jobs by their futures, and each device's count of work
+    (judging and profiling: a child goes to the least loaded)."""
+
+    def __init__(self, devices: tuple[str, ...]):
+        self.calls: dict[concurrent.futures.Future, Call] = {}
+        self.judging: dict[concurrent.futures.Future, Judging] = {}
+        self.load: Counter = Counter({d: 0 for d in devices})

@@ -29,7 +29,7 @@ class Planning:
     """The planning methods of loop.search.Search (a mixin: it has no state of its own).
 
     Reads the search's population, settings, rng, stats, state, archive, ensemble, budget, pool,
-    gate and judge_futures. Writes llm_futures (a started call and its bookkeeping), memory (what was asked
+    gate and flight.judging. Writes flight.calls (a started call and its bookkeeping), memory (what was asked
     and tried: memory.py), progress.repeats_avoided and turns (the next island and format: turns.py). Calls
     Children._submit_child (a tune variant) and asks the profiler (profiler.py) for the profiles of the
     kernels a prompt shows."""
@@ -47,7 +47,7 @@ class Planning:
         recent = [m for m in self.population.members[-40:] if m.kernel_id not in self.memory.repair_tried]
         repairable = selection.pick_repair_target(recent, self.rng)
         tunable = any(_tunable(m, self.state.profiles) for m in correct)
-        seeding = {m.island for m in [*self.llm_futures.values(), *self.judge_futures.values()]
+        seeding = {m.island for m in [*self.flight.calls.values(), *self.flight.judging.values()]
                    if m.op == "translate"}
         seed_island = islands.needing_seed(self.population, self.settings.islands, seeding) \
             if self.memory.barren_translations < BARREN_TRANSLATIONS else None
@@ -60,7 +60,7 @@ class Planning:
                 op, seed_island = "translate", homes[0]
         if op == "tune":
             return self._start_tune(correct)
-        if not correct and self.judge_futures:
+        if not correct and self.flight.judging:
             return False  # no correct kernel yet: the next translation waits for the last one's verdict
         model = self._choose_format(op) if len(self.state.formats) > 1 else None
         if model == "":  # every model dropped out: the run is ending
@@ -76,7 +76,7 @@ class Planning:
         fn, args, parents, island = job
         key = (op, tuple(sorted(parents)))  # same operator, same parents: the same prompt
         if key in self._in_flight() or (op == "translate" and any(m.op == "translate"
-                                                                  for m in self.llm_futures.values())):
+                                                                  for m in self.flight.calls.values())):
             return False  # a second translation waits to be told what the first one did
         model = model or self.ensemble.choose(op, self.rng)
         if model is None:  # every model dropped out: the run is ending
@@ -84,7 +84,7 @@ class Planning:
         ctx = self.state.context(island, op, fmt)
         chosen = self.ensemble.llm(model)
         digest = prompt_hash(operators.first_prompt(op, ctx, args, chosen.edit_format))
-        if digest in self.memory.asked or digest in {m.digest for m in self.llm_futures.values()}:
+        if digest in self.memory.asked or digest in {m.digest for m in self.flight.calls.values()}:
             return self._repeat(op, parents, model, digest)
         s = self.settings
         estimate = self.ensemble.estimate_usd(model, s.prompt_tokens_estimate, s.output_tokens_estimate)
@@ -94,7 +94,7 @@ class Planning:
         # the first call is reserved here; a follow-up reserves its own slot from the pool thread
         llm = Metered(chosen, lambda: self.budget.extend(reservation, estimate), fmt)
         future = self.pool.submit(fn, llm, ctx, *args)
-        self.llm_futures[future] = Call(op, parents, island, reservation, key, model, llm, digest, fmt)
+        self.flight.calls[future] = Call(op, parents, island, reservation, key, model, llm, digest, fmt)
         self.turns.asked.add(fmt)
         return True
 
@@ -127,7 +127,7 @@ class Planning:
         return False
 
     def _in_flight(self) -> set[tuple]:
-        return {meta.key for meta in self.llm_futures.values()}
+        return {meta.key for meta in self.flight.calls.values()}
 
     def _job(self, op: str, correct: list[Variant], repairable: Variant | None, seed_island: int | None):
         """(operator function, its arguments, parent ids, island) of the next call, its parents chosen here."""
@@ -198,7 +198,7 @@ class Planning:
         island needing one, else `island`."""
         if seed_island is None or len(self.state.formats) == 1:
             return seed_island if seed_island is not None else island
-        seeding = {m.island for m in [*self.llm_futures.values(), *self.judge_futures.values()] if m.op == "translate"}
+        seeding = {m.island for m in [*self.flight.calls.values(), *self.flight.judging.values()] if m.op == "translate"}
         mine = self._needing_seed(self.turns.format, seeding)
         return mine if mine is not None else seed_island
 

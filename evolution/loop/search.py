@@ -10,7 +10,6 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import random
-from collections import Counter
 from typing import Callable
 
 from kernelevo.agent.pool import CallPool
@@ -27,7 +26,7 @@ from ..population import Variant, Population
 from .memory import Memory
 from ..state import RunState
 from .children import Children
-from .flight import Call, Judging
+from .flight import InFlight, Judging
 from .profiler import Profiler
 from .turns import Turns
 from .planning import Planning
@@ -48,10 +47,8 @@ class Search(Planning, Children):
         self.progress = Progress(judged=state.judged(), run_id=state.run_id)  # from rows once; counted here afterwards
         self.progress.generation = self._generation()
         self.pool = CallPool(settings.llm_concurrency)
-        self.llm_futures: dict[concurrent.futures.Future, Call] = {}
-        self.judge_futures: dict[concurrent.futures.Future, Judging] = {}
-        self.device_load: Counter = Counter({d: 0 for d in judge.options.devices})
-        self.profiler = Profiler(state, judge, settings, self.device_load, self.progress)  # kernels' profiles
+        self.flight = InFlight(judge.options.devices)  # the calls and judge jobs under way, the work per device
+        self.profiler = Profiler(state, judge, settings, self.flight.load, self.progress)  # kernels' profiles
         self.improved_at = self.progress.generation  # generation of the last new best (plateau rule)
         self.turns = Turns(state.formats, settings.islands, state.island_format)  # the next call's island and format
         self.memory = Memory.of_run(state)  # what was asked and tried: nothing is asked twice
@@ -72,8 +69,8 @@ class Search(Planning, Children):
         p.best_compile = best.figures.speedup_compile if best else None
         p.best_eager_ci = best.figures.speedup_eager_ci if best else None
         p.best_compile_ci = best.figures.speedup_compile_ci if best else None
-        p.llm_in_flight, p.judging = len(self.llm_futures), len(self.judge_futures)
-        p.remeasuring = sum(meta.remeasure for meta in self.judge_futures.values())
+        p.llm_in_flight, p.judging = len(self.flight.calls), len(self.flight.judging)
+        p.remeasuring = sum(meta.remeasure for meta in self.flight.judging.values())
         if not reread:
             return self.on_progress(p)
         spend = self.archive.spend(self.state.run_id)
@@ -127,15 +124,15 @@ class Search(Planning, Children):
         while True:
             reason = reason or self._stop_reason()
             if reason is None:
-                while len(self.llm_futures) < self.settings.llm_concurrency and len(self.judge_futures) < \
-                        2 * len(self.device_load) + 2 and self._plan():
+                while len(self.flight.calls) < self.settings.llm_concurrency and len(self.flight.judging) < \
+                        2 * len(self.flight.load) + 2 and self._plan():
                     pass
-            if not self.llm_futures and not self.judge_futures and not self.profiler.futures:
+            if not self.flight.calls and not self.flight.judging and not self.profiler.futures:
                 break
-            waiting = list(self.llm_futures) + list(self.judge_futures) + list(self.profiler.futures)
+            waiting = list(self.flight.calls) + list(self.flight.judging) + list(self.profiler.futures)
             done, _ = concurrent.futures.wait(waiting, timeout=0.5, return_when=concurrent.futures.FIRST_COMPLETED)
             for future in done:
-                if future in self.llm_futures:
+                if future in self.flight.calls:
                     self._proposal_done(future)
                 elif future in self.profiler.futures:
                     self.profiler.done(future)
@@ -160,10 +157,10 @@ class Search(Planning, Children):
         """Judge the kernel's file (written from the archive, state.kernel_path), the source and format held
         here, on the least loaded device; `remeasure`: `child` is a judged kernel, judged again."""
         path = self.state.kernel_path(child.kernel_id)
-        device = min(self.device_load, key=lambda d: self.device_load[d])
-        self.device_load[device] += 1
+        device = min(self.flight.load, key=lambda d: self.flight.load[d])
+        self.flight.load[device] += 1
         future = self.judge.submit(self.state.task, path, device, source=child.source, fmt=child.format)
-        self.judge_futures[future] = Judging(child, device, op, remeasure)
+        self.flight.judging[future] = Judging(child, device, op, remeasure)
 
     def abandon(self, grace_s: float = 0.0) -> int:
         """Ctrl-C: stop planning, cancel queued calls; returns calls still in flight after `grace_s`."""
