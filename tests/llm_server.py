@@ -80,7 +80,8 @@ class ScriptedServer:
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        # close() waits for the serving loop to see the request: at the default poll of 0.5 s, half a second a server
+        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
     def _next(self, body: str) -> Step:
         for i, step in enumerate(self.steps):

@@ -126,7 +126,7 @@ def test_a_kernel_parameter_named_like_a_module_constant_keeps_its_name_in_place
 
 
 def _judge(cache: Path):
-    return Judge(cache, JudgeOptions(devices=("cpu",), trials=2, compile_baseline=False,
+    return Judge(cache, JudgeOptions(devices=("cpu",), trials=2, compile_baseline=False, bounds="off",
                                      timing=TimingConfig(max_seconds=0.2)))
 
 

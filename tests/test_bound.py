@@ -142,7 +142,7 @@ def _scripted_run(tmp_path, monkeypatch, calls: int, compile_baseline: bool = Tr
                                archive_path=tmp_path / "archive.sqlite", out_dir=tmp_path / "out",
                                cache_dir=tmp_path / "cache", config=load_config(tmp_path / "kernelevo.toml"),
                                judge=JudgeOptions(trials=2, timing=TimingConfig(max_seconds=0.2),
-                                                  compile_baseline=compile_baseline),
+                                                  compile_baseline=compile_baseline, bounds="off"),
                                baseline="compile" if compile_baseline else "eager",
                                limits=BudgetLimits(max_llm_calls=calls), force=force)
         said: list[str] = []

@@ -21,7 +21,7 @@ from conftest import FIXTURES
 GENERAL = FIXTURES / "general"
 CPU_FIXTURES = sorted(GENERAL.glob("*_c.py"))
 CUDA_FIXTURES = sorted(GENERAL.glob("*_nvrtc.py"))
-FAST = TimingConfig(min_reps=10, max_seconds=0.3, target_rel_ci=0.02)
+FAST = TimingConfig(min_reps=5, max_seconds=0.1, target_rel_ci=0.05)
 # Verdicts here rest on correctness alone; speedups of tiny CPU kernels are not what is tested.
 NO_REMEASURE = {kind: 1e9 for kind in IMPLAUSIBLE_SPEEDUP}
 # Judged as a run's final judgement, with the bounds trial (under AddressSanitizer, seconds each): the

@@ -12,7 +12,7 @@ from kernelevo.tasks import load_task
 from conftest import FIXTURES
 
 CPU = FIXTURES / "cpu"
-FAST = TimingConfig(min_reps=10, max_seconds=0.3, target_rel_ci=0.02)
+FAST = TimingConfig(min_reps=5, max_seconds=0.1, target_rel_ci=0.05)
 
 
 # A generous run limit: with another process on one of 2 cores, a C candidate's OpenMP regions wait for a

@@ -33,14 +33,20 @@ def judge_example(fmt: str, device: str, tmp_path, task=TASK):
         return judge.evaluate(load_task(task), path)
 
 
+def smaller_task(folder):
+    """The task with a CPU-sized tensor (the judge derives its other shapes from it all the same)."""
+    small = folder / "task_relu.py"
+    small.write_text(TASK.read_text().replace("torch.randn(2048, 4096)", "torch.randn(256, 1000)"))
+    return small
+
+
 def test_c_example_is_an_ok_candidate(tmp_path):
-    e = judge_example("c", "cpu", tmp_path)
+    e = judge_example("c", "cpu", tmp_path, smaller_task(tmp_path))  # 32 MiB on a 2-core CPU is slow, not more right
     assert e.ok, (e.verdict, e.reason, e.message)
 
 
 def test_triton_example_is_an_ok_candidate_in_the_interpreter(tmp_path):
-    small = tmp_path / "task_relu.py"  # the interpreter runs each program of the grid in turn: a smaller tensor
-    small.write_text(TASK.read_text().replace("torch.randn(2048, 4096)", "torch.randn(256, 1000)"))
+    small = smaller_task(tmp_path)  # the interpreter runs each program of the grid in turn: a smaller tensor
     e = judge_example("triton", "cpu", tmp_path, small)
     assert e.ok and e.format == "triton", (e.verdict, e.reason, e.message)
     assert e.speedup_eager is None and any(n.startswith("not timed: Triton") for n in e.notes), e.notes

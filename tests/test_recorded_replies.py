@@ -78,7 +78,7 @@ def _search(tmp_path, monkeypatch, server, model: str = "scripted", calls: int =
     options = OptimizeOptions(task_path=TASK, models=(model,), devices=("cpu",), archive_path=tmp_path / "archive.sqlite",
                               out_dir=tmp_path / "out", cache_dir=tmp_path / "cache",
                               config=load_config(tmp_path / "kernelevo.toml"), seed=1,
-                              judge=JudgeOptions(trials=2, timing=TimingConfig(max_seconds=0.2), compile_baseline=False),
+                              judge=JudgeOptions(trials=2, timing=TimingConfig(max_seconds=0.2), compile_baseline=False, bounds="off"),
                               settings=SearchSettings(children_per_generation=4, llm_concurrency=1),
                               limits=BudgetLimits(max_llm_calls=calls, generations=1, plateau_generations=9))
     outcome = optimize(options)
@@ -197,7 +197,7 @@ def test_a_bench_replayed_in_rounds_waits_for_each_answer_and_goes_on_from_it(tm
     search = OptimizeOptions(task_path=TASK, models=(f"replay:{tmp_path / 'out' / 'prompts'}",), devices=("cpu",),
                              archive_path=tmp_path / "archive.sqlite", out_dir=tmp_path / "out",
                              cache_dir=tmp_path / "cache", config=Config(), seed=1,
-                             judge=JudgeOptions(trials=2, timing=TimingConfig(max_seconds=0.2), compile_baseline=False),
+                             judge=JudgeOptions(trials=2, timing=TimingConfig(max_seconds=0.2), compile_baseline=False, bounds="off"),
                              settings=SearchSettings(children_per_generation=1, llm_concurrency=1),
                              limits=BudgetLimits(max_llm_calls=2, plateau_generations=9))
     first = run_bench(BenchOptions(suite=tmp_path / "suite", search=search))
@@ -303,6 +303,6 @@ def _one_reply_and_a_cap_of_two(tmp_path):
         task_path=TASK, models=(f"replay:{tmp_path / 'replies'}",), devices=("cpu",),
         archive_path=tmp_path / "archive.sqlite", out_dir=tmp_path / "out", cache_dir=tmp_path / "cache",
         config=Config(), seed=1,
-        judge=JudgeOptions(trials=2, timing=TimingConfig(max_seconds=0.2), compile_baseline=False),
+        judge=JudgeOptions(trials=2, timing=TimingConfig(max_seconds=0.2), compile_baseline=False, bounds="off"),
         settings=SearchSettings(children_per_generation=1, llm_concurrency=1),
         limits=BudgetLimits(max_llm_calls=2, plateau_generations=9))

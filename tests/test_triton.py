@@ -5,6 +5,7 @@ import itertools
 import os
 import re
 import sys
+from pathlib import Path
 
 import pytest
 from kernelevo.archive.reports.run_data import report_data
@@ -28,11 +29,17 @@ def expected(path) -> tuple[str, str]:
     return tuple(re.search(r"^# expect: (\w+) (\w+)$", path.read_text(), re.M).groups())
 
 
-@pytest.fixture(scope="module")
-def verdicts(cache_dir, tmp_path_factory):
-    small = tmp_path_factory.mktemp("triton") / "task_scale.py"  # fewer rows: the interpreter runs programs in turn
+def smaller_task(folder) -> Path:
+    """task_scale with fewer rows, under its own name: the interpreter runs the programs of a grid in turn."""
+    small = folder / "task_scale.py"
     small.write_text(TASK.read_text().replace("N, M = 256, 512", "N, M = 64, 512").replace("torch.randn(1000, M)",
                                                                                            "torch.randn(200, M)"))
+    return small
+
+
+@pytest.fixture(scope="module")
+def verdicts(cache_dir, tmp_path_factory):
+    small = smaller_task(tmp_path_factory.mktemp("triton"))
     options = JudgeOptions(devices=("cpu",), compile_baseline=False, timing=TimingConfig(min_reps=5, max_seconds=0.2),
                            limits=WorkerLimits(build=120, run=60), concurrency=2)
     with Judge(cache_dir, options) as judge:
@@ -117,9 +124,11 @@ def auto_run(tmp_path_factory):
     to build (the two tests below read it): (its folder, the prompts it sent, the CLI's result)."""
     tmp_path = tmp_path_factory.mktemp("auto")
     server = ScriptedServer(responder=both_languages())
+    args = optimize_args(tmp_path, "--format", "auto", "--generations", "2", "--max-llm-calls", "8",
+                         "--islands", "2", "--plateau", "9")
+    args[args.index(str(TASK))] = str(smaller_task(tmp_path))  # the interpreter runs programs in turn
     try:
-        done = cli(optimize_args(tmp_path, "--format", "auto", "--generations", "2", "--max-llm-calls", "8",
-                                 "--islands", "2", "--plateau", "9"), environment(server, tmp_path))
+        done = cli(args, environment(server, tmp_path))
     finally:
         server.close()
     return tmp_path, [request_text(r["body"]) for r in server.requests], done
