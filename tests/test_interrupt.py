@@ -90,24 +90,22 @@ def test_ctrl_c_ends_a_bench_whose_task_never_stops(tmp_path):
     code = ("import threading, sys\n"
             "from kernelevo.evolution.drivers import bench\n"
             "bench.STOP_GRACE_S = 1.0\n"
-            "bench._search_task = lambda *args: threading.Event().wait()  # stuck, never ticks\n"
+            "def stuck(*args):\n"
+            f"    open({str(tmp_path / 'entered')!r}, 'w').close()\n"
+            "    threading.Event().wait()  # never ticks\n"
+            "bench._search_task = stuck\n"
             "from kernelevo.cli import main\n"
             f"sys.argv = ['kernelevo', 'bench', {str(tmp_path / 'suite')!r}, '--device', 'cpu', '--model',\n"
             f"            'replay:{tmp_path / 'replies'}', '--archive', {str(tmp_path / 'a.sqlite')!r},\n"
             f"            '--out', {str(tmp_path / 'out')!r}, '--no-compile-baseline']\n"
             "main()\n")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None and not (tmp_path / "entered").exists():
         time.sleep(0.2)
-        if (tmp_path / "a.sqlite").exists():
-            with Archive.open_readonly(tmp_path / "a.sqlite") as store:
-                benches = store.benches()
-                if benches and store.bench_tasks(benches[0]["id"])[0]["status"] == "running":
-                    break
-    time.sleep(0.5)  # the main thread past starting the task's thread, waiting on it
+    time.sleep(1.0)  # the main thread past starting the task's thread, waiting on it
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=180)
     assert proc.returncode == 130, err
     assert "did not stop within 1 s" in err and "--resume" in err, err
     with Archive.open_readonly(tmp_path / "a.sqlite") as store:
