@@ -87,7 +87,8 @@ def test_ctrl_c_ends_a_bench_whose_task_never_stops(tmp_path):
 
     (tmp_path / "suite").mkdir()
     (tmp_path / "suite" / "scale.py").write_text(TASK.read_text())
-    code = ("import threading, sys\n"
+    code = ("import signal, threading, sys\n"
+            "signal.signal(signal.SIGINT, signal.default_int_handler)  # pytest-xdist's workers ignore it, and so would we\n"
             "from kernelevo.evolution.drivers import bench\n"
             "bench.STOP_GRACE_S = 1.0\n"
             "def stuck(*args):\n"
