@@ -50,7 +50,7 @@ def judged_all(archive_path, limit_s: float = 300.0) -> None:
             seen.add(k["source_hash"])
         if not waiting:
             return
-        time.sleep(0.5)
+        time.sleep(0.1)
 
 
 def search(respond, tmp_path, calls: int):

@@ -7,6 +7,7 @@ is imported; nothing in evolution imports the drivers above its loop but the dri
 under `if TYPE_CHECKING:` is for the type checker only and does not count. Modules are found
 through pyproject.toml's package-dir, as the installed package is."""
 import ast
+import functools
 import re
 import tomllib
 from pathlib import Path
@@ -15,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MAX_LINES = 450
 
 
+@functools.cache  # every test below reads the same modules, and none changes them: found and parsed once
 def modules() -> dict[str, Path]:
     """Dotted module name -> file, for every Python file of the packages pyproject.toml installs."""
     setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
@@ -28,6 +30,12 @@ def modules() -> dict[str, Path]:
             name = package if path.stem == "__init__" else f"{package}.{path.stem}"
             found[name] = path
     return found
+
+
+@functools.cache
+def tree(path: Path) -> ast.Module:
+    """The module at `path`, parsed."""
+    return ast.parse(path.read_text(), str(path))
 
 
 def _type_checking(node: ast.AST) -> bool:
@@ -60,7 +68,7 @@ def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
     """The project modules `name` imports."""
     package = name if path.stem == "__init__" else name.rpartition(".")[0]
     out: set[str] = set()
-    for node in _imports(ast.parse(path.read_text(), str(path))):
+    for node in _imports(tree(path)):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         else:
@@ -122,7 +130,7 @@ def test_no_module_is_over_the_size_guide():
 
 
 def test_every_module_says_what_it_owns():
-    bare = [name for name, path in modules().items() if not ast.get_docstring(ast.parse(path.read_text()))]
+    bare = [name for name, path in modules().items() if not ast.get_docstring(tree(path))]
     assert not bare, f"modules without a docstring: {bare}"
 
 
@@ -153,6 +161,7 @@ def _within(name: str, package: str) -> bool:
     return name == package or name.startswith(package + ".")
 
 
+@functools.cache
 def edges() -> list[tuple[str, str]]:
     """Every (importer, imported) pair of project modules, read from the code."""
     known = modules()
@@ -223,7 +232,7 @@ FUNCTION_LINES = 60
 
 def test_no_function_is_longer_than_a_screen():
     long = {f"{name}.{node.name}": node.end_lineno - node.lineno + 1
-            for name, path in modules().items() for node in ast.walk(ast.parse(path.read_text()))
+            for name, path in modules().items() for node in ast.walk(tree(path))
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
             and node.end_lineno - node.lineno + 1 > FUNCTION_LINES}
     assert not long, f"split these functions (lines): {long}"
@@ -247,7 +256,7 @@ def test_a_setting_is_not_copied_through_record_after_record():
     used to walk through four of them, copied by hand; now each component's branch is handed on whole."""
     shared: dict[str, set[str]] = {}
     for path in modules().values():
-        for node in ast.parse(path.read_text()).body:
+        for node in tree(path).body:
             if isinstance(node, ast.ClassDef) and re.search(r"Options|Settings|Limits|Args|Config|Job|Spec", node.name) \
                     and any("dataclass" in ast.unparse(d) for d in node.decorator_list):
                 for item in node.body:
