@@ -1,0 +1,41 @@
+#!/bin/bash
+# One replay round of the KernelBench yardstick (issue 52) on a GPU machine that cannot reach a model.
+#
+#   STATE=benchmarks/results/kernelbench-rounds SUITE=DIR OUT=DIR [GPUS=0,1] [TT=380] bash benchmarks/kernelbench_round.sh
+#
+# SUITE is the folder benchmarks/kernelbench_sample.py wrote (KernelBench stays out of the repository).
+# STATE holds what the rounds have so far, in the repository so that a lost machine loses nothing paid for:
+#   prompts/<task>/NNNN.prompt.md and NNNN.reply.md (each reply written by a fresh model that saw only its prompt),
+#   archive.sqlite.gz (the bench's archive: runs, kernels, verdicts, the call each waiting search waits at),
+#   bench_id (absent before round 1).
+# Each round serves every reply written so far (`bench --resume`), judges the new kernels and writes each
+# task's next prompt. The bench gets INT at TT seconds (it stops each search cleanly; --resume goes on), and a
+# USR1 45 s before that, which prints every thread's stack to bench.err (where a task hangs, it says where).
+# OUT receives: archive.sqlite.gz, prompts.tgz (the prompts folder as the round left it), bench.json, bench.log,
+# bench.err and cache.tgz (baselines and calibrations, no builds: carried as .scratch/cache.tgz saves measuring
+# them again). Merge into STATE: archive.sqlite.gz and bench_id over STATE's, prompts.tgz unpacked over STATE
+# (it holds every prompt and reply so far), cache.tgz to .scratch/. Then answer the new prompts.
+set -u
+: "${STATE:?}" "${SUITE:?}" "${OUT:?}"
+GPUS=${GPUS:-all}; TT=${TT:-380}; CALLS=${CALLS:-6}
+W=$(mktemp -d)
+mkdir -p "$W/out" "$W/cache" "$OUT"
+cp -r "$STATE/prompts" "$W/out/prompts" 2>/dev/null || mkdir -p "$W/out/prompts"
+[ -f "$STATE/archive.sqlite.gz" ] && gunzip -c "$STATE/archive.sqlite.gz" > "$W/a.sqlite"
+[ -f .scratch/cache.tgz ] && tar -xzf .scratch/cache.tgz -C "$W/cache"
+RESUME=(); [ -f "$STATE/bench_id" ] && RESUME=(--resume "$(cat "$STATE/bench_id")")
+echo "round: $(find "$W/out/prompts" -name '*.reply.md' | wc -l) replies, ${RESUME[*]:-a new bench}"
+(sleep $((TT - 45)); pkill -USR1 -f "python.*kernelevo bench" ) &
+# in the foreground: a command started with & ignores INT, and the bench must see it
+COLUMNS=160 timeout -s INT -k 90 "$TT" kernelevo bench "$SUITE" --format auto --baseline compile \
+  --max-llm-calls-per-task "$CALLS" --model "replay:$W/out/prompts" --out "$W/out" --archive "$W/a.sqlite" \
+  --cache-dir "$W/cache" --gpus "$GPUS" "${RESUME[@]}" > "$OUT/bench.log" 2> "$OUT/bench.err"
+echo "bench exit $?"
+kernelevo bench ls --archive "$W/a.sqlite" --json > "$OUT/benches.json" 2>> "$OUT/bench.err"
+ID=$(python3 -c "import json,sys; b=json.load(open(sys.argv[1])); print(b[-1]['id'] if b else '')" "$OUT/benches.json")
+[ -n "$ID" ] && kernelevo bench show "$ID" --archive "$W/a.sqlite" --json > "$OUT/bench.json" 2>> "$OUT/bench.err"
+echo "$ID" > "$OUT/bench_id"
+gzip -c "$W/a.sqlite" > "$OUT/archive.sqlite.gz"
+tar -czf "$OUT/prompts.tgz" -C "$W/out" prompts
+tar -czf "$OUT/cache.tgz" -C "$W/cache" $(cd "$W/cache" && ls -d baselines calibration 2>/dev/null)
+tail -25 "$OUT/bench.log"
