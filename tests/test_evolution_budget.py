@@ -163,3 +163,28 @@ def test_restore_for_resume():
     clock.t += 10
     assert b.exhausted(0, 0).text.startswith("max-wall-time")
     assert b.snapshot()["in_flight"] == 1
+
+
+def test_a_search_stops_for_a_model_gone_first_then_its_budget_and_plateau():
+    """Stopping (the search's stopping state): a server that is gone or a replay that ran out stops the search
+    whatever the budget says, the first reason kept; a refused key is no stop but an error; the plateau counts
+    generations since the last new best."""
+    from kernelevo.agent.client import Stop, Unreachable
+    from kernelevo.agent.replay import ReplayEnded
+    from kernelevo.evolution.budget import StopKind
+    from kernelevo.evolution.loop.stopping import Stopping
+
+    stopping = Stopping(Budget(BudgetLimits(plateau_generations=2, generations=10)), generation=0)
+    assert stopping.reason(1, None, None) is None
+    stopping.improved(3)
+    assert stopping.reason(4, None, None) is None
+    assert stopping.reason(5, None, None).kind is StopKind.PLATEAU
+    with pytest.raises(Stop, match="bad key"):
+        stopping.models_gone(Stop("bad key"))
+    stopping.models_gone(ReplayEnded("replay ended at call 3"))
+    stopping.models_gone(Unreachable("connection refused"))
+    assert stopping.reason(4, None, None).kind is StopKind.UNREACHABLE  # before the budget; then the replay's
+    stopping.unreachable = ""
+    assert stopping.reason(4, None, None).text == "replay ended at call 3"
+    stopping.models_gone(ReplayEnded("replay ended at call 9"))
+    assert stopping.replay_ended == "replay ended at call 3"

@@ -100,9 +100,9 @@ def test_a_new_best_is_remeasured_before_it_counts_and_its_figure_replaces_the_f
     assert search.stats["mutate"].improvements == 0
 
     # inside the incumbent's noise: a tie, no re-measurement, no improvement, the plateau goes on
-    search.improved_at = -5
+    search.stopping.improved_at = -5
     assert judged(search, judge, 3, measured(1.06, 1.01, 1.11)) is None
-    assert search.population.best().kernel_id == 1 and search.improved_at == -5
+    assert search.population.best().kernel_id == 1 and search.stopping.improved_at == -5
     assert search.stats["mutate"].improvements == 0
 
     # beyond the noise, and it holds when re-measured: the new best, on its second figure
@@ -111,7 +111,7 @@ def test_a_new_best_is_remeasured_before_it_counts_and_its_figure_replaces_the_f
     search._judged(again)
     best = search.population.best()
     assert (best.kernel_id, best.figures.speedup_eager, best.figures.speedup_eager_ci) == (4, 1.45, (1.40, 1.50))
-    assert search.improved_at == search.progress.generation and search.stats["mutate"].improvements == 1
+    assert search.stopping.improved_at == search.progress.generation and search.stats["mutate"].improvements == 1
     assert judge.profiles >= 1  # a new best is profiled, once confirmed
 
     stored = archive.kernel(4)

@@ -12,7 +12,7 @@ import concurrent.futures
 import dataclasses
 import enum
 
-from kernelevo.agent.client import NotSent, Stop, Unreachable
+from kernelevo.agent.client import NotSent, Stop
 from kernelevo.agent.replay import ReplayEnded
 from kernelevo.evaluation import Evaluation
 from kernelevo.text import speedup_text
@@ -51,7 +51,7 @@ class Children:
     Reads the search's settings, state, archive, ensemble, judge, gate, budget, rng and on_status.
     Writes flight (its calls and judge jobs, popping what is done, and the work per device), stats, progress (verdicts,
     counts, generation), population (admitted and migrated children), memory (prompts answered, barren
-    translations), improved_at, unreachable and replay_ended; asks its profiler for a new island best's profile.
+    translations) and its stopping state (a new best, models gone); asks its profiler for a new island best's profile.
     Calls Search._generation, Search.resubmit and Search._to_judge (a child or a re-measurement
     to the judge)."""
 
@@ -127,14 +127,8 @@ class Children:
             self.archive.add_event(self.state.run_id, "model_dropped", {"model": model, "reason": str(exc)})
             if self.ensemble.active:
                 self.on_status(f"model {model} dropped out: {exc}; going on with {', '.join(self.ensemble.active)}")
-        if self.ensemble.active:
-            return
-        if isinstance(exc, ReplayEnded):
-            self.replay_ended = self.replay_ended or str(exc)
-            return
-        if not isinstance(exc, Unreachable):
-            raise exc
-        self.unreachable = self.unreachable or str(exc)
+        if not self.ensemble.active:
+            self.stopping.models_gone(exc)
 
     def _submit_child(self, op: str, source: str, parents: tuple[int, ...], island: int, call_id: int | None,
                       thinking: str = "", note: str = "", account: str = "") -> None:
@@ -236,7 +230,7 @@ class Children:
             for parent in member.lineage.parents:  # the parent led to an improvement
                 self.archive.mark_stepping_stone(parent, reason, via=member.kernel_id)
         if beats(member, best_before):  # a tie does not reset the plateau
-            self.improved_at = self.progress.generation
+            self.stopping.improved(self.progress.generation)
         return admission
 
     def _generation_tick(self) -> None:

@@ -209,7 +209,7 @@ def _finish(run: _Prepared, search: Search, reason, member, final, options: Opti
     state, run_id = run.state, run.state.run_id
     archive = state.archive
     written = write_drop_in(member, final, state.task.name, run_id, options.out_dir) if final else None
-    budget_hit, unreachable = reason.kind.budget, bool(search.unreachable)
+    budget_hit, unreachable = reason.kind.budget, bool(search.stopping.unreachable)
     waiting = reason.kind.waits
     archive.finish_run(run_id, "stopped" if unreachable or waiting else "budget" if budget_hit else "finished",
                        reason.text)

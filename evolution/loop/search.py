@@ -18,7 +18,7 @@ from kernelevo.archive.rows import by_format, by_model
 from .. import budget as budgets
 from .. import ensemble as ensembles
 from .. import scheduling
-from ..bound import at_bound, unreliable
+from ..bound import unreliable
 from ..novelty import NoveltyGate
 from ..options import SearchSettings
 from ..outcome import Progress
@@ -28,6 +28,7 @@ from ..state import RunState
 from .children import Children
 from .flight import InFlight, Judging
 from .profiler import Profiler
+from .stopping import Stopping
 from .turns import Turns
 from .planning import Planning
 
@@ -49,11 +50,9 @@ class Search(Planning, Children):
         self.pool = CallPool(settings.llm_concurrency)
         self.flight = InFlight(judge.options.devices)  # the calls and judge jobs under way, the work per device
         self.profiler = Profiler(state, judge, settings, self.flight.load, self.progress)  # kernels' profiles
-        self.improved_at = self.progress.generation  # generation of the last new best (plateau rule)
+        self.stopping = Stopping(budget, self.progress.generation)  # the budget, plateau, bound and models gone
         self.turns = Turns(state.formats, settings.islands, state.island_format)  # the next call's island and format
         self.memory = Memory.of_run(state)  # what was asked and tried: nothing is asked twice
-        self.unreachable = ""  # why the model server is given up on (stops the run)
-        self.replay_ended = ""  # where a replay's recording ran out (stops the run)
         self.baseline_said = False  # the fall back to eager, where torch.compile gives no figure, said once
         self._refresh()
 
@@ -90,16 +89,7 @@ class Search(Planning, Children):
         self.on_progress(p)
 
     def _stop_reason(self) -> budgets.StopReason | None:
-        if self.unreachable:
-            return budgets.StopReason(budgets.StopKind.UNREACHABLE, f"model unreachable: {self.unreachable}")
-        if self.replay_ended:
-            return budgets.StopReason(budgets.StopKind.REPLAY_ENDED, self.replay_ended)
-        since = self.progress.generation - self.improved_at
-        opponent = self._bound_checked()
-        done = at_bound(self.population.best(), opponent)
-        if done:
-            return budgets.StopReason(budgets.StopKind.AT_BOUND, done)
-        return self.budget.exhausted(self.progress.generation, since)
+        return self.stopping.reason(self.progress.generation, self.population.best(), self._bound_checked())
 
     def _bound_checked(self):
         """The opponent, its bound marked unreliable (once, said once) when the fastest correct kernel beat it
