@@ -4,6 +4,10 @@
 #   STATE=benchmarks/results/kernelbench-rounds SUITE=DIR OUT=DIR [GPUS=0,1] [TT=380] bash benchmarks/kernelbench_round.sh
 #
 # SUITE is the folder benchmarks/kernelbench_sample.py wrote (KernelBench stays out of the repository).
+# On a device machine without the network, first (wheels of openai, typer and rich carried in .whl/, downloaded
+# here with `pip download --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 -d .whl ...`):
+#   python3 -m pip install -q --no-index --find-links .whl --target /tmp/site openai typer rich
+#   export PYTHONPATH=/tmp/site; python3 -m pip install -q --no-deps --no-build-isolation -e .; hash -r
 # STATE holds what the rounds have so far, in the repository so that a lost machine loses nothing paid for:
 #   prompts/<task>/NNNN.prompt.md and NNNN.reply.md (each reply written by a fresh model that saw only its prompt),
 #   archive.sqlite.gz (the bench's archive: runs, kernels, verdicts, the call each waiting search waits at),
