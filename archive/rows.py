@@ -11,6 +11,7 @@ import secrets
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kernelevo.evaluation import Evaluation, Verdict
@@ -40,6 +41,29 @@ EVAL_COLUMNS = ("verdict", "reason", "message", "speedup_eager", "speedup_eager_
                 "candidate_ms", "eager_ms", "compiled_ms", "device", "device_name", "torch_version",
                 "build_s", "device_s", "wall_s", "data", "specialized", "speedup_eager_lo", "speedup_eager_hi",
                 "speedup_compile_lo", "speedup_compile_hi")
+
+
+@dataclass(frozen=True)
+class BenchRecord:
+    """A bench as stored: its suite, mode (search or candidates), the settings it started with (`config`, which a
+    resumed bench goes on with), where it ran and how it stands; `benches()` also counts its tasks and those done."""
+
+    id: str
+    suite: str
+    mode: str
+    config: dict
+    device_name: str
+    torch_version: str
+    status: str
+    created_at: float
+    finished_at: float | None
+    tasks: int | None = None
+    done: int | None = None
+
+    @classmethod
+    def of(cls, row: dict) -> "BenchRecord":
+        """From a `benches` row (its config still JSON text)."""
+        return cls(**{**row, "config": loads(row["config"]) or {}})
 
 
 def new_run_id(now: float | None = None, prefix: str = "r") -> str:

@@ -84,13 +84,13 @@ def _kill_after_first_task(tmp: Path, proc: subprocess.Popen) -> str:
         try:
             with Archive.open_readonly(tmp / "archive.sqlite") as store:
                 benches = store.benches()
-                rows = store.bench_tasks(benches[0]["id"]) if benches else []
+                rows = store.bench_tasks(benches[0].id) if benches else []
         except sqlite3.OperationalError:  # the file is there before its first migration has committed
             continue
         if any(r["status"] == "done" for r in rows) and any(r["run_id"] and r["status"] != "done" for r in rows):
             proc.send_signal(signal.SIGKILL)
             proc.wait()
-            return benches[0]["id"]
+            return benches[0].id
     proc.kill()
     pytest.fail(f"the bench never had one task done and one searching: {proc.communicate()[1].decode()[-2000:]}")
 

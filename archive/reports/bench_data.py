@@ -9,6 +9,7 @@ rows point at. Pure functions over store rows; `bench_table` does the reading.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -105,15 +106,15 @@ def curve(rows: list[dict], baseline: str, top: float | None = None, steps: int 
 
 
 def bench_table(store, bench_id: str) -> dict[str, Any]:
-    """{'bench': its row, 'tasks': table rows, 'suite': summary, 'baseline': what the searches ranked
+    """{'bench': its record as a dict, 'tasks': table rows, 'suite': summary, 'baseline': what the searches ranked
     kernels against ("compile" or "eager"; benches stored before the choice existed ranked by eager)};
     KeyError for an unknown bench."""
     bench = store.bench(bench_id)
     if bench is None:
         raise KeyError(f"no bench {bench_id} in {store.path}; `kernelevo bench ls` lists them")
     rows = task_rows(store.bench_tasks(bench_id))
-    return {"bench": bench, "tasks": rows, "suite": summary(rows),
-            "baseline": (bench.get("config") or {}).get("baseline", "eager")}
+    return {"bench": dataclasses.asdict(bench), "tasks": rows, "suite": summary(rows),
+            "baseline": bench.config.get("baseline", "eager")}
 
 
 def compare(a: dict, b: dict) -> dict[str, Any]:

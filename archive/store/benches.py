@@ -7,8 +7,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..rows import (BENCH_STATUSES, BENCH_TASK_FIELDS, BENCH_TASK_STATUSES, check_choice, dumps, intervals, loads,
-                    new_run_id)
+from ..rows import (BENCH_STATUSES, BENCH_TASK_FIELDS, BENCH_TASK_STATUSES, BenchRecord, check_choice, dumps,
+                    intervals, loads, new_run_id)
 from .connection import Store
 
 
@@ -36,20 +36,15 @@ class BenchesMixin(Store):
                     raise
         raise AssertionError("unreachable")
 
-    def bench(self, bench_id: str) -> dict | None:
+    def bench(self, bench_id: str) -> BenchRecord | None:
         row = self._one("SELECT * FROM benches WHERE id = ?", (bench_id,))
-        if row:
-            row["config"] = loads(row["config"])
-        return row
+        return BenchRecord.of(row) if row else None
 
-    def benches(self) -> list[dict]:
+    def benches(self) -> list[BenchRecord]:
         """Benches oldest first, each with its task count and tasks done."""
-        rows = self._read("SELECT b.*, COUNT(t.position) AS tasks, COALESCE(SUM(t.status = 'done'), 0) AS done "
-                          "FROM benches b LEFT JOIN bench_tasks t ON t.bench_id = b.id GROUP BY b.id "
-                          "ORDER BY b.created_at, b.id")
-        for row in rows:
-            row["config"] = loads(row["config"])
-        return rows
+        return [BenchRecord.of(row) for row in self._read(
+            "SELECT b.*, COUNT(t.position) AS tasks, COALESCE(SUM(t.status = 'done'), 0) AS done "
+            "FROM benches b LEFT JOIN bench_tasks t ON t.bench_id = b.id GROUP BY b.id ORDER BY b.created_at, b.id")]
 
     def set_bench_status(self, bench_id: str, status: str) -> None:
         check_choice(status, BENCH_STATUSES, "bench status")

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from kernelevo.agent.client import Stop
+from kernelevo.archive.rows import BenchRecord
 from kernelevo.text import speedup_text
 
 from .. import ensemble as ensembles
@@ -142,19 +143,19 @@ def _open_bench(store, options: BenchOptions) -> str:
                              torch_version, [(str(p), p.stem) for p in paths])
 
 
-def _as_stored(bench: dict, options: BenchOptions) -> BenchOptions:
+def _as_stored(bench: BenchRecord, options: BenchOptions) -> BenchOptions:
     """A resumed bench goes on as it started: scoring the same candidates folder, or searching."""
-    stored = bench["config"].get("candidates")
+    stored = bench.config.get("candidates")
     search = options.search
-    if bench["config"].get("weights") and not options.weights:  # a model's parts keep their shares
-        options = dataclasses.replace(options, weights=tuple(bench["config"]["weights"].items()))
-    if bench["mode"] == "search" and (not search.models or search.model_for is None):  # the bench's own models
-        models, pins = ensembles.given_or_stored(search.models, search.model_for, bench["config"])
+    if bench.config.get("weights") and not options.weights:  # a model's parts keep their shares
+        options = dataclasses.replace(options, weights=tuple(bench.config["weights"].items()))
+    if bench.mode == "search" and (not search.models or search.model_for is None):  # the bench's own models
+        models, pins = ensembles.given_or_stored(search.models, search.model_for, bench.config)
         options = dataclasses.replace(options, search=dataclasses.replace(search, models=models, model_for=pins))
-    if bench["mode"] == "candidates" and options.candidates is None:
+    if bench.mode == "candidates" and options.candidates is None:
         return dataclasses.replace(options, candidates=Path(stored))
-    if bench["mode"] == "search" and options.candidates is not None:
-        raise BenchError(f"bench {bench['id']} searches its tasks; resume it without --candidates")
+    if bench.mode == "search" and options.candidates is not None:
+        raise BenchError(f"bench {bench.id} searches its tasks; resume it without --candidates")
     return options
 
 

@@ -33,7 +33,7 @@ def assemble_model(model_path: Path, bench_id: str, out_file: Path, search: Opti
         bench = store.bench(bench_id)
         if bench is None:
             raise ValueError(f"--bench {bench_id}: no such bench in {search.archive_path}; `kernelevo bench ls` lists them")
-        split_dir = Path(bench["suite"])
+        split_dir = Path(bench.suite)
         split_dir = split_dir.parent if split_dir.is_file() else split_dir  # a model's searched.txt lists its parts
         if not (split_dir / SPLIT_JSON).is_file():
             raise ValueError(f"bench {bench_id} ran {split_dir}, which has no {SPLIT_JSON}: "

@@ -192,7 +192,7 @@ def list_benches(archive: ArchiveOpt = None, config: ConfigOpt = None, as_json: 
     """Every bench in the archive, oldest first."""
     fields = ("id", "suite", "mode", "status", "tasks", "done", "device_name")
     with opened(archive, config) as store:
-        rows = [{k: b[k] for k in fields} for b in store.benches()]
+        rows = [{k: getattr(b, k) for k in fields} for b in store.benches()]
     emit(rows, "json" if as_json else "table", fields)
 
 
