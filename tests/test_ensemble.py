@@ -241,11 +241,13 @@ def test_the_shift_through_the_archive(tmp_path):
 def test_a_resumed_bench_takes_its_own_models():
     from pathlib import Path
 
+    from kernelevo.archive.rows import BenchRecord
     from kernelevo.evolution.drivers.bench import BenchOptions, _as_stored
     from kernelevo.evolution.options import OptimizeOptions
 
     search = OptimizeOptions(Path("s"), (), ("cpu",), Path("a"), Path("o"), Path("c"))
-    bench = {"id": "b1", "mode": "search", "config": {"models": ["fast", "smart"], "model_for": {"reflect": "smart"}}}
+    bench = BenchRecord("b1", "s", "search", {"models": ["fast", "smart"], "model_for": {"reflect": "smart"}}, "cpu",
+                        "2.13", "stopped", 0.0, None)
     resumed = _as_stored(bench, BenchOptions(Path("s"), search, resume="b1")).search
     assert resumed.models == ("fast", "smart") and resumed.model_for == (("reflect", "smart"),)
     given = dataclasses.replace(search, models=("other",), model_for=())
