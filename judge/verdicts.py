@@ -24,6 +24,9 @@ _CUDA_REASONS = (
     ("CUDA_ERROR_INVALID_VALUE", "invalid_launch_configuration"),
     ("device-side assert", "device_assert"),
     ("out of memory", "out_of_memory"),
+    # a candidate's own allocation through cuda-python: as much the device's memory as torch's message
+    ("cudaErrorMemoryAllocation", "out_of_memory"),
+    ("CUDA_ERROR_OUT_OF_MEMORY", "out_of_memory"),
     ("CUDA error", "cuda_error"),
 )
 

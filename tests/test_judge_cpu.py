@@ -309,3 +309,15 @@ def test_the_checker_falls_back_to_a_file_when_its_device_memory_cannot_hold_the
     assert result["verdict"] == "ok" and result["checks"][0] == "shapes: 7 checked"
     assert result["checks"][1].startswith("the timed outputs came through a file on the host") \
         and "OutOfMemoryError" in result["checks"][1]
+
+
+def test_a_candidates_own_failed_allocation_is_out_of_memory():
+    """A candidate that allocates through cuda-python reports a full device in CUDA's words, not torch's. Classed
+    as out_of_memory, it is judged again with the device to itself (judge/run/room.py) instead of refused beside
+    its neighbours: issue 52's 17_Conv2d mutation lost its reply to a 'runtime_error: exception' this way."""
+    from kernelevo.judge.verdicts import classify_run
+
+    for text in ("cudaMalloc failed: <cudaError_t.cudaErrorMemoryAllocation: 2>",
+                 "cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY", "CUDA out of memory. Tried to allocate 2.00 GiB"):
+        assert classify_run(RuntimeError(text)).reason == "out_of_memory", text
+    assert classify_run(RuntimeError("cudaMalloc failed: cudaErrorInvalidValue")).reason == "exception"
