@@ -143,4 +143,3 @@ def test_a_well_conditioned_reference_misses_nothing():
     x, w = torch.randn(256, 64), torch.randn(64, 32)
     ref, exact = x @ w, x.double() @ w.double()
     assert reference_misses(ref, exact, reference_error(ref, exact)) == 0
-

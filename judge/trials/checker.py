@@ -311,11 +311,14 @@ class Checker:
             unwritten = r
         slack = ref.slack(originals, exact) if trial.kind == "range" and not self.state["stateful"] else None
         floor = compare.reference_error(expected, exact, slack) if exact is not None else 0.0
-        misses = compare.reference_misses(expected, exact, floor, slack) if exact is not None else 0
+        result = compare.compare(out, expected, exact, floor, slack)
+        # only a refusal asks what the reference itself meets: no cost on a pass, every trial's hot path
+        misses = compare.reference_misses(expected, exact, floor, slack) \
+            if isinstance(result, compare.Mismatch) and exact is not None else 0
         if misses:
             self.checks.append(f"{trial.label}: the reference itself (float32 against float64) misses the elementwise "
                                f"bound at {misses} elements, so only the norm bounds apply there")
-        result = compare.compare(out, expected, exact, floor, slack, elementwise=not misses)
+            result = compare.compare(out, expected, exact, floor, slack, elementwise=False)
         if unwritten or isinstance(result, compare.Mismatch):
             if self._tell({"check": "again"}).get("changed"):
                 raise guards.Rejected("background_work", f"{trial.label}: the output was incomplete when forward "
