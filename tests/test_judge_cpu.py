@@ -311,6 +311,19 @@ def test_the_checker_falls_back_to_a_file_when_its_device_memory_cannot_hold_the
         and "OutOfMemoryError" in result["checks"][1]
 
 
+def test_refusals_a_neighbour_can_decide_are_judged_again_alone():
+    """Running out of memory and the host clock's escaped work can be the other jobs' doing on a shared device
+    (issue 52's rounds refused GEMM tune variants for escaped work beside their siblings; one passed alone), so
+    the executor judges those again with the device to itself; a wrong value cannot be a neighbour's."""
+    from kernelevo.judge.run.room import decided_by_neighbours
+
+    assert "memory" in decided_by_neighbours({"verdict": "runtime_error", "reason": "out_of_memory"})
+    assert "host clock" in decided_by_neighbours({"verdict": "rejected", "reason": "escaped_work"})
+    for result in ({"verdict": "ok", "reason": ""}, {"verdict": "incorrect", "reason": "value_range"},
+                   {"verdict": "rejected", "reason": "cached_result"}, {"verdict": "runtime_error", "reason": "exception"}):
+        assert decided_by_neighbours(result) is None, result
+
+
 def test_a_candidates_own_failed_allocation_is_out_of_memory():
     """A candidate that allocates through cuda-python reports a full device in CUDA's words, not torch's. Classed
     as out_of_memory, it is judged again with the device to itself (judge/run/room.py) instead of refused beside

@@ -28,7 +28,7 @@ from pathlib import Path
 from kernelevo.judge import verdicts
 from kernelevo.judge.measure import hold
 from kernelevo.judge.run import sandbox, zygote
-from kernelevo.judge.run.room import DeviceRoom, out_of_memory
+from kernelevo.judge.run.room import DeviceRoom, decided_by_neighbours
 from kernelevo.judge.run.drive import WorkerDied, audit, drive  # noqa: F401 - the executor's names, as before
 from kernelevo.judge.job import Job
 
@@ -364,13 +364,14 @@ class LocalExecutor(Spread):
     def _run(self, job: Job, device: str) -> dict:
         with self.rooms[device].shared():
             result = self._once(job, device)
-        if not out_of_memory(result) or not device.startswith("cuda"):
+        why = decided_by_neighbours(result)
+        if why is None or not device.startswith("cuda"):
             return result
-        with self.rooms[device].alone():  # beside other jobs' memory: judged again with the device to itself
+        with self.rooms[device].alone():  # judged again with the device to itself (room.py)
             self.pools[device].drop_checkers()  # kept ones hold their last job's arenas
             again = self._once(job, device)
-        return {**again, "notes": [*again.get("notes", []), "ran out of device memory beside other jobs; "
-                                   "judged again with the device to itself"]}
+        first = f" ({result.get('message')})" if result.get("reason") != "out_of_memory" else ""  # what it measured
+        return {**again, "notes": [*again.get("notes", []), f"{why}{first}; judged again with the device to itself"]}
 
     def _once(self, job: Job, device: str) -> dict:
         pool = self.pools[device]
