@@ -66,6 +66,58 @@ class BenchRecord:
         return cls(**{**row, "config": loads(row["config"]) or {}})
 
 
+@dataclass(frozen=True)
+class BenchTaskRecord:
+    """One task of a bench as stored (`bench_tasks`: where it stands, its run and the evaluation behind its figures),
+    with that evaluation's figures (`evaluation`: its whole record), its run's status and stop reason, its LLM calls
+    (`replayed`: those answered from a recording), their known cost and tokens, its run's speed of light (`bound`;
+    `bound_beaten`: a kernel ran faster than it) and the fastest of its kernels as the search holds them
+    (`search_speedup_*`: each kernel's latest figure), which a task still searching has. A change is a new record
+    (`dataclasses.replace`), never a patched one."""
+
+    bench_id: str
+    position: int
+    path: str
+    name: str
+    status: str
+    task_id: int | None = None
+    run_id: str | None = None
+    kernel_id: int | None = None
+    evaluation_id: int | None = None
+    degenerate: str | None = None
+    error: str | None = None
+    wall_s: float | None = None
+    verdict: str | None = None
+    reason: str | None = None
+    speedup_eager: float | None = None
+    speedup_compile: float | None = None
+    speedup_eager_ci: list | None = None  # [low, high] (95 %), None where not measured
+    speedup_compile_ci: list | None = None
+    specialized: int | None = None
+    device_name: str | None = None
+    device: str | None = None
+    evaluation: dict | None = None
+    run_status: str | None = None
+    stop_reason: str | None = None
+    calls: int = 0
+    cost_usd: float = 0.0
+    unknown_cost_calls: int = 0
+    replayed: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    bound: dict | None = None
+    bound_beaten: int = 0
+    search_speedup_eager: float | None = None
+    search_speedup_compile: float | None = None
+
+    @classmethod
+    def of(cls, row: dict) -> "BenchTaskRecord":
+        """From a row of Store.bench_tasks' query (JSON columns still text, intervals as `_lo`/`_hi` columns)."""
+        row = intervals({**row, "evaluation": loads(row["evaluation"]), "bound": loads(row["bound"])})
+        return cls(**{**row, "input_tokens": int(row["input_tokens"] or 0),
+                      "output_tokens": int(row["output_tokens"] or 0)})
+
+
 def new_run_id(now: float | None = None, prefix: str = "r") -> str:
     """'r20261122-1530-ab12' (a bench: 'b...'): sortable by start time, readable, unique enough with a
     retry on clash."""

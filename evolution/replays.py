@@ -70,8 +70,8 @@ def _run_of(archive, source: str, task: str) -> str:
         return source
     if archive.bench(source) is not None:
         for row in archive.bench_tasks(source):
-            if row["name"] == task and row.get("run_id"):
-                return row["run_id"]
+            if row.name == task and row.run_id:
+                return row.run_id
         raise ValueError(f"replay:{source}: that bench has no search of task {task!r}")
     raise ValueError(f"replay:{source}: no run or bench of that id in {archive.path}, and no folder of that name")
 

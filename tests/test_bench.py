@@ -51,7 +51,7 @@ def bench_args(tmp: Path, *extra: str) -> list[str]:
             "--trials", "2", "--no-compile-baseline", "--seed", "1", *extra]
 
 
-def rows_of(tmp: Path, bench_id: str) -> list[dict]:
+def rows_of(tmp: Path, bench_id: str) -> list:
     with Archive.open_readonly(tmp / "archive.sqlite") as store:
         return store.bench_tasks(bench_id)
 
@@ -69,7 +69,7 @@ def benched(tmp_path_factory):
     exe = Path(sys.executable).parent / "kernelevo"
     proc = subprocess.Popen([str(exe), *bench_args(tmp)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     bench_id = _kill_after_first_task(tmp, proc)
-    before = {r["name"]: r for r in rows_of(tmp, bench_id)}
+    before = {r.name: r for r in rows_of(tmp, bench_id)}
     done = cli(bench_args(tmp, "--resume", bench_id), env)
     server.close()
     return tmp, env, bench_id, before, done
@@ -87,7 +87,7 @@ def _kill_after_first_task(tmp: Path, proc: subprocess.Popen) -> str:
                 rows = store.bench_tasks(benches[0].id) if benches else []
         except sqlite3.OperationalError:  # the file is there before its first migration has committed
             continue
-        if any(r["status"] == "done" for r in rows) and any(r["run_id"] and r["status"] != "done" for r in rows):
+        if any(r.status == "done" for r in rows) and any(r.run_id and r.status != "done" for r in rows):
             proc.send_signal(signal.SIGKILL)
             proc.wait()
             return benches[0].id
@@ -98,20 +98,20 @@ def _kill_after_first_task(tmp: Path, proc: subprocess.Popen) -> str:
 def test_every_task_row_after_a_kill_and_resume(benched):
     tmp, env, bench_id, before, done = benched
     assert done.returncode == 0, done.stderr[-3000:]
-    rows = {r["name"]: r for r in rows_of(tmp, bench_id)}
-    assert [r["status"] for r in rows.values()] == ["done"] * 3
-    first = next(name for name, r in before.items() if r["status"] == "done")
-    assert rows[first]["run_id"] == before[first]["run_id"]  # not redone
+    rows = {r.name: r for r in rows_of(tmp, bench_id)}
+    assert [r.status for r in rows.values()] == ["done"] * 3
+    first = next(name for name, r in before.items() if r.status == "done")
+    assert rows[first].run_id == before[first].run_id  # not redone
     with Archive.open_readonly(tmp / "archive.sqlite") as store:
         runs = store.runs()
         assert sorted(r["task_name"] for r in runs) == ["copy", "offset", "scale"]  # the killed search resumed
-        finals = {name: store.evaluation(r["evaluation_id"]) for name, r in rows.items() if r["evaluation_id"]}
-    assert rows["copy"]["evaluation_id"] is None and rows["copy"]["calls"] > 0  # every reply broken
-    assert rows["offset"]["verdict"] == "ok" and rows["offset"]["degenerate"]  # the mean dwarfs the variation
-    assert rows["scale"]["verdict"] == "ok" and not rows["scale"]["degenerate"]
+        finals = {name: store.evaluation(r.evaluation_id) for name, r in rows.items() if r.evaluation_id}
+    assert rows["copy"].evaluation_id is None and rows["copy"].calls > 0  # every reply broken
+    assert rows["offset"].verdict == "ok" and rows["offset"].degenerate  # the mean dwarfs the variation
+    assert rows["scale"].verdict == "ok" and not rows["scale"].degenerate
     for name in ("offset", "scale"):
-        assert finals[name]["purpose"] == "final" and finals[name]["run_id"] == rows[name]["run_id"]
-        assert rows[name]["cost_usd"] > 0 and rows[name]["wall_s"] > 0
+        assert finals[name]["purpose"] == "final" and finals[name]["run_id"] == rows[name].run_id
+        assert rows[name].cost_usd > 0 and rows[name].wall_s > 0
     assert "fast_1.0" in done.stdout and bench_id in done.stdout
     assert (tmp / "out" / f"bench_{bench_id}.html").is_file()
 
@@ -121,9 +121,9 @@ def test_fast_p_by_hand(benched):
     shown = json.loads(cli(["bench", "show", bench_id, "--json", "--archive", str(tmp / "archive.sqlite")], env).stdout)
     rows = rows_of(tmp, bench_id)
     with Archive.open_readonly(tmp / "archive.sqlite") as store:
-        speedups = [store.evaluation(r["evaluation_id"])["speedup_eager"] if r["verdict"] == "ok" else None
+        speedups = [store.evaluation(r.evaluation_id)["speedup_eager"] if r.verdict == "ok" else None
                     for r in rows]
-    healthy = [s for s, r in zip(speedups, rows) if not r["degenerate"]]
+    healthy = [s for s, r in zip(speedups, rows) if not r.degenerate]
     for p in P_VALUES:
         assert shown["suite"]["fast_p"]["eager"][str(p)] == sum(1 for s in speedups if s and s > p) / 3
         assert shown["suite"]["fast_p_healthy"]["eager"][str(p)] == sum(1 for s in healthy if s and s > p) / len(healthy)
@@ -138,7 +138,7 @@ def test_each_best_kernels_format_loop_figures_share_of_the_bound_and_tokens_by_
     tmp, env, bench_id, _, _ = benched
     shown = json.loads(cli(["bench", "show", bench_id, "--json", "--archive", str(tmp / "archive.sqlite")], env).stdout)
     tasks = {t["name"]: t for t in shown["tasks"]}
-    finals = {r["name"]: r["evaluation_id"] for r in rows_of(tmp, bench_id)}
+    finals = {r.name: r.evaluation_id for r in rows_of(tmp, bench_id)}
     loops = []
     with Archive.open_readonly(tmp / "archive.sqlite") as store:
         for name, row in tasks.items():
@@ -211,19 +211,19 @@ def test_a_resumed_bench_tries_a_failed_task_again(tmp_path, monkeypatch):
                                  out_dir=tmp_path, cache_dir=tmp_path)
         views = []
         runner = _Runner(store, bench_id, BenchOptions(suite=tmp_path, search=search), views.append, print)
-        assert [r["name"] for r in runner.queue] == ["b", "c"]
+        assert [r.name for r in runner.queue] == ["b", "c"]
         runner._tally()
         assert views[-1].done == 1  # b waits in the queue
         seen = []
 
         def search_task(runner, row, device, cap):  # b tried again: its row while it runs, then a new error
-            seen.append([r for r in store.bench_tasks(bench_id) if r["name"] == "b"][0])
+            seen.append([r for r in store.bench_tasks(bench_id) if r.name == "b"][0])
             raise OSError("disk full")
 
         monkeypatch.setattr(bench_driver, "_search_task", search_task)
         runner._task(runner.queue[0], "cpu")
-        assert (seen[0]["status"], seen[0]["error"]) == ("running", "")  # not the old error beside 'running'
-        assert [r["error"] for r in store.bench_tasks(bench_id) if r["name"] == "b"] == ["OSError: disk full"]
+        assert (seen[0].status, seen[0].error) == ("running", "")  # not the old error beside 'running'
+        assert [r.error for r in store.bench_tasks(bench_id) if r.name == "b"] == ["OSError: disk full"]
         runner.queue.clear()  # as once b has failed again this session
         runner._tally()
         assert views[-1].done == 2

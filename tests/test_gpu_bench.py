@@ -51,8 +51,8 @@ def test_bench_two_starter_tasks_on_every_gpu(tmp_path):
     table = json.loads(done.stdout)
     rows = {r["name"]: r for r in table["tasks"]}
     with Archive.open_readonly(tmp_path / "archive.sqlite") as store:
-        stored = {r["name"]: r for r in store.bench_tasks(table["bench"]["id"])}
-        finals = {n: store.evaluation(r["evaluation_id"]) for n, r in stored.items()}
+        stored = {r.name: r for r in store.bench_tasks(table["bench"]["id"])}
+        finals = {n: store.evaluation(r.evaluation_id) for n, r in stored.items()}
     for name in NAMES:
         assert rows[name]["status"] == "done" and rows[name]["verdict"] == "ok", rows[name]
         assert finals[name]["purpose"] == "final" and rows[name]["speedup_eager"] == finals[name]["speedup_eager"]

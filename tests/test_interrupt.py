@@ -111,4 +111,4 @@ def test_ctrl_c_ends_a_bench_whose_task_never_stops(tmp_path):
     assert "did not stop within 1 s" in err and "--resume" in err, err
     with Archive.open_readonly(tmp_path / "a.sqlite") as store:
         (bench,) = store.benches()
-        assert bench.status == "stopped" and store.bench_tasks(bench.id)[0]["status"] == "running"
+        assert bench.status == "stopped" and store.bench_tasks(bench.id)[0].status == "running"

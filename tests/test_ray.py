@@ -201,7 +201,7 @@ def test_optimize_and_bench_on_the_cluster(cluster, tmp_path):
     nodes = {e["data"]["node_id"] for e in evaluations if e["data"].get("node_id")}
     assert all(e["data"]["node"].endswith("/cpu") for e in evaluations if e["verdict"] != "compile_error")
     assert nodes and (live is None or nodes <= live)
-    assert [r["verdict"] for r in rows] == ["ok", "ok"] and bench.config["executor"] == "ray"
+    assert [r.verdict for r in rows] == ["ok", "ok"] and bench.config["executor"] == "ray"
 
 
 def interrupt_once_judging(proc: subprocess.Popen, under: Path, wait_s: float = 300) -> bytes:

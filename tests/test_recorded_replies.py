@@ -207,7 +207,7 @@ def test_a_bench_replayed_in_rounds_waits_for_each_answer_and_goes_on_from_it(tm
     def row() -> dict:
         with Archive.open_readonly(tmp_path / "archive.sqlite") as store:
             (found,) = store.bench_tasks(first.bench_id)
-            return found | {"finals": store._read("SELECT COUNT(*) AS n FROM evaluations WHERE purpose = 'final'")[0]["n"],
+            return dataclasses.asdict(found) | {"finals": store._read("SELECT COUNT(*) AS n FROM evaluations WHERE purpose = 'final'")[0]["n"],
                             "kernels": store._read("SELECT COUNT(*) AS n FROM kernels")[0]["n"]}
 
     waiting = row()

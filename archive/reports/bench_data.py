@@ -14,37 +14,39 @@ import math
 from typing import Any
 
 from kernelevo.evaluation import Verdict
+from kernelevo.archive.rows import BenchTaskRecord
 
 P_VALUES = (1.0, 1.2, 1.5, 2.0)
 BASELINES = {"eager": "speedup_eager", "compile": "speedup_compile"}
 
 
-def task_rows(stored: list[dict]) -> list[dict]:
-    """Store.bench_tasks rows as table rows: name, status, verdict, correct, speedups and their intervals, specialized,
-    degenerate, calls, cost, tokens, wall time, where the figures come from (run, kernel), and of the best kernel its
-    format, its figures in a loop (host included) and its share of the speed of light."""
+def task_rows(stored: list[BenchTaskRecord]) -> list[dict]:
+    """Store.bench_tasks records as table rows (the JSON and HTML view): name, status, verdict, correct, speedups and
+    their intervals, specialized, degenerate, calls, cost, tokens, wall time, where the figures come from (run,
+    kernel), and of the best kernel its format, its figures in a loop (host included) and its share of the speed of
+    light."""
     out = []
     for r in stored:
-        correct = r["status"] == "done" and r.get("verdict") == Verdict.OK
-        specialized = None if r.get("specialized") is None else bool(r["specialized"])
+        correct = r.status == "done" and r.verdict == Verdict.OK
+        evaluation = r.evaluation or {}
         out.append({
-            "position": r["position"], "name": r["name"], "path": r["path"], "status": r["status"],
-            "verdict": r.get("verdict") or ("no correct kernel" if r["status"] == "done" else r["status"]),
-            "reason": r.get("reason") or r.get("error") or "", "correct": correct,
-            "speedup_eager": r.get("speedup_eager") if correct else None,
-            "speedup_compile": r.get("speedup_compile") if correct else None,
-            "speedup_eager_ci": r.get("speedup_eager_ci") if correct else None,  # [low, high] (95 %)
-            "speedup_compile_ci": r.get("speedup_compile_ci") if correct else None,
-            "specialized": specialized, "degenerate": r.get("degenerate") or "",
-            "calls": r.get("calls") or 0, "cost_usd": r.get("cost_usd") or 0.0,
-            "unknown_cost_calls": r.get("unknown_cost_calls") or 0, "replayed": r.get("replayed") or 0, "wall_s": r.get("wall_s") or 0.0,
-            "run_id": r.get("run_id"), "kernel_id": r.get("kernel_id"), "device_name": r.get("device_name") or "",
+            "position": r.position, "name": r.name, "path": r.path, "status": r.status,
+            "verdict": r.verdict or ("no correct kernel" if r.status == "done" else r.status),
+            "reason": r.reason or r.error or "", "correct": correct,
+            "speedup_eager": r.speedup_eager if correct else None,
+            "speedup_compile": r.speedup_compile if correct else None,
+            "speedup_eager_ci": r.speedup_eager_ci if correct else None,  # [low, high] (95 %)
+            "speedup_compile_ci": r.speedup_compile_ci if correct else None,
+            "specialized": None if r.specialized is None else bool(r.specialized), "degenerate": r.degenerate or "",
+            "calls": r.calls or 0, "cost_usd": r.cost_usd or 0.0,
+            "unknown_cost_calls": r.unknown_cost_calls or 0, "replayed": r.replayed or 0, "wall_s": r.wall_s or 0.0,
+            "run_id": r.run_id, "kernel_id": r.kernel_id, "device_name": r.device_name or "",
             # which device judged the figures: cuda:1, or on a Ray cluster the node and its GPU
-            "device": (r.get("evaluation") or {}).get("node") or r.get("device") or "",
-            "input_tokens": int(r.get("input_tokens") or 0), "output_tokens": int(r.get("output_tokens") or 0),
+            "device": evaluation.get("node") or r.device or "",
+            "input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
             # so far in the search (a task waiting for a reply has no final figures yet): not counted in fast_p
-            "search_speedup_eager": r.get("search_speedup_eager"), "search_speedup_compile": r.get("search_speedup_compile"),
-            **_of_best((r.get("evaluation") or {}) if correct else {}, r.get("bound") or {}, bool(r.get("bound_beaten"))),
+            "search_speedup_eager": r.search_speedup_eager, "search_speedup_compile": r.search_speedup_compile,
+            **_of_best(evaluation if correct else {}, r.bound or {}, bool(r.bound_beaten)),
         })
     return out
 

@@ -7,8 +7,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..rows import (BENCH_STATUSES, BENCH_TASK_FIELDS, BENCH_TASK_STATUSES, BenchRecord, check_choice, dumps,
-                    intervals, loads, new_run_id)
+from ..rows import (BENCH_STATUSES, BENCH_TASK_FIELDS, BENCH_TASK_STATUSES, BenchRecord, BenchTaskRecord, check_choice, dumps,
+                    new_run_id)
 from .connection import Store
 
 
@@ -64,8 +64,8 @@ class BenchesMixin(Store):
         self._expect_one(self._write(f"UPDATE bench_tasks SET {sets} WHERE bench_id = :bench AND position = :pos",
                                      {**fields, "bench": bench_id, "pos": position}), "bench task", (bench_id, position))
 
-    def bench_tasks(self, bench_id: str) -> list[dict]:
-        """A bench's tasks in order, each with the figures of the evaluation it points to (verdict,
+    def bench_tasks(self, bench_id: str) -> list[BenchTaskRecord]:
+        """A bench's tasks in order (records), each with the figures of the evaluation it points to (verdict,
         reason, speedups, specialized, device, its whole record as `evaluation`), its run's status
         and stop reason, its LLM calls (`replayed`: of them, those answered from a recording), known cost and tokens, and
         its run's speed of light (`bound`, the run's 'bound' event; `bound_beaten`: a kernel ran faster than it), and
@@ -91,8 +91,4 @@ class BenchesMixin(Store):
                         for col in ("speedup_eager", "speedup_compile")) + " "
             "FROM bench_tasks t LEFT JOIN evaluations e ON e.id = t.evaluation_id "
             "LEFT JOIN runs r ON r.id = t.run_id WHERE t.bench_id = ? ORDER BY t.position", (bench_id,))
-        for row in rows:
-            row["evaluation"] = loads(row["evaluation"])
-            row["bound"] = loads(row["bound"])
-            intervals(row)
-        return rows
+        return [BenchTaskRecord.of(row) for row in rows]

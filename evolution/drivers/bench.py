@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from kernelevo.agent.client import Stop
-from kernelevo.archive.rows import BenchRecord
+from kernelevo.archive.rows import BenchRecord, BenchTaskRecord
 from kernelevo.text import speedup_text
 
 from .. import ensemble as ensembles
@@ -173,7 +173,7 @@ class _Runner:
         self.rows = store.bench_tasks(bench_id)
         # not done: pending, running (the session was killed), skipped (the suite's money ran out) or
         # failed (an error stopped it, its run resumable)
-        self.queue = [r for r in self.rows if r["status"] != "done"]
+        self.queue = [r for r in self.rows if r.status != "done"]
         self.lock = threading.Lock()
         self.stop = threading.Event()
         s = options.search
@@ -181,6 +181,7 @@ class _Runner:
         self.committed = 0.0  # the LLM spend of tasks this session will not run (_tally)
         self.reserved: dict[int, float] = {}  # position -> the most a running task may still spend
         self.live: dict[int, Progress] = {}
+        self.run_ids: dict[int, str] = {}  # position -> the run its search reported this session
         self.judge = None  # scoring candidates: one judge for every task (_scoring_judge)
         self.waiting = 0  # tasks whose replay ended this session: each waits for its next reply (bench --resume)
 
@@ -221,15 +222,15 @@ class _Runner:
                 return
             self._task(row, device)
 
-    def _task(self, row: dict, device: str) -> None:
-        position, started = row["position"], time.monotonic()
+    def _task(self, row: BenchTaskRecord, device: str) -> None:
+        position, started = row.position, time.monotonic()
         cap = self._reserve(row)
         if cap is not None and cap <= 0:
             self.store.set_bench_task(self.bench_id, position, status="skipped",
                                       error="the suite's --max-cost-usd was spent before it started")
             return self._tally()
         self.store.set_bench_task(self.bench_id, position, status="running", error="")  # a failed one tried again
-        self._show(row["name"], "starting")
+        self._show(row.name, "starting")
         try:
             fields = _score_task(self, row, device, cap) if self.options.candidates \
                 else _search_task(self, row, device, cap)
@@ -237,7 +238,8 @@ class _Runner:
                 with self.lock:
                     self.waiting += 1
         except Interrupted as exc:  # this task's search was stopped: it resumes with the bench
-            fields = {"status": "pending", "run_id": getattr(exc, "run_id", None) or row.get("run_id")}
+            fields = {"status": "pending",
+                      "run_id": getattr(exc, "run_id", None) or self.run_ids.get(position) or row.run_id}
         except Stop:  # the model refuses (a bad key) or is gone: every other task would fail alike
             self.stop.set()
             self.store.set_bench_task(self.bench_id, position, status="pending")
@@ -245,15 +247,15 @@ class _Runner:
         except Exception as exc:  # noqa: BLE001 - one task's failure is its row's verdict, not the suite's
             first = str(exc).splitlines()[0] if str(exc) else ""
             fields = {"status": "failed", "error": f"{type(exc).__name__}: {first}"}
-        wall = (row.get("wall_s") or 0.0) + time.monotonic() - started
+        wall = (row.wall_s or 0.0) + time.monotonic() - started
         self.store.set_bench_task(self.bench_id, position, wall_s=wall, **fields)
         with self.lock:
             self.reserved.pop(position, None)
             self.live.pop(position, None)
-            self.view.running.pop(row["name"], None)
+            self.view.running.pop(row.name, None)
         self._tally()
 
-    def _reserve(self, row: dict) -> float | None:
+    def _reserve(self, row: BenchTaskRecord) -> float | None:
         """The most this task's run may spend in all (a resumed run counts what it spent before):
         its own cap, within what the suite has left once every running task spends its whole cap,
         so concurrent tasks cannot overspend the suite. None: no limit."""
@@ -264,32 +266,32 @@ class _Runner:
         if weight is not None:  # the task's share of the suite's spend
             share = self.options.max_cost_usd * weight
             per_task = share if per_task is None else min(per_task, share)
-        before = row["cost_usd"] or 0.0
+        before = row.cost_usd or 0.0
         with self.lock:
             left = self.options.max_cost_usd - self.committed - sum(self.reserved.values())
             cap = before + left if per_task is None else min(per_task, before + left)
-            self.reserved[row["position"]] = max(cap - before, 0.0)
+            self.reserved[row.position] = max(cap - before, 0.0)
         return cap if cap > before else 0.0
 
-    def _weight(self, row: dict) -> float | None:
+    def _weight(self, row: BenchTaskRecord) -> float | None:
         """The task's share of the suite's budget (its weight over all weights), None without weights."""
         weights = dict(self.options.weights)
         total = sum(weights.values())
-        return weights.get(row["name"], 0.0) / total if weights and total > 0 else None
+        return weights.get(row.name, 0.0) / total if weights and total > 0 else None
 
-    def progress_of(self, row: dict) -> Callable[[Progress], None]:
+    def progress_of(self, row: BenchTaskRecord) -> Callable[[Progress], None]:
         """The search's on_progress: the live view, and the bench's Ctrl-C (raised inside the search,
         so the run is stored as stopped and resumable)."""
         def seen(p: Progress) -> None:
             if self.stop.is_set() and p.status != "starting":
                 raise KeyboardInterrupt
-            if p.run_id and row.get("run_id") != p.run_id:  # known at once: a killed bench resumes this run
-                row["run_id"] = p.run_id
-                self.store.set_bench_task(self.bench_id, row["position"], run_id=p.run_id)
+            if p.run_id and self.run_ids.get(row.position, row.run_id) != p.run_id:  # a killed bench resumes it
+                self.run_ids[row.position] = p.run_id
+                self.store.set_bench_task(self.bench_id, row.position, run_id=p.run_id)
             with self.lock:
-                self.live[row["position"]] = p
+                self.live[row.position] = p
             best = f"best {speedup_text(p.best_eager, p.best_eager_ci)}" if p.best_eager else "no correct kernel yet"
-            self._show(row["name"], f"gen {p.generation}  judged {p.judged}  {best}  calls {p.calls}  "
+            self._show(row.name, f"gen {p.generation}  judged {p.judged}  {best}  calls {p.calls}  "
                                     f"${p.spend_usd:.2f}  {p.status}")
         return seen
 
@@ -304,7 +306,7 @@ class _Runner:
 
         rows = task_rows(self.store.bench_tasks(self.bench_id))
         with self.lock:
-            queued = {r["position"] for r in self.queue}  # a failed task here is tried again this session
+            queued = {r.position for r in self.queue}  # a failed task here is tried again this session
             finished = [r for r in rows
                         if r["status"] == "done" or r["status"] == "failed" and r["position"] not in queued]
             self.committed = sum(r["cost_usd"] for r in finished)
@@ -318,22 +320,22 @@ class _Runner:
 
 # -- one task of a bench: its search, or its given candidate files judged; returns its row's fields --
 
-def _search_task(runner: _Runner, row: dict, device: str, cap: float | None) -> dict:
+def _search_task(runner: _Runner, row: BenchTaskRecord, device: str, cap: float | None) -> dict:
     """The task's search on `device` alone, resuming its run when an earlier session stopped it."""
     from kernelevo.agent.client import Unreachable
 
     from ..loop import optimize
 
     base = runner.options.search
-    resume = row.get("run_id")  # a row not done has a run only when a session stopped in its search
+    resume = row.run_id  # a row not done has a run only when a session stopped in its search
     limits = dataclasses.replace(base.limits, max_cost_usd=cap)
     weight = runner._weight(row)
     if weight is not None and base.limits.max_llm_calls:  # the calls of the suite's tasks, shared
         limits = dataclasses.replace(limits, max_llm_calls=max(1, round(base.limits.max_llm_calls * weight)))
-    options = dataclasses.replace(base, task_path=Path(row["path"]), devices=(device,), resume=resume,
+    options = dataclasses.replace(base, task_path=Path(row.path), devices=(device,), resume=resume,
                                   limits=limits)
     outcome = optimize(options, on_progress=runner.progress_of(row),
-                       on_status=lambda text: runner._show(row["name"], text))
+                       on_status=lambda text: runner._show(row.name, text))
     if outcome.exit_code == EXIT_UNREACHABLE:  # the run is stopped and resumable; so is the bench
         raise Unreachable(outcome.reason)
     store = runner.store
@@ -346,11 +348,11 @@ def _search_task(runner: _Runner, row: dict, device: str, cap: float | None) -> 
                       evaluation_id=store.final_evaluation_id(outcome.run_id, outcome.best_kernel_id),
                       degenerate="; ".join(outcome.best.warnings))
     else:
-        fields["degenerate"] = _probe(runner, Path(row["path"]), device)
+        fields["degenerate"] = _probe(runner, Path(row.path), device)
     return fields
 
 
-def _score_task(runner: _Runner, row: dict, device: str, cap: float | None) -> dict:
+def _score_task(runner: _Runner, row: BenchTaskRecord, device: str, cap: float | None) -> dict:
     """The task's `<task>__<label>.py` files judged (final figures) by the bench's scoring judge; the
     best that passes is its row."""
     from kernelevo.tasks import load_task
@@ -358,10 +360,10 @@ def _score_task(runner: _Runner, row: dict, device: str, cap: float | None) -> d
     from .rejudge import store_imported
 
     folder = runner.options.candidates
-    files = sorted(Path(folder).glob(f"{Path(row['path']).stem}__*.py"))
+    files = sorted(Path(folder).glob(f"{Path(row.path).stem}__*.py"))
     if not files:
-        return {"status": "skipped", "error": f"no candidate file {Path(row['path']).stem}__*.py in {folder}"}
-    task = load_task(row["path"])
+        return {"status": "skipped", "error": f"no candidate file {Path(row.path).stem}__*.py in {folder}"}
+    task = load_task(row.path)
     store = runner.store
     ids = [kid for kid, _ in store_imported(store, [_imported(task, f) for f in files])]
     judge = runner.judge
@@ -370,7 +372,7 @@ def _score_task(runner: _Runner, row: dict, device: str, cap: float | None) -> d
     for kid, future in futures:
         evaluation = future.result()
         judged.append((kid, evaluation, store.add_evaluation(kid, evaluation, purpose="rejudge")))
-        runner._show(row["name"], f"{len(judged)}/{len(files)} candidates judged")
+        runner._show(row.name, f"{len(judged)}/{len(files)} candidates judged")
     degenerate = _baseline_warnings(judge, task, device)
     ok = [j for j in judged if j[1].ok]
     against = _speedup_against(runner.view.baseline)  # the candidate that beats the bench's baseline most
@@ -399,7 +401,7 @@ def _scoring_judge(runner: _Runner, devices: tuple[str, ...]):
     judge = Judge(runner.options.search.cache_dir, judge_options(runner.options.search, devices))
     for i, row in enumerate(runner.queue):
         try:
-            judge.prefetch_baseline(load_task(row["path"]), devices[i % len(devices)])
+            judge.prefetch_baseline(load_task(row.path), devices[i % len(devices)])
         except TaskError:
             continue  # its own scoring says what is wrong with it
     return judge
