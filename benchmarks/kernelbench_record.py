@@ -1,0 +1,98 @@
+"""The KernelBench yardstick's record from its rounds' state (issue 52).
+
+    python benchmarks/kernelbench_record.py benchmarks/results/kernelbench-rounds [--json]
+
+Reads the state `benchmarks/kernelbench_round.sh` keeps (the bench's archive, `bench_id`, every prompt and reply)
+and prints what the issue asks to record: fast_1 against torch.compile and against eager, the geomean speedup over
+torch.compile by device time and in the user's loop (host included), per task its status, calls, best kernel's
+format and share of the speed of light, and the total calls and tokens. Replayed calls carry no token counts in the
+archive (nothing was sent), so the tokens are counted from the prompt and reply files: characters over
+CHARS_PER_TOKEN, an estimate, said as one. A task still waiting for a reply counts as not fast in fast_1 and is left
+out of the geomeans; its best so far is shown beside it."""
+import argparse
+import gzip
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from kernelevo.archive.reports.bench_data import bench_table
+from kernelevo.archive.store import Archive
+
+CHARS_PER_TOKEN = 4.0  # English and code in the prompts and replies: about 4 characters a token
+
+
+def files_chars(state: Path) -> dict[str, dict[str, int]]:
+    """Per task: the prompts' and replies' characters, and how many replies there are."""
+    out = {}
+    for folder in sorted(p for p in (state / "prompts").iterdir() if p.is_dir()):
+        prompts = sum(len(p.read_text()) for p in folder.glob("*.prompt.md"))
+        replies = list(folder.glob("*.reply.md"))
+        out[folder.name] = {"prompt_chars": prompts, "reply_chars": sum(len(p.read_text()) for p in replies),
+                            "replies": len(replies)}
+    return out
+
+
+def record(state: Path) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "archive.sqlite"
+        with gzip.open(state / "archive.sqlite.gz") as src, open(db, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        with Archive.open_readonly(db) as store:
+            table = bench_table(store, (state / "bench_id").read_text().strip())
+    chars = files_chars(state)
+    tasks = [{"name": t["name"], "status": t["status"], "calls": t["calls"], "format": t["format"],
+              "speedup_compile": t["speedup_compile"], "speedup_compile_ci": t["speedup_compile_ci"],
+              "speedup_eager": t["speedup_eager"], "loop_speedup_compile": t["loop_speedup_compile"],
+              "sol_share": t["sol_share"], "search_speedup_compile": t["search_speedup_compile"],
+              **chars.get(t["name"], {})} for t in table["tasks"]]
+    suite = table["suite"]
+    prompt_chars = sum(t.get("prompt_chars", 0) for t in tasks)
+    reply_chars = sum(t.get("reply_chars", 0) for t in tasks)
+    return {"bench": table["bench"]["id"], "tasks": tasks, "done": suite["done"], "of": suite["tasks"],
+            "fast_1": {"compile": suite["fast_p"]["compile"]["1.0"], "eager": suite["fast_p"]["eager"]["1.0"]},
+            "geomean": suite["geomean"], "geomean_loop": suite["geomean_loop"], "calls": suite["calls"],
+            "replayed": suite["replayed"], "prompt_chars": prompt_chars, "reply_chars": reply_chars,
+            "tokens_estimated": {"input": round(prompt_chars / CHARS_PER_TOKEN),
+                                 "output": round(reply_chars / CHARS_PER_TOKEN)}}
+
+
+def _x(v, digits: int = 2) -> str:
+    return "-" if v is None else f"{v:.{digits}f}x"
+
+
+def print_markdown(r: dict) -> None:
+    print(f"bench {r['bench']}: {r['done']} of {r['of']} tasks done")
+    print("| task | status | calls | vs torch.compile | vs eager | in the loop vs torch.compile | format | "
+          "share of the speed of light |")
+    print("|---|---|---|---|---|---|---|---|")
+    for t in r["tasks"]:
+        if t["status"] == "done":
+            ci = t["speedup_compile_ci"]
+            vs = f"{_x(t['speedup_compile'])} ({ci[0]:.2f}-{ci[1]:.2f})" if ci else _x(t["speedup_compile"])
+            sol = "-" if t["sol_share"] is None else f"{100 * t['sol_share']:.0f} %"
+            print(f"| {t['name']} | done | {t['calls']} | {vs} | {_x(t['speedup_eager'])} | "
+                  f"{_x(t['loop_speedup_compile'])} | {t['format']} | {sol} |")
+        else:
+            print(f"| {t['name']} | {t['status']} | {t['calls']} | {_x(t['search_speedup_compile'])} so far | | | | |")
+    g, gl = r["geomean"], r["geomean_loop"]
+    print(f"\nfast_1: {100 * (r['fast_1']['compile'] or 0):.0f} % against torch.compile, "
+          f"{100 * (r['fast_1']['eager'] or 0):.0f} % against eager (of all {r['of']} tasks)")
+    print(f"geomean over the done tasks: {_x(g['compile'])} torch.compile, {_x(g['eager'])} eager; in the user's loop, "
+          f"host included: {_x(gl['compile'])} torch.compile, {_x(gl['eager'])} eager")
+    te = r["tokens_estimated"]
+    print(f"calls: {r['calls']} ({r['replayed']} replayed); tokens, estimated from the files at {CHARS_PER_TOKEN:g} "
+          f"characters a token: {te['input']:,} in the prompts, {te['output']:,} in the replies")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("state", type=Path)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    r = record(args.state)
+    print(json.dumps(r, indent=1)) if args.json else print_markdown(r)
+
+
+if __name__ == "__main__":
+    main()
