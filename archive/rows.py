@@ -67,6 +67,32 @@ class BenchRecord:
 
 
 @dataclass(frozen=True)
+class RunRecord:
+    """A run as stored: one search on a task, the settings it started with (`config`, which a resumed run goes on
+    with), its seed, where it ran, how it stands and why it stopped, with its task's hash and name."""
+
+    id: str
+    task_id: int
+    created_at: float
+    config: dict
+    seed: int | None
+    device: str | None
+    gpu_name: str | None
+    torch_version: str | None
+    cuda_version: str | None
+    status: str
+    stop_reason: str | None
+    finished_at: float | None
+    task_hash: str
+    task_name: str
+
+    @classmethod
+    def of(cls, row: dict) -> "RunRecord":
+        """From a `runs` row joined with its task's hash and name (its config still JSON text)."""
+        return cls(**{**row, "config": loads(row["config"]) or {}})
+
+
+@dataclass(frozen=True)
 class BenchTaskRecord:
     """One task of a bench as stored (`bench_tasks`: where it stands, its run and the evaluation behind its figures),
     with that evaluation's figures (`evaluation`: its whole record), its run's status and stop reason, its LLM calls

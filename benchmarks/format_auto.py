@@ -79,14 +79,14 @@ def run_task(task: str, folder: Path, calls: int, device: str) -> dict:
         server.close()
     with Archive.open_readonly(folder / "a.sqlite") as archive:
         (run,) = archive.runs()
-        rows, best = archive.format_yield(run["id"]), archive.format_best(run["id"])
+        rows, best = archive.format_yield(run.id), archive.format_best(run.id)
         builds: dict[str, list[float]] = {}
-        for k in archive.kernels(run_id=run["id"]):
+        for k in archive.kernels(run_id=run.id):
             for e in archive.kernel(k["id"])["evaluations"]:
                 if e["purpose"] == "search" and e["data"].get("build_s") is not None:
                     builds.setdefault(k["format"], []).append(e["data"]["build_s"])
-    return {"exit": done.returncode, "wall_s": round(time.monotonic() - started, 1), "run": run["id"],
-            "stop_reason": run.get("stop_reason"), "formats": rows, "best": best,
+    return {"exit": done.returncode, "wall_s": round(time.monotonic() - started, 1), "run": run.id,
+            "stop_reason": run.stop_reason, "formats": rows, "best": best,
             "build_s_mean": {f: round(statistics.mean(xs), 3) for f, xs in builds.items()},
             "summary": [line for line in done.stdout.splitlines() if line.strip()][-16:],
             "stderr_tail": done.stderr[-1500:] if done.returncode not in (0, 3) else ""}

@@ -64,7 +64,7 @@ def _from_archive(source: str, place: ReplayPlace) -> tuple[list[Recorded], str]
 def _run_of(archive, source: str, task: str) -> str:
     run = archive.run(source)
     if run is not None:
-        recorded = (archive.task(run["task_id"]) or {}).get("name", "")
+        recorded = run.task_name
         if recorded != task:
             raise ValueError(f"replay:{source}: that run searched task {recorded!r}, not {task!r}")
         return source

@@ -136,22 +136,22 @@ def test_tasks_and_runs(archive, run):
     assert archive.task_by_hash("nope") is None
     assert len(run_id) == len("r20261122-1530-ab12") and run_id.startswith("r")
     r = archive.run(run_id)
-    assert r["config"] == {"model": "fast", "budget": {"usd": 5}}
-    assert (r["status"], r["seed"], r["gpu_name"], r["task_hash"]) == ("running", 7, "NVIDIA H100",
+    assert r.config == {"model": "fast", "budget": {"usd": 5}}
+    assert (r.status, r.seed, r.gpu_name, r.task_hash) == ("running", 7, "NVIDIA H100",
                                                                       source_hash(TASK_SOURCE))
     archive.finish_run(run_id, "budget", "spent $5.01 of $5.00")
     r = archive.run(run_id)
-    assert (r["status"], r["stop_reason"]) == ("budget", "spent $5.01 of $5.00") and r["finished_at"]
+    assert (r.status, r.stop_reason) == ("budget", "spent $5.01 of $5.00") and r.finished_at
     archive.set_run_status(run_id, "running")  # a resume
     r = archive.run(run_id)
-    assert (r["status"], r["stop_reason"], r["finished_at"]) == ("running", None, None)
+    assert (r.status, r.stop_reason, r.finished_at) == ("running", None, None)
     with pytest.raises(ValueError):
         archive.finish_run(run_id, "exploded", "")
     with pytest.raises(KeyError):
         archive.set_run_status("r-none", "stopped")
     other = archive.add_task("other", "src2", "h2")
     archive.start_run(other, {}, 0, "cpu", "", "2.5.1", "")
-    assert [x["id"] for x in archive.runs(task_id)] == [run_id]
+    assert [x.id for x in archive.runs(task_id)] == [run_id]
     assert len(archive.runs()) == 2
     assert archive.run("r-none") is None
 
@@ -340,7 +340,7 @@ def test_readonly_refuses_writes(tmp_path, archive, run):
     archive.add_event(run[1], "x", {})
     ro = Archive.open_readonly(archive.path)
     try:
-        assert ro.run(run[1])["status"] == "running" and len(ro.events(run[1])) == 1
+        assert ro.run(run[1]).status == "running" and len(ro.events(run[1])) == 1
         with pytest.raises(sqlite3.OperationalError, match="readonly"):
             ro.add_event(run[1], "y", {})
         with pytest.raises(sqlite3.OperationalError):

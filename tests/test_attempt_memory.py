@@ -42,7 +42,7 @@ def judged_all(archive_path, limit_s: float = 300.0) -> None:
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
         with Archive.open_readonly(archive_path) as store:
-            rows = sorted((k for run in store.runs() for k in store.kernels(run_id=run["id"]) if k["source"]),
+            rows = sorted((k for run in store.runs() for k in store.kernels(run_id=run.id) if k["source"]),
                           key=lambda k: k["id"])
         seen, waiting = set(), False
         for k in rows:
@@ -72,8 +72,8 @@ def test_a_model_that_always_answers_the_same_kernel_is_told_so_and_never_asked_
     assert len(sent) >= 4 and len(set(sent)) == len(sent)  # no prompt went out twice
     with Archive.open_readonly(tmp_path / "archive.sqlite") as store:
         (run,) = store.runs()
-        rows = store.kernels(run_id=run["id"])
-        calls = store.call_yield(run["id"])
+        rows = store.kernels(run_id=run.id)
+        calls = store.call_yield(run.id)
     copies = [r for r in rows if r["problem"].startswith("copy:")]
     assert copies and all("the same code as kernel 1" in r["problem"] for r in copies)
     first_copy = min(r["llm_call_id"] for r in copies)  # calls are numbered in the order they were made
@@ -103,7 +103,7 @@ def test_slower_edits_come_back_with_their_speedups_in_the_next_prompt_on_their_
     server, _ = search(respond, tmp_path, 9)
     with Archive.open_readonly(tmp_path / "archive.sqlite") as store:
         (run,) = store.runs()
-        rows = {r["id"]: r for r in store.kernels(run_id=run["id"])}
+        rows = {r["id"]: r for r in store.kernels(run_id=run.id)}
     listed = {}
     for text in prompts(server):
         job = text.rsplit("# Your job", 1)[-1]

@@ -104,7 +104,7 @@ def test_every_task_row_after_a_kill_and_resume(benched):
     assert rows[first].run_id == before[first].run_id  # not redone
     with Archive.open_readonly(tmp / "archive.sqlite") as store:
         runs = store.runs()
-        assert sorted(r["task_name"] for r in runs) == ["copy", "offset", "scale"]  # the killed search resumed
+        assert sorted(r.task_name for r in runs) == ["copy", "offset", "scale"]  # the killed search resumed
         finals = {name: store.evaluation(r.evaluation_id) for name, r in rows.items() if r.evaluation_id}
     assert rows["copy"].evaluation_id is None and rows["copy"].calls > 0  # every reply broken
     assert rows["offset"].verdict == "ok" and rows["offset"].degenerate  # the mean dwarfs the variation

@@ -71,7 +71,7 @@ def test_a_run_on_a_task_left_to_the_compiler_spends_nothing(tmp_path, monkeypat
     assert any(s.startswith("left to the compiler") for s in said)
     with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
         (run,) = archive.runs()
-    assert run["status"] == "stopped" and run["stop_reason"] == outcome.reason
+    assert run.status == "stopped" and run.stop_reason == outcome.reason
 
 
 def test_a_part_whose_baseline_beats_its_bound_is_not_left_to_the_compiler():
@@ -110,13 +110,13 @@ def test_a_run_whose_first_kernel_beats_the_bound_goes_on_to_its_call_budget(tmp
     assert len(server.requests) == 3
     with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
         (run,) = archive.runs()
-        marked = archive.events(run["id"], "bound_unreliable")
+        marked = archive.events(run.id, "bound_unreliable")
         # each kernel's figure as the search holds it: its re-measurement's where it has one (a would-be new best
         # is judged again before it counts; under load its first reading can be far faster than its second)
         fastest = min((r["candidate_ms"] for r in archive._read(
             "SELECT e.candidate_ms FROM evaluations e WHERE e.run_id = ? AND e.verdict = 'ok' AND e.id = "
             "(SELECT MAX(x.id) FROM evaluations x WHERE x.kernel_id = e.kernel_id AND x.purpose IN ('search', 'rejudge'))",
-            (run["id"],))), default=float("inf"))
+            (run.id,))), default=float("inf"))
     # with another process busy a kernel may read no faster than eager (1.03x, 0.10-30.57, once): then nothing
     # beat the bound, and nothing stopped the run either; where the fastest clearly beat it, it was said. (Seen
     # failing when this took every search reading: kernel 2's first was fast, its re-measurement 1.05x eager.)

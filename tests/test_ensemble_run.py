@@ -87,15 +87,15 @@ def test_an_ensemble_drops_what_fails_and_its_tables_match_the_archive(tmp_path)
     db = tmp_path / "archive.sqlite"
     with Archive.open_readonly(db) as archive:
         (run,) = archive.runs()
-        rid = run["id"]
+        rid = run.id
         dropped = {e["data"]["model"]: e["data"]["reason"] for e in archive.events(rid, "model_dropped")}
         calls = archive._read("SELECT id, label, operator FROM llm_calls WHERE run_id = ? ORDER BY id", (rid,))
         yields = archive.model_yield(rid)
         rows = by_model(yields, MODELS)
         report = {m["model"]: m for m in report_data(archive, rid)["models"]}
         kernels = archive.kernels(run_id=rid)
-    assert run["config"]["models"] == list(MODELS[:3]) and run["config"]["model_for"] == dict.fromkeys(PINNED, "flaky")
-    assert run["status"] in ("finished", "budget") and len(calls) <= 28
+    assert run.config["models"] == list(MODELS[:3]) and run.config["model_for"] == dict.fromkeys(PINNED, "flaky")
+    assert run.status in ("finished", "budget") and len(calls) <= 28
     # each failure drops its model once, with one line, and the run goes on with the others
     assert set(dropped) == {"refused", "flaky"}, dropped
     assert "failed 6 calls in a row" in dropped["flaky"] and "key was refused" in dropped["refused"]

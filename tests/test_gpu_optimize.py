@@ -103,11 +103,11 @@ def test_optimize_starter_task_on_the_gpu(name, tmp_path):
     assert code in (0, 3), screen[-3000:]
     with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
         (run,) = archive.runs()
-        kernels = archive.kernels(run_id=run["id"])
+        kernels = archive.kernels(run_id=run.id)
         finals = [e for k in kernels for e in archive.kernel(k["id"])["evaluations"] if e["purpose"] == "final"]
-        verdicts = archive.counts(run["id"])["verdicts"]
-        profiles = archive.profiles(run["id"])
-        calls = archive.call_yield(run["id"])
+        verdicts = archive.counts(run.id)["verdicts"]
+        profiles = archive.profiles(run.id)
+        calls = archive.call_yield(run.id)
     assert finals and finals[-1]["verdict"] == "ok" and finals[-1]["speedup_eager"] > 1.0
     assert verdicts.get("compile_error", 0) >= 1 and verdicts.get("ok", 0) >= 1
     assert all(k["parents"] for k in kernels if k["operator"] != "translate")
@@ -125,7 +125,7 @@ def test_optimize_starter_task_on_the_gpu(name, tmp_path):
     fed = sum("Profile of this kernel on" in request_text(r["body"]) for r in server.requests)
     # the report optimize wrote: every section has data (tests/test_report.py renders it in Chromium)
     with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
-        data = report_data(archive, run["id"])
+        data = report_data(archive, run.id)
     assert len(reports) == 1 and f"report:{reports[0]}" in "".join(screen.split())
     assert len(data["progress"]) >= 3 and data["progress"][-1]["spent_usd"] > 0
     assert {"translate", "repair", "mutate"} <= {k["operator"] for k in data["lineage"]} and data["best_path"]
@@ -186,10 +186,10 @@ def test_an_ensemble_of_two_scripted_models_on_the_gpu(tmp_path):
     (report,) = (tmp_path / "out").glob(f"{name}_r*.html")
     with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
         (run,) = archive.runs()
-        rows = by_model(archive.model_yield(run["id"]), ["careful", "hasty"])
-        calls = archive._read("SELECT label, operator FROM llm_calls WHERE run_id = ? ORDER BY id", (run["id"],))
-        data = report_data(archive, run["id"])
-        finals = [e for k in archive.kernels(run_id=run["id"]) for e in archive.kernel(k["id"])["evaluations"]
+        rows = by_model(archive.model_yield(run.id), ["careful", "hasty"])
+        calls = archive._read("SELECT label, operator FROM llm_calls WHERE run_id = ? ORDER BY id", (run.id,))
+        data = report_data(archive, run.id)
+        finals = [e for k in archive.kernels(run_id=run.id) for e in archive.kernel(k["id"])["evaluations"]
                   if e["purpose"] == "final"]
     if os.environ.get("OUT"):
         for path in (tmp_path / "archive.sqlite", report):
@@ -205,7 +205,7 @@ def test_an_ensemble_of_two_scripted_models_on_the_gpu(tmp_path):
     assert "model careful" in summary and "model hasty" in summary and "improvements" in summary
     order = [c["label"] for c in calls]
     half = len(order) // 2
-    record = {"task": name, "run": run["id"], "exit": code, "stop": run["stop_reason"], "per_model": rows,
+    record = {"task": name, "run": run.id, "exit": code, "stop": run.stop_reason, "per_model": rows,
               "calls_in_order": order,
               "hasty_share": {f"first_{half}_calls": round(order[:half].count("hasty") / half, 3),
                               f"last_{half}_calls": round(order[-half:].count("hasty") / half, 3)},

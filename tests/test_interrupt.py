@@ -37,7 +37,7 @@ def _stopped(archive_path, run_id: str) -> None:
     with Archive.open_readonly(archive_path) as archive:
         run = archive.run(run_id)
         events = [e["kind"] for e in archive.events(run_id)]
-    assert (run["status"], run["stop_reason"]) == ("stopped", "interrupted (Ctrl-C)")
+    assert (run.status, run.stop_reason) == ("stopped", "interrupted (Ctrl-C)")
     assert events[-1] == "stopped" and "finished" not in events
 
 
@@ -71,7 +71,7 @@ def test_ctrl_c_leaves_the_run_stopped_and_a_resume_finishes_it(tmp_path, monkey
             run = archive.run(run_id)
             calls = archive.spend(run_id)["calls"]
         assert resumed.run_id == run_id and resumed.exit_code == EXIT_BUDGET and resumed.written
-        assert run["status"] == "budget" and calls == 2 == len(server.requests)  # no reply was asked for twice
+        assert run.status == "budget" and calls == 2 == len(server.requests)  # no reply was asked for twice
     finally:
         server.close()
 

@@ -87,19 +87,19 @@ def test_optimize_end_to_end_on_the_cpu(tmp_path):
     assert done.returncode in (0, 3), done.stderr[-3000:]
     with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
         (run,) = archive.runs()
-        kernels = archive.kernels(run_id=run["id"])
-        verdicts = archive.counts(run["id"])["verdicts"]
-        spend = archive.spend(run["id"])
-        events = [e["kind"] for e in archive.events(run["id"])]
-        not_sent = [e["data"] for e in archive.events(run["id"], "call_not_sent")]
+        kernels = archive.kernels(run_id=run.id)
+        verdicts = archive.counts(run.id)["verdicts"]
+        spend = archive.spend(run.id)
+        events = [e["kind"] for e in archive.events(run.id)]
+        not_sent = [e["data"] for e in archive.events(run.id, "call_not_sent")]
         operators = [c["operator"] for c in archive._read("SELECT operator FROM llm_calls WHERE run_id = ?",
-                                                          (run["id"],))]
-        best = archive.best_kernel(run["id"])
+                                                          (run.id,))]
+        best = archive.best_kernel(run.id)
         finals = [e for k in kernels for e in archive.kernel(k["id"])["evaluations"] if e["purpose"] == "final"]
-        profiles = archive.profiles(run["id"])
-        top = report_data(archive, run["id"])["top"]
+        profiles = archive.profiles(run.id)
+        top = report_data(archive, run.id)["top"]
     prompts = [request_text(r["body"]) for r in server.requests]
-    assert run["status"] in ("finished", "budget") and run["config"]["models"] == ["scripted"]  # as given: an alias
+    assert run.status in ("finished", "budget") and run.config["models"] == ["scripted"]  # as given: an alias
     assert verdicts.get("compile_error", 0) >= 1 and verdicts.get("ok", 0) >= 2
     assert {"translate"} < {k["operator"] for k in kernels}  # the search went past translation
     children = [k for k in kernels if k["operator"] != "translate"]
@@ -131,12 +131,12 @@ def test_optimize_end_to_end_on_the_cpu(tmp_path):
     assert str(written) in "".join(done.stdout.split())  # the path, folded over lines
     assert "kernelevo optimize" in done.stderr and "generation" in done.stderr  # config echo and progress
     # asked to beat torch.compile (the default), but told not to measure it: ranked by eager, and said so
-    assert run["config"]["baseline"] == "compile" and run["config"]["compile_baseline"] is False
+    assert run.config["baseline"] == "compile" and run.config["compile_baseline"] is False
     assert "baseline: eager, since torch.compile is not measured (--no-compile-baseline)" in " ".join(done.stderr.split())
     assert "ranked against" in done.stdout and "ranked kernels against eager" in " ".join(written.read_text().split())
     assert max(len(line) for line in done.stdout.splitlines()) <= 100
     # the run's report, written beside the kernel, renders with every section in a real browser
-    (report,) = (tmp_path / "out").glob(f"task_scale_{run['id']}.html")
+    (report,) = (tmp_path / "out").glob(f"task_scale_{run.id}.html")
     assert f"report:{report}" in "".join(done.stderr.split())
     rendered_in_chromium(report, tmp_path / "report.png", kernels=len(kernels))
 
@@ -192,16 +192,16 @@ def test_kill_9_then_resume_loses_nothing(tmp_path):
             if db.exists():
                 with Archive.open_readonly(db) as archive:
                     runs = archive.runs()
-                    if runs and archive.counts(runs[0]["id"])["evaluations"] >= 3:
+                    if runs and archive.counts(runs[0].id)["evaluations"] >= 3:
                         proc.send_signal(signal.SIGKILL)
                         proc.wait()
                         break
         assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
         with Archive.open_readonly(db) as archive:
-            run_id = archive.runs()[0]["id"]
+            run_id = archive.runs()[0].id
             before = {"evaluations": {e["id"] for k in archive.kernels(run_id=run_id)
                                       for e in archive.kernel(k["id"])["evaluations"]},
-                      "calls": archive.spend(run_id)["calls"], "status": archive.run(run_id)["status"]}
+                      "calls": archive.spend(run_id)["calls"], "status": archive.run(run_id).status}
         assert before["status"] == "running"  # killed: nobody marked it
         at = args.index("--model")  # no --model: the run goes on with the models it was started with
         done = cli([*args[:at], *args[at + 2:], "--resume", run_id], env)
@@ -218,7 +218,7 @@ def test_kill_9_then_resume_loses_nothing(tmp_path):
                     and not k.get("problem")]
     assert before["evaluations"] <= after_evaluations  # nothing judged was lost
     assert spend["calls"] >= before["calls"] and spend["calls"] <= 16  # the budget counted the first session
-    assert run["status"] in ("finished", "budget") and len(sessions) == 2
+    assert run.status in ("finished", "budget") and len(sessions) == 2
     assert not unjudged  # children stored before the kill were judged on resume
 
 

@@ -251,7 +251,7 @@ def test_a_waiting_replay_ends_where_it_is_when_resumed_with_the_calls_it_made(t
     assert waiting.waiting and waiting.exit_code == EXIT_BUDGET and waiting.best is None and waiting.written is None
     assert waiting.reason.startswith("replay ended at call 2")
     with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
-        assert archive.run(waiting.run_id)["status"] == "stopped"
+        assert archive.run(waiting.run_id).status == "stopped"
     shutil.rmtree(tmp_path / "runs")  # resumed on another machine: the run's kernel files are the archive's alone
     ended = optimize(dataclasses.replace(options, resume=waiting.run_id, limits=BudgetLimits(max_llm_calls=1)))
     assert not ended.waiting and ended.reason.startswith("max-llm-calls") and ended.best.verdict == "ok"

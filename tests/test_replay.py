@@ -81,12 +81,12 @@ def test_replayed_search_spends_every_reply_and_stops_on_an_outage(tmp_path):
     assert stop_line and server.url.split("//")[1] in "".join(done.stderr.split())
     with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
         (run,) = archive.runs()
-        kernels = archive.kernels(run_id=run["id"])
-        spend = archive.spend(run["id"])
-        calls = archive.call_yield(run["id"])
+        kernels = archive.kernels(run_id=run.id)
+        spend = archive.spend(run.id)
+        calls = archive.call_yield(run.id)
         details = {k["id"]: archive.kernel(k["id"]) for k in kernels}
     answered = len(server.requests)  # up to the outage, and any that arrived before the socket closed
-    assert run["status"] == "stopped" and outage and outage[0] <= answered <= outage[0] + 3
+    assert run.status == "stopped" and outage and outage[0] <= answered <= outage[0] + 3
     unreachable = spend["calls"] - answered
     # STOP_AFTER in a row; calls already on the wire then (up to --concurrency 3) may still fail
     assert client.STOP_AFTER <= unreachable <= client.STOP_AFTER + 2 and spend["failed_calls"] == unreachable
@@ -139,7 +139,7 @@ def test_replayed_search_spends_every_reply_and_stops_on_an_outage(tmp_path):
     searched = {k["id"]: next(e for e in details[k["id"]]["evaluations"] if e["purpose"] == "search")
                 for k in kernels if k["verdict"] == "ok"}  # what the loop saw (the final re-judgement came later)
     with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
-        far = {kid for kid, p in archive.profiles(run["id"]).items()
+        far = {kid for kid, p in archive.profiles(run.id).items()
                if (p.get("sol") or {}).get("candidate_pct") is not None and p["sol"]["candidate_pct"] < FAR}
     tuned = [k for k in kernels if k["operator"] == "tune"]
     assert tuned, "no tune child in the replay"

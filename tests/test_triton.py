@@ -141,10 +141,10 @@ def test_optimize_format_auto_asks_for_both_languages_and_shows_each(auto_run):
     assert asked == {"c", "triton"}  # islands 0 and 1: one language each
     with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
         (run,) = archive.runs()
-        rows = archive.format_yield(run["id"])
-        kernels = archive.kernels(run_id=run["id"])
-        best = archive.format_best(run["id"])
-    assert run["config"]["format"] == "auto"
+        rows = archive.format_yield(run.id)
+        kernels = archive.kernels(run_id=run.id)
+        best = archive.format_best(run.id)
+    assert run.config["format"] == "auto"
     assert {r["format"] for r in rows} == {"c", "triton"} and all(r["calls"] for r in rows)
     assert {k["format"] for k in kernels if k["verdict"] == "ok"} == {"c", "triton"}
     assert {k["island"] % 2 for k in kernels if k["format"] == "triton" and k["operator"] == "translate"} == {1}
@@ -156,7 +156,7 @@ def test_optimize_format_auto_asks_for_both_languages_and_shows_each(auto_run):
     assert "formats: c, triton, on alternate islands of 2" in " ".join(done.stderr.split())
     assert "# Format: c\n" in (tmp_path / "out" / "task_scale_kernelevo.py").read_text()  # the drop-in says its format
     with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:  # the run's report: a row per format
-        shown = {r["format"]: r for r in report_data(archive, run["id"])["formats"]}
+        shown = {r["format"]: r for r in report_data(archive, run.id)["formats"]}
     assert shown["c"]["calls"] and shown["triton"]["calls"] and shown["triton"]["ok"]
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from kernelevo.evaluation import Verdict, faster_beyond_noise
 
 from ..export import profile_summary
-from ..rows import announced, call_operator, own_improvement, source_diff
+from ..rows import RunRecord, announced, call_operator, own_improvement, source_diff
 
 if TYPE_CHECKING:
     from ..store import Archive
@@ -26,7 +26,7 @@ def report_data(store: Archive, run_id: str, top: int = TOP_KERNELS) -> dict[str
     run = store.run(run_id)
     if run is None:
         raise KeyError(run_id)
-    task = store.task(run["task_id"]) or {}
+    task = store.task(run.task_id) or {}
     kernels = store.kernels(run_id=run_id)
     by_id = {k["id"]: k for k in kernels}
     calls = store.call_models(run_id)
@@ -64,13 +64,13 @@ def _announced(finals: dict[int, dict], by_id: dict[int, dict]) -> dict | None:
     return by_id.get(announced(finals))
 
 
-def _run_facts(run: dict, task: dict, spend: dict, best: dict | None, finals: dict[int, dict]) -> dict:
-    config = run.get("config") or {}
+def _run_facts(run: RunRecord, task: dict, spend: dict, best: dict | None, finals: dict[int, dict]) -> dict:
+    config = run.config
     return {
-        "id": run["id"], "task": task.get("name", ""), "task_hash": task.get("source_hash", ""),
-        "status": run["status"], "stop_reason": run.get("stop_reason") or "",
-        "started": _when(run.get("created_at")), "finished": _when(run.get("finished_at")),
-        "gpu": run.get("gpu_name") or run.get("device") or "", "torch": run.get("torch_version") or "",
+        "id": run.id, "task": task.get("name", ""), "task_hash": task.get("source_hash", ""),
+        "status": run.status, "stop_reason": run.stop_reason or "",
+        "started": _when(run.created_at), "finished": _when(run.finished_at),
+        "gpu": run.gpu_name or run.device or "", "torch": run.torch_version or "",
         "model": config.get("model") or "",
         "model_for": ", ".join(f"{op}={m}" for op, m in (config.get("model_for") or {}).items()),
         "format": config.get("format") or "", "policy": config.get("policy") or "",

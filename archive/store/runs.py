@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 import time
 
-from ..rows import RUN_STATUSES, check_choice, dumps, loads, new_run_id
+from ..rows import RUN_STATUSES, RunRecord, check_choice, dumps, loads, new_run_id
 from .connection import Store
 
 
@@ -45,22 +45,18 @@ class RunsMixin(Store):
                     raise  # not an id clash (a missing task, say)
         raise AssertionError("unreachable")
 
-    def run(self, run_id: str) -> dict | None:
-        """The run with its config parsed, and its task's hash and name."""
+    def run(self, run_id: str) -> RunRecord | None:
+        """The run (its config parsed, its task's hash and name)."""
         row = self._one("SELECT r.*, t.source_hash AS task_hash, t.name AS task_name FROM runs r "
                         "JOIN tasks t ON t.id = r.task_id WHERE r.id = ?", (run_id,))
-        if row:
-            row["config"] = loads(row["config"])
-        return row
+        return RunRecord.of(row) if row else None
 
-    def runs(self, task_id: int | None = None) -> list[dict]:
+    def runs(self, task_id: int | None = None) -> list[RunRecord]:
         """Runs oldest first, of one task or of all."""
-        rows = self._read("SELECT r.*, t.source_hash AS task_hash, t.name AS task_name FROM runs r "
-                          "JOIN tasks t ON t.id = r.task_id WHERE ? IS NULL OR r.task_id = ? "
-                          "ORDER BY r.created_at, r.id", (task_id, task_id))
-        for row in rows:
-            row["config"] = loads(row["config"])
-        return rows
+        return [RunRecord.of(row) for row in self._read(
+            "SELECT r.*, t.source_hash AS task_hash, t.name AS task_name FROM runs r "
+            "JOIN tasks t ON t.id = r.task_id WHERE ? IS NULL OR r.task_id = ? "
+            "ORDER BY r.created_at, r.id", (task_id, task_id))]
 
     def finish_run(self, run_id: str, status: str, stop_reason: str) -> None:
         check_choice(status, RUN_STATUSES, "run status")

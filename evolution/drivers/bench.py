@@ -339,7 +339,7 @@ def _search_task(runner: _Runner, row: BenchTaskRecord, device: str, cap: float 
     if outcome.exit_code == EXIT_UNREACHABLE:  # the run is stopped and resumable; so is the bench
         raise Unreachable(outcome.reason)
     store = runner.store
-    task_id = store.run(outcome.run_id)["task_id"]
+    task_id = store.run(outcome.run_id).task_id
     if outcome.waiting:  # its replay ended: the run goes on once the prompt is answered (bench --resume)
         return {"status": "pending", "run_id": outcome.run_id, "task_id": task_id, "error": ""}
     fields = {"status": "done", "run_id": outcome.run_id, "task_id": task_id, "error": ""}

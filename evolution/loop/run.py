@@ -249,7 +249,7 @@ def _model_names(options: OptimizeOptions, on_status: Callable[[str], None] = la
 
         with Archive.open_readonly(options.archive_path) as archive:
             run = archive.run(options.resume)
-        stored = ensembles.given_or_stored(options.models, options.model_for, (run or {}).get("config") or {})
+        stored = ensembles.given_or_stored(options.models, options.model_for, run.config if run else {})
         names, pins = list(stored[0]), dict(stored[1])
         pinned = ", ".join(f"{op} -> {m}" for op, m in pins.items())
         on_status(f"models of run {options.resume}: {', '.join(names)}" + (f" ({pinned})" if pinned else ""))
@@ -270,11 +270,11 @@ def _open_run(archive, task, options: OptimizeOptions, ensemble: ensembles.Ensem
         if run is None:
             raise ValueError(f"--resume {options.resume}: no such run in {options.archive_path}; "
                              "`kernelevo archive ls runs` lists them")
-        if run["task_id"] != task_id:
+        if run.task_id != task_id:
             raise ValueError(f"--resume {options.resume}: that run is for another task (or this task file changed)")
         archive.set_run_status(options.resume, "running")
-        stored = run["config"]
-        return task_id, options.resume, run["seed"], stored.get("format", fmt), stored.get("baseline", "eager")
+        stored = run.config
+        return task_id, options.resume, run.seed, stored.get("format", fmt), stored.get("baseline", "eager")
     gpu, torch_version, cuda_version = placement.label(options)
     config = run_config(task=options.task_path, model=", ".join(ensemble.labels), models=given[0],
                         model_for=given[1], devices=options.devices, format=fmt,

@@ -54,16 +54,16 @@ def kernel_summary(k: dict, task_names: dict[int, str]) -> dict:
             "speedup_eager_ci": k.get("speedup_eager_ci"), "speedup_compile_ci": k.get("speedup_compile_ci")}
 
 
-def _run_rows(store: Archive, runs: list[dict]) -> list[dict]:
+def _run_rows(store: Archive, runs: list) -> list[dict]:
     rows = []
     for r in runs:
-        counts, best = store.counts(r["id"]), _best(store, r["id"])
-        rows.append({"id": r["id"], "task": r["task_name"], "status": r["status"], "started": _when(r["created_at"]),
-                     "finished": _when(r["finished_at"]), "model": (r["config"] or {}).get("model"),
+        counts, best = store.counts(r.id), _best(store, r.id)
+        rows.append({"id": r.id, "task": r.task_name, "status": r.status, "started": _when(r.created_at),
+                     "finished": _when(r.finished_at), "model": r.config.get("model"),
                      "kernels": counts["kernels"], "evaluations": counts["evaluations"],
                      "ok": counts["verdicts"].get("ok", 0), "best_speedup": best["speedup_eager"] if best else None,
                      "best_speedup_ci": best["speedup_eager_ci"] if best else None,
-                     "best_kernel": best["id"] if best else None, "cost_usd": store.spend(r["id"])["cost_usd"]})
+                     "best_kernel": best["id"] if best else None, "cost_usd": store.spend(r.id)["cost_usd"]})
     return rows
 
 
@@ -86,7 +86,7 @@ def _task_rows(store: Archive, tasks: list[dict]) -> list[dict]:
         fastest = max((k for k in mine if k["verdict"] == Verdict.OK and k["speedup_eager"] is not None),
                       key=lambda k: k["speedup_eager"], default={})
         rows.append({"id": t["id"], "name": t["name"], "source_hash": t["source_hash"][:12],
-                     "runs": sum(r["task_id"] == t["id"] for r in runs), "kernels": len(mine),
+                     "runs": sum(r.task_id == t["id"] for r in runs), "kernels": len(mine),
                      "best_speedup": fastest.get("speedup_eager"), "best_speedup_ci": fastest.get("speedup_eager_ci")})
     return rows
 
@@ -126,8 +126,8 @@ def ls(
         if kind == Kind.tasks:
             rows = _task_rows(store, [t for t in store.tasks() if wanted is None or t["id"] in wanted])
         elif kind == Kind.runs:
-            rows = _run_rows(store, [r for r in store.runs() if (wanted is None or r["task_id"] in wanted)
-                                     and run in (None, r["id"])])
+            rows = _run_rows(store, [r for r in store.runs() if (wanted is None or r.task_id in wanted)
+                                     and run in (None, r.id)])
         else:
             names = {t["id"]: t["name"] for t in store.tasks()}
             rows = [kernel_summary(k, names) for k in store.kernels(run_id=run)
