@@ -67,6 +67,17 @@ class BenchRecord:
 
 
 @dataclass(frozen=True)
+class TaskRecord:
+    """A task as stored: a module to speed up, once per source hash (its first name kept)."""
+
+    id: int
+    source_hash: str
+    name: str
+    source: str
+    created_at: float
+
+
+@dataclass(frozen=True)
 class RunRecord:
     """A run as stored: one search on a task, the settings it started with (`config`, which a resumed run goes on
     with), its seed, where it ran, how it stands and why it stopped, with its task's hash and name."""

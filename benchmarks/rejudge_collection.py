@@ -251,7 +251,7 @@ def table_row(store, key: str, kernel_id: int) -> dict:
     task, claims = store.task(kernel["task_id"]), kernel["claims"] or {}
     e = latest_rejudge(kernel) or {}
     ok = e.get("verdict") == "ok"
-    return {"key": key, "level": claims.get("level_id"), "task_id": claims.get("task_id"), "task": task["name"],
+    return {"key": key, "level": claims.get("level_id"), "task_id": claims.get("task_id"), "task": task.name,
             "kernel_id": kernel_id, "code": code_kind(kernel["source"]),
             "verdict": e.get("verdict"), "reason": e.get("reason"), "message": e.get("message"),
             "claimed_eager": claimed_speedup(claims), "claimed_compile": claims.get("score_torch_compile_default"),
@@ -358,9 +358,9 @@ def show(args: argparse.Namespace) -> int:
             sys.exit(f"{args.key}: no such row with a kernel; rows look like L1-T23")
         kernel = store.kernel(kernels[args.key])
         task = store.task(kernel["task_id"])
-    print(f"== {args.key}: task {task['name']} ({_task_summary(task['source'])}), kernel {kernel['id']} "
+    print(f"== {args.key}: task {task.name} ({_task_summary(task.source)}), kernel {kernel['id']} "
           f"({code_kind(kernel['source'])}), claims {json.dumps(kernel['claims'])}")
-    print(f"\n== task source\n{task['source']}\n\n== kernel source\n{kernel['source']}\n")
+    print(f"\n== task source\n{task.source}\n\n== kernel source\n{kernel['source']}\n")
     e = latest_rejudge(kernel)
     if e is None:
         print("== not judged yet")

@@ -70,7 +70,7 @@ def test_migrations_recorded_and_reopen_is_noop(tmp_path):
     first = raw.execute("SELECT name, applied_at FROM migrations").fetchall()
     raw.close()
     with Archive.open(path) as a:  # re-open: nothing re-applied, nothing lost
-        assert a.task_by_hash("h1")["name"] == "t"
+        assert a.task_by_hash("h1").name == "t"
     raw = sqlite3.connect(path)
     assert raw.execute("SELECT name, applied_at FROM migrations").fetchall() == first
     tables = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -132,7 +132,7 @@ def test_default_path(monkeypatch, tmp_path):
 def test_tasks_and_runs(archive, run):
     task_id, run_id = run
     assert archive.add_task("renamed", TASK_SOURCE, source_hash(TASK_SOURCE)) == task_id  # idempotent by hash
-    assert archive.task_by_hash(source_hash(TASK_SOURCE))["name"] == "scale"
+    assert archive.task_by_hash(source_hash(TASK_SOURCE)).name == "scale"
     assert archive.task_by_hash("nope") is None
     assert len(run_id) == len("r20261122-1530-ab12") and run_id.startswith("r")
     r = archive.run(run_id)

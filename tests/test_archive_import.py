@@ -42,12 +42,12 @@ def test_sakana_rows_from_json_lines_and_parquet_meet_on_one_task(tmp_path):
 
     with Archive.open_readonly(db) as store:
         kernels = [store.kernel(k) for k in report["imported"]]
-        tasks = {t["source_hash"]: t for t in store.tasks()}
+        tasks = {t.source_hash: t for t in store.tasks()}
     relu, linear = kernels
     assert relu["format"] == "inline" and relu["origin"] == "import" and relu["operator"] == "import"
     assert relu["claims"]["CUDA_Speedup_Native"] == 1.2 and relu["claims"]["source"] == "AI CUDA Engineer Archive"
     assert relu["claims"]["op_name"] == "19_ReLU" and relu["claims"]["level_id"] == 1
-    assert tasks[source_hash(rows[1]["PyTorch_Code_Module"])]["id"] == linear["task_id"]  # the module is the task
+    assert tasks[source_hash(rows[1]["PyTorch_Code_Module"])].id == linear["task_id"]  # the module is the task
     assert LINEAR_CUDA in linear["source"]  # the extension's code, verbatim
 
 

@@ -66,7 +66,7 @@ def test_import_and_rejudge_three_formats_on_the_gpu(tmp_path):
     assert all(r["verdict"] == "ok" for r in results["sakana"]), results["sakana"]
     with Archive.open_readonly(db) as store:
         stones = store.stepping_stones(limit=100)
-        softmax = [t for t in store.tasks() if t["name"] == "row_softmax"]
+        softmax = [t for t in store.tasks() if t.name == "row_softmax"]
         wrong_row = store.kernel(wrong["kernel_id"])
     ok_count = sum(r["verdict"] == "ok" for rows in results.values() for r in rows)
     assert len(stones) == ok_count and all(s["purpose"] == "rejudge" for s in stones)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from kernelevo.evaluation import Verdict, faster_beyond_noise
 
 from ..export import profile_summary
-from ..rows import RunRecord, announced, call_operator, own_improvement, source_diff
+from ..rows import RunRecord, TaskRecord, announced, call_operator, own_improvement, source_diff
 
 if TYPE_CHECKING:
     from ..store import Archive
@@ -26,7 +26,7 @@ def report_data(store: Archive, run_id: str, top: int = TOP_KERNELS) -> dict[str
     run = store.run(run_id)
     if run is None:
         raise KeyError(run_id)
-    task = store.task(run.task_id) or {}
+    task = store.task(run.task_id)
     kernels = store.kernels(run_id=run_id)
     by_id = {k["id"]: k for k in kernels}
     calls = store.call_models(run_id)
@@ -64,10 +64,10 @@ def _announced(finals: dict[int, dict], by_id: dict[int, dict]) -> dict | None:
     return by_id.get(announced(finals))
 
 
-def _run_facts(run: RunRecord, task: dict, spend: dict, best: dict | None, finals: dict[int, dict]) -> dict:
+def _run_facts(run: RunRecord, task: TaskRecord | None, spend: dict, best: dict | None, finals: dict[int, dict]) -> dict:
     config = run.config
     return {
-        "id": run.id, "task": task.get("name", ""), "task_hash": task.get("source_hash", ""),
+        "id": run.id, "task": task.name if task else "", "task_hash": task.source_hash if task else "",
         "status": run.status, "stop_reason": run.stop_reason or "",
         "started": _when(run.created_at), "finished": _when(run.finished_at),
         "gpu": run.gpu_name or run.device or "", "torch": run.torch_version or "",

@@ -237,7 +237,7 @@ class KernelsMixin(Store):
             task = self.task_by_hash(task_hash)
             if task is None and not ids:
                 return []
-            ids += [task["id"]] if task else []
+            ids += [task.id] if task else []
         every = task_hash is None and task_ids is None
         rows = self._read(_STONES_SELECT, {"all": every, "ids": dumps(ids), "limit": limit})
         return self._with_parents(rows)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 import time
 
-from ..rows import RUN_STATUSES, RunRecord, check_choice, dumps, loads, new_run_id
+from ..rows import RUN_STATUSES, RunRecord, TaskRecord, check_choice, dumps, loads, new_run_id
 from .connection import Store
 
 
@@ -20,14 +20,16 @@ class RunsMixin(Store):
                     "ON CONFLICT(source_hash) DO NOTHING", (source_hash, name, source, time.time()))
         return self._one("SELECT id FROM tasks WHERE source_hash = ?", (source_hash,))["id"]
 
-    def task_by_hash(self, source_hash: str) -> dict | None:
-        return self._one("SELECT * FROM tasks WHERE source_hash = ?", (source_hash,))
+    def task_by_hash(self, source_hash: str) -> TaskRecord | None:
+        row = self._one("SELECT * FROM tasks WHERE source_hash = ?", (source_hash,))
+        return TaskRecord(**row) if row else None
 
-    def task(self, task_id: int) -> dict | None:
-        return self._one("SELECT * FROM tasks WHERE id = ?", (task_id,))
+    def task(self, task_id: int) -> TaskRecord | None:
+        row = self._one("SELECT * FROM tasks WHERE id = ?", (task_id,))
+        return TaskRecord(**row) if row else None
 
-    def tasks(self) -> list[dict]:
-        return self._read("SELECT * FROM tasks ORDER BY id")
+    def tasks(self) -> list[TaskRecord]:
+        return [TaskRecord(**row) for row in self._read("SELECT * FROM tasks ORDER BY id")]
 
     def start_run(self, task_id: int, config: dict, seed: int, device: str, gpu_name: str,
                   torch_version: str, cuda_version: str) -> str:

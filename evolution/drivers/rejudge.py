@@ -81,7 +81,8 @@ def _submit(store: Archive, kernel_id: int, judge: Judge, work_dir: Path, loaded
     kernel = store.kernel(kernel_id)
     task = _task(store, kernel["task_id"], work_dir, loaded)
     if kernel["task_id"] not in names:
-        names[kernel["task_id"]] = (store.task(kernel["task_id"]) or {}).get("name", "")
+        stored = store.task(kernel["task_id"])
+        names[kernel["task_id"]] = stored.name if stored else ""
     name = names[kernel["task_id"]]
     if isinstance(task, str):
         done.append(_tell(on_result, Rejudged(kernel_id, name, "not judged", task, None,
@@ -145,9 +146,9 @@ def _task(store: Archive, task_id: int, work_dir: Path, loaded: dict[int, Task |
     """The kernel's task loaded from its stored source (once per task), or why it cannot be."""
     if task_id not in loaded:
         row = store.task(task_id)
-        path = work_dir / "tasks" / f"{slug(row['name'] or 'task')}_{row['source_hash'][:12]}.py"
+        path = work_dir / "tasks" / f"{slug(row.name or 'task')}_{row.source_hash[:12]}.py"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(row["source"])
+        path.write_text(row.source)
         try:
             loaded[task_id] = load_task(path)
         except TaskError as exc:

@@ -78,15 +78,15 @@ def _best(store: Archive, run_id: str) -> dict | None:
     return store.best_kernel(run_id) if kernel_id is None else {**finals[kernel_id], "id": kernel_id}
 
 
-def _task_rows(store: Archive, tasks: list[dict]) -> list[dict]:
+def _task_rows(store: Archive, tasks: list) -> list[dict]:
     runs, kernels = store.runs(), store.kernels()
     rows = []
     for t in tasks:
-        mine = [k for k in kernels if k["task_id"] == t["id"]]
+        mine = [k for k in kernels if k["task_id"] == t.id]
         fastest = max((k for k in mine if k["verdict"] == Verdict.OK and k["speedup_eager"] is not None),
                       key=lambda k: k["speedup_eager"], default={})
-        rows.append({"id": t["id"], "name": t["name"], "source_hash": t["source_hash"][:12],
-                     "runs": sum(r.task_id == t["id"] for r in runs), "kernels": len(mine),
+        rows.append({"id": t.id, "name": t.name, "source_hash": t.source_hash[:12],
+                     "runs": sum(r.task_id == t.id for r in runs), "kernels": len(mine),
                      "best_speedup": fastest.get("speedup_eager"), "best_speedup_ci": fastest.get("speedup_eager_ci")})
     return rows
 
@@ -124,12 +124,12 @@ def ls(
         if run and store.run(run) is None:
             fail(f"no run {run!r} in {store.path}; `kernelevo archive ls runs` lists them")
         if kind == Kind.tasks:
-            rows = _task_rows(store, [t for t in store.tasks() if wanted is None or t["id"] in wanted])
+            rows = _task_rows(store, [t for t in store.tasks() if wanted is None or t.id in wanted])
         elif kind == Kind.runs:
             rows = _run_rows(store, [r for r in store.runs() if (wanted is None or r.task_id in wanted)
                                      and run in (None, r.id)])
         else:
-            names = {t["id"]: t["name"] for t in store.tasks()}
+            names = {t.id: t.name for t in store.tasks()}
             rows = [kernel_summary(k, names) for k in store.kernels(run_id=run)
                     if (wanted is None or k["task_id"] in wanted) and operator in (None, k["operator"])
                     and verdict in (None, k["verdict"] or "none")]
@@ -163,7 +163,7 @@ def _with_lineage(kernel_id: int, archive: Optional[Path], config: Optional[Path
         rows = store.kernels(run_id=k["run_id"]) if k["run_id"] else []
         # what the model tried on it since, in the lines its prompts show (all of them here)
         k["attempts"] = [line.strip()[2:] for line in attempts.on_kernel(kernel_id, rows, limit=len(rows))]
-        return k, store.task(k["task_id"]) or {}, store.lineage(kernel_id)
+        return k, store.task(k["task_id"]), store.lineage(kernel_id)
 
 
 @archive_app.command()
@@ -191,7 +191,7 @@ def show(kernel_id: KernelIdArg, archive: ArchiveOpt = None, config: ConfigOpt =
         console.print("  " + line, markup=False, highlight=False)
 
 
-def _print_facts(k: dict, task: dict, console) -> None:
+def _print_facts(k: dict, task, console) -> None:
     from rich.table import Table
     from rich.text import Text
 
@@ -202,7 +202,7 @@ def _print_facts(k: dict, task: dict, console) -> None:
              (("candidate", "candidate_ms"), ("eager", "eager_ms"), ("compile", "compiled_ms")) if judged.get(col)]
     verdict = (k["verdict"] + (f"  ({k['reason']})" if k["reason"] else "")) if k["verdict"] else "never judged"
     rows = [("kernel", f"{k['id']}  (origin {k['origin']}, stored {_when(k['created_at'])})", ""),
-            ("task", f"{task.get('name', '?')}  (task {k['task_id']}, {task.get('source_hash', '')[:12]})", ""),
+            ("task", f"{task.name if task else '?'}  (task {k['task_id']}, {task.source_hash[:12] if task else ''})", ""),
             ("run", k["run_id"] or "- (not made by a run)", ""),
             ("operator", f"{k['operator']}, generation {k['generation']}, island {k['island']}", ""),
             ("parents", ", ".join(map(str, k["parents"])) or "none", ""),
@@ -290,7 +290,7 @@ def diff(
     fmt = output_format(as_json)
     with opened(archive, config) as store:
         left, right = _kernel(store, a), _kernel(store, b)
-        names = {t["id"]: t["name"] for t in store.tasks()}
+        names = {t.id: t.name for t in store.tasks()}
     text = "".join(line + "\n" for line in source_diff(left["source"], right["source"], a, b))
     if fmt == "json":
         emit({"a": kernel_summary(left, names), "b": kernel_summary(right, names), "diff": text}, fmt)

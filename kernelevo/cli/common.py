@@ -221,7 +221,7 @@ def opened(archive: Optional[Path], config: Optional[Path]) -> Iterator[Archive]
 
 def task_ids(store: Archive, task: str) -> set[int]:
     """The ids of the stored tasks that --task names, by name or id; several when a task's source changed."""
-    ids = {t["id"] for t in store.tasks() if task in (t["name"], str(t["id"]))}
+    ids = {t.id for t in store.tasks() if task in (t.name, str(t.id))}
     if not ids:
         fail(f"no task {task!r} in {store.path}; `kernelevo archive ls tasks` lists them")
     return ids
