@@ -67,6 +67,18 @@ class BenchRecord:
 
 
 @dataclass(frozen=True)
+class EventRecord:
+    """Something that happened in a run (or, with no run, in the archive), in the order written: its kind and
+    its data, whose fields the kind decides."""
+
+    id: int
+    run_id: str | None
+    at: float
+    kind: str
+    data: dict
+
+
+@dataclass(frozen=True)
 class TaskRecord:
     """A task as stored: a module to speed up, once per source hash (its first name kept)."""
 

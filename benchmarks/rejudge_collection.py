@@ -207,17 +207,17 @@ def opened(path: Path):
         sys.exit(str(exc))
 
 
-def collection_events(store) -> list[dict]:
+def collection_events(store) -> list:
     """The judging calls' events of the collection judged last (one archive per collection reads best)."""
     events = store.events(kind=EVENT)
     if not events:
         sys.exit(f"{store.path}: no collection judged here yet; run the script on COLLECTION.jsonl first")
-    sha256 = events[-1]["data"]["collection"]["sha256"]
-    return [e for e in events if e["data"]["collection"]["sha256"] == sha256]
+    sha256 = events[-1].data["collection"]["sha256"]
+    return [e for e in events if e.data["collection"]["sha256"] == sha256]
 
 
 def _merged(events: list[dict], field: str) -> dict:
-    merged = {k: v for e in events for k, v in (e["data"].get(field) or {}).items()}
+    merged = {k: v for e in events for k, v in (e.data.get(field) or {}).items()}
     return dict(sorted(merged.items(), key=lambda kv: _order(kv[0])))
 
 
@@ -308,7 +308,7 @@ def write_table(args: argparse.Namespace) -> int:
         rows = [table_row(store, key, kid) for key, kid in _merged(events, "kernels").items()]
     for row in rows:
         row["justification"] = justified.get(row["key"])
-    data = [e["data"] for e in events]
+    data = [e.data for e in events]
     method = {"collection": data[-1]["collection"], **{f: sorted({r[k] for r in rows if r[k]}) for f, k in
                                                        (("gpus", "gpu"), ("torch", "torch"), ("dates", "date"))},
               **{f: _distinct(d.get(f) for d in data) for f in ("devices", "judge_options", "shapes")},

@@ -146,16 +146,16 @@ def _shapes_comment(evaluation: Evaluation) -> str:
     return f"# Verified correct on these input shapes (the task's and ones the judge derived):\n{checked}\n"
 
 
-def elapsed_s(events: list[dict], now: float) -> float:
+def elapsed_s(events: list, now: float) -> float:
     """Wall time the run has used over all its sessions: each session from its start event to its
     last event (a killed session still counts up to its last recorded event)."""
     total, start, last = 0.0, None, None
     for event in events:
-        if event["kind"] == "session_start":
+        if event.kind == "session_start":
             if start is not None:
                 total += last - start
-            start = event["at"]
-        last = event["at"]
+            start = event.at
+        last = event.at
     if start is not None:
         total += max(last, now) - start
     return total

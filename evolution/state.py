@@ -174,7 +174,7 @@ class RunState:
         events = self.archive.events(self.run_id, kind="waits_for")
         if not events:
             return None
-        data = events[-1]["data"]
+        data = events[-1].data
         if data["calls"] != self.archive.spend(self.run_id)["calls"]:
             return None
         return WaitingCall(data["op"], tuple(data["parents"]), data["island"], data["format"], data["calls"])

@@ -251,9 +251,9 @@ def test_events_are_append_only(archive, run):
     archive.add_event(run_id, "generation", {"n": 1, "best": 1.2})
     archive.add_event(None, "note", {})
     archive.add_event(run_id, "stop", {"reason": "budget"})
-    assert [(e["kind"], e["data"]) for e in archive.events(run_id)] == [
+    assert [(e.kind, e.data) for e in archive.events(run_id)] == [
         ("generation", {"n": 1, "best": 1.2}), ("stop", {"reason": "budget"})]
-    assert [e["kind"] for e in archive.events(run_id, kind="stop")] == ["stop"]
+    assert [e.kind for e in archive.events(run_id, kind="stop")] == ["stop"]
     assert len(archive.events()) == 3
     raw = sqlite3.connect(archive.path)
     with pytest.raises(sqlite3.Error, match="append-only"):
@@ -414,4 +414,4 @@ def test_sigkill_loses_no_committed_row(tmp_path):
         events = a.events(run_id)
         assert len(kernels) >= committed and len(events) >= committed
         assert [k["source"] for k in kernels[:committed]] == [f"src {n}" for n in range(committed)]
-        assert [e["data"]["id"] for e in events[:committed]] == [k["id"] for k in kernels[:committed]]
+        assert [e.data["id"] for e in events[:committed]] == [k["id"] for k in kernels[:committed]]

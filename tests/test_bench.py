@@ -153,7 +153,7 @@ def test_each_best_kernels_format_loop_figures_share_of_the_bound_and_tokens_by_
             assert row["format"] == final["format"] == "c"
             assert row["loop_speedup_eager"] == final["loop"]["speedup_eager"] > 0
             loops.append(row["loop_speedup_eager"])
-            bound = ([e["data"] for e in store.events(row["run_id"], "bound")] or [{}])[-1]  # none: no bound measured
+            bound = ([e.data for e in store.events(row["run_id"], "bound")] or [{}])[-1]  # none: no bound measured
             beaten = store.events(row["run_id"], "bound_unreliable") or bound.get("unreliable")
             want = None if beaten or not bound else bound["bound_ms"] / final["candidate"]["median_ms"]
             assert row["sol_share"] == want, (name, bound, beaten)

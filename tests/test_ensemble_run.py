@@ -88,7 +88,7 @@ def test_an_ensemble_drops_what_fails_and_its_tables_match_the_archive(tmp_path)
     with Archive.open_readonly(db) as archive:
         (run,) = archive.runs()
         rid = run.id
-        dropped = {e["data"]["model"]: e["data"]["reason"] for e in archive.events(rid, "model_dropped")}
+        dropped = {e.data["model"]: e.data["reason"] for e in archive.events(rid, "model_dropped")}
         calls = archive._read("SELECT id, label, operator FROM llm_calls WHERE run_id = ? ORDER BY id", (rid,))
         yields = archive.model_yield(rid)
         rows = by_model(yields, MODELS)

@@ -36,7 +36,7 @@ def _key_pressed(when):
 def _stopped(archive_path, run_id: str) -> None:
     with Archive.open_readonly(archive_path) as archive:
         run = archive.run(run_id)
-        events = [e["kind"] for e in archive.events(run_id)]
+        events = [e.kind for e in archive.events(run_id)]
     assert (run.status, run.stop_reason) == ("stopped", "interrupted (Ctrl-C)")
     assert events[-1] == "stopped" and "finished" not in events
 

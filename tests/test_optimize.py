@@ -90,8 +90,8 @@ def test_optimize_end_to_end_on_the_cpu(tmp_path):
         kernels = archive.kernels(run_id=run.id)
         verdicts = archive.counts(run.id)["verdicts"]
         spend = archive.spend(run.id)
-        events = [e["kind"] for e in archive.events(run.id)]
-        not_sent = [e["data"] for e in archive.events(run.id, "call_not_sent")]
+        events = [e.kind for e in archive.events(run.id)]
+        not_sent = [e.data for e in archive.events(run.id, "call_not_sent")]
         operators = [c["operator"] for c in archive._read("SELECT operator FROM llm_calls WHERE run_id = ?",
                                                           (run.id,))]
         best = archive.best_kernel(run.id)
@@ -213,7 +213,7 @@ def test_kill_9_then_resume_loses_nothing(tmp_path):
         after_evaluations = {e["id"] for k in archive.kernels(run_id=run_id) for e in archive.kernel(k["id"])["evaluations"]}
         spend = archive.spend(run_id)
         run = archive.run(run_id)
-        sessions = [e for e in archive.events(run_id) if e["kind"] == "session_start"]
+        sessions = [e for e in archive.events(run_id) if e.kind == "session_start"]
         unjudged = [k for k in archive.kernels(run_id=run_id) if k["source"] and not k.get("verdict")
                     and not k.get("problem")]
     assert before["evaluations"] <= after_evaluations  # nothing judged was lost

@@ -275,7 +275,7 @@ def test_a_resumed_replay_asks_first_the_call_it_waited_at(tmp_path, monkeypatch
     op = header.split("operator=")[1].split()[0]
     with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
         (event,) = archive.events(waiting.run_id, kind="waits_for")
-    assert event["data"]["op"] == op and event["data"]["calls"] == 1
+    assert event.data["op"] == op and event.data["calls"] == 1
 
     (folder / "0002.reply.md").write_text(f"Idea: the same, in chunks.\n\n```python\n{KERNELS['chunked']}```\n")
     other = "mutate" if op == "translate" else "translate"  # what the resumed search would draw instead
@@ -285,7 +285,7 @@ def test_a_resumed_replay_asks_first_the_call_it_waited_at(tmp_path, monkeypatch
     assert [c["operator"] for c in _calls(tmp_path / "archive.sqlite", ended.run_id)] == ["translate", op]
     with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
         child = [k for k in archive.kernels(run_id=ended.run_id) if k["operator"] == op and k["source"]][-1]
-    assert tuple(child["parents"]) == tuple(event["data"]["parents"])
+    assert tuple(child["parents"]) == tuple(event.data["parents"])
 
 
 def _one_reply_and_a_cap_of_two(tmp_path):

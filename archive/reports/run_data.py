@@ -38,10 +38,10 @@ def report_data(store: Archive, run_id: str, top: int = TOP_KERNELS) -> dict[str
     best = _announced(finals, by_id) or store.best_kernel(run_id)
     path = _best_path(best["id"], by_id) if best else []
     usage, counts = store.llm_usage(run_id), store.counts(run_id)
-    repeats = [e["data"] for e in store.events(run_id, "prompt_repeat")]
+    repeats = [e.data for e in store.events(run_id, "prompt_repeat")]
     return {
         "run": {**_run_facts(run, task, store.spend(run_id), best, finals),
-                "dropped": [f"{e['data']['model']}: {e['data']['reason']}" for e in store.events(run_id, "model_dropped")]},
+                "dropped": [f"{e.data['model']}: {e.data['reason']}" for e in store.events(run_id, "model_dropped")]},
         "progress": timeline,
         "lineage": [_node(k, models.get(k["id"]), set(path)) for k in kernels],
         "best_path": path,

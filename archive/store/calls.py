@@ -121,7 +121,7 @@ class CallsMixin(Store):
             row = out.setdefault(r["operator"], {"calls": 0, "replies": 0, "judged": 0})
             row["replies"], row["judged"], row["copies"] = r["replies"], r["judged"], r["copies"]
         for event in self.events(run_id, kind="prompt_repeat"):
-            row = out.setdefault(event["data"]["operator"], {"calls": 0, "replies": 0, "judged": 0})
+            row = out.setdefault(event.data["operator"], {"calls": 0, "replies": 0, "judged": 0})
             row["repeats"] = row.get("repeats", 0) + 1
         for row in out.values():
             row.setdefault("copies", 0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 import time
 
-from ..rows import RUN_STATUSES, RunRecord, TaskRecord, check_choice, dumps, loads, new_run_id
+from ..rows import RUN_STATUSES, EventRecord, RunRecord, TaskRecord, check_choice, dumps, loads, new_run_id
 from .connection import Store
 
 
@@ -79,10 +79,8 @@ class RunsMixin(Store):
         return self._write("INSERT INTO events (run_id, at, kind, data) VALUES (?, ?, ?, ?)",
                            (run_id, time.time(), kind, dumps(data)))
 
-    def events(self, run_id: str | None = None, kind: str | None = None) -> list[dict]:
+    def events(self, run_id: str | None = None, kind: str | None = None) -> list[EventRecord]:
         """Events in the order written, of one run (None: of all), optionally of one kind; data parsed."""
         rows = self._read("SELECT * FROM events WHERE (:run IS NULL OR run_id = :run) "
                           "AND (:kind IS NULL OR kind = :kind) ORDER BY id", {"run": run_id, "kind": kind})
-        for row in rows:
-            row["data"] = loads(row["data"])
-        return rows
+        return [EventRecord(**{**row, "data": loads(row["data"])}) for row in rows]
