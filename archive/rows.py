@@ -67,6 +67,28 @@ class BenchRecord:
 
 
 @dataclass(frozen=True)
+class Spend:
+    """A run's LLM calls summed: how many, failed, replayed (answered from a recording, at no cost), the sum of the
+    known costs and how many had none, and the token sums."""
+
+    calls: int = 0
+    failed_calls: int = 0
+    replayed: int = 0
+    cost_usd: float = 0.0
+    unknown_cost_calls: int = 0
+    input_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Every token a prompt sent: new, read from the provider's cache, written to it."""
+        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
+
+
+@dataclass(frozen=True)
 class EventRecord:
     """Something that happened in a run (or, with no run, in the archive), in the order written: its kind and
     its data, whose fields the kind decides."""

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelevo.evaluation import Evaluation
+from kernelevo.archive.rows import Spend
 from kernelevo.text import graph_text, loop_text, speedup_text
 
 from .population import BASELINES, Variant
@@ -79,7 +80,7 @@ class RunSummary:
     models and formats: per model and format asked), the models dropped and replays served, the speed of light
     it had, what its kernels were ranked against, and its best's figures in the search (eager, torch.compile)."""
 
-    spend: dict = field(default_factory=dict)
+    spend: Spend = field(default_factory=Spend)
     counts: dict = field(default_factory=dict)
     calls: dict = field(default_factory=dict)
     models: tuple[dict, ...] = ()

@@ -166,7 +166,7 @@ class RunState:
 
     def wait_for(self, call: WaitingCall) -> None:
         """Store the call a replay stopped at (a 'waits_for' event), with the run's calls so far."""
-        data = {**dataclasses.asdict(call), "calls": self.archive.spend(self.run_id)["calls"]}
+        data = {**dataclasses.asdict(call), "calls": self.archive.spend(self.run_id).calls}
         self.archive.add_event(self.run_id, "waits_for", data)
 
     def waiting_call(self) -> WaitingCall | None:
@@ -175,7 +175,7 @@ class RunState:
         if not events:
             return None
         data = events[-1].data
-        if data["calls"] != self.archive.spend(self.run_id)["calls"]:
+        if data["calls"] != self.archive.spend(self.run_id).calls:
             return None
         return WaitingCall(data["op"], tuple(data["parents"]), data["island"], data["format"], data["calls"])
 

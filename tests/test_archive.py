@@ -235,15 +235,15 @@ def test_spend_keeps_unknown_cost_unknown(archive, run):
     unknown = archive.add_llm_call(run_id, call(cost=None))
     archive.add_llm_call(run_id, call(cost=0.0, outcome="rate_limit", error="429"))
     spend = archive.spend(run_id)
-    assert spend["calls"] == 4 and spend["unknown_cost_calls"] == 1 and spend["failed_calls"] == 1
-    assert spend["cost_usd"] == pytest.approx(0.75)
-    assert spend["input_tokens"] == 4000 and spend["output_tokens"] == 1200
-    assert spend["cache_read_tokens"] == 800 and spend["cache_write_tokens"] == 200
+    assert spend.calls == 4 and spend.unknown_cost_calls == 1 and spend.failed_calls == 1
+    assert spend.cost_usd == pytest.approx(0.75)
+    assert spend.input_tokens == 4000 and spend.output_tokens == 1200
+    assert spend.cache_read_tokens == 800 and spend.cache_write_tokens == 200
     raw = sqlite3.connect(archive.path)
     assert raw.execute("SELECT cost_usd FROM llm_calls WHERE id = ?", (unknown,)).fetchone() == (None,)
     raw.close()
     empty = archive.spend("r-no-calls")
-    assert empty["calls"] == 0 and empty["cost_usd"] == 0.0 and empty["input_tokens"] == 0
+    assert empty.calls == 0 and empty.cost_usd == 0.0 and empty.input_tokens == 0
 
 
 def test_events_are_append_only(archive, run):
@@ -373,7 +373,7 @@ def test_writes_from_other_threads(archive, run):
     for t in threads:
         t.join()
     assert errors == []
-    assert archive.spend(run_id)["calls"] == 100 and len(archive.events(run_id)) == 100
+    assert archive.spend(run_id).calls == 100 and len(archive.events(run_id)) == 100
 
 
 CHILD = """

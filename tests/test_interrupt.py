@@ -69,7 +69,7 @@ def test_ctrl_c_leaves_the_run_stopped_and_a_resume_finishes_it(tmp_path, monkey
         resumed = optimize(resume)
         with Archive.open_readonly(options.archive_path) as archive:
             run = archive.run(run_id)
-            calls = archive.spend(run_id)["calls"]
+            calls = archive.spend(run_id).calls
         assert resumed.run_id == run_id and resumed.exit_code == EXIT_BUDGET and resumed.written
         assert run.status == "budget" and calls == 2 == len(server.requests)  # no reply was asked for twice
     finally:

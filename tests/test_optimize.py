@@ -105,13 +105,13 @@ def test_optimize_end_to_end_on_the_cpu(tmp_path):
     children = [k for k in kernels if k["operator"] != "translate"]
     assert children and all(k["parents"] for k in children)  # lineage recorded
     # a hard cap: edit follow-ups count, and one the cap refused is said, not sent
-    assert spend["calls"] == len(operators) == len(server.requests) <= 11 and spend["unknown_cost_calls"] == 0
+    assert spend.calls == len(operators) == len(server.requests) <= 11 and spend.unknown_cost_calls == 0
     assert "mutate_edit_followup" in operators or not_sent, operators
     assert all(e["reason"].startswith("max-llm-calls") and e["operator"] == "mutate" for e in not_sent)
     assert bool(not_sent) == ("mutate: follow-up call not sent, max-llm-calls" in " ".join(done.stderr.split()))
     per_call = (USAGE["input"] * PRICES["input"] + USAGE["cache_read"] * PRICES["cached_input"]
                 + USAGE["output"] * PRICES["output"]) / 1e6
-    assert spend["cost_usd"] == pytest.approx(per_call * spend["calls"])
+    assert spend.cost_usd == pytest.approx(per_call * spend.calls)
     assert events[0] == "session_start" and "final" in events and events[-1] == "finished"
     assert best is not None and finals and finals[0]["verdict"] == "ok"
     assert any(k["stepping_stone"] for k in kernels)
@@ -201,7 +201,7 @@ def test_kill_9_then_resume_loses_nothing(tmp_path):
             run_id = archive.runs()[0].id
             before = {"evaluations": {e["id"] for k in archive.kernels(run_id=run_id)
                                       for e in archive.kernel(k["id"])["evaluations"]},
-                      "calls": archive.spend(run_id)["calls"], "status": archive.run(run_id).status}
+                      "calls": archive.spend(run_id).calls, "status": archive.run(run_id).status}
         assert before["status"] == "running"  # killed: nobody marked it
         at = args.index("--model")  # no --model: the run goes on with the models it was started with
         done = cli([*args[:at], *args[at + 2:], "--resume", run_id], env)
@@ -217,7 +217,7 @@ def test_kill_9_then_resume_loses_nothing(tmp_path):
         unjudged = [k for k in archive.kernels(run_id=run_id) if k["source"] and not k.get("verdict")
                     and not k.get("problem")]
     assert before["evaluations"] <= after_evaluations  # nothing judged was lost
-    assert spend["calls"] >= before["calls"] and spend["calls"] <= 16  # the budget counted the first session
+    assert spend.calls >= before["calls"] and spend.calls <= 16  # the budget counted the first session
     assert run.status in ("finished", "budget") and len(sessions) == 2
     assert not unjudged  # children stored before the kill were judged on resume
 

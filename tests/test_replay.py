@@ -87,10 +87,10 @@ def test_replayed_search_spends_every_reply_and_stops_on_an_outage(tmp_path):
         details = {k["id"]: archive.kernel(k["id"]) for k in kernels}
     answered = len(server.requests)  # up to the outage, and any that arrived before the socket closed
     assert run.status == "stopped" and outage and outage[0] <= answered <= outage[0] + 3
-    unreachable = spend["calls"] - answered
+    unreachable = spend.calls - answered
     # STOP_AFTER in a row; calls already on the wire then (up to --concurrency 3) may still fail
-    assert client.STOP_AFTER <= unreachable <= client.STOP_AFTER + 2 and spend["failed_calls"] == unreachable
-    assert spend["unknown_cost_calls"] == 0  # refused connections cost 0, not "unknown"
+    assert client.STOP_AFTER <= unreachable <= client.STOP_AFTER + 2 and spend.failed_calls == unreachable
+    assert spend.unknown_cost_calls == 0  # refused connections cost 0, not "unknown"
 
     # every reply that changed code went to the judge; copies were skipped, each with its reason
     seen: dict[tuple, int] = {}

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from kernelevo.evaluation import Verdict, faster_beyond_noise
 
 from ..export import profile_summary
-from ..rows import RunRecord, TaskRecord, announced, call_operator, own_improvement, source_diff
+from ..rows import RunRecord, Spend, TaskRecord, announced, call_operator, own_improvement, source_diff
 
 if TYPE_CHECKING:
     from ..store import Archive
@@ -64,7 +64,7 @@ def _announced(finals: dict[int, dict], by_id: dict[int, dict]) -> dict | None:
     return by_id.get(announced(finals))
 
 
-def _run_facts(run: RunRecord, task: TaskRecord | None, spend: dict, best: dict | None, finals: dict[int, dict]) -> dict:
+def _run_facts(run: RunRecord, task: TaskRecord | None, spend: Spend, best: dict | None, finals: dict[int, dict]) -> dict:
     config = run.config
     return {
         "id": run.id, "task": task.name if task else "", "task_hash": task.source_hash if task else "",
@@ -77,8 +77,8 @@ def _run_facts(run: RunRecord, task: TaskRecord | None, spend: dict, best: dict 
         # what the search ranked kernels against (runs stored before the choice ranked by eager)
         "baseline": "torch.compile" if config.get("baseline") == "compile" and config.get("compile_baseline", True)
         else "eager",
-        "calls": spend["calls"], "failed_calls": spend["failed_calls"], "cost_usd": spend["cost_usd"],
-        "unknown_cost_calls": spend["unknown_cost_calls"],
+        "calls": spend.calls, "failed_calls": spend.failed_calls, "cost_usd": spend.cost_usd,
+        "unknown_cost_calls": spend.unknown_cost_calls,
         "best_kernel": best["id"] if best else None,
         # one truth per kernel: the final re-judgement's figures where there is one, the
         # search's (labelled "search") otherwise; the search's figure is kept beside it

@@ -6,7 +6,7 @@ import time
 
 from kernelevo.llm_call import LLMCall
 
-from ..rows import LLM_COLUMNS, PARENT_STONE, call_operator, intervals, llm_values
+from ..rows import LLM_COLUMNS, PARENT_STONE, Spend, call_operator, intervals, llm_values
 from .connection import Store
 
 
@@ -82,15 +82,13 @@ class CallsMixin(Store):
 
     # ---- counters, always derived from rows ------------------------------------------------
 
-    def spend(self, run_id: str) -> dict:
-        """{'calls', 'failed_calls', 'replayed' (calls answered from a recording, at no cost), 'cost_usd' (sum of
-        known costs), 'unknown_cost_calls', and the sums of input, cache_read, cache_write, output and reasoning
-        tokens}."""
-        return self._one(
+    def spend(self, run_id: str) -> Spend:
+        """The run's calls summed: calls, failed, replayed, known cost, calls of unknown cost, token sums."""
+        return Spend(**self._one(
             "SELECT COUNT(*) AS calls, COALESCE(SUM(outcome != 'ok'), 0) AS failed_calls, "
             "COALESCE(SUM(provider = 'replay'), 0) AS replayed, "
             "TOTAL(cost_usd) AS cost_usd, COUNT(*) - COUNT(cost_usd) AS unknown_cost_calls, "
-            f"{_TOKEN_SUMS} FROM llm_calls WHERE run_id = ?", (run_id,))
+            f"{_TOKEN_SUMS} FROM llm_calls WHERE run_id = ?", (run_id,)))
 
     def operator_costs(self, run_id: str) -> dict[str, float]:
         """Known LLM spend per operator of a run (follow-up calls count for their operator)."""

@@ -159,7 +159,7 @@ def _prepared(archive, task, config, ensemble: ensembles.Ensemble, opened: tuple
         archive.add_event(run_id, "model_dropped", {"model": model, "reason": why})
     budget = budgets.Budget(options.limits)
     spend = archive.spend(run_id)
-    budget.restore(spend["cost_usd"], spend["calls"], elapsed_s(archive.events(run_id), time.time()))
+    budget.restore(spend.cost_usd, spend.calls, elapsed_s(archive.events(run_id), time.time()))
     gate = NoveltyGate(embedder)
     for member in state.population.members:  # children left unjudged join it when resubmitted
         if member.ok:

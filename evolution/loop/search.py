@@ -73,10 +73,9 @@ class Search(Planning, Children):
         if not reread:
             return self.on_progress(p)
         spend = self.archive.spend(self.state.run_id)
-        p.spend_usd, p.unknown_cost_calls, p.calls = spend["cost_usd"], spend["unknown_cost_calls"], spend["calls"]
-        p.replayed = spend["replayed"]
-        prompt = spend["input_tokens"] + spend["cache_read_tokens"] + spend["cache_write_tokens"]
-        p.cache_hit = spend["cache_read_tokens"] / prompt if prompt else None
+        p.spend_usd, p.unknown_cost_calls, p.calls = spend.cost_usd, spend.unknown_cost_calls, spend.calls
+        p.replayed = spend.replayed
+        p.cache_hit = spend.cache_read_tokens / spend.prompt_tokens if spend.prompt_tokens else None
         calls = self.archive.call_yield(self.state.run_id)
         p.calls_by_operator = {op: row["calls"] for op, row in calls.items() if row["calls"]}
         p.replies, p.replies_judged = (sum(row[k] for row in calls.values()) for k in ("replies", "judged"))

@@ -63,7 +63,7 @@ def _run_rows(store: Archive, runs: list) -> list[dict]:
                      "kernels": counts["kernels"], "evaluations": counts["evaluations"],
                      "ok": counts["verdicts"].get("ok", 0), "best_speedup": best["speedup_eager"] if best else None,
                      "best_speedup_ci": best["speedup_eager_ci"] if best else None,
-                     "best_kernel": best["id"] if best else None, "cost_usd": store.spend(r.id)["cost_usd"]})
+                     "best_kernel": best["id"] if best else None, "cost_usd": store.spend(r.id).cost_usd})
     return rows
 
 

@@ -165,13 +165,13 @@ def summary_rows(outcome: Any) -> list[tuple[str, str]]:
                  ("written to", str(outcome.written))]
     else:
         rows.append(("best kernel", "none passed the judge"))
-    cost = f"${spend.get('cost_usd', 0.0):.4f}"
-    if spend.get("unknown_cost_calls"):
-        cost += f" + {spend['unknown_cost_calls']} calls of unknown cost"
+    cost = f"${spend.cost_usd:.4f}"
+    if spend.unknown_cost_calls:
+        cost += f" + {spend.unknown_cost_calls} calls of unknown cost"
     calls = summary.calls
     replies, judged = (sum(row[k] for row in calls.values()) for k in ("replies", "judged"))
-    replayed = f", {spend['replayed']} of them replayed" if spend.get("replayed") else ""
-    rows += [("LLM calls", f"{spend.get('calls', 0)} ({cost}{replayed})"),
+    replayed = f", {spend.replayed} of them replayed" if spend.replayed else ""
+    rows += [("LLM calls", f"{spend.calls} ({cost}{replayed})"),
              *((f"replay {label}", note) for label, note in summary.replays.items()),
              ("calls per operator", call_shares({op: row["calls"] for op, row in calls.items() if row["calls"]})),
              ("yield", f"{judged} of {replies} replies judged" if replies else "-"),
