@@ -11,7 +11,7 @@ import secrets
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kernelevo.evaluation import Evaluation, Verdict
@@ -86,6 +86,20 @@ class Spend:
     def prompt_tokens(self) -> int:
         """Every token a prompt sent: new, read from the provider's cache, written to it."""
         return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
+
+
+@dataclass(frozen=True)
+class Counts:
+    """A run's counters, always derived from its rows: search evaluations (and by verdict), every evaluation by
+    purpose, kernels (by operator, the highest generation), and the kernels without a source by problem."""
+
+    kernels: int = 0
+    max_generation: int | None = None  # None before a kernel
+    evaluations: int = 0  # the search's judgements (not its final or re-measurements)
+    verdicts: dict = field(default_factory=dict)  # verdict -> search evaluations
+    operators: dict = field(default_factory=dict)  # operator -> kernels
+    problems: dict = field(default_factory=dict)  # problem -> kernels with no source (a failed call, an edit)
+    evaluations_by_purpose: dict = field(default_factory=dict)  # purpose -> evaluations
 
 
 @dataclass(frozen=True)

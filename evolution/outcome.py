@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelevo.evaluation import Evaluation
-from kernelevo.archive.rows import Spend
+from kernelevo.archive.rows import Counts, Spend
 from kernelevo.text import graph_text, loop_text, speedup_text
 
 from .population import BASELINES, Variant
@@ -81,7 +81,7 @@ class RunSummary:
     it had, what its kernels were ranked against, and its best's figures in the search (eager, torch.compile)."""
 
     spend: Spend = field(default_factory=Spend)
-    counts: dict = field(default_factory=dict)
+    counts: Counts = field(default_factory=Counts)
     calls: dict = field(default_factory=dict)
     models: tuple[dict, ...] = ()
     formats: tuple[dict, ...] = ()

@@ -182,7 +182,7 @@ class RunState:
     # -- derived counters ---------------------------------------------------------------------------
 
     def judged(self) -> int:
-        return self.archive.counts(self.run_id)["evaluations"]
+        return self.archive.counts(self.run_id).evaluations
 
     def crossed(self) -> set[frozenset]:
         """Parent sets crossover was called on before this session (whatever came of each call)."""

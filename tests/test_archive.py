@@ -195,7 +195,7 @@ def test_failed_operator_outcome_is_a_row(archive, run):
     k = archive.add_kernel(task_id, "", "nvrtc", "mutate", run_id=run_id, problem="edit_failed")
     row = archive.kernel(k)
     assert (row["source"], row["format"], row["problem"]) == ("", "", "edit_failed")
-    assert archive.counts(run_id)["problems"] == {"edit_failed": 1}
+    assert archive.counts(run_id).problems == {"edit_failed": 1}
 
 
 def test_kernels_best_kernel_and_counts(archive, run):
@@ -219,13 +219,13 @@ def test_kernels_best_kernel_and_counts(archive, run):
     assert Evaluation.from_dict(full["data"]) == ok_eval(2.5)  # the whole record round-trips
     assert full["profile"] == {"kernels": [{"name": "k2", "ms": 0.4}]} and full["run_id"] == run_id
     counts = archive.counts(run_id)
-    assert counts["verdicts"] == {"ok": 2, "compile_error": 1}
-    assert counts["operators"] == {"translate": 1, "mutate": 2}
-    assert (counts["max_generation"], counts["kernels"], counts["evaluations"]) == (3, 3, 3)
-    assert counts["evaluations_by_purpose"] == {"search": 3, "final": 1, "rejudge": 1}
+    assert counts.verdicts == {"ok": 2, "compile_error": 1}
+    assert counts.operators == {"translate": 1, "mutate": 2}
+    assert (counts.max_generation, counts.kernels, counts.evaluations) == (3, 3, 3)
+    assert counts.evaluations_by_purpose == {"search": 3, "final": 1, "rejudge": 1}
     other = archive.start_run(task_id, {}, 1, "cpu", "", "", "")
     assert archive.best_kernel(other) is None
-    assert archive.counts(other)["max_generation"] is None
+    assert archive.counts(other).max_generation is None
 
 
 def test_spend_keeps_unknown_cost_unknown(archive, run):

@@ -105,7 +105,7 @@ def test_optimize_starter_task_on_the_gpu(name, tmp_path):
         (run,) = archive.runs()
         kernels = archive.kernels(run_id=run.id)
         finals = [e for k in kernels for e in archive.kernel(k["id"])["evaluations"] if e["purpose"] == "final"]
-        verdicts = archive.counts(run.id)["verdicts"]
+        verdicts = archive.counts(run.id).verdicts
         profiles = archive.profiles(run.id)
         calls = archive.call_yield(run.id)
     assert finals and finals[-1]["verdict"] == "ok" and finals[-1]["speedup_eager"] > 1.0

@@ -88,7 +88,7 @@ def test_optimize_end_to_end_on_the_cpu(tmp_path):
     with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
         (run,) = archive.runs()
         kernels = archive.kernels(run_id=run.id)
-        verdicts = archive.counts(run.id)["verdicts"]
+        verdicts = archive.counts(run.id).verdicts
         spend = archive.spend(run.id)
         events = [e.kind for e in archive.events(run.id)]
         not_sent = [e.data for e in archive.events(run.id, "call_not_sent")]
@@ -192,7 +192,7 @@ def test_kill_9_then_resume_loses_nothing(tmp_path):
             if db.exists():
                 with Archive.open_readonly(db) as archive:
                     runs = archive.runs()
-                    if runs and archive.counts(runs[0].id)["evaluations"] >= 3:
+                    if runs and archive.counts(runs[0].id).evaluations >= 3:
                         proc.send_signal(signal.SIGKILL)
                         proc.wait()
                         break

@@ -6,7 +6,7 @@ import time
 
 from kernelevo.llm_call import LLMCall
 
-from ..rows import LLM_COLUMNS, PARENT_STONE, Spend, call_operator, intervals, llm_values
+from ..rows import LLM_COLUMNS, PARENT_STONE, Counts, Spend, call_operator, intervals, llm_values
 from .connection import Store
 
 
@@ -205,24 +205,19 @@ class CallsMixin(Store):
             f"TOTAL(latency_s) AS latency_s, {_TOKEN_SUMS}, format FROM llm_calls WHERE run_id = ? "
             "GROUP BY 1, 2, format ORDER BY 1, 2, format", (run_id,))
 
-    def counts(self, run_id: str) -> dict:
-        """{'verdicts': {verdict: n} of search evaluations, 'operators': {operator: n} of kernels,
-        'problems': {problem: n} of kernels without source, 'kernels', 'max_generation' (None when
-        no kernel), 'evaluations' (search ones), 'evaluations_by_purpose': {purpose: n}}."""
+    def counts(self, run_id: str) -> Counts:
+        """The run's counters (rows.Counts): evaluations, verdicts, kernels, operators, problems, generations."""
         def tally(sql: str) -> dict[str, int]:
             return {r["k"]: r["n"] for r in self._read(sql, (run_id,))}
 
         totals = self._one("SELECT COUNT(*) AS kernels, MAX(generation) AS max_generation "
                            "FROM kernels WHERE run_id = ?", (run_id,))
         by_purpose = tally("SELECT purpose AS k, COUNT(*) AS n FROM evaluations WHERE run_id = ? GROUP BY purpose")
-        return {
-            "verdicts": tally("SELECT verdict AS k, COUNT(*) AS n FROM evaluations "
-                              "WHERE run_id = ? AND purpose = 'search' GROUP BY verdict"),
-            "operators": tally("SELECT operator AS k, COUNT(*) AS n FROM kernels WHERE run_id = ? GROUP BY operator"),
-            "problems": tally("SELECT problem AS k, COUNT(*) AS n FROM kernels "
-                              "WHERE run_id = ? AND source = '' GROUP BY problem"),
-            "kernels": totals["kernels"],
-            "max_generation": totals["max_generation"],
-            "evaluations": by_purpose.get("search", 0),
-            "evaluations_by_purpose": by_purpose,
-        }
+        return Counts(
+            verdicts=tally("SELECT verdict AS k, COUNT(*) AS n FROM evaluations "
+                           "WHERE run_id = ? AND purpose = 'search' GROUP BY verdict"),
+            operators=tally("SELECT operator AS k, COUNT(*) AS n FROM kernels WHERE run_id = ? GROUP BY operator"),
+            problems=tally("SELECT problem AS k, COUNT(*) AS n FROM kernels "
+                           "WHERE run_id = ? AND source = '' GROUP BY problem"),
+            kernels=totals["kernels"], max_generation=totals["max_generation"],
+            evaluations=by_purpose.get("search", 0), evaluations_by_purpose=by_purpose)

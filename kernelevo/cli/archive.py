@@ -60,8 +60,8 @@ def _run_rows(store: Archive, runs: list) -> list[dict]:
         counts, best = store.counts(r.id), _best(store, r.id)
         rows.append({"id": r.id, "task": r.task_name, "status": r.status, "started": _when(r.created_at),
                      "finished": _when(r.finished_at), "model": r.config.get("model"),
-                     "kernels": counts["kernels"], "evaluations": counts["evaluations"],
-                     "ok": counts["verdicts"].get("ok", 0), "best_speedup": best["speedup_eager"] if best else None,
+                     "kernels": counts.kernels, "evaluations": counts.evaluations,
+                     "ok": counts.verdicts.get("ok", 0), "best_speedup": best["speedup_eager"] if best else None,
                      "best_speedup_ci": best["speedup_eager_ci"] if best else None,
                      "best_kernel": best["id"] if best else None, "cost_usd": store.spend(r.id).cost_usd})
     return rows

@@ -178,8 +178,8 @@ def summary_rows(outcome: Any) -> list[tuple[str, str]]:
              ("asked once", repeats_text(calls)),
              *((f"model {row['model']}", model_text(row, summary.dropped.get(row["model"]))) for row in summary.models),
              *((f"format {row['format']}", format_text(row)) for row in summary.formats),
-             ("candidates judged", str(counts.get("evaluations", 0))),
-             ("verdicts", ", ".join(f"{k} {v}" for k, v in sorted((counts.get("verdicts") or {}).items())) or "-")]
+             ("candidates judged", str(counts.evaluations)),
+             ("verdicts", ", ".join(f"{k} {v}" for k, v in sorted(counts.verdicts.items())) or "-")]
     return rows
 
 
