@@ -112,7 +112,7 @@ class RunState:
         self._call_ids: dict[int, int] = {}
         self._lock = threading.Lock()
         self._rows_at_start = archive.kernels(run_id=run_id)  # read once: population, stats, leftovers
-        self.profiles = {k: Profile.from_dict(p) for k, p in archive.profiles(run_id).items()}
+        self.profiles = archive.profiles(run_id)
         # judged children only; unjudged ones are re-judged by the caller, and so is an unconfirmed best
         members, self.unconfirmed = resumed_members(self._rows_at_start, archive.remeasurements(run_id), baseline)
         self.population = Population(members)

@@ -121,7 +121,7 @@ def test_optimize_starter_task_on_the_gpu(name, tmp_path):
     assert "replies judged" in screen and "calls per operator" in screen  # the live panel and the summary
     assert all(len(line) <= 100 for line in screen.replace("\r", "\n").splitlines())  # rich wraps to the terminal
     # the first correct kernel is a new best: profiled, with Nsight Compute where it is installed
-    assert profiles and all(p["sol"] and p["candidate"] for p in profiles.values()), profiles
+    assert profiles and all(p.sol and p.candidate for p in profiles.values()), profiles
     fed = sum("Profile of this kernel on" in request_text(r["body"]) for r in server.requests)
     # the report optimize wrote: every section has data (tests/test_report.py renders it in Chromium)
     with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:

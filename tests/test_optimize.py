@@ -119,7 +119,7 @@ def test_optimize_end_to_end_on_the_cpu(tmp_path):
     assert {k["specialized"] for k in kernels if k["verdict"] == "ok"} == {0}
     assert top and top[0]["shapes"]["supported"] and top[0]["shapes"]["specialized"] is False
     # new bests are profiled; a kernel is mutated once its profile is in, which the prompt then shows
-    assert profiles and all(p["backend"] == "cpu" and p["sol"]["bound_ms"] > 0 for p in profiles.values())
+    assert profiles and all(p.backend == "cpu" and p.sol.bound_ms > 0 for p in profiles.values())
     assert any("Profile of this kernel on" in text and "Speed of light" in text for text in prompts)
     rejected = {k["reason"] for k in kernels if k.get("verdict") == "rejected"}
     assert rejected == {"cached_result"}  # the cheat, caught inside the loop

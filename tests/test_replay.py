@@ -140,7 +140,7 @@ def test_replayed_search_spends_every_reply_and_stops_on_an_outage(tmp_path):
                 for k in kernels if k["verdict"] == "ok"}  # what the loop saw (the final re-judgement came later)
     with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
         far = {kid for kid, p in archive.profiles(run.id).items()
-               if (p.get("sol") or {}).get("candidate_pct") is not None and p["sol"]["candidate_pct"] < FAR}
+               if p.sol is not None and p.sol.candidate_pct is not None and p.sol.candidate_pct < FAR}
     tuned = [k for k in kernels if k["operator"] == "tune"]
     assert tuned, "no tune child in the replay"
     for t in tuned:

@@ -156,7 +156,7 @@ def _top_kernels(store: Archive, kernels: list[dict], by_id: dict[int, dict], pr
                     "parent_speedup": parent.get("speedup_eager") if parent else None,
                     "parent_speedup_ci": parent.get("speedup_eager_ci") if parent else None,
                     "diff": _diff(parent["source"], k["source"], parent["id"], k["id"]) if parent else "",
-                    "profile": profile_summary(profiles.get(k["id"])), "thinking": k.get("thinking") or "", "account": k.get("account") or "",
+                    "profile": profile_summary(profiles[k["id"]].to_dict() if k["id"] in profiles else None), "thinking": k.get("thinking") or "", "account": k.get("account") or "",
                     "shapes": _shapes(store, k["evaluation_id"])})
     return out
 

@@ -7,7 +7,7 @@ import json
 import time
 from collections.abc import Sequence
 
-from kernelevo.evaluation import Evaluation
+from kernelevo.evaluation import Evaluation, Profile
 from kernelevo.tasks import source_hash as hash_source
 
 from ..rows import (EVAL_COLUMNS, ORIGINS, PARENT_STONE, PURPOSES, check_choice, dumps, eval_values, evaluation_row,
@@ -125,11 +125,11 @@ class KernelsMixin(Store):
         self._expect_one(self._write("UPDATE evaluations SET profile = ? WHERE id = ?",
                                      (dumps(profile), evaluation_id)), "evaluation", evaluation_id)
 
-    def profiles(self, run_id: str) -> dict[int, dict]:
+    def profiles(self, run_id: str) -> dict[int, Profile]:
         """kernel id -> the latest profile stored with one of its evaluations in the run."""
         rows = self._read("SELECT kernel_id, profile FROM evaluations WHERE run_id = ? AND profile IS NOT NULL "
                           "ORDER BY id", (run_id,))
-        return {r["kernel_id"]: loads(r["profile"]) for r in rows}
+        return {r["kernel_id"]: Profile.from_dict(loads(r["profile"])) for r in rows}
 
     def mark_stepping_stone(self, kernel_id: int, reason: str, via: int | None = None) -> None:
         """Mark a kernel as a stepping stone for `reason`, or, with `via`, as the parent of kernel
