@@ -103,6 +103,20 @@ class Counts:
 
 
 @dataclass(frozen=True)
+class ReflectionRecord:
+    """A reflection as stored: the analysis a reflect call wrote of measured variants (`variant_ids`, fastest
+    first as the prompt showed them), and the kernel that came of it, once there is one."""
+
+    id: int
+    run_id: str
+    kernel_id: int | None
+    llm_call_id: int | None
+    analysis: str
+    variant_ids: list
+    created_at: float
+
+
+@dataclass(frozen=True)
 class EventRecord:
     """Something that happened in a run (or, with no run, in the archive), in the order written: its kind and
     its data, whose fields the kind decides."""

@@ -222,12 +222,12 @@ class RunState:
         format the call asks for (the run's first, unless given)."""
         speedups = {m.kernel_id: m.figures.speedup_eager for m in self.population.members}
         where = {m.kernel_id: m.lineage.island for m in self.population.members}
-        latest: dict[int, dict] = {}
+        latest = {}
         for r in self.archive.reflections(run_id=self.run_id):  # oldest first: the newest of an island wins
-            latest[where.get((r["variant_ids"] or [None])[0], 0)] = r
+            latest[where.get((r.variant_ids or [None])[0], 0)] = r
         shown = sorted(((i, r) for i, r in latest.items() if not (operator == "reflect" and i == island)),
-                       key=lambda item: -item[1]["id"])[:INSIGHTS]
-        analyses = [insight(r["analysis"], [(k, speedups.get(k)) for k in r["variant_ids"]]) for _, r in shown]
+                       key=lambda item: -item[1].id)[:INSIGHTS]
+        analyses = [insight(r.analysis, [(k, speedups.get(k)) for k in r.variant_ids]) for _, r in shown]
         target = dataclasses.replace(self.base_context.target, format=fmt or self.formats[0])
         return dataclasses.replace(self.base_context, target=target, insights=tuple(analyses))
 

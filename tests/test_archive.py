@@ -326,7 +326,7 @@ def test_stepping_stones_and_reflections(archive, run, tmp_path):
     rid = archive.add_reflection(run_id, reflect_call, "fast wins by coalescing", [fast, slow])
     archive.set_reflection_kernel(rid, plain)
     [r] = archive.reflections(task_id=task_id)
-    assert (r["variant_ids"], r["kernel_id"], r["llm_call_id"]) == ([fast, slow], plain, reflect_call)
+    assert (r.variant_ids, r.kernel_id, r.llm_call_id) == ([fast, slow], plain, reflect_call)
     assert archive.reflections(run_id=run_id) == [r] and archive.reflections(task_id=other_task) == []
 
     # later prompts show the analysis with what its letters named (speedups of the search)

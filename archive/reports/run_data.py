@@ -53,7 +53,7 @@ def report_data(store: Archive, run_id: str, top: int = TOP_KERNELS) -> dict[str
         "models": _repeats(_yield_by(kernels, timeline, usage, "model", lambda k: models.get(k["id"]) or "(none)"),
                            repeats, "model"),
         "formats": _yield_by(kernels, timeline, usage, "format", lambda k: formats[k["id"]]),
-        "reflections": [{"kernel": r["kernel_id"], "analysis": r["analysis"], "variants": r.get("variant_ids")}
+        "reflections": [{"kernel": r.kernel_id, "analysis": r.analysis, "variants": r.variant_ids}
                         for r in store.reflections(run_id=run_id)],
         "generated_at": time.strftime("%Y-%m-%d %H:%M", time.localtime()),
     }

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from kernelevo.evaluation import Evaluation, Profile
 from kernelevo.tasks import source_hash as hash_source
 
-from ..rows import (EVAL_COLUMNS, ORIGINS, PARENT_STONE, PURPOSES, check_choice, dumps, eval_values, evaluation_row,
-                    intervals, kernel_row, loads, unique)
+from ..rows import (EVAL_COLUMNS, ORIGINS, PARENT_STONE, PURPOSES, ReflectionRecord, check_choice, dumps,
+                    eval_values, evaluation_row, intervals, kernel_row, loads, unique)
 from .connection import Store
 
 # The fields of one evaluation that every kernel row carries (None when there is none).
@@ -152,14 +152,12 @@ class KernelsMixin(Store):
         self._expect_one(self._write("UPDATE reflections SET kernel_id = ? WHERE id = ?",
                                      (kernel_id, reflection_id)), "reflection", reflection_id)
 
-    def reflections(self, run_id: str | None = None, task_id: int | None = None) -> list[dict]:
-        """Reflections oldest first, of a run, of every run of a task, or all; variant_ids parsed."""
+    def reflections(self, run_id: str | None = None, task_id: int | None = None) -> list[ReflectionRecord]:
+        """Reflections oldest first, of a run, of every run of a task, or all."""
         rows = self._read("SELECT f.* FROM reflections f LEFT JOIN runs r ON r.id = f.run_id "
                           "WHERE (:run IS NULL OR f.run_id = :run) AND (:task IS NULL OR r.task_id = :task) "
                           "ORDER BY f.id", {"run": run_id, "task": task_id})
-        for row in rows:
-            row["variant_ids"] = loads(row["variant_ids"])
-        return rows
+        return [ReflectionRecord(**{**row, "variant_ids": loads(row["variant_ids"]) or []}) for row in rows]
 
     # ---- reading kernels back --------------------------------------------------------------
 
