@@ -117,6 +117,18 @@ class ReflectionRecord:
 
 
 @dataclass(frozen=True)
+class AnsweredCall:
+    """One answered call of a run, as a replay serves it again: the operator that asked, the reply, the hash of
+    the prompt it answered, and the provider and model that wrote it ('replay' where it was itself replayed)."""
+
+    operator: str
+    reply: str
+    prompt_hash: str
+    provider: str
+    model: str
+
+
+@dataclass(frozen=True)
 class EventRecord:
     """Something that happened in a run (or, with no run, in the archive), in the order written: its kind and
     its data, whose fields the kind decides."""

@@ -6,7 +6,7 @@ import time
 
 from kernelevo.llm_call import LLMCall
 
-from ..rows import LLM_COLUMNS, PARENT_STONE, Counts, Spend, call_operator, intervals, llm_values
+from ..rows import LLM_COLUMNS, PARENT_STONE, AnsweredCall, Counts, Spend, call_operator, intervals, llm_values
 from .connection import Store
 
 
@@ -69,11 +69,11 @@ class CallsMixin(Store):
             "SELECT DISTINCT prompt_hash FROM llm_calls WHERE run_id = ? AND prompt_hash != '' AND outcome = 'ok'",
             (run_id,))}
 
-    def recorded_replies(self, run_id: str) -> list[dict]:
-        """A run's answered calls in the order they were made: {'operator', 'reply', 'prompt_hash', 'provider',
-        'model'} (a replay's recording: agent/replay.py)."""
-        return self._read("SELECT operator, reply, prompt_hash, provider, model FROM llm_calls WHERE run_id = ? AND outcome = 'ok' "
-                          "AND reply != '' ORDER BY id", (run_id,))
+    def recorded_replies(self, run_id: str) -> list[AnsweredCall]:
+        """A run's answered calls in the order they were made (a replay's recording: agent/replay.py)."""
+        return [AnsweredCall(**row) for row in self._read(
+            "SELECT operator, reply, prompt_hash, provider, model FROM llm_calls WHERE run_id = ? AND outcome = 'ok' "
+            "AND reply != '' ORDER BY id", (run_id,))]
 
     def replayed_requests(self, run_id: str) -> list[str]:
         """The request ids of a run's calls answered from a recording ('replay:SOURCE#N': which reply it was)."""
