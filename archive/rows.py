@@ -117,6 +117,20 @@ class ReflectionRecord:
 
 
 @dataclass(frozen=True)
+class OperatorYield:
+    """What one operator's calls in a run came to: `calls` (follow-ups and the functional rewrite count for the
+    operator they serve), `replies` (calls whose reply came back), `judged` (those whose kernel went to the judge:
+    not a copy, not unparsable), `copies` (replies that were a kernel the run had) and `repeats` (prompts not sent:
+    answered before)."""
+
+    calls: int = 0
+    replies: int = 0
+    judged: int = 0
+    copies: int = 0
+    repeats: int = 0
+
+
+@dataclass(frozen=True)
 class AnsweredCall:
     """One answered call of a run, as a replay serves it again: the operator that asked, the reply, the hash of
     the prompt it answered, and the provider and model that wrote it ('replay' where it was itself replayed)."""

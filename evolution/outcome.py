@@ -82,7 +82,7 @@ class RunSummary:
 
     spend: Spend = field(default_factory=Spend)
     counts: Counts = field(default_factory=Counts)
-    calls: dict = field(default_factory=dict)
+    calls: dict = field(default_factory=dict)  # operator -> OperatorYield
     models: tuple[dict, ...] = ()
     formats: tuple[dict, ...] = ()
     dropped: dict = field(default_factory=dict)  # model -> why it dropped out

@@ -80,7 +80,7 @@ def test_a_model_that_always_answers_the_same_kernel_is_told_so_and_never_asked_
     told = "your reply was the same code as kernel 1"
     later = [text for i, text in enumerate(sent, 1) if i > first_copy]
     assert later and all(told in text for text in later), [t.rsplit("# Your job", 1)[-1][:400] for t in later]
-    assert sum(row["copies"] for row in calls.values()) == len(copies)
+    assert sum(row.copies for row in calls.values()) == len(copies)
     assert all(r["account"].endswith("Idea: scale, shift and clamp each row in one pass.") for r in rows
                if r["llm_call_id"] is not None)
     summary = " ".join(done.stdout.split())

@@ -134,8 +134,8 @@ def test_optimize_starter_task_on_the_gpu(name, tmp_path):
         assert any(t["diff"] and t["operator"] == "mutate" for t in data["top"]), data["top"]
     assert len(data["operators"]) >= 3 and data["models"][0]["cost_usd"] > 0
     record = {"task": name, "exit": code, "kernels": len(kernels), "verdicts": verdicts,
-              "replies": sum(c["replies"] for c in calls.values()), "judged": sum(c["judged"] for c in calls.values()),
-              "calls_by_operator": {op: c["calls"] for op, c in calls.items()},
+              "replies": sum(c.replies for c in calls.values()), "judged": sum(c.judged for c in calls.values()),
+              "calls_by_operator": {op: c.calls for op, c in calls.items()},
               "copies_skipped": sum(1 for k in kernels if k["problem"].startswith(("copy:", "renamed_copy:"))),
               "devices": sorted({e["device"] for k in kernels for e in archive_evaluations(tmp_path, k["id"])}),
               "final_speedup_eager": finals[-1]["speedup_eager"], "final_speedup_compile": finals[-1]["speedup_compile"]}

@@ -114,7 +114,7 @@ def test_replayed_search_spends_every_reply_and_stops_on_an_outage(tmp_path):
     assert len(crossed) == len(set(crossed))  # no crossover prompt sent twice
 
     # yield and share of calls per operator, in the archive and the summary
-    assert sum(c["judged"] for c in calls.values()) == sum(1 for k in kernels if k["verdict"] and k["operator"] != "tune")
+    assert sum(c.judged for c in calls.values()) == sum(1 for k in kernels if k["verdict"] and k["operator"] != "tune")
     assert "calls per operator" in done.stdout and "replies judged" in done.stdout
 
     # never two identical prompts in flight at once

@@ -6,7 +6,7 @@ import time
 
 from kernelevo.llm_call import LLMCall
 
-from ..rows import LLM_COLUMNS, PARENT_STONE, AnsweredCall, Counts, Spend, call_operator, intervals, llm_values
+from ..rows import LLM_COLUMNS, PARENT_STONE, AnsweredCall, Counts, OperatorYield, Spend, call_operator, intervals, llm_values
 from .connection import Store
 
 
@@ -100,12 +100,8 @@ class CallsMixin(Store):
             costs[op] = costs.get(op, 0.0) + r["cost"]
         return costs
 
-    def call_yield(self, run_id: str) -> dict[str, dict]:
-        """Per operator of a run: `calls` (follow-ups and the functional rewrite count for the
-        operator they serve), `replies` (operator calls whose reply came back: kernel rows of a call
-        that did not fail),
-        `judged` (those replies whose kernel went to the judge: not a copy, not unparsable), `copies`
-        (replies that were a kernel the run had) and `repeats` (prompts not sent: answered before)."""
+    def call_yield(self, run_id: str) -> dict[str, OperatorYield]:
+        """Per operator of a run, what its calls came to (rows.OperatorYield)."""
         out: dict[str, dict] = {}
         for r in self._read("SELECT operator, COUNT(*) AS calls FROM llm_calls WHERE run_id = ? GROUP BY operator",
                             (run_id,)):
@@ -121,10 +117,7 @@ class CallsMixin(Store):
         for event in self.events(run_id, kind="prompt_repeat"):
             row = out.setdefault(event.data["operator"], {"calls": 0, "replies": 0, "judged": 0})
             row["repeats"] = row.get("repeats", 0) + 1
-        for row in out.values():
-            row.setdefault("copies", 0)
-            row.setdefault("repeats", 0)
-        return out
+        return {op: OperatorYield(**row) for op, row in out.items()}
 
     def call_models(self, run_id: str) -> dict[int, str]:
         """LLM call id -> the ensemble member that answered it (its label), for a run's calls."""

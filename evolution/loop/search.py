@@ -77,8 +77,8 @@ class Search(Planning, Children):
         p.replayed = spend.replayed
         p.cache_hit = spend.cache_read_tokens / spend.prompt_tokens if spend.prompt_tokens else None
         calls = self.archive.call_yield(self.state.run_id)
-        p.calls_by_operator = {op: row["calls"] for op, row in calls.items() if row["calls"]}
-        p.replies, p.replies_judged = (sum(row[k] for row in calls.values()) for k in ("replies", "judged"))
+        p.calls_by_operator = {op: row.calls for op, row in calls.items() if row.calls}
+        p.replies, p.replies_judged = sum(r.replies for r in calls.values()), sum(r.judged for r in calls.values())
         models = self.archive.model_yield(self.state.run_id)
         self.ensemble.update(models)  # what the next calls' models are chosen by
         p.models, p.dropped = by_model(models, self.ensemble.labels), dict(self.ensemble.dropped)

@@ -130,13 +130,13 @@ class LiveProgress(LivePanel):
         self.show(lines(progress, self.limits))
 
 
-def repeats_text(calls: dict) -> str:
+def repeats_text(calls: dict) -> str:  # operator -> OperatorYield
     """'mutate: 2 prompts not sent again, 1 reply a copy; ...': per operator, the prompts not sent
     because they were answered before, and the replies that copied a kernel the run had."""
     parts = []
     for op, row in sorted(calls.items()):
-        said = [f"{n} {what}" for n, what in ((row.get("repeats", 0), "prompts not sent again"),
-                                               (row.get("copies", 0), "replies copies of a kernel")) if n]
+        said = [f"{n} {what}" for n, what in ((row.repeats, "prompts not sent again"),
+                                               (row.copies, "replies copies of a kernel")) if n]
         if said:
             parts.append(f"{op}: {', '.join(said)}")
     return "; ".join(parts) or "no prompt repeated, no reply a copy"
@@ -169,11 +169,11 @@ def summary_rows(outcome: Any) -> list[tuple[str, str]]:
     if spend.unknown_cost_calls:
         cost += f" + {spend.unknown_cost_calls} calls of unknown cost"
     calls = summary.calls
-    replies, judged = (sum(row[k] for row in calls.values()) for k in ("replies", "judged"))
+    replies, judged = sum(r.replies for r in calls.values()), sum(r.judged for r in calls.values())
     replayed = f", {spend.replayed} of them replayed" if spend.replayed else ""
     rows += [("LLM calls", f"{spend.calls} ({cost}{replayed})"),
              *((f"replay {label}", note) for label, note in summary.replays.items()),
-             ("calls per operator", call_shares({op: row["calls"] for op, row in calls.items() if row["calls"]})),
+             ("calls per operator", call_shares({op: row.calls for op, row in calls.items() if row.calls})),
              ("yield", f"{judged} of {replies} replies judged" if replies else "-"),
              ("asked once", repeats_text(calls)),
              *((f"model {row['model']}", model_text(row, summary.dropped.get(row["model"]))) for row in summary.models),
