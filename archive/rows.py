@@ -11,7 +11,6 @@ import secrets
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kernelevo.evaluation import Evaluation, Verdict
@@ -19,6 +18,8 @@ from kernelevo.llm_call import LLMCall
 
 if TYPE_CHECKING:  # numpy is imported lazily: opening an archive must not pay for it
     import numpy
+
+    from .records import FormatYield, ModelYield
 
 RUN_STATUSES = ("running", "finished", "stopped", "budget", "failed")
 BENCH_STATUSES = ("running", "finished", "stopped")
@@ -41,206 +42,6 @@ EVAL_COLUMNS = ("verdict", "reason", "message", "speedup_eager", "speedup_eager_
                 "candidate_ms", "eager_ms", "compiled_ms", "device", "device_name", "torch_version",
                 "build_s", "device_s", "wall_s", "data", "specialized", "speedup_eager_lo", "speedup_eager_hi",
                 "speedup_compile_lo", "speedup_compile_hi")
-
-
-@dataclass(frozen=True)
-class BenchRecord:
-    """A bench as stored: its suite, mode (search or candidates), the settings it started with (`config`, which a
-    resumed bench goes on with), where it ran and how it stands; `benches()` also counts its tasks and those done."""
-
-    id: str
-    suite: str
-    mode: str
-    config: dict
-    device_name: str
-    torch_version: str
-    status: str
-    created_at: float
-    finished_at: float | None
-    tasks: int | None = None
-    done: int | None = None
-
-    @classmethod
-    def of(cls, row: dict) -> "BenchRecord":
-        """From a `benches` row (its config still JSON text)."""
-        return cls(**{**row, "config": loads(row["config"]) or {}})
-
-
-@dataclass(frozen=True)
-class Spend:
-    """A run's LLM calls summed: how many, failed, replayed (answered from a recording, at no cost), the sum of the
-    known costs and how many had none, and the token sums."""
-
-    calls: int = 0
-    failed_calls: int = 0
-    replayed: int = 0
-    cost_usd: float = 0.0
-    unknown_cost_calls: int = 0
-    input_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    output_tokens: int = 0
-    reasoning_tokens: int = 0
-
-    @property
-    def prompt_tokens(self) -> int:
-        """Every token a prompt sent: new, read from the provider's cache, written to it."""
-        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
-
-
-@dataclass(frozen=True)
-class Counts:
-    """A run's counters, always derived from its rows: search evaluations (and by verdict), every evaluation by
-    purpose, kernels (by operator, the highest generation), and the kernels without a source by problem."""
-
-    kernels: int = 0
-    max_generation: int | None = None  # None before a kernel
-    evaluations: int = 0  # the search's judgements (not its final or re-measurements)
-    verdicts: dict = field(default_factory=dict)  # verdict -> search evaluations
-    operators: dict = field(default_factory=dict)  # operator -> kernels
-    problems: dict = field(default_factory=dict)  # problem -> kernels with no source (a failed call, an edit)
-    evaluations_by_purpose: dict = field(default_factory=dict)  # purpose -> evaluations
-
-
-@dataclass(frozen=True)
-class ReflectionRecord:
-    """A reflection as stored: the analysis a reflect call wrote of measured variants (`variant_ids`, fastest
-    first as the prompt showed them), and the kernel that came of it, once there is one."""
-
-    id: int
-    run_id: str
-    kernel_id: int | None
-    llm_call_id: int | None
-    analysis: str
-    variant_ids: list
-    created_at: float
-
-
-@dataclass(frozen=True)
-class OperatorYield:
-    """What one operator's calls in a run came to: `calls` (follow-ups and the functional rewrite count for the
-    operator they serve), `replies` (calls whose reply came back), `judged` (those whose kernel went to the judge:
-    not a copy, not unparsable), `copies` (replies that were a kernel the run had) and `repeats` (prompts not sent:
-    answered before)."""
-
-    calls: int = 0
-    replies: int = 0
-    judged: int = 0
-    copies: int = 0
-    repeats: int = 0
-
-
-@dataclass(frozen=True)
-class AnsweredCall:
-    """One answered call of a run, as a replay serves it again: the operator that asked, the reply, the hash of
-    the prompt it answered, and the provider and model that wrote it ('replay' where it was itself replayed)."""
-
-    operator: str
-    reply: str
-    prompt_hash: str
-    provider: str
-    model: str
-
-
-@dataclass(frozen=True)
-class EventRecord:
-    """Something that happened in a run (or, with no run, in the archive), in the order written: its kind and
-    its data, whose fields the kind decides."""
-
-    id: int
-    run_id: str | None
-    at: float
-    kind: str
-    data: dict
-
-
-@dataclass(frozen=True)
-class TaskRecord:
-    """A task as stored: a module to speed up, once per source hash (its first name kept)."""
-
-    id: int
-    source_hash: str
-    name: str
-    source: str
-    created_at: float
-
-
-@dataclass(frozen=True)
-class RunRecord:
-    """A run as stored: one search on a task, the settings it started with (`config`, which a resumed run goes on
-    with), its seed, where it ran, how it stands and why it stopped, with its task's hash and name."""
-
-    id: str
-    task_id: int
-    created_at: float
-    config: dict
-    seed: int | None
-    device: str | None
-    gpu_name: str | None
-    torch_version: str | None
-    cuda_version: str | None
-    status: str
-    stop_reason: str | None
-    finished_at: float | None
-    task_hash: str
-    task_name: str
-
-    @classmethod
-    def of(cls, row: dict) -> "RunRecord":
-        """From a `runs` row joined with its task's hash and name (its config still JSON text)."""
-        return cls(**{**row, "config": loads(row["config"]) or {}})
-
-
-@dataclass(frozen=True)
-class BenchTaskRecord:
-    """One task of a bench as stored (`bench_tasks`: where it stands, its run and the evaluation behind its figures),
-    with that evaluation's figures (`evaluation`: its whole record), its run's status and stop reason, its LLM calls
-    (`replayed`: those answered from a recording), their known cost and tokens, its run's speed of light (`bound`;
-    `bound_beaten`: a kernel ran faster than it) and the fastest of its kernels as the search holds them
-    (`search_speedup_*`: each kernel's latest figure), which a task still searching has. A change is a new record
-    (`dataclasses.replace`), never a patched one."""
-
-    bench_id: str
-    position: int
-    path: str
-    name: str
-    status: str
-    task_id: int | None = None
-    run_id: str | None = None
-    kernel_id: int | None = None
-    evaluation_id: int | None = None
-    degenerate: str | None = None
-    error: str | None = None
-    wall_s: float | None = None
-    verdict: str | None = None
-    reason: str | None = None
-    speedup_eager: float | None = None
-    speedup_compile: float | None = None
-    speedup_eager_ci: list | None = None  # [low, high] (95 %), None where not measured
-    speedup_compile_ci: list | None = None
-    specialized: int | None = None
-    device_name: str | None = None
-    device: str | None = None
-    evaluation: dict | None = None
-    run_status: str | None = None
-    stop_reason: str | None = None
-    calls: int = 0
-    cost_usd: float = 0.0
-    unknown_cost_calls: int = 0
-    replayed: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    bound: dict | None = None
-    bound_beaten: int = 0
-    search_speedup_eager: float | None = None
-    search_speedup_compile: float | None = None
-
-    @classmethod
-    def of(cls, row: dict) -> "BenchTaskRecord":
-        """From a row of Store.bench_tasks' query (JSON columns still text, intervals as `_lo`/`_hi` columns)."""
-        row = intervals({**row, "evaluation": loads(row["evaluation"]), "bound": loads(row["bound"])})
-        return cls(**{**row, "input_tokens": int(row["input_tokens"] or 0),
-                      "output_tokens": int(row["output_tokens"] or 0)})
 
 
 def new_run_id(now: float | None = None, prefix: str = "r") -> str:
@@ -299,21 +100,21 @@ def own_improvement(kernel: dict) -> bool:
     return bool(kernel.get("stepping_stone")) and not (kernel.get("stone_reason") or "").startswith(PARENT_STONE)
 
 
-def _summed(rows: Iterable[dict], key: str, sums: tuple[str, ...], names: Iterable[str]) -> dict[str, dict]:
-    """`rows` summed over `sums` per row[key]: `names` first (zeros for one without a row), then
-    others as first seen; a row with an empty key is left out. cost_usd rounded."""
+def _summed(rows: Iterable, key: str, sums: tuple[str, ...], names: Iterable[str]) -> dict[str, dict]:
+    """Yield records summed over their fields `sums` per field `key`: `names` first (zeros for one without a row),
+    then others as first seen; a row with an empty key is left out. cost_usd rounded."""
     out: dict[str, dict] = {n: {key: n, **{k: 0 for k in sums}} for n in names}
     for r in rows:
-        if r[key]:
-            g = out.setdefault(r[key], {key: r[key], **{k: 0 for k in sums}})
+        if getattr(r, key):
+            g = out.setdefault(getattr(r, key), {key: getattr(r, key), **{k: 0 for k in sums}})
             for k in sums:
-                g[k] += r[k]
+                g[k] += getattr(r, k)
     for g in out.values():
         g["cost_usd"] = round(g["cost_usd"], 6)
     return out
 
 
-def by_format(rows: Iterable[dict], best: dict[str, dict], names: Iterable[str] = ()) -> list[dict]:
+def by_format(rows: Iterable[FormatYield], best: dict[str, dict], names: Iterable[str] = ()) -> list[dict]:
     """Archive.format_yield rows summed per asked format, `names` first (zeros for one not asked
     yet), with the format's fastest correct kernel from Archive.format_best: calls, cost_usd,
     attempts, judged, correct, improvements, best (kernel id or None), best_speedup, best_speedup_ci."""
@@ -325,7 +126,7 @@ def by_format(rows: Iterable[dict], best: dict[str, dict], names: Iterable[str] 
     return list(out.values())
 
 
-def by_model(rows: Iterable[dict], names: Iterable[str] = ()) -> list[dict]:
+def by_model(rows: Iterable[ModelYield], names: Iterable[str] = ()) -> list[dict]:
     """Archive.model_yield rows summed per model: `names` first (zeros for one without a call yet),
     then others as first seen. Each: calls, cost_usd, unknown_cost_calls, attempts, replies, judged,
     correct, improvements, and improvements_per_usd (None while nothing known was spent)."""

@@ -15,6 +15,7 @@ archive holds them; plus each format's mean build seconds (a Triton build includ
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import os
@@ -86,7 +87,7 @@ def run_task(task: str, folder: Path, calls: int, device: str) -> dict:
                 if e["purpose"] == "search" and e["data"].get("build_s") is not None:
                     builds.setdefault(k["format"], []).append(e["data"]["build_s"])
     return {"exit": done.returncode, "wall_s": round(time.monotonic() - started, 1), "run": run.id,
-            "stop_reason": run.stop_reason, "formats": rows, "best": best,
+            "stop_reason": run.stop_reason, "formats": [dataclasses.asdict(r) for r in rows], "best": best,
             "build_s_mean": {f: round(statistics.mean(xs), 3) for f, xs in builds.items()},
             "summary": [line for line in done.stdout.splitlines() if line.strip()][-16:],
             "stderr_tail": done.stderr[-1500:] if done.returncode not in (0, 3) else ""}

@@ -92,21 +92,21 @@ class Ensemble:
         self.dropped[label] = reason
         return True
 
-    def update(self, rows: Iterable[Mapping]) -> None:
+    def update(self, rows: Iterable) -> None:  # Archive.model_yield: ModelYield records
         """The statistics the choice reads, from Archive.model_yield rows of this run."""
         self.per_operator, self.overall = stats_from_rows(rows)
 
 
-def stats_from_rows(rows: Iterable[Mapping]) -> tuple[dict[tuple[str, str], OperatorStats], dict[str, OperatorStats]]:
+def stats_from_rows(rows: Iterable) -> tuple[dict[tuple[str, str], OperatorStats], dict[str, OperatorStats]]:
     """(operator, model) -> stats, and model -> stats over all operators, from model_yield rows."""
     per: dict[tuple[str, str], OperatorStats] = {}
     overall: dict[str, OperatorStats] = {}
     for r in rows:
-        s = OperatorStats(attempts=r["attempts"], successes=r["correct"], improvements=r["improvements"],
-                          cost_usd=r["cost_usd"], unknown_costs=r["unknown_cost_calls"])
-        per[(r["operator"], r["model"])] = s
-        o = overall.get(r["model"], OperatorStats())
-        overall[r["model"]] = OperatorStats(o.attempts + s.attempts, o.successes + s.successes,
+        s = OperatorStats(attempts=r.attempts, successes=r.correct, improvements=r.improvements,
+                          cost_usd=r.cost_usd, unknown_costs=r.unknown_cost_calls)
+        per[(r.operator, r.model)] = s
+        o = overall.get(r.model, OperatorStats())
+        overall[r.model] = OperatorStats(o.attempts + s.attempts, o.successes + s.successes,
                                             o.improvements + s.improvements, o.cost_usd + s.cost_usd,
                                             o.unknown_costs + s.unknown_costs)
     return per, overall

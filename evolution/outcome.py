@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelevo.evaluation import Evaluation
-from kernelevo.archive.rows import Counts, Spend
+from kernelevo.archive.records import Counts, Spend
 from kernelevo.text import graph_text, loop_text, speedup_text
 
 from .population import BASELINES, Variant

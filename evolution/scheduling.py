@@ -212,13 +212,13 @@ def choose_format(per_model: Mapping[str, OperatorStats], overall: Mapping[str, 
     return rng.choices(list(weights), weights=list(weights.values()), k=1)[0]
 
 
-def format_stats(rows: list[dict], model: str | None = None) -> dict[str, OperatorStats]:
+def format_stats(rows: list, model: str | None = None) -> dict[str, OperatorStats]:
     """Per asked format, the attempts, correct kernels and improvements of Archive.format_yield's
     rows: of one model's calls, or of all (model None)."""
     out: dict[str, OperatorStats] = {}
     for r in rows:
-        if r["format"] and (model is None or r["model"] == model):
-            s = out.get(r["format"], OperatorStats())
-            out[r["format"]] = replace(s, attempts=s.attempts + r["attempts"], successes=s.successes + r["correct"],
-                                       improvements=s.improvements + r["improvements"])
+        if r.format and (model is None or r.model == model):
+            s = out.get(r.format, OperatorStats())
+            out[r.format] = replace(s, attempts=s.attempts + r.attempts, successes=s.successes + r.correct,
+                                    improvements=s.improvements + r.improvements)
     return out

@@ -241,7 +241,7 @@ def test_the_shift_through_the_archive(tmp_path):
 def test_a_resumed_bench_takes_its_own_models():
     from pathlib import Path
 
-    from kernelevo.archive.rows import BenchRecord
+    from kernelevo.archive.records import BenchRecord
     from kernelevo.evolution.drivers.bench import BenchOptions, _as_stored
     from kernelevo.evolution.options import OptimizeOptions
 

@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from kernelevo.evaluation import Verdict
-from kernelevo.archive.rows import BenchTaskRecord
+from kernelevo.archive.records import BenchTaskRecord
 
 P_VALUES = (1.0, 1.2, 1.5, 2.0)
 BASELINES = {"eager": "speedup_eager", "compile": "speedup_compile"}

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 from kernelevo.evaluation import Verdict, faster_beyond_noise
 
 from ..export import profile_summary
-from ..rows import RunRecord, Spend, TaskRecord, announced, call_operator, own_improvement, source_diff
+from ..records import RunRecord, Spend, TaskRecord
+from ..rows import announced, call_operator, own_improvement, source_diff
 
 if TYPE_CHECKING:
     from ..store import Archive

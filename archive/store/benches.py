@@ -7,8 +7,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..rows import (BENCH_STATUSES, BENCH_TASK_FIELDS, BENCH_TASK_STATUSES, BenchRecord, BenchTaskRecord, check_choice, dumps,
-                    new_run_id)
+from ..records import BenchRecord, BenchTaskRecord
+from ..rows import (BENCH_STATUSES, BENCH_TASK_FIELDS, BENCH_TASK_STATUSES, check_choice, dumps, new_run_id)
 from .connection import Store
 
 

@@ -6,7 +6,8 @@ import time
 
 from kernelevo.llm_call import LLMCall
 
-from ..rows import LLM_COLUMNS, PARENT_STONE, AnsweredCall, Counts, OperatorYield, Spend, call_operator, intervals, llm_values
+from ..records import AnsweredCall, Counts, FormatYield, ModelYield, OperatorYield, Spend
+from ..rows import (LLM_COLUMNS, PARENT_STONE, call_operator, intervals, llm_values)
 from .connection import Store
 
 
@@ -101,7 +102,7 @@ class CallsMixin(Store):
         return costs
 
     def call_yield(self, run_id: str) -> dict[str, OperatorYield]:
-        """Per operator of a run, what its calls came to (rows.OperatorYield)."""
+        """Per operator of a run, what its calls came to (records.OperatorYield)."""
         out: dict[str, dict] = {}
         for r in self._read("SELECT operator, COUNT(*) AS calls FROM llm_calls WHERE run_id = ? GROUP BY operator",
                             (run_id,)):
@@ -128,11 +129,8 @@ class CallsMixin(Store):
         """LLM call id -> the candidate format it asked for ('' for none), for a run's calls."""
         return {r["id"]: r["format"] for r in self._read("SELECT id, format FROM llm_calls WHERE run_id = ?", (run_id,))}
 
-    def model_yield(self, run_id: str) -> list[dict]:
-        """Per (operator, model) of a run: `calls`, `cost_usd` (known), `unknown_cost_calls`, and of the
-        kernel rows the model's calls wrote: `attempts`, `replies` (the call did not fail), `judged`
-        (sent to the judge), `correct` (judged ok), `improvements` (its own new island best or niche).
-        A model is its label (the alias the run used), operators as in call_yield."""
+    def model_yield(self, run_id: str) -> list[ModelYield]:
+        """Per (operator, model) of a run, what its calls came to (records.ModelYield); operators as in call_yield."""
         out: dict[tuple[str, str], dict] = {}
 
         def row(operator: str, model: str) -> dict:
@@ -150,12 +148,11 @@ class CallsMixin(Store):
             g = row(r["operator"], r["model"])
             for k in ("attempts", "replies", "judged", "correct", "improvements"):
                 g[k] += r[k]
-        return sorted(out.values(), key=lambda g: (g["model"], g["operator"]))
+        return [ModelYield(**g) for g in sorted(out.values(), key=lambda g: (g["model"], g["operator"]))]
 
-    def format_yield(self, run_id: str) -> list[dict]:
-        """Per (asked format, model) of a run: `calls` (follow-ups included), `cost_usd` (known),
-        and of the kernel rows its calls wrote: `attempts`, `judged`, `correct`, `improvements` (as
-        in model_yield). What each format's calls earn, for the format bandit and the displays."""
+    def format_yield(self, run_id: str) -> list[FormatYield]:
+        """Per (asked format, model) of a run, what its calls came to (records.FormatYield): for the format bandit and
+        the displays."""
         out: dict[tuple[str, str], dict] = {}
 
         def row(fmt: str, model: str) -> dict:
@@ -169,7 +166,7 @@ class CallsMixin(Store):
             g = row(r["format"], r["model"])
             for k in ("attempts", "judged", "correct", "improvements"):
                 g[k] += r[k]
-        return sorted(out.values(), key=lambda g: (g["format"], g["model"]))
+        return [FormatYield(**g) for g in sorted(out.values(), key=lambda g: (g["format"], g["model"]))]
 
     def format_best(self, run_id: str) -> dict[str, dict]:
         """Per kernel format of a run, its fastest kernel judged ok: kernel_id, speedup_eager and
@@ -199,7 +196,7 @@ class CallsMixin(Store):
             "GROUP BY 1, 2, format ORDER BY 1, 2, format", (run_id,))
 
     def counts(self, run_id: str) -> Counts:
-        """The run's counters (rows.Counts): evaluations, verdicts, kernels, operators, problems, generations."""
+        """The run's counters (records.Counts): evaluations, verdicts, kernels, operators, problems, generations."""
         def tally(sql: str) -> dict[str, int]:
             return {r["k"]: r["n"] for r in self._read(sql, (run_id,))}
 

@@ -10,8 +10,9 @@ from collections.abc import Sequence
 from kernelevo.evaluation import Evaluation, Profile
 from kernelevo.tasks import source_hash as hash_source
 
-from ..rows import (EVAL_COLUMNS, ORIGINS, PARENT_STONE, PURPOSES, ReflectionRecord, check_choice, dumps,
-                    eval_values, evaluation_row, intervals, kernel_row, loads, unique)
+from ..records import ReflectionRecord
+from ..rows import (EVAL_COLUMNS, ORIGINS, PARENT_STONE, PURPOSES, check_choice, dumps, eval_values, evaluation_row,
+                    intervals, kernel_row, loads, unique)
 from .connection import Store
 
 # The fields of one evaluation that every kernel row carries (None when there is none).

@@ -5,7 +5,8 @@ from __future__ import annotations
 import sqlite3
 import time
 
-from ..rows import RUN_STATUSES, EventRecord, RunRecord, TaskRecord, check_choice, dumps, loads, new_run_id
+from ..records import EventRecord, RunRecord, TaskRecord
+from ..rows import RUN_STATUSES, check_choice, dumps, loads, new_run_id
 from .connection import Store
 
 

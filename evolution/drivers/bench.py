@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from kernelevo.agent.client import Stop
-from kernelevo.archive.rows import BenchRecord, BenchTaskRecord
+from kernelevo.archive.records import BenchRecord, BenchTaskRecord
 from kernelevo.text import speedup_text
 
 from .. import ensemble as ensembles

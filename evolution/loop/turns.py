@@ -12,7 +12,7 @@ from .. import scheduling
 class Turns:
     def __init__(self, formats: tuple[str, ...], islands: int, island_format: Callable[[int], str]):
         self.formats, self.islands, self.island_format = formats, islands, island_format
-        self.rows: list[dict] = []  # Archive.format_yield as of the search's last refresh (several formats only)
+        self.rows: list = []  # Archive.format_yield as of the search's last refresh (several formats only)
         self.asked: set[str] = set()  # formats this session's calls asked for (the rows may lag behind)
         self.format: str | None = None  # the format drawn for the call being planned
         self._island = -1
@@ -21,7 +21,7 @@ class Turns:
         """With several formats, those no call has asked for yet (none made, none in flight)."""
         if len(self.formats) < 2:
             return []
-        asked = {r["format"] for r in self.rows if r["calls"]} | self.asked
+        asked = {r.format for r in self.rows if r.calls} | self.asked
         return [f for f in self.formats if f not in asked]
 
     def draw_format(self, model: str, rng: random.Random) -> None:

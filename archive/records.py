@@ -1,0 +1,243 @@
+"""The archive's rows as records: what Store's reads return (archive/store/), one frozen dataclass per row family.
+
+Kept apart from rows.py (column values, JSON columns, vectors: the helpers) so that a reader finds every record the
+archive hands out in one place. A change is a new record (`dataclasses.replace`), never a patched one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .rows import intervals, loads
+
+
+@dataclass(frozen=True)
+class BenchRecord:
+    """A bench as stored: its suite, mode (search or candidates), the settings it started with (`config`, which a
+    resumed bench goes on with), where it ran and how it stands; `benches()` also counts its tasks and those done."""
+
+    id: str
+    suite: str
+    mode: str
+    config: dict
+    device_name: str
+    torch_version: str
+    status: str
+    created_at: float
+    finished_at: float | None
+    tasks: int | None = None
+    done: int | None = None
+
+    @classmethod
+    def of(cls, row: dict) -> "BenchRecord":
+        """From a `benches` row (its config still JSON text)."""
+        return cls(**{**row, "config": loads(row["config"]) or {}})
+
+
+@dataclass(frozen=True)
+class Spend:
+    """A run's LLM calls summed: how many, failed, replayed (answered from a recording, at no cost), the sum of the
+    known costs and how many had none, and the token sums."""
+
+    calls: int = 0
+    failed_calls: int = 0
+    replayed: int = 0
+    cost_usd: float = 0.0
+    unknown_cost_calls: int = 0
+    input_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Every token a prompt sent: new, read from the provider's cache, written to it."""
+        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
+
+
+@dataclass(frozen=True)
+class Counts:
+    """A run's counters, always derived from its rows: search evaluations (and by verdict), every evaluation by
+    purpose, kernels (by operator, the highest generation), and the kernels without a source by problem."""
+
+    kernels: int = 0
+    max_generation: int | None = None  # None before a kernel
+    evaluations: int = 0  # the search's judgements (not its final or re-measurements)
+    verdicts: dict = field(default_factory=dict)  # verdict -> search evaluations
+    operators: dict = field(default_factory=dict)  # operator -> kernels
+    problems: dict = field(default_factory=dict)  # problem -> kernels with no source (a failed call, an edit)
+    evaluations_by_purpose: dict = field(default_factory=dict)  # purpose -> evaluations
+
+
+@dataclass(frozen=True)
+class ReflectionRecord:
+    """A reflection as stored: the analysis a reflect call wrote of measured variants (`variant_ids`, fastest
+    first as the prompt showed them), and the kernel that came of it, once there is one."""
+
+    id: int
+    run_id: str
+    kernel_id: int | None
+    llm_call_id: int | None
+    analysis: str
+    variant_ids: list
+    created_at: float
+
+
+@dataclass(frozen=True)
+class OperatorYield:
+    """What one operator's calls in a run came to: `calls` (follow-ups and the functional rewrite count for the
+    operator they serve), `replies` (calls whose reply came back), `judged` (those whose kernel went to the judge:
+    not a copy, not unparsable), `copies` (replies that were a kernel the run had) and `repeats` (prompts not sent:
+    answered before)."""
+
+    calls: int = 0
+    replies: int = 0
+    judged: int = 0
+    copies: int = 0
+    repeats: int = 0
+
+
+@dataclass(frozen=True)
+class ModelYield:
+    """What one model's calls of one operator in a run came to: `calls`, `cost_usd` (known), `unknown_cost_calls`,
+    and of the kernel rows they wrote: `attempts`, `replies` (the call did not fail), `judged` (sent to the judge),
+    `correct` (judged ok), `improvements` (its own new island best or niche). A model is its label."""
+
+    operator: str
+    model: str
+    calls: int = 0
+    cost_usd: float = 0.0
+    unknown_cost_calls: int = 0
+    attempts: int = 0
+    replies: int = 0
+    judged: int = 0
+    correct: int = 0
+    improvements: int = 0
+
+
+@dataclass(frozen=True)
+class FormatYield:
+    """What one model's calls asking for one format came to: `calls` (follow-ups included), `cost_usd` (known),
+    and of the kernel rows they wrote: `attempts`, `judged`, `correct`, `improvements` (as in ModelYield)."""
+
+    format: str
+    model: str
+    calls: int = 0
+    cost_usd: float = 0.0
+    attempts: int = 0
+    judged: int = 0
+    correct: int = 0
+    improvements: int = 0
+
+
+@dataclass(frozen=True)
+class AnsweredCall:
+    """One answered call of a run, as a replay serves it again: the operator that asked, the reply, the hash of
+    the prompt it answered, and the provider and model that wrote it ('replay' where it was itself replayed)."""
+
+    operator: str
+    reply: str
+    prompt_hash: str
+    provider: str
+    model: str
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    """Something that happened in a run (or, with no run, in the archive), in the order written: its kind and
+    its data, whose fields the kind decides."""
+
+    id: int
+    run_id: str | None
+    at: float
+    kind: str
+    data: dict
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    """A task as stored: a module to speed up, once per source hash (its first name kept)."""
+
+    id: int
+    source_hash: str
+    name: str
+    source: str
+    created_at: float
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A run as stored: one search on a task, the settings it started with (`config`, which a resumed run goes on
+    with), its seed, where it ran, how it stands and why it stopped, with its task's hash and name."""
+
+    id: str
+    task_id: int
+    created_at: float
+    config: dict
+    seed: int | None
+    device: str | None
+    gpu_name: str | None
+    torch_version: str | None
+    cuda_version: str | None
+    status: str
+    stop_reason: str | None
+    finished_at: float | None
+    task_hash: str
+    task_name: str
+
+    @classmethod
+    def of(cls, row: dict) -> "RunRecord":
+        """From a `runs` row joined with its task's hash and name (its config still JSON text)."""
+        return cls(**{**row, "config": loads(row["config"]) or {}})
+
+
+@dataclass(frozen=True)
+class BenchTaskRecord:
+    """One task of a bench as stored (`bench_tasks`: where it stands, its run and the evaluation behind its figures),
+    with that evaluation's figures (`evaluation`: its whole record), its run's status and stop reason, its LLM calls
+    (`replayed`: those answered from a recording), their known cost and tokens, its run's speed of light (`bound`;
+    `bound_beaten`: a kernel ran faster than it) and the fastest of its kernels as the search holds them
+    (`search_speedup_*`: each kernel's latest figure), which a task still searching has. A change is a new record
+    (`dataclasses.replace`), never a patched one."""
+
+    bench_id: str
+    position: int
+    path: str
+    name: str
+    status: str
+    task_id: int | None = None
+    run_id: str | None = None
+    kernel_id: int | None = None
+    evaluation_id: int | None = None
+    degenerate: str | None = None
+    error: str | None = None
+    wall_s: float | None = None
+    verdict: str | None = None
+    reason: str | None = None
+    speedup_eager: float | None = None
+    speedup_compile: float | None = None
+    speedup_eager_ci: list | None = None  # [low, high] (95 %), None where not measured
+    speedup_compile_ci: list | None = None
+    specialized: int | None = None
+    device_name: str | None = None
+    device: str | None = None
+    evaluation: dict | None = None
+    run_status: str | None = None
+    stop_reason: str | None = None
+    calls: int = 0
+    cost_usd: float = 0.0
+    unknown_cost_calls: int = 0
+    replayed: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    bound: dict | None = None
+    bound_beaten: int = 0
+    search_speedup_eager: float | None = None
+    search_speedup_compile: float | None = None
+
+    @classmethod
+    def of(cls, row: dict) -> "BenchTaskRecord":
+        """From a row of Store.bench_tasks' query (JSON columns still text, intervals as `_lo`/`_hi` columns)."""
+        row = intervals({**row, "evaluation": loads(row["evaluation"]), "bound": loads(row["bound"])})
+        return cls(**{**row, "input_tokens": int(row["input_tokens"] or 0),
+                      "output_tokens": int(row["output_tokens"] or 0)})
