@@ -62,11 +62,15 @@ class Counts:
 
     kernels: int = 0
     max_generation: int | None = None  # None before a kernel
-    evaluations: int = 0  # the search's judgements (not its final or re-measurements)
     verdicts: dict = field(default_factory=dict)  # verdict -> search evaluations
     operators: dict = field(default_factory=dict)  # operator -> kernels
     problems: dict = field(default_factory=dict)  # problem -> kernels with no source (a failed call, an edit)
     evaluations_by_purpose: dict = field(default_factory=dict)  # purpose -> evaluations
+
+    @property
+    def evaluations(self) -> int:
+        """The search's judgements (not its final figures or re-measurements)."""
+        return self.evaluations_by_purpose.get("search", 0)
 
 
 @dataclass(frozen=True)

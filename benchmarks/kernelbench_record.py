@@ -91,7 +91,10 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     r = record(args.state)
-    print(json.dumps(r, indent=1)) if args.json else print_markdown(r)
+    if args.json:
+        print(json.dumps(r, indent=1))
+    else:
+        print_markdown(r)
 
 
 if __name__ == "__main__":

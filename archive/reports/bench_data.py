@@ -38,8 +38,8 @@ def task_rows(stored: list[BenchTaskRecord]) -> list[dict]:
             "speedup_eager_ci": r.speedup_eager_ci if correct else None,  # [low, high] (95 %)
             "speedup_compile_ci": r.speedup_compile_ci if correct else None,
             "specialized": None if r.specialized is None else bool(r.specialized), "degenerate": r.degenerate or "",
-            "calls": r.calls or 0, "cost_usd": r.cost_usd or 0.0,
-            "unknown_cost_calls": r.unknown_cost_calls or 0, "replayed": r.replayed or 0, "wall_s": r.wall_s or 0.0,
+            "calls": r.calls, "cost_usd": r.cost_usd,
+            "unknown_cost_calls": r.unknown_cost_calls, "replayed": r.replayed, "wall_s": r.wall_s or 0.0,
             "run_id": r.run_id, "kernel_id": r.kernel_id, "device_name": r.device_name or "",
             # which device judged the figures: cuda:1, or on a Ray cluster the node and its GPU
             "device": evaluation.get("node") or r.device or "",

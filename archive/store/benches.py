@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..records import BenchRecord, BenchTaskRecord
-from ..rows import (BENCH_STATUSES, BENCH_TASK_FIELDS, BENCH_TASK_STATUSES, check_choice, dumps, new_run_id)
+from ..rows import BENCH_STATUSES, BENCH_TASK_FIELDS, BENCH_TASK_STATUSES, check_choice, dumps, new_run_id
 from .connection import Store
 
 

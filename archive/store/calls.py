@@ -7,7 +7,7 @@ import time
 from kernelevo.llm_call import LLMCall
 
 from ..records import AnsweredCall, Counts, FormatYield, ModelYield, OperatorYield, Spend
-from ..rows import (LLM_COLUMNS, PARENT_STONE, call_operator, intervals, llm_values)
+from ..rows import LLM_COLUMNS, PARENT_STONE, call_operator, intervals, llm_values
 from .connection import Store
 
 
@@ -209,5 +209,4 @@ class CallsMixin(Store):
             operators=tally("SELECT operator AS k, COUNT(*) AS n FROM kernels WHERE run_id = ? GROUP BY operator"),
             problems=tally("SELECT problem AS k, COUNT(*) AS n FROM kernels "
                            "WHERE run_id = ? AND source = '' GROUP BY problem"),
-            kernels=totals["kernels"], max_generation=totals["max_generation"],
-            evaluations=by_purpose.get("search", 0), evaluations_by_purpose=by_purpose)
+            kernels=totals["kernels"], max_generation=totals["max_generation"], evaluations_by_purpose=by_purpose)

@@ -10,6 +10,10 @@ from ..rows import RUN_STATUSES, check_choice, dumps, loads, new_run_id
 from .connection import Store
 
 
+_RUNS = ("SELECT r.*, t.source_hash AS task_hash, t.name AS task_name FROM runs r "
+         "JOIN tasks t ON t.id = r.task_id")
+
+
 class RunsMixin(Store):
     """Tasks, runs and their events."""
 
@@ -50,16 +54,13 @@ class RunsMixin(Store):
 
     def run(self, run_id: str) -> RunRecord | None:
         """The run (its config parsed, its task's hash and name)."""
-        row = self._one("SELECT r.*, t.source_hash AS task_hash, t.name AS task_name FROM runs r "
-                        "JOIN tasks t ON t.id = r.task_id WHERE r.id = ?", (run_id,))
+        row = self._one(f"{_RUNS} WHERE r.id = ?", (run_id,))
         return RunRecord.of(row) if row else None
 
     def runs(self, task_id: int | None = None) -> list[RunRecord]:
         """Runs oldest first, of one task or of all."""
         return [RunRecord.of(row) for row in self._read(
-            "SELECT r.*, t.source_hash AS task_hash, t.name AS task_name FROM runs r "
-            "JOIN tasks t ON t.id = r.task_id WHERE ? IS NULL OR r.task_id = ? "
-            "ORDER BY r.created_at, r.id", (task_id, task_id))]
+            f"{_RUNS} WHERE ? IS NULL OR r.task_id = ? ORDER BY r.created_at, r.id", (task_id, task_id))]
 
     def finish_run(self, run_id: str, status: str, stop_reason: str) -> None:
         check_choice(status, RUN_STATUSES, "run status")
