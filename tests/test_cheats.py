@@ -16,7 +16,7 @@ from conftest import FIXTURES, run_cli
 
 CHEATS = FIXTURES / "cheats" / "cpu"
 FAST = TimingConfig(min_reps=10, max_seconds=0.3, target_rel_ci=0.02)
-HONEST = [FIXTURES / "cpu" / "ok_c.py", FIXTURES / "cpu" / "offset_ok_c.py"]
+HONEST = [FIXTURES / "cpu" / "ok_c.py", FIXTURES / "cpu" / "offset_ok_c.py", FIXTURES / "cpu" / "matmul_ok_c.py"]
 
 
 def header(path, key: str) -> str | None:

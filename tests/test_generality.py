@@ -425,3 +425,23 @@ def test_probes_never_compute_the_output_of_a_trials_own_inputs():
     assert ref.finite_on([x]) and not ref.keeps_state([x])
     assert len(seen) == 3 and not any(torch.equal(s, x) for s in seen)
     assert all(torch.equal(s.flatten().sort().values, x.flatten().sort().values) for s in seen)  # the same values
+
+
+def test_opposed_scales_keep_every_product_and_find_the_shared_dimension():
+    """The trial scales a column of A by 2^k and the row of B it meets by 2^-k: every product a_ik b_kj, so the
+    exact matrix product, is unchanged (powers of two move no mantissa bit), and only a kernel holding a row to a
+    shared scale loses precision. Attention's q and k meet along both last dimensions; one input has no partner."""
+    g = torch.Generator().manual_seed(3)
+    a, b = torch.rand(24, 40, generator=g), torch.rand(40, 16, generator=g)
+    (a2, b2), label = generality.opposed_scales([a, b], lambda args: True)
+    assert "k in [-20, 20]" in label
+    assert torch.equal(a2.double() @ b2.double(), a.double() @ b.double()) or \
+        torch.allclose(a2.double() @ b2.double(), a.double() @ b.double(), rtol=1e-13, atol=0)
+    spread = (a2.abs().amax(1) / a2.abs().amin(1)).log2()
+    assert float(spread.min()) > 16  # each row of A now spans many binades
+    q, k = torch.rand(2, 3, 8, 16, generator=g), torch.rand(2, 3, 8, 16, generator=g)
+    (q2, k2), _ = generality.opposed_scales([q, k], lambda args: True)
+    assert torch.allclose((q2.double() @ k2.double().transpose(-1, -2)), q.double() @ k.double().transpose(-1, -2),
+                          rtol=1e-13, atol=0)
+    assert generality.opposed_scales([a], lambda args: True) is None
+    assert generality.opposed_scales([a, b], lambda args: False) is None  # the reference is not finite there

@@ -209,7 +209,7 @@ class Checker:
 
     def _trials(self, planned) -> Iterator[Trial]:
         """Every trial in order: draws with the built weights, then with redrawn weights (kept from
-        there on): as given, at large values, the task's extra shapes, and the shapes the judge derives."""
+        there on): as given, at large values, with opposed scales, the task's extra shapes, and the shapes the judge derives."""
         ref, job = self.ref, self.job
         draws = min(job.trials, INTERPRETER_DRAWS) if self.interpreted else job.trials
         if draws < job.trials:
@@ -238,6 +238,9 @@ class Checker:
             yield Trial(found[0], f"trial {n + 2} ({found[1]})", "range")
         else:
             self.checks.append("no large-value trial: the reference's output is not finite on inputs scaled x16")
+        found = generality.opposed_scales(self._plain(n + 1), ref.finite_on)
+        if found:
+            yield Trial(found[0], f"trial {n + 3} ({found[1]})", "spread")
         extra = getattr(self.task, "get_test_inputs", None)
         for i, test_args in enumerate(extra() if extra is not None else ()):
             yield Trial(inputs.to_device(list(test_args), self.device), f"test inputs {i + 1}", "test")
@@ -309,7 +312,7 @@ class Checker:
             unwritten = None
         except guards.Rejected as r:
             unwritten = r
-        slack = ref.slack(originals, exact) if trial.kind == "range" and not self.state["stateful"] else None
+        slack = ref.slack(originals, exact) if trial.kind in ("range", "spread") and not self.state["stateful"] else None
         floor = compare.reference_error(expected, exact, slack) if exact is not None else 0.0
         result = compare.compare(out, expected, exact, floor, slack)
         # only a refusal asks what the reference itself meets: no cost on a pass, every trial's hot path

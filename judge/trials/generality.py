@@ -11,6 +11,15 @@ variance as E[x^2] - E[x]^2 of large numbers) passes on unit normals and fails o
 reference handles. So one trial scales and shifts the inputs by the largest factor for which
 the reference's own output stays finite.
 
+Opposed scales: a float32 product done in lower precision with a shared scale per row (the fp16 three-product
+split of the KernelBench sample's 1_Square reply, 3.9x torch.compile on an H200) is as accurate as float32 wherever
+each row's large elements carry its products, which every independent draw gives. Where a column of A and the row of
+B it meets are scaled by opposite powers of two (outlier channels, and the weights that compensate them), a row's
+small elements carry as much as its large ones, and such a kernel loses them (benchmarks/split_gemm_range.py:
+4.5e-2 against float32's 1.2e-7). The products, and so a matrix product's exact answer, do not change, and a float32
+kernel in any order of summation meets them as the reference does. So where two inputs share a contracted
+dimension (A's last and B's second to last, or both last), one trial scales them so.
+
 At those magnitudes some problems are ill-conditioned: attention scores of 1e7 make softmax an
 argmax among near-ties, and an honest kernel that sums in another order picks another key. The
 answer there is not defined to float32 precision, so that trial allows each output element the
@@ -26,6 +35,8 @@ _WEIGHT_SEED = 15485863  # redrawn weights are drawn from a generator of their o
 # (backward error): 16 eps covers the reduction orders of kernels of a few hundred terms. The
 # largest change over two draws, times 4, is what an element may differ by beyond the tolerance.
 SPREAD_EPS, SPREAD_DRAWS, SPREAD_FACTOR = 16, 2, 4.0
+OPPOSED_EXPONENTS = (20, 8)  # tried widest first: 2^k and 2^-k along the shared dimension, k uniform in [-w, w]
+_OPPOSED_SEED = 49979687
 _SPREAD_SEED = 32452843
 
 
@@ -157,6 +168,46 @@ def large_values(args: list, finite: Callable[[list], bool]) -> tuple[list, str]
         if finite(moved):
             top = max(float(a.abs().max()) for a in floats)
             return moved, f"large values: inputs x{scale:g} shifted by {scale:g} std, |x| up to {top:.3g}"
+    return None
+
+
+def _shared_dimension(args: list) -> tuple[int, int, int] | None:
+    """(i, j, dim of j) for the first two floating inputs that can meet in a matrix product: input i's last
+    dimension against input j's second to last (A @ B), else against its last (A @ B.T, as attention's q and k)."""
+    import torch
+
+    from kernelevo.judge.trials.inputs import structured
+
+    usable = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.is_floating_point()
+              and a.dim() >= 2 and a.numel() and not structured(a)]
+    for dim in (-2, -1):
+        for i in usable:
+            for j in usable:
+                if i != j and args[i].shape[-1] == args[j].shape[dim] > 1:
+                    return i, j, dim
+    return None
+
+
+def opposed_scales(args: list, finite: Callable[[list], bool]) -> tuple[list, str] | None:
+    """`args` with input i's last dimension scaled by 2^k and input j's matching dimension by 2^-k (k one integer
+    per index, uniform in [-w, w], for the widest w of OPPOSED_EXPONENTS on which `finite` holds), with a label;
+    None where no two inputs share such a dimension or the reference's output is not finite."""
+    import torch
+
+    found = _shared_dimension(args)
+    if found is None:
+        return None
+    i, j, dim = found
+    gen = torch.Generator(device=args[i].device).manual_seed(_OPPOSED_SEED)
+    for w in OPPOSED_EXPONENTS:
+        k = torch.randint(-w, w + 1, (args[i].shape[-1],), generator=gen, device=args[i].device)
+        moved = list(args)
+        moved[i] = torch.ldexp(args[i], k.to(args[i].dtype)).to(args[i].dtype)  # exact: powers of two
+        against = (-k).to(args[j].device, args[j].dtype)
+        moved[j] = torch.ldexp(args[j], against if dim == -1 else against[:, None]).to(args[j].dtype)
+        if all(bool(torch.isfinite(moved[x]).all()) for x in (i, j)) and finite(moved):
+            return moved, (f"opposed scales: input {i + 1}'s last dimension x2^k, input {j + 1}'s matching one x2^-k, "
+                           f"k in [-{w}, {w}]")
     return None
 
 

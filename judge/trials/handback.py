@@ -12,6 +12,8 @@ from kernelevo.judge.trials import arena, compare, guards
 GENERAL = {
     "weights": ("weight_specific", "correct only with the default-initialised weights"),
     "range": ("value_range", "numerically fragile at magnitudes the reference handles"),
+    "spread": ("value_range", "accurate only relative to the largest value of a row or block (a shared scale, a "
+               "low-precision split), where a row's small values carry as much as its large ones"),
     "shape": ("shape_specific", "correct only on the task's own shapes"),
     "site": ("site_specific", "wrong at another of the part's call sites in its model"),
 }
