@@ -111,7 +111,9 @@ def test_honest_starter_candidates_pass_every_check(judged, name):
     e = judged[name]
     assert e.verdict == "ok", (e.reason, e.message, e.evidence)
     assert e.evidence["policy"]["own_kernels"], e.evidence["policy"]
-    assert e.evidence["host_clock"]["escaped_ms"] < 0.05
+    host = e.evidence["host_clock"]
+    assert host["escaped_ms"] < 0.05
+    assert 0 <= host["preempted_calls"] <= host["calls"] and 0 <= host["eager_preempted_calls"] <= host["calls"]
     assert not e.warnings
     # the checker's clock timed a block of its calls behind the gate (none waits for the device in a call)
     clock = e.evidence["clock"]

@@ -172,24 +172,32 @@ def _fresh_bound(control_ms: float, cuda: bool) -> float:
 
 def _host_and_events(fns: dict[str, Callable[[list], Any]], args: list, calls: int) -> dict:
     """Per function, median event time, wall time and wall-minus-event gap of one call bracketed by
-    device-wide synchronisation; the functions take turns call by call (A B, B A, ...), so that a
-    passing disturbance (another process on the GPU, a busy host) falls on both alike."""
+    device-wide synchronisation, and how many of its calls the calling thread was preempted in (involuntary
+    context switches: another thread or process took its core, which the host clock then counts); the functions
+    take turns call by call (A B, B A, ...), so that a passing disturbance (another process on the GPU, a busy
+    host) falls on both alike."""
+    import resource
+
     import torch
 
-    samples: dict[str, list[tuple[float, float]]] = {name: [] for name in fns}
+    samples: dict[str, list[tuple[float, float, int]]] = {name: [] for name in fns}
     names = list(fns)
     for i in range(calls):
         for name in (names if i % 2 == 0 else names[::-1]):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             torch.cuda.synchronize()
+            switched = resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw
             t0 = time.perf_counter()
             start.record()
             fns[name](args)
             end.record()
             torch.cuda.synchronize()
-            samples[name].append(((time.perf_counter() - t0) * 1000, start.elapsed_time(end)))
-    return {name: (statistics.median(e for _, e in xs), statistics.median(w for w, _ in xs),
-                   statistics.median(w - e for w, e in xs)) for name, xs in samples.items()}
+            wall = (time.perf_counter() - t0) * 1000
+            switched = resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw - switched
+            samples[name].append((wall, start.elapsed_time(end), switched))
+    return {name: (statistics.median(e for _, e, _ in xs), statistics.median(w for w, _, _ in xs),
+                   statistics.median(w - e for w, e, _ in xs), sum(1 for *_, n in xs if n))
+            for name, xs in samples.items()}
 
 
 def host_clock(fns: dict[str, Callable[[list], Any]], args: list, calls: int = 25, tries: int = 2) -> dict:
@@ -198,15 +206,20 @@ def host_clock(fns: dict[str, Callable[[list], Any]], args: list, calls: int = 2
     on every call, so a first finding is measured again and only one that holds up rejects."""
     for attempt in range(1, tries + 1):
         found = _host_and_events(fns, args, calls)
-        (event, wall, gap), (eager_event, eager_wall, eager_gap) = found["candidate"], found["eager"]
+        (event, wall, gap, preempted), (eager_event, eager_wall, eager_gap, eager_preempted) = \
+            found["candidate"], found["eager"]
         escaped = gap - eager_gap
+        # preempted: of its `calls` calls, those the calling thread lost its core in (the host clock then counts
+        # another thread's time): kept as evidence of what the host clock measured
         evidence = {"event_ms": event, "wall_ms": wall, "eager_event_ms": eager_event, "eager_wall_ms": eager_wall,
-                    "escaped_ms": escaped, "measurements": attempt}
+                    "escaped_ms": escaped, "measurements": attempt, "calls": calls, "preempted_calls": preempted,
+                    "eager_preempted_calls": eager_preempted}
         if escaped <= max(ESCAPE_SLACK_MS, ESCAPE_FRACTION * event):
             return evidence
     raise Rejected("escaped_work", f"a call takes {wall:.3f} ms by the host clock with the device synchronised but "
                    f"{event:.3f} ms by CUDA events: {escaped:.3f} ms of work runs outside the current stream "
-                   f"(a side stream or a host thread), in each of {tries} measurements", evidence)
+                   f"(a side stream or a host thread), in each of {tries} measurements (the calling thread preempted "
+                   f"in {preempted} of its {calls} calls, in {eager_preempted} of eager's)", evidence)
 
 
 def spans(fns: dict[str, Callable[[list], Any]], input_sets: list[list], reps: int = 40) -> dict[str, float]:
