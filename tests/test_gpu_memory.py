@@ -26,6 +26,12 @@ def test_two_jobs_that_do_not_fit_on_the_device_together_are_both_judged_ok(cach
     task = load_task(CUDA / "task_relu.py")
     with Judge(cache_dir, options) as judge:
         results = [f.result(timeout=600) for f in [judge.submit(task, p) for p in paths]]
+        # the task is known now to need the device alone: a later job of it is judged so at once, not twice
+        third = tmp_path / "workspace_2.py"
+        third.write_text("# copy 2\n" + (CUDA / "workspace_nvrtc.py").read_text())
+        later = judge.submit(task, third).result(timeout=600)
     assert [(e.verdict, e.reason) for e in results] == [("ok", ""), ("ok", "")], [e.message for e in results]
     again = [e for e in results if any("judged again with the device to itself" in n for n in e.notes)]
     assert len(again) >= 1, [e.notes for e in results]
+    assert (later.verdict, later.reason) == ("ok", ""), later.message
+    assert any("this task's jobs ran out of device memory beside other jobs before" in n for n in later.notes), later.notes
