@@ -445,3 +445,24 @@ def test_opposed_scales_keep_every_product_and_find_the_shared_dimension():
                           rtol=1e-13, atol=0)
     assert generality.opposed_scales([a], lambda args: True) is None
     assert generality.opposed_scales([a, b], lambda args: False) is None  # the reference is not finite there
+
+
+def test_the_other_float32_path_is_torchs_math_backend_and_leaves_the_reference_as_it_was():
+    """On the large-value trial a mismatch is compared again against the larger floor of torch's other float32
+    path (Reference.other_path): SDPA's math backend, convolutions without cuDNN, run on the twin."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    class Attention(torch.nn.Module):
+        def forward(self, q, k, v):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(1, 2, 16, 8, generator=g) * 1024 for _ in range(3))
+    with sdpa_kernel(SDPBackend.MATH):
+        math = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    assert torch.equal(reference.Reference(Attention().eval()).other_path([q, k, v]), math)
+    norm = torch.nn.BatchNorm1d(4).train()  # a stateful reference: its running statistics must not move
+    ref = reference.Reference(norm)
+    ref.other_path([torch.randn(8, 4, generator=g)])
+    assert torch.equal(norm.running_mean, torch.zeros(4))
+    assert reference.Reference(norm, probes=False).other_path([torch.randn(8, 4)]) is None

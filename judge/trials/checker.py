@@ -322,6 +322,8 @@ class Checker:
             self.checks.append(f"{trial.label}: the reference itself (float32 against float64) misses the elementwise "
                                f"bound at {misses} elements, so only the norm bounds apply there")
             result = compare.compare(out, expected, exact, floor, slack, elementwise=False)
+        if isinstance(result, compare.Mismatch) and trial.kind == "range" and exact is not None:
+            result = self._other_path(trial, originals, out, (expected, exact, floor, slack), not misses, result)
         if unwritten or isinstance(result, compare.Mismatch):
             if self._tell({"check": "again"}).get("changed"):
                 raise guards.Rejected("background_work", f"{trial.label}: the output was incomplete when forward "
@@ -331,6 +333,19 @@ class Checker:
             handback.check_cached(out, expected, self.state, trial.label)
         self.state.update(previous_values=(handback.values(out), handback.values(expected)), sizes=handback.nbytes(expected))
         return result
+
+    def _other_path(self, trial: Trial, originals: list, out, bounds: tuple, elementwise: bool, result):
+        """A mismatch on the large-value trial, compared again with the larger floor of torch's other float32
+        implementations of the task (Reference.other_path) where that one misses float64 by more: a kernel as
+        accurate as one of torch's own float32 paths is not refused for it."""
+        expected, exact, floor, slack = bounds
+        other = self.ref.other_path(inputs.clone_inputs(originals))
+        wider = compare.reference_error(other, exact, slack) if other is not None else 0.0
+        if wider <= floor:
+            return result
+        self.checks.append(f"{trial.label}: torch's other float32 path (SDPA's math backend, convolutions without cuDNN) "
+                           f"misses float64 by {wider:.2g}, the reference by {floor:.2g}: the bounds allow that")
+        return compare.compare(out, expected, exact, wider, slack, elementwise=elementwise)
 
     def _hand_over(self, t: int, trial: Trial, originals: list, expected, ref_args: list):
         """Place the inputs, have the worker run the candidate on them, and read back (clones of) its

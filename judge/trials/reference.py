@@ -27,6 +27,23 @@ class Reference:
     def plain(self, args: list):
         return forward(self.model, args)
 
+    def other_path(self, args: list):
+        """The float32 model's output on `args` through torch's other float32 implementations (SDPA's math
+        backend, convolutions without cuDNN), on the twin so that the reference's state does not advance; None
+        without a twin or where that path fails. On the large-value trial of the KernelBench sample's attention
+        (H200, 2026-11-30) SDPA's math backend was 13-38x less accurate than the efficient kernel that computes
+        the reference, so "8x the reference's own error" refused honest float32 attention there."""
+        import torch
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        if self.twin is None:
+            return None
+        try:
+            with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), torch.backends.cudnn.flags(enabled=False):
+                return forward(self.twin, args)
+        except Exception:  # noqa: BLE001 - no other path here: the bounds stay the reference's
+            return None
+
     def finite_on(self, args: list) -> bool:
         """Whether the reference runs on `args` with a finite output, probed on the twin with the values
         shuffled (inputs.shuffled: no output for the trial's own inputs exists before the candidate's)."""
