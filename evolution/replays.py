@@ -2,13 +2,14 @@
 run a bench made for this task, or a folder of replies. The replaying model itself is agent/replay.py."""
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from kernelevo.agent.client import LLM
 from kernelevo.agent.models import lookup
 from kernelevo.agent.providers import parse_model
-from kernelevo.agent.replay import PREFIX, Recorded, ReplayLLM, ReplaySpec, read_folder
+from kernelevo.agent.replay import Recorded, ReplayLLM, ReplaySpec, read_folder
 from kernelevo.config import Config
 
 
@@ -31,19 +32,25 @@ def member(spec: ReplaySpec, config: Config, place: ReplayPlace) -> ReplayLLM:
         recorded, model = read_folder(mine if mine.is_dir() else folder), ""
     else:
         recorded, model = _from_archive(spec.source, place)
-    return ReplayLLM(spec, recorded, place.prompts, _edit_format(model), then, frozenset(_served(spec, place)))
+    return ReplayLLM(spec, recorded, place.prompts, _edit_format(model), then, frozenset(_served(recorded, place)))
 
 
-def _served(spec: ReplaySpec, place: ReplayPlace) -> set[int]:
-    """The numbers of the replies of this recording the resumed run was served already."""
+def _served(recorded: list[Recorded], place: ReplayPlace) -> set[int]:
+    """The numbers of the recorded replies the resumed run was served already, found by their text (each served
+    text once): the recording's name can change between rounds (the yardstick's folder is copied to a new place
+    each round), its replies do not. Matched by name, every reply was served again from the first."""
     if not place.resumed or not place.archive.exists():
         return set()
     from kernelevo.archive.store import Archive
 
-    mark = f"{PREFIX}{spec.source}#"
     with Archive.open_readonly(place.archive) as archive:
-        ids = archive.replayed_requests(place.resumed)
-    return {int(i[len(mark):]) for i in ids if i.startswith(mark) and i[len(mark):].isdigit()}
+        left = Counter(archive.replayed_replies(place.resumed))
+    served = set()
+    for r in recorded:
+        if left[r.reply] > 0:
+            left[r.reply] -= 1
+            served.add(r.number)
+    return served
 
 
 def _from_archive(source: str, place: ReplayPlace) -> tuple[list[Recorded], str]:

@@ -177,6 +177,34 @@ def test_a_resumed_replay_is_not_served_again_what_its_run_was_served(tmp_path):
         member(parse_spec(f"replay:{recorded}"), Config(), ReplayPlace("other", archive_path, tmp_path))
 
 
+def test_a_resumed_replay_from_a_folder_copied_elsewhere_is_not_served_again_what_it_was_served(tmp_path):
+    """The yardstick's rounds copy the folder of replies to a new place each round, so the run being resumed was
+    served from another path: its replies are still known by their text (a text served once leaves out one copy),
+    and the next calls get the replies not served yet, not the first ones again."""
+    from kernelevo.config import Config
+    from kernelevo.evolution.replays import ReplayPlace, member
+    from kernelevo.llm_call import LLMCall
+
+    folder = tmp_path / "round2" / "prompts"
+    for number, op, reply in ((1, "translate", "T1"), (2, "translate", "same"), (3, "mutate", "same"),
+                              (4, "mutate", "M2")):
+        write_prompt(folder / "task_scale", number, op, "", _messages(f"p{number}"))
+        (folder / "task_scale" / f"{number:04d}.reply.md").write_text(reply)
+    archive_path = tmp_path / "archive.sqlite"
+    with Archive.open(archive_path) as archive:
+        task = archive.add_task("task_scale", "source", "hash")
+        resumed = archive.start_run(task, {}, 1, "cpu", "", "", "")
+        for n, op, reply in ((1, "translate", "T1"), (2, "translate", "same")):
+            archive.add_llm_call(resumed, LLMCall(provider="replay", model="x", operator=op, outcome="ok", reply=reply,
+                                                  request_id=f"replay:{tmp_path / 'round1' / 'prompts'}#{n}"))
+    llm = member(parse_spec(f"replay:{folder}"), Config(), ReplayPlace("task_scale", archive_path, tmp_path / "out",
+                                                                        resumed))
+    assert llm.ask("mutate", _messages("m")).text == "same"  # its own copy of the text, not yet served
+    assert llm.ask("mutate", _messages("m")).text == "M2"
+    with pytest.raises(ReplayEnded, match="replay ended at call 5"):
+        llm.ask("translate", _messages("past the end"))
+
+
 def test_a_bench_replayed_in_rounds_waits_for_each_answer_and_goes_on_from_it(tmp_path):
     """A suite searched by replay rounds, as the yardstick runs: no reply recorded yet, so the task's run stops at its
     first call with that prompt written, waiting (no final, the bench row pending); answered, `--resume` serves the

@@ -76,10 +76,10 @@ class CallsMixin(Store):
             "SELECT operator, reply, prompt_hash, provider, model FROM llm_calls WHERE run_id = ? AND outcome = 'ok' "
             "AND reply != '' ORDER BY id", (run_id,))]
 
-    def replayed_requests(self, run_id: str) -> list[str]:
-        """The request ids of a run's calls answered from a recording ('replay:SOURCE#N': which reply it was)."""
-        return [r["request_id"] for r in self._read(
-            "SELECT request_id FROM llm_calls WHERE run_id = ? AND provider = 'replay' ORDER BY id", (run_id,))]
+    def replayed_replies(self, run_id: str) -> list[str]:
+        """The texts of a run's calls answered from a recording, in order (a resumed replay leaves them out)."""
+        return [r["reply"] for r in self._read(
+            "SELECT reply FROM llm_calls WHERE run_id = ? AND provider = 'replay' ORDER BY id", (run_id,))]
 
     # ---- counters, always derived from rows ------------------------------------------------
 
