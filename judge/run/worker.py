@@ -73,7 +73,10 @@ class Channel:
             self.send("loud")
 
     def release_device(self) -> None:
-        """Done with the device (what remains needs only the CPU): the parent may pass it on."""
+        """Done with the device (what remains needs only the CPU): back to the build cores, then the parent
+        may pass the device on. Left on the timing core, this worker's idle check, integrity check and exit
+        (the CUDA context's teardown) ran beside the next worker's timed calls there."""
+        _pin("KERNELEVO_BUILD_CPUS")
         self.send("release")
 
     def send_result(self, result: dict) -> None:
