@@ -39,7 +39,11 @@ kernelevo bench ls --archive "$W/a.sqlite" --json > "$OUT/benches.json" 2>> "$OU
 ID=$(python3 -c "import json,sys; b=json.load(open(sys.argv[1])); print(b[-1]['id'] if b else '')" "$OUT/benches.json")
 [ -n "$ID" ] && kernelevo bench show "$ID" --archive "$W/a.sqlite" --json > "$OUT/bench.json" 2>> "$OUT/bench.err"
 echo "$ID" > "$OUT/bench_id"
-gzip -c "$W/a.sqlite" > "$OUT/archive.sqlite.gz"
+# one file with everything: a bench stopped with a search still running leaves its last writes in the
+# write-ahead log beside the archive (a.sqlite-wal), and a copy of a.sqlite alone lost a whole round's judgements
+python3 -c "import sqlite3, sys; s = sqlite3.connect(sys.argv[1]); d = sqlite3.connect(sys.argv[2]); s.backup(d); d.close(); s.close()" \
+  "$W/a.sqlite" "$W/copy.sqlite"
+gzip -c "$W/copy.sqlite" > "$OUT/archive.sqlite.gz"
 tar -czf "$OUT/prompts.tgz" -C "$W/out" prompts
 tar -czf "$OUT/cache.tgz" -C "$W/cache" $(cd "$W/cache" && ls -d baselines calibration 2>/dev/null)
 tail -25 "$OUT/bench.log"
