@@ -135,6 +135,43 @@ class FormatYield:
 
 
 @dataclass(frozen=True)
+class FormatBest:
+    """A format's fastest kernel judged ok in a run: its speed-up over eager and that figure's interval ([low,
+    high]); both None where the kernel was judged without timing (Triton's interpreter)."""
+
+    kernel_id: int
+    speedup_eager: float | None = None
+    speedup_eager_ci: list | None = None
+
+
+@dataclass(frozen=True)
+class CallUsage:
+    """A run's calls of one operator by one model (its label) asking for one format ("" where none was asked):
+    what they spent, and the seconds they took in all."""
+
+    operator: str
+    model: str
+    format: str
+    spend: Spend
+    latency_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One search evaluation of a run, in the order the run judged them: its verdict, speed-up over eager and that
+    figure's interval, when, and the known spend of the run's calls up to then."""
+
+    evaluation_id: int
+    kernel_id: int
+    verdict: str
+    reason: str
+    speedup_eager: float | None
+    speedup_eager_ci: list | None
+    created_at: float
+    spent_usd: float
+
+
+@dataclass(frozen=True)
 class AnsweredCall:
     """One answered call of a run, as a replay serves it again: the operator that asked, the reply, the hash of
     the prompt it answered, and the provider and model that wrote it ('replay' where it was itself replayed)."""

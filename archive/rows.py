@@ -19,7 +19,7 @@ from kernelevo.llm_call import LLMCall
 if TYPE_CHECKING:  # numpy is imported lazily: opening an archive must not pay for it
     import numpy
 
-    from .records import FormatYield, ModelYield
+    from .records import FormatBest, FormatYield, ModelYield
 
 RUN_STATUSES = ("running", "finished", "stopped", "budget", "failed")
 BENCH_STATUSES = ("running", "finished", "stopped")
@@ -114,15 +114,15 @@ def _summed(rows: Iterable, key: str, sums: tuple[str, ...], names: Iterable[str
     return out
 
 
-def by_format(rows: Iterable[FormatYield], best: dict[str, dict], names: Iterable[str] = ()) -> list[dict]:
+def by_format(rows: Iterable[FormatYield], best: dict[str, FormatBest], names: Iterable[str] = ()) -> list[dict]:
     """Archive.format_yield rows summed per asked format, `names` first (zeros for one not asked
     yet), with the format's fastest correct kernel from Archive.format_best: calls, cost_usd,
     attempts, judged, correct, improvements, best (kernel id or None), best_speedup, best_speedup_ci."""
     out = _summed(rows, "format", ("calls", "cost_usd", "attempts", "judged", "correct", "improvements"), names)
     for fmt, g in out.items():
-        top = best.get(fmt) or {}
-        g.update(best=top.get("kernel_id"), best_speedup=top.get("speedup_eager"),
-                 best_speedup_ci=top.get("speedup_eager_ci"))
+        top = best.get(fmt)
+        g.update(best=top.kernel_id if top else None, best_speedup=top.speedup_eager if top else None,
+                 best_speedup_ci=top.speedup_eager_ci if top else None)
     return list(out.values())
 
 

@@ -87,7 +87,8 @@ def run_task(task: str, folder: Path, calls: int, device: str) -> dict:
                 if e["purpose"] == "search" and e["data"].get("build_s") is not None:
                     builds.setdefault(k["format"], []).append(e["data"]["build_s"])
     return {"exit": done.returncode, "wall_s": round(time.monotonic() - started, 1), "run": run.id,
-            "stop_reason": run.stop_reason, "formats": [dataclasses.asdict(r) for r in rows], "best": best,
+            "stop_reason": run.stop_reason, "formats": [dataclasses.asdict(r) for r in rows],
+            "best": {fmt: dataclasses.asdict(b) for fmt, b in best.items()},
             "build_s_mean": {f: round(statistics.mean(xs), 3) for f, xs in builds.items()},
             "summary": [line for line in done.stdout.splitlines() if line.strip()][-16:],
             "stderr_tail": done.stderr[-1500:] if done.returncode not in (0, 3) else ""}

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from kernelevo.evaluation import Verdict, faster_beyond_noise
 
 from ..export import profile_summary
-from ..records import RunRecord, Spend, TaskRecord
+from ..records import CallUsage, Judged, RunRecord, Spend, TaskRecord
 from ..rows import announced, call_operator, own_improvement, source_diff
 
 if TYPE_CHECKING:
@@ -106,21 +106,21 @@ def _when(t: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if t else ""
 
 
-def _progress(rows: list[dict], remeasures: dict[int, dict] | None = None) -> list[dict]:
+def _progress(rows: list[Judged], remeasures: dict[int, dict] | None = None) -> list[dict]:
     """One point per judged candidate: its speedup (None unless ok) and its interval, the best so far,
     the spend so far. A new best beats the one before beyond the noise, on its re-measured figure
     where it was re-measured (`remeasures`: Archive.remeasurements), as the search counts it."""
     points, best, best_ci = [], None, None
     for n, r in enumerate(rows, 1):
-        speedup = r["speedup_eager"] if r["verdict"] == Verdict.OK else None
-        ci = r.get("speedup_eager_ci") if speedup is not None else None
-        again = (remeasures or {}).get(r["kernel_id"]) if speedup is not None else None
+        speedup = r.speedup_eager if r.verdict == Verdict.OK else None
+        ci = r.speedup_eager_ci if speedup is not None else None
+        again = (remeasures or {}).get(r.kernel_id) if speedup is not None else None
         held = (again["speedup_eager"] if again["verdict"] == Verdict.OK else None, again["speedup_eager_ci"]) \
             if again else (speedup, ci)
         improved = faster_beyond_noise(*held, best, best_ci)
         best, best_ci = held if improved else (best, best_ci)
-        points.append({"n": n, "kernel": r["kernel_id"], "verdict": r["verdict"], "speedup": speedup,
-                       "speedup_ci": ci, "best": best, "improved": improved, "spent_usd": round(r["spent_usd"], 6)})
+        points.append({"n": n, "kernel": r.kernel_id, "verdict": r.verdict, "speedup": speedup,
+                       "speedup_ci": ci, "best": best, "improved": improved, "spent_usd": round(r.spent_usd, 6)})
     return points
 
 
@@ -176,7 +176,7 @@ def _diff(old: str, new: str, old_id: int, new_id: int) -> str:
     return "\n".join(lines)
 
 
-def _yield_by(kernels: list[dict], progress: list[dict], usage: list[dict], key: str, of) -> list[dict]:
+def _yield_by(kernels: list[dict], progress: list[dict], usage: list[CallUsage], key: str, of) -> list[dict]:
     """Per operator (or model, or format asked for): kernels written, judged, ok, replies that copied a kernel of the run,
     replies received and judged (yield: the
     share of replies the judge got), new bests of the run set, improvements (new island bests and
@@ -197,12 +197,12 @@ def _yield_by(kernels: list[dict], progress: list[dict], usage: list[dict], key:
         if k["verdict"] == Verdict.OK and k["speedup_eager"] is not None:
             g["best_speedup"] = max(g["best_speedup"] or 0.0, k["speedup_eager"])
     for u in usage:
-        name = call_operator(u["operator"]) if key == "operator" else u[key] or "(none)"
+        name = call_operator(u.operator) if key == "operator" else getattr(u, key) or "(none)"
         g = groups.setdefault(name, _empty(key, name))
-        g["calls"] += u["calls"]
-        g["failed_calls"] += u["failed_calls"]
-        g["cost_usd"] += u["cost_usd"]
-        g["tokens"] += u["input_tokens"] + u["cache_read_tokens"] + u["cache_write_tokens"] + u["output_tokens"]
+        g["calls"] += u.spend.calls
+        g["failed_calls"] += u.spend.failed_calls
+        g["cost_usd"] += u.spend.cost_usd
+        g["tokens"] += u.spend.prompt_tokens + u.spend.output_tokens
     for g in groups.values():
         g["yield"] = g["replies_judged"] / g["replies"] if g["replies"] else None  # as the live panel's
         g["ok_rate"] = g["ok"] / g["judged"] if g["judged"] else None

@@ -6,7 +6,8 @@ import time
 
 from kernelevo.llm_call import LLMCall
 
-from ..records import AnsweredCall, Counts, FormatYield, ModelYield, OperatorYield, Spend
+from ..records import (AnsweredCall, CallUsage, Counts, FormatBest, FormatYield, Judged, ModelYield, OperatorYield,
+                       Spend)
 from ..rows import LLM_COLUMNS, PARENT_STONE, call_operator, intervals, llm_values
 from .connection import Store
 
@@ -51,6 +52,10 @@ ORDER BY k.format, e.speedup_eager IS NULL, e.speedup_eager DESC, e.id
 
 _TOKEN_SUMS = ", ".join(f"COALESCE(SUM({c}), 0) AS {c}" for c in
                         ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens", "reasoning_tokens"))
+# A group of calls summed as records.Spend has it: counts, known cost and calls of unknown cost, token sums.
+_SPEND_SUMS = ("COUNT(*) AS calls, COALESCE(SUM(outcome != 'ok'), 0) AS failed_calls, "
+               "COALESCE(SUM(provider = 'replay'), 0) AS replayed, TOTAL(cost_usd) AS cost_usd, "
+               f"COUNT(*) - COUNT(cost_usd) AS unknown_cost_calls, {_TOKEN_SUMS}")
 
 
 class CallsMixin(Store):
@@ -85,11 +90,7 @@ class CallsMixin(Store):
 
     def spend(self, run_id: str) -> Spend:
         """The run's calls summed: calls, failed, replayed, known cost, calls of unknown cost, token sums."""
-        return Spend(**self._one(
-            "SELECT COUNT(*) AS calls, COALESCE(SUM(outcome != 'ok'), 0) AS failed_calls, "
-            "COALESCE(SUM(provider = 'replay'), 0) AS replayed, "
-            "TOTAL(cost_usd) AS cost_usd, COUNT(*) - COUNT(cost_usd) AS unknown_cost_calls, "
-            f"{_TOKEN_SUMS} FROM llm_calls WHERE run_id = ?", (run_id,)))
+        return Spend(**self._one(f"SELECT {_SPEND_SUMS} FROM llm_calls WHERE run_id = ?", (run_id,)))
 
     def operator_costs(self, run_id: str) -> dict[str, float]:
         """Known LLM spend per operator of a run (follow-up calls count for their operator)."""
@@ -168,32 +169,29 @@ class CallsMixin(Store):
                 g[k] += r[k]
         return [FormatYield(**g) for g in sorted(out.values(), key=lambda g: (g["format"], g["model"]))]
 
-    def format_best(self, run_id: str) -> dict[str, dict]:
-        """Per kernel format of a run, its fastest kernel judged ok: kernel_id, speedup_eager and
-        speedup_eager_ci (None for a kernel judged without timing: Triton's interpreter)."""
-        best: dict[str, dict] = {}
+    def format_best(self, run_id: str) -> dict[str, FormatBest]:
+        """Per kernel format of a run, its fastest kernel judged ok."""
+        best: dict[str, FormatBest] = {}
         for r in self._read(_FORMAT_BEST, (run_id,)):
             if r["format"] not in best:
-                best[r["format"]] = intervals(dict(r))
+                best[r["format"]] = FormatBest(**{k: v for k, v in intervals(dict(r)).items() if k != "format"})
         return best
 
-    def timeline(self, run_id: str) -> list[dict]:
-        """The run's search evaluations in the order they were judged: kernel_id, verdict, reason,
-        speedup_eager, speedup_eager_ci, created_at, and spent_usd, the known LLM spend of the run up to that moment."""
-        return [intervals(r) for r in self._read(
+    def timeline(self, run_id: str) -> list[Judged]:
+        """The run's search evaluations in the order they were judged, each with the run's known spend up to it."""
+        return [Judged(**intervals(r)) for r in self._read(
             "SELECT e.id AS evaluation_id, e.kernel_id, e.verdict, e.reason, e.speedup_eager, e.speedup_eager_lo, "
             "e.speedup_eager_hi, e.created_at, "
             "(SELECT TOTAL(c.cost_usd) FROM llm_calls c WHERE c.run_id = e.run_id AND c.created_at <= e.created_at) "
             "AS spent_usd FROM evaluations e WHERE e.run_id = ? AND e.purpose = 'search' ORDER BY e.id", (run_id,))]
 
-    def llm_usage(self, run_id: str) -> list[dict]:
-        """LLM calls of a run per (operator, model: its label, format asked for): calls, failed_calls,
-        cost_usd (known costs), unknown_cost_calls, latency_s (sum) and the token sums, as in spend()."""
-        return self._read(
-            f"SELECT operator, {_LABEL} AS model, COUNT(*) AS calls, COALESCE(SUM(outcome != 'ok'), 0) AS failed_calls, "
-            "TOTAL(cost_usd) AS cost_usd, COUNT(*) - COUNT(cost_usd) AS unknown_cost_calls, "
-            f"TOTAL(latency_s) AS latency_s, {_TOKEN_SUMS}, format FROM llm_calls WHERE run_id = ? "
-            "GROUP BY 1, 2, format ORDER BY 1, 2, format", (run_id,))
+    def llm_usage(self, run_id: str) -> list[CallUsage]:
+        """A run's LLM calls per operator, model (its label) and format asked for."""
+        rows = self._read(
+            f"SELECT operator, {_LABEL} AS model, COALESCE(format, '') AS format, TOTAL(latency_s) AS latency_s, "
+            f"{_SPEND_SUMS} FROM llm_calls WHERE run_id = ? GROUP BY 1, 2, 3 ORDER BY 1, 2, 3", (run_id,))
+        return [CallUsage(r.pop("operator"), r.pop("model"), r.pop("format"), latency_s=r.pop("latency_s"),
+                          spend=Spend(**r)) for r in rows]
 
     def counts(self, run_id: str) -> Counts:
         """The run's counters (records.Counts): evaluations, verdicts, kernels, operators, problems, generations."""
