@@ -2,8 +2,9 @@
 archive file goes through it.
 
 One SQLite file (WAL, foreign keys on) holds every task, run, kernel, evaluation, LLM call,
-reflection, embedding and event. Read methods return plain dicts, one per row, with JSON columns
-already decoded.
+reflection, embedding and event. Read methods return records (archive/records.py), JSON columns decoded;
+the kernels family (kernels, kernel, evaluation, lineage, best_kernel, stepping_stones, final_evaluations,
+remeasurements, export_rows) still returns dicts, one per row.
 
 `Archive` is made of one part per thing stored, each a mixin over `connection.Store` (opening,
 migrations, and the four doors to the connection: `_write`, `_tx`, `_read`, `_one`):
