@@ -16,6 +16,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from kernelevo.agent.replay import read_folder
+from kernelevo.archive.records import AnsweredCall
 from kernelevo.archive.reports.bench_data import bench_table
 from kernelevo.archive.store import Archive
 
@@ -33,6 +35,24 @@ def files_chars(state: Path) -> dict[str, dict[str, int]]:
     return out
 
 
+def served_to(calls: list[AnsweredCall], folder: Path) -> dict[str, int]:
+    """Of a run's calls answered from the folder's replies (found by their text), how many were `served`, and how
+    many of those to a prompt other than the one the reply was written for (`changed`: the prompt's hash differs; a
+    prompt file's text changed since, or the search took another path, and the archive keeps only the hash)."""
+    left = read_folder(folder)
+    served = changed = 0
+    for call in calls:
+        if call.provider != "replay":
+            continue
+        found = next((r for r in left if r.reply == call.reply), None)
+        if found is None:
+            continue
+        left.remove(found)
+        served += 1
+        changed += bool(found.prompt_hash) and found.prompt_hash != call.prompt_hash
+    return {"served": served, "changed": changed}
+
+
 def record(state: Path) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "archive.sqlite"
@@ -40,19 +60,23 @@ def record(state: Path) -> dict:
             shutil.copyfileobj(src, dst)
         with Archive.open_readonly(db) as store:
             table = bench_table(store, (state / "bench_id").read_text().strip())
+            served = {t["name"]: served_to(store.recorded_replies(t["run_id"]), state / "prompts" / t["name"])
+                      for t in table["tasks"] if t["run_id"]}
     chars = files_chars(state)
     tasks = [{"name": t["name"], "status": t["status"], "calls": t["calls"], "format": t["format"],
               "speedup_compile": t["speedup_compile"], "speedup_compile_ci": t["speedup_compile_ci"],
               "speedup_eager": t["speedup_eager"], "loop_speedup_compile": t["loop_speedup_compile"],
               "sol_share": t["sol_share"], "search_speedup_compile": t["search_speedup_compile"],
-              **chars.get(t["name"], {})} for t in table["tasks"]]
+              **served.get(t["name"], {"served": 0, "changed": 0}), **chars.get(t["name"], {})}
+             for t in table["tasks"]]
     suite = table["suite"]
     prompt_chars = sum(t.get("prompt_chars", 0) for t in tasks)
     reply_chars = sum(t.get("reply_chars", 0) for t in tasks)
     return {"bench": table["bench"]["id"], "tasks": tasks, "done": suite["done"], "of": suite["tasks"],
             "fast_1": {"compile": suite["fast_p"]["compile"]["1.0"], "eager": suite["fast_p"]["eager"]["1.0"]},
             "geomean": suite["geomean"], "geomean_loop": suite["geomean_loop"], "calls": suite["calls"],
-            "replayed": suite["replayed"], "prompt_chars": prompt_chars, "reply_chars": reply_chars,
+            "replayed": suite["replayed"], "served": sum(t["served"] for t in tasks),
+            "changed": sum(t["changed"] for t in tasks), "prompt_chars": prompt_chars, "reply_chars": reply_chars,
             "tokens_estimated": {"input": round(prompt_chars / CHARS_PER_TOKEN),
                                  "output": round(reply_chars / CHARS_PER_TOKEN)}}
 
@@ -80,6 +104,8 @@ def print_markdown(r: dict) -> None:
           f"{100 * (r['fast_1']['eager'] or 0):.0f} % against eager (of all {r['of']} tasks)")
     print(f"geomean over the done tasks: {_x(g['compile'])} torch.compile, {_x(g['eager'])} eager; in the user's loop, "
           f"host included: {_x(gl['compile'])} torch.compile, {_x(gl['eager'])} eager")
+    print(f"replies served: {r['served']}, {r['changed']} of them to a prompt that differs from the one they were "
+          "written for (a prompt file changed since, or the search took another path)")
     te = r["tokens_estimated"]
     print(f"calls: {r['calls']} ({r['replayed']} replayed); tokens, estimated from the files at {CHARS_PER_TOKEN:g} "
           f"characters a token: {te['input']:,} in the prompts, {te['output']:,} in the replies")
