@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kernelevo.evaluation import Evaluation
+
 from .rows import intervals, loads
 
 
@@ -132,6 +134,50 @@ class FormatYield:
     judged: int = 0
     correct: int = 0
     improvements: int = 0
+
+
+@dataclass(frozen=True)
+class EvaluationRecord:
+    """One evaluation of a kernel as stored: why it was made (`purpose`: search, rejudge, final, ...), its verdict
+    and figures (speed-ups with their intervals, [low, high] or None; times in ms), where it ran and how long it took,
+    the judge's whole record (`data`, as Evaluation.to_dict wrote it) and the profile taken with it."""
+
+    id: int
+    kernel_id: int
+    run_id: str | None
+    purpose: str
+    verdict: str
+    reason: str
+    message: str
+    speedup_eager: float | None
+    speedup_compile: float | None
+    speedup_eager_ci: list | None
+    speedup_compile_ci: list | None
+    candidate_ms: float | None
+    eager_ms: float | None
+    compiled_ms: float | None
+    device: str
+    device_name: str
+    torch_version: str
+    build_s: float | None
+    device_s: float | None
+    wall_s: float | None
+    data: dict
+    profile: dict | None
+    created_at: float
+    specialized: bool
+
+    @classmethod
+    def of(cls, row: dict) -> "EvaluationRecord":
+        """From an `evaluations` row: its JSON columns decoded, its intervals' bounds made pairs (the row's own
+        `speedup_eager_ci`, a relative half-width kept for older readers, gives way to the pair)."""
+        row = intervals(dict(row))
+        return cls(**{**{f: row.get(f) for f in cls.__dataclass_fields__}, "data": loads(row.get("data")) or {},
+                      "profile": loads(row.get("profile")), "specialized": bool(row.get("specialized"))})
+
+    def evaluation(self) -> Evaluation:
+        """The judge's record this was stored from."""
+        return Evaluation.from_dict(self.data)
 
 
 @dataclass(frozen=True)

@@ -153,12 +153,6 @@ def kernel_row(row: dict[str, Any]) -> dict[str, Any]:
     return intervals(row)
 
 
-def evaluation_row(row: dict[str, Any]) -> dict[str, Any]:
-    row["data"] = loads(row.get("data"))
-    row["profile"] = loads(row.get("profile"))
-    return intervals(row)
-
-
 def announced(finals: dict[int, dict]) -> int | None:
     """The kernel a run wrote out: the first to pass its final re-judgement (optimize tries the
     search's best first), from Archive.final_evaluations; None before a run has one."""

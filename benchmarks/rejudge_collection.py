@@ -114,7 +114,7 @@ def store_items(store, items: list) -> dict[str, int]:
 def unjudged(store, ids: dict[str, int], device_names: set[str]) -> list[int]:
     """Kernel ids, in row order, without a 'rejudge' evaluation on a device of these models."""
     return list(dict.fromkeys(k for k in ids.values() if not any(
-        e["purpose"] == "rejudge" and e["device_name"] in device_names for e in store.kernel(k)["evaluations"])))
+        e.purpose == "rejudge" and e.device_name in device_names for e in store.kernel(k)["evaluations"])))
 
 
 def _devices(device: str, gpus: str) -> tuple[str, ...]:
@@ -240,8 +240,9 @@ def _task_summary(source: str) -> str:
     return doc.splitlines()[0] if doc else ""
 
 
-def latest_rejudge(kernel: dict) -> dict | None:
-    return next((e for e in reversed(kernel["evaluations"]) if e["purpose"] == "rejudge"), None)
+def latest_rejudge(kernel: dict):
+    """The kernel's latest 'rejudge' evaluation (an EvaluationRecord), or None."""
+    return next((e for e in reversed(kernel["evaluations"]) if e.purpose == "rejudge"), None)
 
 
 def table_row(store, key: str, kernel_id: int) -> dict:
@@ -249,16 +250,16 @@ def table_row(store, key: str, kernel_id: int) -> dict:
 
     kernel = store.kernel(kernel_id)
     task, claims = store.task(kernel["task_id"]), kernel["claims"] or {}
-    e = latest_rejudge(kernel) or {}
-    ok = e.get("verdict") == "ok"
+    e = latest_rejudge(kernel)
+    ok = e is not None and e.verdict == "ok"
     return {"key": key, "level": claims.get("level_id"), "task_id": claims.get("task_id"), "task": task.name,
             "kernel_id": kernel_id, "code": code_kind(kernel["source"]),
-            "verdict": e.get("verdict"), "reason": e.get("reason"), "message": e.get("message"),
+            "verdict": e and e.verdict, "reason": e and e.reason, "message": e and e.message,
             "claimed_eager": claimed_speedup(claims), "claimed_compile": claims.get("score_torch_compile_default"),
-            "measured_eager": e.get("speedup_eager") if ok else None,
-            "measured_compile": e.get("speedup_compile") if ok else None,
-            "shapes": _shapes(e.get("data") or {}), "gpu": e.get("device_name"), "torch": e.get("torch_version"),
-            "date": time.strftime("%Y-%m-%d", time.localtime(e["created_at"])) if e else None}
+            "measured_eager": e.speedup_eager if ok else None,
+            "measured_compile": e.speedup_compile if ok else None,
+            "shapes": _shapes(e.data if e else {}), "gpu": e and e.device_name, "torch": e and e.torch_version,
+            "date": time.strftime("%Y-%m-%d", time.localtime(e.created_at)) if e else None}
 
 
 def geomean(values: list[float]) -> float | None:
@@ -365,10 +366,10 @@ def show(args: argparse.Namespace) -> int:
     if e is None:
         print("== not judged yet")
         return 0
-    data = e.get("data") or {}
-    print(f"== verdict (evaluation {e['id']}, {time.strftime('%Y-%m-%d %H:%M', time.localtime(e['created_at']))}, "
-          f"{e['device_name']}, torch {e['torch_version']})\n{e['verdict']} {e['reason']}: {e['message']}\n"
-          f"speedup over eager {e['speedup_eager']}, over torch.compile {e['speedup_compile']}; "
+    data = e.data
+    print(f"== verdict (evaluation {e.id}, {time.strftime('%Y-%m-%d %H:%M', time.localtime(e.created_at))}, "
+          f"{e.device_name}, torch {e.torch_version})\n{e.verdict} {e.reason}: {e.message}\n"
+          f"speedup over eager {e.speedup_eager}, over torch.compile {e.speedup_compile}; "
           f"shapes {_shapes(data)}; policy {data.get('policy')}")
     for field in ("excerpt", "correctness", "shapes", "evidence", "notes", "warnings", "resources"):
         if data.get(field):

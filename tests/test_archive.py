@@ -216,8 +216,8 @@ def test_kernels_best_kernel_and_counts(archive, run):
     assert rows[k1]["speedup_eager"] == 1.2  # the latest *search* evaluation
     assert [k["id"] for k in archive.kernels(task_id=task_id)] == [k1, k2, k3]
     full = archive.kernel(k2)["evaluations"][0]
-    assert Evaluation.from_dict(full["data"]) == ok_eval(2.5)  # the whole record round-trips
-    assert full["profile"] == {"kernels": [{"name": "k2", "ms": 0.4}]} and full["run_id"] == run_id
+    assert full.evaluation() == ok_eval(2.5)  # the whole record round-trips
+    assert full.profile == {"kernels": [{"name": "k2", "ms": 0.4}]} and full.run_id == run_id
     counts = archive.counts(run_id)
     assert counts.verdicts == {"ok": 2, "compile_error": 1}
     assert counts.operators == {"translate": 1, "mutate": 2}

@@ -88,10 +88,10 @@ def test_rejudge_on_the_cpu_keeps_claims_and_stores_the_judges_verdicts(tmp_path
     with Archive.open_readonly(db) as store:
         honest_row, cheat_row = store.kernel(honest), store.kernel(cheat)
         stones = store.stepping_stones(task_hash=source_hash((tmp_path / "task_scale.py").read_text()))
-    assert [e["purpose"] for e in honest_row["evaluations"]] == ["rejudge"]
-    assert honest_row["evaluations"][0]["speedup_compile"] is None  # as asked
+    assert [e.purpose for e in honest_row["evaluations"]] == ["rejudge"]
+    assert honest_row["evaluations"][0].speedup_compile is None  # as asked
     # --trials 3: three fresh draws, then the fixed checks (test_judge_cpu counts 5 + 8 under the default)
-    assert honest_row["evaluations"][0]["data"]["correctness"]["trials"] == 3 + 8
+    assert honest_row["evaluations"][0].data["correctness"]["trials"] == 3 + 8
     assert honest_row["stepping_stone"] and "rejudged ok" in honest_row["stone_reason"]
     assert not cheat_row["stepping_stone"] and [s["id"] for s in stones] == [honest]
     third, err = imported(folder, db, "--rejudge", *args)

@@ -110,7 +110,7 @@ def test_every_task_row_after_a_kill_and_resume(benched):
     assert rows["offset"].verdict == "ok" and rows["offset"].degenerate  # the mean dwarfs the variation
     assert rows["scale"].verdict == "ok" and not rows["scale"].degenerate
     for name in ("offset", "scale"):
-        assert finals[name]["purpose"] == "final" and finals[name]["run_id"] == rows[name].run_id
+        assert finals[name].purpose == "final" and finals[name].run_id == rows[name].run_id
         assert rows[name].cost_usd > 0 and rows[name].wall_s > 0
     assert "fast_1.0" in done.stdout and bench_id in done.stdout
     assert (tmp / "out" / f"bench_{bench_id}.html").is_file()
@@ -121,7 +121,7 @@ def test_fast_p_by_hand(benched):
     shown = json.loads(cli(["bench", "show", bench_id, "--json", "--archive", str(tmp / "archive.sqlite")], env).stdout)
     rows = rows_of(tmp, bench_id)
     with Archive.open_readonly(tmp / "archive.sqlite") as store:
-        speedups = [store.evaluation(r.evaluation_id)["speedup_eager"] if r.verdict == "ok" else None
+        speedups = [store.evaluation(r.evaluation_id).speedup_eager if r.verdict == "ok" else None
                     for r in rows]
     healthy = [s for s, r in zip(speedups, rows) if not r.degenerate]
     for p in P_VALUES:
@@ -149,7 +149,7 @@ def test_each_best_kernels_format_loop_figures_share_of_the_bound_and_tokens_by_
             if not row["correct"]:
                 assert (row["format"], row["loop_speedup_eager"], row["sol_share"]) == ("", None, None)
                 continue
-            final = store.evaluation(finals[name])["data"]
+            final = store.evaluation(finals[name]).data
             assert row["format"] == final["format"] == "c"
             assert row["loop_speedup_eager"] == final["loop"]["speedup_eager"] > 0
             loops.append(row["loop_speedup_eager"])

@@ -55,12 +55,12 @@ def test_bench_two_starter_tasks_on_every_gpu(tmp_path):
         finals = {n: store.evaluation(r.evaluation_id) for n, r in stored.items()}
     for name in NAMES:
         assert rows[name]["status"] == "done" and rows[name]["verdict"] == "ok", rows[name]
-        assert finals[name]["purpose"] == "final" and rows[name]["speedup_eager"] == finals[name]["speedup_eager"]
+        assert finals[name].purpose == "final" and rows[name]["speedup_eager"] == finals[name].speedup_eager
         assert rows[name]["calls"] > 0 and rows[name]["cost_usd"] > 0
     assert all(row["device"].startswith("cuda:") for row in rows.values())
     if gpu_count() >= 2:  # one task per GPU at a time: the two tasks ran side by side
-        assert {f["device"] for f in finals.values()} == {"cuda:0", "cuda:1"}, finals
+        assert {f.device for f in finals.values()} == {"cuda:0", "cuda:1"}, finals
     assert table["suite"]["correct"] == 2 and table["suite"]["fast_p"]["eager"]["1.0"] is not None
     if os.environ.get("OUT"):
         (Path(os.environ["OUT"]) / "bench_scripted.json").write_text(json.dumps(
-            {**table, "devices": sorted({f["device"] for f in finals.values()})}, indent=1, default=str))
+            {**table, "devices": sorted({f.device for f in finals.values()})}, indent=1, default=str))

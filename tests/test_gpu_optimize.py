@@ -50,7 +50,7 @@ def gpu_count() -> int:
     return torch.cuda.device_count()
 
 
-def archive_evaluations(tmp_path: Path, kernel_id: int) -> list[dict]:
+def archive_evaluations(tmp_path: Path, kernel_id: int) -> list:
     with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
         return archive.kernel(kernel_id)["evaluations"]
 
@@ -104,11 +104,11 @@ def test_optimize_starter_task_on_the_gpu(name, tmp_path):
     with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
         (run,) = archive.runs()
         kernels = archive.kernels(run_id=run.id)
-        finals = [e for k in kernels for e in archive.kernel(k["id"])["evaluations"] if e["purpose"] == "final"]
+        finals = [e for k in kernels for e in archive.kernel(k["id"])["evaluations"] if e.purpose == "final"]
         verdicts = archive.counts(run.id).verdicts
         profiles = archive.profiles(run.id)
         calls = archive.call_yield(run.id)
-    assert finals and finals[-1]["verdict"] == "ok" and finals[-1]["speedup_eager"] > 1.0
+    assert finals and finals[-1].verdict == "ok" and finals[-1].speedup_eager > 1.0
     assert verdicts.get("compile_error", 0) >= 1 and verdicts.get("ok", 0) >= 1
     assert all(k["parents"] for k in kernels if k["operator"] != "translate")
     assert "generation" in screen and "vs torch.compile" in screen
@@ -137,17 +137,17 @@ def test_optimize_starter_task_on_the_gpu(name, tmp_path):
               "replies": sum(c.replies for c in calls.values()), "judged": sum(c.judged for c in calls.values()),
               "calls_by_operator": {op: c.calls for op, c in calls.items()},
               "copies_skipped": sum(1 for k in kernels if k["problem"].startswith(("copy:", "renamed_copy:"))),
-              "devices": sorted({e["device"] for k in kernels for e in archive_evaluations(tmp_path, k["id"])}),
-              "final_speedup_eager": finals[-1]["speedup_eager"], "final_speedup_compile": finals[-1]["speedup_compile"]}
+              "devices": sorted({e.device for k in kernels for e in archive_evaluations(tmp_path, k["id"])}),
+              "final_speedup_eager": finals[-1].speedup_eager, "final_speedup_compile": finals[-1].speedup_compile}
     if os.environ.get("OUT"):
         (Path(os.environ["OUT"]) / f"optimize_{name}.json").write_text(json.dumps(record, indent=1))
     judged = [e for k in kernels for e in archive_evaluations(tmp_path, k["id"])]
     if gpu_count() >= 2:  # --gpus all: the search's candidates were judged on every GPU of the machine
-        assert {f"cuda:{i}" for i in range(gpu_count())} <= {e["device"] for e in judged if e["purpose"] == "search"}
+        assert {f"cuda:{i}" for i in range(gpu_count())} <= {e.device for e in judged if e.purpose == "search"}
     # the final re-judgement ran on the GPU kind that searched
-    assert {e["device_name"] for e in judged if e["purpose"] == "final"} <= {e["device_name"] for e in judged
-                                                                             if e["purpose"] == "search"}
-    print(f"{name}: best {finals[-1]['speedup_eager']:.2f}x eager, verdicts {verdicts}, "
+    assert {e.device_name for e in judged if e.purpose == "final"} <= {e.device_name for e in judged
+                                                                         if e.purpose == "search"}
+    print(f"{name}: best {finals[-1].speedup_eager:.2f}x eager, verdicts {verdicts}, "
           f"{len(kernels)} kernels, {len(profiles)} profiled, {fed} prompts with a profile; screen log {log}")
 
 
@@ -190,7 +190,7 @@ def test_an_ensemble_of_two_scripted_models_on_the_gpu(tmp_path):
         calls = archive._read("SELECT label, operator FROM llm_calls WHERE run_id = ? ORDER BY id", (run.id,))
         data = report_data(archive, run.id)
         finals = [e for k in archive.kernels(run_id=run.id) for e in archive.kernel(k["id"])["evaluations"]
-                  if e["purpose"] == "final"]
+                  if e.purpose == "final"]
     if os.environ.get("OUT"):
         for path in (tmp_path / "archive.sqlite", report):
             shutil.copy(path, out / f"ensemble_{name}{path.suffix}")
@@ -200,7 +200,7 @@ def test_an_ensemble_of_two_scripted_models_on_the_gpu(tmp_path):
         assert (r["calls"], r["correct"], r["improvements"]) == (shown[model]["calls"], shown[model]["ok"],
                                                                   shown[model]["improvements"])
     assert table["careful"]["improvements"] >= 1 and table["hasty"]["correct"] == 0
-    assert finals and finals[-1]["verdict"] == "ok" and finals[-1]["speedup_eager"] > 1.0
+    assert finals and finals[-1].verdict == "ok" and finals[-1].speedup_eager > 1.0
     summary = " ".join(screen.split())
     assert "model careful" in summary and "model hasty" in summary and "improvements" in summary
     order = [c["label"] for c in calls]
@@ -210,8 +210,8 @@ def test_an_ensemble_of_two_scripted_models_on_the_gpu(tmp_path):
               "hasty_share": {f"first_{half}_calls": round(order[:half].count("hasty") / half, 3),
                               f"last_{half}_calls": round(order[-half:].count("hasty") / half, 3)},
               "calls_by_model_and_operator": dict(sorted(Counter(f"{c['label']}/{c['operator']}" for c in calls).items())),
-              "final_speedup_eager": finals[-1]["speedup_eager"], "final_speedup_compile": finals[-1]["speedup_compile"],
-              "gpu": finals[-1]["device_name"], "torch": finals[-1]["torch_version"]}
+              "final_speedup_eager": finals[-1].speedup_eager, "final_speedup_compile": finals[-1].speedup_compile,
+              "gpu": finals[-1].device_name, "torch": finals[-1].torch_version}
     if os.environ.get("OUT"):
         (out / "ensemble_row_softmax.json").write_text(json.dumps(record, indent=1))
     print(json.dumps(record, indent=1))

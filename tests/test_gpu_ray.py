@@ -103,12 +103,12 @@ def test_optimize_and_bench_on_the_gpus_of_the_cluster(cluster, tmp_path):
     with Archive.open_readonly(tmp_path / "archive.sqlite") as store:
         (run,) = store.runs()
         evaluations = [e for k in store.kernels(run_id=run.id) for e in store.kernel(k["id"])["evaluations"]]
-    judged = [e for e in evaluations if e["verdict"] != "compile_error"]
-    nodes = sorted({e["data"]["node"] for e in judged})
+    judged = [e for e in evaluations if e.verdict != "compile_error"]
+    nodes = sorted({e.data["node"] for e in judged})
     assert run.config["executor"] == "ray" and "GPU" in run.gpu_name
-    assert judged and all(ON_GPU.search(e["data"]["node"]) for e in judged), nodes
+    assert judged and all(ON_GPU.search(e.data["node"]) for e in judged), nodes
     assert len({n.rsplit("/", 1)[1] for n in nodes}) == gpu_count(), nodes  # every GPU of the cluster judged
-    assert any(e["purpose"] == "final" and e["verdict"] == "ok" for e in evaluations)
+    assert any(e.purpose == "final" and e.verdict == "ok" for e in evaluations)
     assert [r["verdict"] for r in rows] == ["ok", "ok"] and all(ON_GPU.search(r["device"]) for r in rows), rows
     record("optimize_bench", {"search_s": round(search_s, 1), "bench_s": round(bench_s, 1), "run": run.id,
                               "gpu_name": run.gpu_name, "nodes": nodes,

@@ -95,7 +95,7 @@ def test_optimize_end_to_end_on_the_cpu(tmp_path):
         operators = [c["operator"] for c in archive._read("SELECT operator FROM llm_calls WHERE run_id = ?",
                                                           (run.id,))]
         best = archive.best_kernel(run.id)
-        finals = [e for k in kernels for e in archive.kernel(k["id"])["evaluations"] if e["purpose"] == "final"]
+        finals = [e for k in kernels for e in archive.kernel(k["id"])["evaluations"] if e.purpose == "final"]
         profiles = archive.profiles(run.id)
         top = report_data(archive, run.id)["top"]
     prompts = [request_text(r["body"]) for r in server.requests]
@@ -113,7 +113,7 @@ def test_optimize_end_to_end_on_the_cpu(tmp_path):
                 + USAGE["output"] * PRICES["output"]) / 1e6
     assert spend.cost_usd == pytest.approx(per_call * spend.calls)
     assert events[0] == "session_start" and "final" in events and events[-1] == "finished"
-    assert best is not None and finals and finals[0]["verdict"] == "ok"
+    assert best is not None and finals and finals[0].verdict == "ok"
     assert any(k["stepping_stone"] for k in kernels)
     # every passing kernel says which shapes it handles: the column for `archive ls`, the record for the report
     assert {k["specialized"] for k in kernels if k["verdict"] == "ok"} == {0}
@@ -199,7 +199,7 @@ def test_kill_9_then_resume_loses_nothing(tmp_path):
         assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
         with Archive.open_readonly(db) as archive:
             run_id = archive.runs()[0].id
-            before = {"evaluations": {e["id"] for k in archive.kernels(run_id=run_id)
+            before = {"evaluations": {e.id for k in archive.kernels(run_id=run_id)
                                       for e in archive.kernel(k["id"])["evaluations"]},
                       "calls": archive.spend(run_id).calls, "status": archive.run(run_id).status}
         assert before["status"] == "running"  # killed: nobody marked it
@@ -210,7 +210,7 @@ def test_kill_9_then_resume_loses_nothing(tmp_path):
     assert done.returncode in (0, 3), done.stderr[-3000:]
     assert f"models of run {run_id}: scripted" in done.stderr
     with Archive.open_readonly(db) as archive:
-        after_evaluations = {e["id"] for k in archive.kernels(run_id=run_id) for e in archive.kernel(k["id"])["evaluations"]}
+        after_evaluations = {e.id for k in archive.kernels(run_id=run_id) for e in archive.kernel(k["id"])["evaluations"]}
         spend = archive.spend(run_id)
         run = archive.run(run_id)
         sessions = [e for e in archive.events(run_id) if e.kind == "session_start"]

@@ -197,9 +197,9 @@ def test_optimize_and_bench_on_the_cluster(cluster, tmp_path):
         (bench,) = store.benches()
         rows = store.bench_tasks(bench.id)
     assert run.config["executor"] == "ray" and run.gpu_name.startswith("ray cluster: 2 nodes")
-    assert any(e["purpose"] == "final" and e["verdict"] == "ok" for e in evaluations)
-    nodes = {e["data"]["node_id"] for e in evaluations if e["data"].get("node_id")}
-    assert all(e["data"]["node"].endswith("/cpu") for e in evaluations if e["verdict"] != "compile_error")
+    assert any(e.purpose == "final" and e.verdict == "ok" for e in evaluations)
+    nodes = {e.data["node_id"] for e in evaluations if e.data.get("node_id")}
+    assert all(e.data["node"].endswith("/cpu") for e in evaluations if e.verdict != "compile_error")
     assert nodes and (live is None or nodes <= live)
     assert [r.verdict for r in rows] == ["ok", "ok"] and bench.config["executor"] == "ray"
 

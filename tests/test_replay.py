@@ -136,7 +136,7 @@ def test_replayed_search_spends_every_reply_and_stops_on_an_outage(tmp_path):
     # profile puts far from the bound to new replies. Which profiles had come in by then is a race, so
     # what holds whatever the order: of the kernels faster than the parent, at most one (the other of
     # the two) is not far by the end (profiles only add, so far by the end covers far back then)
-    searched = {k["id"]: next(e for e in details[k["id"]]["evaluations"] if e["purpose"] == "search")
+    searched = {k["id"]: next(e for e in details[k["id"]]["evaluations"] if e.purpose == "search")
                 for k in kernels if k["verdict"] == "ok"}  # what the loop saw (the final re-judgement came later)
     with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
         far = {kid for kid, p in archive.profiles(run.id).items()
@@ -144,9 +144,9 @@ def test_replayed_search_spends_every_reply_and_stops_on_an_outage(tmp_path):
     tuned = [k for k in kernels if k["operator"] == "tune"]
     assert tuned, "no tune child in the replay"
     for t in tuned:
-        known = sorted((e for kid, e in searched.items() if e["created_at"] < t["created_at"]
-                        and has_tunables(details[kid]["source"])), key=lambda e: -e["speedup_eager"])
-        parent = next(e for e in known if e["kernel_id"] == t["parents"][0])
-        faster_near = [e["kernel_id"] for e in known
-                       if e["speedup_eager"] > parent["speedup_eager"] and e["kernel_id"] not in far]
+        known = sorted((e for kid, e in searched.items() if e.created_at < t["created_at"]
+                        and has_tunables(details[kid]["source"])), key=lambda e: -e.speedup_eager)
+        parent = next(e for e in known if e.kernel_id == t["parents"][0])
+        faster_near = [e.kernel_id for e in known
+                       if e.speedup_eager > parent.speedup_eager and e.kernel_id not in far]
         assert len(faster_near) <= 1, (t["id"], t["parents"], faster_near, far)

@@ -165,7 +165,7 @@ def _top_kernels(store: Archive, kernels: list[dict], by_id: dict[int, dict], pr
 def _shapes(store: Archive, evaluation_id: int | None) -> dict | None:
     """The input shapes the kernel's evaluation checked (supported, refused), when it says."""
     row = store.evaluation(evaluation_id) if evaluation_id is not None else None
-    shapes = ((row or {}).get("data") or {}).get("shapes")
+    shapes = row.data.get("shapes") if row else None
     return {"specialized": bool(shapes.get("refused")), **shapes} if shapes else None
 
 

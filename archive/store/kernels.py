@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from kernelevo.evaluation import Evaluation, Profile
 from kernelevo.tasks import source_hash as hash_source
 
-from ..records import ReflectionRecord
-from ..rows import (EVAL_COLUMNS, ORIGINS, PARENT_STONE, PURPOSES, check_choice, dumps, eval_values, evaluation_row,
+from ..records import EvaluationRecord, ReflectionRecord
+from ..rows import (EVAL_COLUMNS, ORIGINS, PARENT_STONE, PURPOSES, check_choice, dumps, eval_values,
                     intervals, kernel_row, loads, unique)
 from .connection import Store
 
@@ -172,19 +172,19 @@ class KernelsMixin(Store):
         return self._with_parents(rows)
 
     def kernel(self, kernel_id: int) -> dict | None:
-        """One kernel as in kernels(), plus `evaluations`: all of them, oldest first, data parsed."""
+        """One kernel as in kernels(), plus `evaluations`: all of them (EvaluationRecord), oldest first."""
         row = self._one(_KERNEL_SELECT + " WHERE k.id = ?", (kernel_id,))
         if row is None:
             return None
         row = self._with_parents([row])[0]
-        row["evaluations"] = [evaluation_row(e) for e in self._read(
+        row["evaluations"] = [EvaluationRecord.of(e) for e in self._read(
             "SELECT * FROM evaluations WHERE kernel_id = ? ORDER BY id", (kernel_id,))]
         return row
 
-    def evaluation(self, evaluation_id: int) -> dict | None:
-        """One evaluation row, its data and profile parsed."""
+    def evaluation(self, evaluation_id: int) -> EvaluationRecord | None:
+        """One evaluation."""
         row = self._one("SELECT * FROM evaluations WHERE id = ?", (evaluation_id,))
-        return evaluation_row(row) if row else None
+        return EvaluationRecord.of(row) if row else None
 
     def lineage(self, kernel_id: int) -> list[dict]:
         """The kernel's ancestors up to the roots (itself excluded), breadth-first: by `depth`

@@ -12,7 +12,7 @@ from kernelevo.agent import operators
 from kernelevo.agent.client import LLM, Metered, prompt_hash
 from kernelevo.agent.profile_block import FAR, profile_block
 from kernelevo.agent.prompting import Context, approach, feedback_from
-from kernelevo.evaluation import Evaluation, Shown
+from kernelevo.evaluation import Shown
 
 from .. import attempts, islands, niches, scheduling, selection, tune
 from ..population import Variant
@@ -188,7 +188,7 @@ class Planning:
             return self._after_profiles(operators.reflect, *members), (variants,), ids, home
         if op == "repair":
             self.memory.repair_tried.add(ids[0])
-            evaluation = Evaluation.from_dict(self.archive.kernel(ids[0])["evaluations"][-1]["data"])
+            evaluation = self.archive.kernel(ids[0])["evaluations"][-1].evaluation()
             return operators.repair, (self._variant(members[0], "A"), feedback_from(evaluation)), ids, island
         return None
 

@@ -50,9 +50,9 @@ class Profiler:
             return
         if member.figures.speedup_eager is None:
             return
-        judged = [e for e in self.state.archive.kernel(member.kernel_id)["evaluations"] if e["verdict"] == Verdict.OK]
+        judged = [e for e in self.state.archive.kernel(member.kernel_id)["evaluations"] if e.verdict == Verdict.OK]
         if judged:
-            self._start(member.kernel_id, Evaluation.from_dict(judged[-1]["data"]), judged[-1]["id"], False)
+            self._start(member.kernel_id, judged[-1].evaluation(), judged[-1].id, False)
 
     def pending(self, kernel_ids: set[int]) -> dict[int, concurrent.futures.Future]:
         """The profiles in flight of these kernels, by kernel id."""

@@ -6,6 +6,7 @@ run writes. Data goes to stdout (a table, or --json / --csv), notes to stderr, s
 """
 from __future__ import annotations
 
+import dataclasses
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
@@ -16,6 +17,7 @@ from kernelevo.cli.common import ArchiveOpt, ConfigOpt, CsvOpt, JsonOpt, emit, f
 from kernelevo.evaluation import Verdict
 
 if TYPE_CHECKING:
+    from kernelevo.archive.records import EvaluationRecord
     from kernelevo.archive.store import Archive
 
 archive_app = typer.Typer(no_args_is_help=True,
@@ -174,14 +176,14 @@ def show(kernel_id: KernelIdArg, archive: ArchiveOpt = None, config: ConfigOpt =
     fmt = output_format(as_json)
     k, task, ancestors = _with_lineage(kernel_id, archive, config)
     if fmt == "json":
-        emit(k, fmt)
+        emit({**k, "evaluations": [dataclasses.asdict(e) for e in k["evaluations"]]}, fmt)
         return
     from rich.console import Console
 
     console = Console()
     _print_facts(k, task, console)
     if k["evaluations"]:  # the profile is taken where it was measured (a search evaluation)
-        _print_latest(k["evaluations"][-1], console, next((e for e in reversed(k["evaluations"]) if e["profile"]), None))
+        _print_latest(k["evaluations"][-1], console, next((e for e in reversed(k["evaluations"]) if e.profile), None))
     console.print(_lineage_line(k, ancestors), markup=False, highlight=False)
     if k["account"]:
         console.print("\nthe model's account:\n" + k["account"], markup=False, highlight=False)
@@ -197,9 +199,10 @@ def _print_facts(k: dict, task, console) -> None:
 
     from kernelevo.cli.views.tables import _COLOURS
 
-    judged = next((e for e in k["evaluations"] if e["id"] == k["evaluation_id"]), None) or {}
-    times = [f"{name} {judged[col]:.4g} ms" for name, col in
-             (("candidate", "candidate_ms"), ("eager", "eager_ms"), ("compile", "compiled_ms")) if judged.get(col)]
+    judged = next((e for e in k["evaluations"] if e.id == k["evaluation_id"]), None)
+    times = [f"{name} {ms:.4g} ms" for name, ms in
+             (("candidate", judged.candidate_ms), ("eager", judged.eager_ms), ("compile", judged.compiled_ms))
+             if ms] if judged else []
     verdict = (k["verdict"] + (f"  ({k['reason']})" if k["reason"] else "")) if k["verdict"] else "never judged"
     rows = [("kernel", f"{k['id']}  (origin {k['origin']}, stored {_when(k['created_at'])})", ""),
             ("task", f"{task.name if task else '?'}  (task {k['task_id']}, {task.source_hash[:12] if task else ''})", ""),
@@ -208,7 +211,7 @@ def _print_facts(k: dict, task, console) -> None:
             ("parents", ", ".join(map(str, k["parents"])) or "none", ""),
             ("format", k["format"] or "-", ""),
             ("verdict", verdict, _COLOURS.get(k["verdict"], "red") if k["verdict"] else "dim"),
-            ("message", judged.get("message"), ""),
+            ("message", judged.message if judged else None, ""),
             ("speedup", _speedups(k), ""),
             ("time", ", ".join(times), ""),
             ("stepping stone", k["stepping_stone"] and (k["stone_reason"] or "yes"), ""),
@@ -232,37 +235,38 @@ def _speedups(k: dict) -> str:
     """The final re-judgement's figures where the kernel has one, the search's labelled beside them."""
     from kernelevo.text import speedup_text
 
-    def pair(e: dict) -> str:
-        return (f"{speedup_text(e['speedup_eager'], e.get('speedup_eager_ci'))} vs eager, "
-                f"{speedup_text(e['speedup_compile'], e.get('speedup_compile_ci'))} vs torch.compile")
+    def pair(eager, eager_ci, compiled, compiled_ci) -> str:
+        return f"{speedup_text(eager, eager_ci)} vs eager, {speedup_text(compiled, compiled_ci)} vs torch.compile"
 
-    def latest(purpose: str) -> dict | None:
-        return next((e for e in reversed(k["evaluations"])
-                     if e["purpose"] == purpose and e["verdict"] == Verdict.OK), None)
+    def of(e: EvaluationRecord) -> str:
+        return pair(e.speedup_eager, e.speedup_eager_ci, e.speedup_compile, e.speedup_compile_ci)
+
+    def latest(purpose: str) -> EvaluationRecord | None:
+        return next((e for e in reversed(k["evaluations"]) if e.purpose == purpose and e.verdict == Verdict.OK), None)
 
     final, again = latest("final"), latest("rejudge")
-    search = pair(k) if k["speedup_eager"] is not None else ""
+    search = pair(k["speedup_eager"], k.get("speedup_eager_ci"), k["speedup_compile"], k.get("speedup_compile_ci")) \
+        if k["speedup_eager"] is not None else ""
     if again is not None and final is None:  # a new best re-measured before the search believed it
-        return f"{pair(again)} (re-measured)" + (f"; search: {search}" if search else "")
+        return f"{of(again)} (re-measured)" + (f"; search: {search}" if search else "")
     if final is None:
         return search
-    return f"{pair(final)} (final re-judgement)" + (f"; search: {search}" if search else "")
+    return f"{of(final)} (final re-judgement)" + (f"; search: {search}" if search else "")
 
 
-def _print_latest(evaluation: dict, console, profile_row: dict | None = None) -> None:
+def _print_latest(evaluation: EvaluationRecord, console, profiled: EvaluationRecord | None = None) -> None:
     """The kernel's latest evaluation as `kernelevo evaluate` prints one, with the latest profile."""
-    from kernelevo.evaluation import Evaluation, Profile
+    from kernelevo.evaluation import Profile
     from kernelevo.cli.views.tables import print_evaluation, print_profile
 
-    console.rule(f"evaluation {evaluation['id']} ({evaluation['purpose']}, {_when(evaluation['created_at'])})",
-                 align="left")
+    console.rule(f"evaluation {evaluation.id} ({evaluation.purpose}, {_when(evaluation.created_at)})", align="left")
     try:
-        record = Evaluation.from_dict(evaluation["data"])
-        stored = evaluation["profile"] or (profile_row or {}).get("profile")
+        record = evaluation.evaluation()
+        stored = evaluation.profile or (profiled.profile if profiled else None)
         profile = Profile.from_dict(stored) if stored else None
     except (TypeError, KeyError, ValueError) as exc:
         # a record written by another kernelevo version: the facts above still hold
-        note(f"evaluation {evaluation['id']}: stored record not readable by this kernelevo ({exc})")
+        note(f"evaluation {evaluation.id}: stored record not readable by this kernelevo ({exc})")
         return
     print_evaluation(record, console)
     if profile:
