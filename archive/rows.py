@@ -19,7 +19,7 @@ from kernelevo.llm_call import LLMCall
 if TYPE_CHECKING:  # numpy is imported lazily: opening an archive must not pay for it
     import numpy
 
-    from .records import FormatBest, FormatYield, ModelYield
+    from .records import EvaluationRecord, FormatBest, FormatYield, ModelYield
 
 RUN_STATUSES = ("running", "finished", "stopped", "budget", "failed")
 BENCH_STATUSES = ("running", "finished", "stopped")
@@ -153,10 +153,10 @@ def kernel_row(row: dict[str, Any]) -> dict[str, Any]:
     return intervals(row)
 
 
-def announced(finals: dict[int, dict]) -> int | None:
+def announced(finals: dict[int, EvaluationRecord]) -> int | None:
     """The kernel a run wrote out: the first to pass its final re-judgement (optimize tries the
     search's best first), from Archive.final_evaluations; None before a run has one."""
-    return next((kid for kid, e in finals.items() if e["verdict"] == Verdict.OK), None)
+    return next((kid for kid, e in finals.items() if e.verdict == Verdict.OK), None)
 
 
 def intervals(row: dict[str, Any]) -> dict[str, Any]:

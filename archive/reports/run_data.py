@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from kernelevo.evaluation import Verdict, faster_beyond_noise
 
 from ..export import profile_summary
-from ..records import CallUsage, Judged, RunRecord, Spend, TaskRecord
+from ..records import CallUsage, EvaluationRecord, Judged, RunRecord, Spend, TaskRecord
 from ..rows import announced, call_operator, own_improvement, source_diff
 
 if TYPE_CHECKING:
@@ -60,12 +60,13 @@ def report_data(store: Archive, run_id: str, top: int = TOP_KERNELS) -> dict[str
     }
 
 
-def _announced(finals: dict[int, dict], by_id: dict[int, dict]) -> dict | None:
+def _announced(finals: dict[int, EvaluationRecord], by_id: dict[int, dict]) -> dict | None:
     """The row of the kernel the run wrote out (rows.announced), or None before a run has one."""
     return by_id.get(announced(finals))
 
 
-def _run_facts(run: RunRecord, task: TaskRecord | None, spend: Spend, best: dict | None, finals: dict[int, dict]) -> dict:
+def _run_facts(run: RunRecord, task: TaskRecord | None, spend: Spend, best: dict | None,
+               finals: dict[int, EvaluationRecord]) -> dict:
     config = run.config
     return {
         "id": run.id, "task": task.name if task else "", "task_hash": task.source_hash if task else "",
@@ -87,16 +88,19 @@ def _run_facts(run: RunRecord, task: TaskRecord | None, spend: Spend, best: dict
     }
 
 
-def _figures(kernel: dict | None, finals: dict[int, dict], prefix: str = "") -> dict:
+def _figures(kernel: dict | None, finals: dict[int, EvaluationRecord], prefix: str = "") -> dict:
     """The speedups, their 95 % intervals ([low, high] or None), and which measurement they are."""
     final = finals.get(kernel["id"]) if kernel else None
-    final = final if final and final["verdict"] == Verdict.OK else None
-    shown = final or kernel or {}
-    return {f"{prefix}speedup": shown.get("speedup_eager"), f"{prefix}speedup_ci": shown.get("speedup_eager_ci"),
-            f"{prefix}speedup_compile": shown.get("speedup_compile"),
-            f"{prefix}speedup_compile_ci": shown.get("speedup_compile_ci"),
+    final = final if final and final.verdict == Verdict.OK else None
+    if final is not None:
+        shown = (final.speedup_eager, final.speedup_eager_ci, final.speedup_compile, final.speedup_compile_ci)
+    else:
+        k = kernel or {}
+        shown = (k.get("speedup_eager"), k.get("speedup_eager_ci"), k.get("speedup_compile"), k.get("speedup_compile_ci"))
+    return {f"{prefix}speedup": shown[0], f"{prefix}speedup_ci": shown[1],
+            f"{prefix}speedup_compile": shown[2], f"{prefix}speedup_compile_ci": shown[3],
             f"{prefix}figures": "final" if final else "search" if kernel else None,
-            f"{prefix}loop": (final or {}).get("loop"),  # calls back to back, host work included
+            f"{prefix}loop": final.data.get("loop") if final else None,  # calls back to back, host work included
             f"{prefix}search_speedup": kernel["speedup_eager"] if kernel else None,
             f"{prefix}search_speedup_ci": kernel.get("speedup_eager_ci") if kernel else None,
             f"{prefix}search_speedup_compile": kernel["speedup_compile"] if kernel else None}
@@ -144,7 +148,7 @@ def _node(k: dict, model: str | None, on_path: set[int]) -> dict:
 
 
 def _top_kernels(store: Archive, kernels: list[dict], by_id: dict[int, dict], profiles: dict, top: int,
-                 finals: dict[int, dict]) -> list[dict]:
+                 finals: dict[int, EvaluationRecord]) -> list[dict]:
     ok = sorted((k for k in kernels if k["verdict"] == Verdict.OK and k["speedup_eager"] is not None),
                 key=lambda k: (-k["speedup_eager"], k["id"]))[:top]
     out = []

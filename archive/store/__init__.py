@@ -3,8 +3,9 @@ archive file goes through it.
 
 One SQLite file (WAL, foreign keys on) holds every task, run, kernel, evaluation, LLM call,
 reflection, embedding and event. Read methods return records (archive/records.py), JSON columns decoded;
-the kernels family (kernels, kernel, evaluation, lineage, best_kernel, stepping_stones, final_evaluations,
-remeasurements, export_rows) still returns dicts, one per row.
+an evaluation is an EvaluationRecord (evaluation, final_evaluations, and kernel()'s list of them); the kernels
+family (kernels, kernel, lineage, best_kernel, stepping_stones, remeasurements, export_rows) still returns dicts,
+one per row.
 
 `Archive` is made of one part per thing stored, each a mixin over `connection.Store` (opening,
 migrations, and the four doors to the connection: `_write`, `_tx`, `_read`, `_one`):

@@ -3,7 +3,6 @@ reflections: what a run's search produces, written as it goes; and reading kerne
 figures of their evaluations, their lineage, and one row per kernel for export."""
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 
@@ -205,14 +204,11 @@ class KernelsMixin(Store):
                         "AND e.speedup_eager IS NOT NULL ORDER BY e.speedup_eager DESC, e.id LIMIT 1", (run_id,))
         return self._with_parents([row])[0] if row else None
 
-    def final_evaluations(self, run_id: str) -> dict[int, dict]:
-        """Kernel id -> its latest 'final' evaluation of the run (the re-judgement in a fresh process
-        at the end of a run): verdict, speedup_eager, speedup_compile, candidate_ms, and the
-        speedups' intervals speedup_eager_ci, speedup_compile_ci ([low, high] or None)."""
-        rows = self._read("SELECT kernel_id, verdict, speedup_eager, speedup_compile, candidate_ms, speedup_eager_lo, "
-                          "speedup_eager_hi, speedup_compile_lo, speedup_compile_hi, json_extract(data, '$.loop') AS loop "
-                          "FROM evaluations WHERE run_id = ? AND purpose = 'final' ORDER BY id", (run_id,))
-        return {r["kernel_id"]: {**intervals(r), "loop": json.loads(r["loop"]) if r["loop"] else None} for r in rows}
+    def final_evaluations(self, run_id: str) -> dict[int, EvaluationRecord]:
+        """Kernel id -> its latest 'final' evaluation of the run (the re-judgement in a fresh process at the end of
+        a run), in the order the run made them."""
+        rows = self._read("SELECT * FROM evaluations WHERE run_id = ? AND purpose = 'final' ORDER BY id", (run_id,))
+        return {r["kernel_id"]: EvaluationRecord.of(r) for r in rows}
 
     def final_evaluation_id(self, run_id: str, kernel_id: int) -> int | None:
         """The id of a kernel's latest 'final' evaluation in a run (what the run announced)."""

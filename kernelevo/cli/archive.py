@@ -77,7 +77,10 @@ def _best(store: Archive, run_id: str) -> dict | None:
 
     finals = store.final_evaluations(run_id)
     kernel_id = announced(finals)
-    return store.best_kernel(run_id) if kernel_id is None else {**finals[kernel_id], "id": kernel_id}
+    if kernel_id is None:
+        return store.best_kernel(run_id)
+    final = finals[kernel_id]
+    return {"id": kernel_id, "speedup_eager": final.speedup_eager, "speedup_eager_ci": final.speedup_eager_ci}
 
 
 def _task_rows(store: Archive, tasks: list) -> list[dict]:
