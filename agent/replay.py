@@ -69,6 +69,20 @@ def parse_spec(spec: str) -> ReplaySpec | None:
     return ReplaySpec(source.strip(), then.strip())
 
 
+def served_by_text(recorded: list[Recorded], texts: list[str]) -> list[Recorded | None]:
+    """Per text served (in order), the recorded reply it was, found by its text: each reply once, the first of
+    equal ones first; None for a text the recording does not hold. A recording's name can change (the yardstick
+    copies its folder to a new place each round); its replies do not."""
+    left = list(recorded)
+    out: list[Recorded | None] = []
+    for text in texts:
+        found = next((r for r in left if r.reply == text), None)
+        if found is not None:
+            left.remove(found)
+        out.append(found)
+    return out
+
+
 def read_folder(folder: Path) -> list[Recorded]:
     """The replies of one task's folder (`NNNN.reply.md`, each with its `NNNN.prompt.md` where there is one),
     in order of their numbers."""

@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from kernelevo.agent.replay import read_folder
+from kernelevo.agent.replay import read_folder, served_by_text
 from kernelevo.archive.records import AnsweredCall
 from kernelevo.archive.reports.bench_data import bench_table
 from kernelevo.archive.store import Archive
@@ -39,17 +39,11 @@ def served_to(calls: list[AnsweredCall], folder: Path) -> dict[str, int]:
     """Of a run's calls answered from the folder's replies (found by their text), how many were `served`, and how
     many of those to a prompt other than the one the reply was written for (`changed`: the prompt's hash differs; a
     prompt file's text changed since, or the search took another path, and the archive keeps only the hash)."""
-    left = read_folder(folder)
-    served = changed = 0
-    for call in calls:
-        if call.provider != "replay":
-            continue
-        found = next((r for r in left if r.reply == call.reply), None)
-        if found is None:
-            continue
-        left.remove(found)
-        served += 1
-        changed += bool(found.prompt_hash) and found.prompt_hash != call.prompt_hash
+    replayed = [c for c in calls if c.provider == "replay"]
+    pairs = [(c, r) for c, r in zip(replayed, served_by_text(read_folder(folder), [c.reply for c in replayed]))
+             if r is not None]
+    served = len(pairs)
+    changed = sum(bool(r.prompt_hash) and r.prompt_hash != c.prompt_hash for c, r in pairs)
     return {"served": served, "changed": changed}
 
 

@@ -2,14 +2,13 @@
 run a bench made for this task, or a folder of replies. The replaying model itself is agent/replay.py."""
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from kernelevo.agent.client import LLM
 from kernelevo.agent.models import lookup
 from kernelevo.agent.providers import parse_model
-from kernelevo.agent.replay import Recorded, ReplayLLM, ReplaySpec, read_folder
+from kernelevo.agent.replay import Recorded, ReplayLLM, ReplaySpec, read_folder, served_by_text
 from kernelevo.config import Config
 
 
@@ -36,21 +35,14 @@ def member(spec: ReplaySpec, config: Config, place: ReplayPlace) -> ReplayLLM:
 
 
 def _served(recorded: list[Recorded], place: ReplayPlace) -> set[int]:
-    """The numbers of the recorded replies the resumed run was served already, found by their text (each served
-    text once): the recording's name can change between rounds (the yardstick's folder is copied to a new place
-    each round), its replies do not. Matched by name, every reply was served again from the first."""
+    """The numbers of the recorded replies the resumed run was served already (agent.replay.served_by_text)."""
     if not place.resumed or not place.archive.exists():
         return set()
     from kernelevo.archive.store import Archive
 
     with Archive.open_readonly(place.archive) as archive:
-        left = Counter(archive.replayed_replies(place.resumed))
-    served = set()
-    for r in recorded:
-        if left[r.reply] > 0:
-            left[r.reply] -= 1
-            served.add(r.number)
-    return served
+        texts = archive.replayed_replies(place.resumed)
+    return {r.number for r in served_by_text(recorded, texts) if r is not None}
 
 
 def _from_archive(source: str, place: ReplayPlace) -> tuple[list[Recorded], str]:

@@ -92,13 +92,12 @@ def _figures(kernel: dict | None, finals: dict[int, EvaluationRecord], prefix: s
     """The speedups, their 95 % intervals ([low, high] or None), and which measurement they are."""
     final = finals.get(kernel["id"]) if kernel else None
     final = final if final and final.verdict == Verdict.OK else None
-    if final is not None:
-        shown = (final.speedup_eager, final.speedup_eager_ci, final.speedup_compile, final.speedup_compile_ci)
-    else:
-        k = kernel or {}
-        shown = (k.get("speedup_eager"), k.get("speedup_eager_ci"), k.get("speedup_compile"), k.get("speedup_compile_ci"))
-    return {f"{prefix}speedup": shown[0], f"{prefix}speedup_ci": shown[1],
-            f"{prefix}speedup_compile": shown[2], f"{prefix}speedup_compile_ci": shown[3],
+    k = kernel or {}
+    eager, eager_ci, compiled, compiled_ci = \
+        (final.speedup_eager, final.speedup_eager_ci, final.speedup_compile, final.speedup_compile_ci) if final else \
+        (k.get("speedup_eager"), k.get("speedup_eager_ci"), k.get("speedup_compile"), k.get("speedup_compile_ci"))
+    return {f"{prefix}speedup": eager, f"{prefix}speedup_ci": eager_ci,
+            f"{prefix}speedup_compile": compiled, f"{prefix}speedup_compile_ci": compiled_ci,
             f"{prefix}figures": "final" if final else "search" if kernel else None,
             f"{prefix}loop": final.data.get("loop") if final else None,  # calls back to back, host work included
             f"{prefix}search_speedup": kernel["speedup_eager"] if kernel else None,
