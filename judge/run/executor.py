@@ -14,6 +14,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -147,12 +148,33 @@ def cpu_plan(devices: list[str]) -> dict[str, dict[str, str]]:
     GPU's timing worker gets a core that no build may use. With too few cores, nothing is pinned.
     """
     gpus = [d for d in devices if d.startswith("cuda")]
-    cores = sorted(os.sched_getaffinity(0))
+    cores = list(_machine_cores())
     if not gpus or len(cores) < 2 * len(gpus) + 2:
         return {}
     reserved = dict(zip(gpus, cores[-len(gpus):]))
     build = ",".join(str(c) for c in cores if c not in reserved.values())
     return {d: {"KERNELEVO_BUILD_CPUS": build, "KERNELEVO_TIMING_CPU": str(core)} for d, core in reserved.items()}
+
+
+@functools.cache
+def _machine_cores() -> tuple[int, ...]:
+    """The cores this process may use, as first asked: keep_off_timing_cores narrows its own set after, and a second
+    executor in the process must reserve the same cores, not the next two."""
+    return tuple(sorted(os.sched_getaffinity(0)))
+
+
+def keep_off_timing_cores(pinning: dict[str, dict[str, str]]) -> None:
+    """Every thread of this process onto the build cores of `pinning` (cpu_plan), and so every process it starts
+    later (checkers, zygotes, workers, their compilers): left to the scheduler, the judging process and its children
+    ran on the cores reserved for timing while all the others built (7.7 s of the bench process in 330 s on one of
+    them, benchmarks/results/timing_core_watch-H200x2-2026-11-30.json). A worker moves its timing thread there
+    itself (worker.Channel.quiet)."""
+    build = next((set(int(c) for c in p["KERNELEVO_BUILD_CPUS"].split(",")) for p in pinning.values()), None)
+    if not build:
+        return
+    for tid in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            os.sched_setaffinity(int(tid), build)
 
 
 def _child_env(device: str, pinning: dict[str, str]) -> dict:
@@ -337,6 +359,7 @@ class LocalExecutor(Spread):
                  concurrency: int | None = None, spares: int = 0):
         self.devices, self.cache_dir, self.limits = devices, Path(cache_dir), limits
         pinning = cpu_plan(devices)
+        keep_off_timing_cores(pinning)
         self.pools = {d: WorkerPool(d, self.cache_dir, spares, limits, pinning.get(d, {}))
                       for d in devices}
         self.rooms = {d: DeviceRoom() for d in devices}

@@ -49,7 +49,7 @@ class Channel:
         return json.loads(line)
 
     def acquire_device(self) -> None:
-        """Ask for the device, wait for `go`, then move to the core reserved for timing.
+        """Ask for the device and wait for `go`.
 
         `go` carries a token the result must repeat: a result line written by candidate code
         before this point (while importing, say) cannot know it.
@@ -57,26 +57,30 @@ class Channel:
         self.send("gpu")
         go = self.receive()
         self._token = go.get("token") if isinstance(go, dict) else None
-        _pin("KERNELEVO_TIMING_CPU")
 
     @contextlib.contextmanager
     def quiet(self):
-        """A timing phase: on the CPU the parent pauses every other judge worker meanwhile (measure/hold.py)."""
-        if not self.cpu:
-            yield
-            return
-        self.send("quiet")
-        self.receive()
+        """A timing phase: this thread runs on the core reserved for timing (executor.cpu_plan), and on the CPU
+        the parent pauses every other judge worker meanwhile (measure/hold.py). Only the phase: a process
+        started from this thread keeps its cores, and from the device's `go` on, Triton's ptxas at a first
+        call (51 s in 330 s of a bench, benchmarks/results/timing_core_watch-H200x2-2026-11-30.json) and
+        inductor's compile workers ran on the timing core, where the next worker's calls are timed."""
+        _pin("KERNELEVO_TIMING_CPU")
         try:
-            yield
+            if not self.cpu:
+                yield
+                return
+            self.send("quiet")
+            self.receive()
+            try:
+                yield
+            finally:
+                self.send("loud")
         finally:
-            self.send("loud")
+            _pin("KERNELEVO_BUILD_CPUS")
 
     def release_device(self) -> None:
-        """Done with the device (what remains needs only the CPU): back to the build cores, then the parent
-        may pass the device on. Left on the timing core, this worker's idle check, integrity check and exit
-        (the CUDA context's teardown) ran beside the next worker's timed calls there."""
-        _pin("KERNELEVO_BUILD_CPUS")
+        """Done with the device (what remains needs only the CPU): the parent may pass it on."""
         self.send("release")
 
     def send_result(self, result: dict) -> None:
