@@ -29,7 +29,7 @@ def churn(n):
     return subprocess.Popen(["bash", "-c", f"for i in $(seq {n}); do {sys.executable} -c \"{CHURN}\" {sib_path}; done"])
 def show(label):
     out = _host_and_events(fns, [A, B], 25)
-    (e, w, g, _), (ee, ew, eg, _) = out["candidate"], out["eager"]
+    (e, w, g, *_), (ee, ew, eg, *_) = out["candidate"], out["eager"]
     print(f"{label:28s} cand event {e:.3f} wall {w:.3f} gap {g:.3f} | eager event {ee:.3f} wall {ew:.3f} gap {eg:.3f} | escaped {g-eg:.3f}", flush=True)
 show("alone")
 show("alone")
