@@ -14,7 +14,6 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import fcntl
-import functools
 import hashlib
 import json
 import os
@@ -29,7 +28,7 @@ from pathlib import Path
 
 from kernelevo.judge import verdicts
 from kernelevo.judge.measure import hold
-from kernelevo.judge.run import sandbox, zygote
+from kernelevo.judge.run import cores, sandbox, zygote
 from kernelevo.judge.run.room import DeviceRoom, decided_by_neighbours, out_of_memory
 from kernelevo.judge.run.drive import WorkerDied, audit, drive  # noqa: F401 - the executor's names, as before
 from kernelevo.judge.job import Job
@@ -140,43 +139,6 @@ def _child_device(device: str) -> str:
     return "cuda:0" if device.startswith("cuda") else "cpu"
 
 
-def cpu_plan(devices: list[str]) -> dict[str, dict[str, str]]:
-    """Per device, the environment that pins its workers: cores to build on, a core to time on.
-
-    Measured on an H100 host: with eight nvcc builds on all cores, a timed kernel's median
-    moved 10 % and its p90 by 60 %, because the host thread launching it was starved. So each
-    GPU's timing worker gets a core that no build may use. With too few cores, nothing is pinned.
-    """
-    gpus = [d for d in devices if d.startswith("cuda")]
-    cores = list(_machine_cores())
-    if not gpus or len(cores) < 2 * len(gpus) + 2:
-        return {}
-    reserved = dict(zip(gpus, cores[-len(gpus):]))
-    build = ",".join(str(c) for c in cores if c not in reserved.values())
-    return {d: {"KERNELEVO_BUILD_CPUS": build, "KERNELEVO_TIMING_CPU": str(core)} for d, core in reserved.items()}
-
-
-@functools.cache
-def _machine_cores() -> tuple[int, ...]:
-    """The cores this process may use, as first asked: keep_off_timing_cores narrows its own set after, and a second
-    executor in the process must reserve the same cores, not the next two."""
-    return tuple(sorted(os.sched_getaffinity(0)))
-
-
-def keep_off_timing_cores(pinning: dict[str, dict[str, str]]) -> None:
-    """Every thread of this process onto the build cores of `pinning` (cpu_plan), and so every process it starts
-    later (checkers, zygotes, workers, their compilers): left to the scheduler, the judging process and its children
-    ran on the cores reserved for timing while all the others built (7.7 s of the bench process in 330 s on one of
-    them, benchmarks/results/timing_core_watch-H200x2-2026-11-30.json). A worker moves its timing thread there
-    itself (worker.Channel.quiet)."""
-    build = next((set(int(c) for c in p["KERNELEVO_BUILD_CPUS"].split(",")) for p in pinning.values()), None)
-    if not build:
-        return
-    for tid in os.listdir("/proc/self/task"):
-        with contextlib.suppress(OSError):  # a thread that ended meanwhile
-            os.sched_setaffinity(int(tid), build)
-
-
 def _child_env(device: str, pinning: dict[str, str]) -> dict:
     """What a worker is given on top of the sandbox's allowlisted environment (sandbox.prepare)."""
     # CUDA_CACHE_DISABLE: NVRTC serves a source compiled before (by any process) from the driver's
@@ -184,7 +146,7 @@ def _child_env(device: str, pinning: dict[str, str]) -> dict:
     # seen on an H100 with CUDA 13. kernelevo.runtime keeps its own cache of cubins and their logs.
     env = {"PYTHONUNBUFFERED": "1", "CUDA_CACHE_DISABLE": "1", **pinning}
     if device.startswith("cuda"):
-        index = int(device.split(":")[1]) if ":" in device else 0
+        index = cores.gpu_index(device)
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         env["CUDA_VISIBLE_DEVICES"] = visible.split(",")[index] if visible else str(index)
     else:
@@ -358,8 +320,8 @@ class LocalExecutor(Spread):
     def __init__(self, devices: list[str], cache_dir: Path, limits: WorkerLimits = WorkerLimits(),
                  concurrency: int | None = None, spares: int = 0):
         self.devices, self.cache_dir, self.limits = devices, Path(cache_dir), limits
-        pinning = cpu_plan(devices)
-        keep_off_timing_cores(pinning)
+        pinning = cores.plan(devices)
+        cores.keep_off_timing_cores(pinning)
         self.pools = {d: WorkerPool(d, self.cache_dir, spares, limits, pinning.get(d, {}))
                       for d in devices}
         self.rooms = {d: DeviceRoom() for d in devices}

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 
 def _pin(variable: str) -> None:
-    """Move this process to the cores the parent planned for its phase (executor.cpu_plan)."""
+    """Move this process to the cores the parent planned for its phase (cores.plan)."""
     cores = os.environ.get(variable)
     if cores:
         os.sched_setaffinity(0, {int(c) for c in cores.split(",")})
@@ -60,7 +60,7 @@ class Channel:
 
     @contextlib.contextmanager
     def quiet(self):
-        """A timing phase: this thread runs on the core reserved for timing (executor.cpu_plan), and on the CPU
+        """A timing phase: this thread runs on the core reserved for timing (cores.plan), and on the CPU
         the parent pauses every other judge worker meanwhile (measure/hold.py). Only the phase: a process
         started from this thread keeps its cores, and from the device's `go` on, Triton's ptxas at a first
         call (51 s in 330 s of a bench, benchmarks/results/timing_core_watch-H200x2-2026-11-30.json) and
