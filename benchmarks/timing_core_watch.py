@@ -46,7 +46,20 @@ def _command(pid: int, seen: dict[int, str]) -> str:
                 seen[pid] = " ".join(a.decode(errors="replace") for a in f.read().split(b"\0") if a)[:120]
         except OSError:
             seen[pid] = "?"
+        seen[pid] += _gpu(pid)
     return seen[pid]
+
+
+def _gpu(pid: int) -> str:
+    """" GPU 1" where the process was given one GPU (CUDA_VISIBLE_DEVICES): a judge worker sees its own as cuda:0,
+    so its command line alone does not say which GPU's timing it does."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+    except OSError:
+        return ""
+    visible = env.get(b"CUDA_VISIBLE_DEVICES", b"").decode(errors="replace")
+    return f" GPU {visible}" if visible and "," not in visible else ""
 
 
 def watch(cores: set[int], seconds: float, interval: float) -> dict:
