@@ -120,3 +120,31 @@ def test_a_report_on_another_job_than_the_workers_is_a_forged_report():
     moved = Job(format="c", bounds=True, task_source="task", candidate_source="peeks past each row", task_path="/elsewhere")
     assert launcher.digest(job, "cpu") == launcher.digest(moved, "cpu")
     assert launcher.digest(job, "cuda:3") == launcher.digest(job, "cuda:0")  # the judging process's cuda:3 is its worker's cuda:0
+
+
+@pytest.mark.skipif(bounds.asan_runtime() is None, reason="the C compiler has no AddressSanitizer runtime")
+def test_the_bounds_trials_time_is_not_the_runs(tmp_path, cache_dir):
+    """The checker has a limit of its own; its time is added to the run's, once (drive.BOUNDS_SLACK_S). Charged
+    to the run, a Triton conv whose autotuner ran under memcheck used the whole run limit, and two kernels
+    that had passed every trial were refused `run_timeout` in a run's final judgement. Here the candidate
+    is slow only where it is checked (built with AddressSanitizer): longer than the run limit, well within the checker's."""
+    from kernelevo.judge.api import Judge, JudgeOptions
+    from kernelevo.judge.measure.timing import TimingConfig
+    from kernelevo.judge.run.executor import WorkerLimits
+    from kernelevo.tasks import load_task
+
+    slow = ("#include <time.h>\n#ifdef __SANITIZE_ADDRESS__\nstatic int slept;\n#endif\n"
+            "void scale_relu(const float* x, const float* w, const float* b, float* y, int64_t rows, int64_t cols) {\n"
+            "#ifdef __SANITIZE_ADDRESS__\n    if (!slept) { struct timespec t = {30, 0}; nanosleep(&t, 0); slept = 1; }\n#endif\n")
+    source = (FIXTURES / "cpu" / "ok_c.py").read_text().replace(
+        "void scale_relu(const float* x, const float* w, const float* b, float* y, int64_t rows, int64_t cols) {\n", slow, 1)
+    assert "nanosleep" in source
+    candidate = tmp_path / "slow_when_checked.py"
+    candidate.write_text(source)
+    options = JudgeOptions(devices=("cpu",), compile_baseline=False, concurrency=1,
+                           timing=TimingConfig(min_reps=5, max_seconds=0.1, target_rel_ci=0.05),
+                           limits=WorkerLimits(build=120, run=25))  # the trials take seconds; loaded, up to ~8
+    with Judge(cache_dir, options) as judge:
+        e = judge.evaluate(load_task(FIXTURES / "cpu" / "task_scale.py"), candidate, final=True)
+    assert (e.verdict, e.reason) == ("ok", ""), (e.message, e.excerpt)
+    assert any(n.startswith("bounds trial: AddressSanitizer saw every index in bounds") for n in e.notes), e.notes

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from kernelevo.judge import verdicts
-from kernelevo.judge.run import inline, launcher, sandbox
+from kernelevo.judge.run import bounds, inline, launcher, sandbox
 from kernelevo.judge.trials import clock
 from kernelevo.judge.job import Job
 
@@ -26,6 +26,11 @@ COMPARED = "in a checker process that never loaded candidate code"
 BUILDS = ("in a folder of the candidate's own, named by a secret the judging process keeps; a kept library or "
           "cubin that is not what its record says is built again")
 SETTLE_S = 30.0  # how long a checker may take to end a job it was told is over
+# The bounds trial's time is added to the run's, once: its checker has a limit of its own (bounds.LIMIT_S), and
+# past it the verdict says "indices not checked". Charged to the run, a Triton conv whose autotuner ran under
+# memcheck on five shapes used the whole 120 s, and two kernels that had passed every trial were refused
+# `run_timeout` in a run's final judgement (issue 52, H200, 2026-11-30). The slack covers killing the checker.
+BOUNDS_SLACK_S = 30.0
 
 
 class WorkerDied(Exception):
@@ -136,6 +141,7 @@ class _Follow:
         self.prepared = checker is None
         self.asked = False  # the worker asked for the device
         self.ending = False  # the checker has ended the trials
+        self.bounds = False  # the worker said its bounds trial starts (honoured once, where the job asks for one)
 
     def run(self, hold_device, hold_machine) -> dict:
         with contextlib.ExitStack() as held, contextlib.ExitStack() as machine:
@@ -153,6 +159,8 @@ class _Follow:
                         return self._finish(done)
             except TimeoutError:
                 limit = self.limits.build if self.phase == "build" else self.limits.run
+                if self.bounds:
+                    limit += bounds.LIMIT_S + BOUNDS_SLACK_S
                 return {"verdict": "timeout", "reason": f"{self.phase}_timeout",
                         "message": f"no verdict within {limit:.0f} s of {self.phase}{self.trial}; the process was killed",
                         "excerpt": verdicts.tail(self.worker.log_text())}
@@ -239,6 +247,10 @@ class _Follow:
             self.released = time.monotonic()
         elif kind == "trial":
             self.trial = f" ({event.get('label', '')})"
+        elif kind == "bounds" and self.job.bounds and self.granted is not None and not self.bounds:
+            self.bounds = True
+            self.deadline += bounds.LIMIT_S + BOUNDS_SLACK_S
+            self.trial = " (after the bounds trial began)"
         elif kind == "result":
             result = {k: v for k, v in event.items() if k not in ("event", "token")}
             return audit(result, event.get("token"), self.token, self.granted, self.released)

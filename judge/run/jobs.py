@@ -155,7 +155,7 @@ def _check_and_time(task, reference, candidate, job: Job, device: str, result: d
         checked = {"stateful": bool(checked.get("stateful"))}
         result.update(verdict="ok", reason="", message="")  # as far as this process can tell: the checker decides
         integrity.verify("the correctness trials")
-        _bounds(job, device, result, evidence)
+        _bounds(job, device, result, evidence, channel)
         phase("bounds")
         sets = _input_sets(task, job, device, job.input_sets)
         evidence["policy"] = policy.check(result["policy"], lambda a: forward(candidate, a), sets[0], device,
@@ -230,11 +230,13 @@ def _with_figures(result: dict, measured, device: str) -> dict:
     return result
 
 
-def _bounds(job: Job, device: str, result: dict, evidence: dict) -> None:
+def _bounds(job: Job, device: str, result: dict, evidence: dict, channel) -> None:
     """The bounds trial (run/bounds.py), for a candidate whose trials passed: raises Rejected where its
-    checker saw an invalid access in the candidate's code; its note joins the verdict's either way."""
+    checker saw an invalid access in the candidate's code; its note joins the verdict's either way.
+    The judging process hears that it starts: its time under the checker is not the run's (drive.py)."""
     if not job.bounds:
         return
+    channel.send("bounds")
     outcome = launcher.run(job, device)
     evidence["bounds"] = bounds.evidence(outcome)
     if outcome.access is not None:
