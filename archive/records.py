@@ -5,11 +5,11 @@ archive hands out in one place. A change is a new record (`dataclasses.replace`)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from kernelevo.evaluation import Evaluation
 
-from .rows import intervals, loads
+from .rows import PARENT_STONE, intervals, loads
 
 
 @dataclass(frozen=True)
@@ -178,6 +178,81 @@ class EvaluationRecord:
     def evaluation(self) -> Evaluation:
         """The judge's record this was stored from."""
         return Evaluation.from_dict(self.data)
+
+
+@dataclass(frozen=True)
+class KernelRecord:
+    """A kernel as stored, its JSON columns decoded, with its parents in order and the figures of one evaluation of
+    it (None where never judged): its latest search one (kernels, kernel, lineage), the run's fastest (best_kernel),
+    its best (stepping_stones, whose `purpose` says which). `depth` (lineage: 1 is a parent), `evaluations` (kernel:
+    every one, oldest first), `task_hash` and `task_name` (stepping_stones) are there where the read gives them."""
+
+    id: int
+    task_id: int
+    run_id: str | None
+    source: str
+    source_hash: str
+    format: str
+    operator: str
+    llm_call_id: int | None
+    generation: int
+    island: int
+    origin: str
+    stepping_stone: bool
+    stone_reason: str
+    niche: str
+    descriptors: dict | None
+    thinking: str
+    problem: str
+    claims: dict | None
+    created_at: float
+    account: str = ""
+    parents: tuple[int, ...] = ()
+    evaluation_id: int | None = None
+    verdict: str | None = None
+    reason: str | None = None
+    message: str | None = None
+    speedup_eager: float | None = None
+    speedup_compile: float | None = None
+    speedup_eager_ci: list | None = None  # [low, high], None where not measured
+    speedup_compile_ci: list | None = None
+    candidate_ms: float | None = None
+    eager_ms: float | None = None
+    specialized: int | None = None
+    loop_ms: float | None = None  # per call back to back, host work included (the evaluation's loop)
+    loop_device_ms: float | None = None
+    purpose: str | None = None
+    depth: int | None = None
+    evaluations: tuple[EvaluationRecord, ...] = ()
+    task_hash: str | None = None
+    task_name: str | None = None
+
+    @classmethod
+    def of(cls, row: dict, parents: list[int] | tuple[int, ...] = ()) -> "KernelRecord":
+        """From a `kernels` row joined with an evaluation's fields (intervals as `_lo`/`_hi` columns, JSON still
+        text), and its parents."""
+        row = intervals(dict(row))
+        return cls(**{**row, "descriptors": loads(row.get("descriptors")), "claims": loads(row.get("claims")),
+                      "stepping_stone": bool(row.get("stepping_stone")), "parents": tuple(parents)})
+
+    @property
+    def own_improvement(self) -> bool:
+        """A stepping stone for what it did itself (a new best of its island, a new niche), not only as the parent of
+        one that did."""
+        return self.stepping_stone and not (self.stone_reason or "").startswith(PARENT_STONE)
+
+    def with_evaluation(self, e: EvaluationRecord) -> "KernelRecord":
+        """This kernel with the figures of `e` in place of the ones it was read with (a re-measurement's)."""
+        loop = e.data.get("loop") or {}
+        return replace(self, evaluation_id=e.id, verdict=e.verdict, reason=e.reason, message=e.message,
+                       speedup_eager=e.speedup_eager, speedup_compile=e.speedup_compile,
+                       speedup_eager_ci=e.speedup_eager_ci, speedup_compile_ci=e.speedup_compile_ci,
+                       candidate_ms=e.candidate_ms, eager_ms=e.eager_ms, specialized=e.specialized,
+                       loop_ms=loop.get("candidate_ms"), loop_device_ms=loop.get("device_ms"))
+
+    def to_dict(self) -> dict:
+        """As JSON shows it: every field, each evaluation a dict."""
+        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -94,12 +94,6 @@ def call_operator(name: str) -> str:
     return "translate" if name == "functional" else name
 
 
-def own_improvement(kernel: dict) -> bool:
-    """Whether a kernel row is a stepping stone for what it did itself (a new best of its island,
-    a new niche), not only as the parent of one that did."""
-    return bool(kernel.get("stepping_stone")) and not (kernel.get("stone_reason") or "").startswith(PARENT_STONE)
-
-
 def _summed(rows: Iterable, key: str, sums: tuple[str, ...], names: Iterable[str]) -> dict[str, dict]:
     """Yield records summed over their fields `sums` per field `key`: `names` first (zeros for one without a row),
     then others as first seen; a row with an empty key is left out. cost_usd rounded."""

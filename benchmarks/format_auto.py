@@ -83,9 +83,9 @@ def run_task(task: str, folder: Path, calls: int, device: str) -> dict:
         rows, best = archive.format_yield(run.id), archive.format_best(run.id)
         builds: dict[str, list[float]] = {}
         for k in archive.kernels(run_id=run.id):
-            for e in archive.kernel(k["id"])["evaluations"]:
+            for e in archive.kernel(k.id).evaluations:
                 if e.purpose == "search" and e.data.get("build_s") is not None:
-                    builds.setdefault(k["format"], []).append(e.data["build_s"])
+                    builds.setdefault(k.format, []).append(e.data["build_s"])
     return {"exit": done.returncode, "wall_s": round(time.monotonic() - started, 1), "run": run.id,
             "stop_reason": run.stop_reason, "formats": [dataclasses.asdict(r) for r in rows],
             "best": {fmt: dataclasses.asdict(b) for fmt, b in best.items()},

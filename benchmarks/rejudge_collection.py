@@ -114,7 +114,7 @@ def store_items(store, items: list) -> dict[str, int]:
 def unjudged(store, ids: dict[str, int], device_names: set[str]) -> list[int]:
     """Kernel ids, in row order, without a 'rejudge' evaluation on a device of these models."""
     return list(dict.fromkeys(k for k in ids.values() if not any(
-        e.purpose == "rejudge" and e.device_name in device_names for e in store.kernel(k)["evaluations"])))
+        e.purpose == "rejudge" and e.device_name in device_names for e in store.kernel(k).evaluations)))
 
 
 def _devices(device: str, gpus: str) -> tuple[str, ...]:
@@ -242,18 +242,18 @@ def _task_summary(source: str) -> str:
 
 def latest_rejudge(kernel: dict):
     """The kernel's latest 'rejudge' evaluation (an EvaluationRecord), or None."""
-    return next((e for e in reversed(kernel["evaluations"]) if e.purpose == "rejudge"), None)
+    return next((e for e in reversed(kernel.evaluations) if e.purpose == "rejudge"), None)
 
 
 def table_row(store, key: str, kernel_id: int) -> dict:
     from kernelevo.evolution.drivers.rejudge import claimed_speedup
 
     kernel = store.kernel(kernel_id)
-    task, claims = store.task(kernel["task_id"]), kernel["claims"] or {}
+    task, claims = store.task(kernel.task_id), kernel.claims or {}
     e = latest_rejudge(kernel)
     ok = e is not None and e.verdict == "ok"
     return {"key": key, "level": claims.get("level_id"), "task_id": claims.get("task_id"), "task": task.name,
-            "kernel_id": kernel_id, "code": code_kind(kernel["source"]),
+            "kernel_id": kernel_id, "code": code_kind(kernel.source),
             "verdict": e and e.verdict, "reason": e and e.reason, "message": e and e.message,
             "claimed_eager": claimed_speedup(claims), "claimed_compile": claims.get("score_torch_compile_default"),
             "measured_eager": e.speedup_eager if ok else None,
@@ -358,10 +358,10 @@ def show(args: argparse.Namespace) -> int:
         if args.key not in kernels:
             sys.exit(f"{args.key}: no such row with a kernel; rows look like L1-T23")
         kernel = store.kernel(kernels[args.key])
-        task = store.task(kernel["task_id"])
-    print(f"== {args.key}: task {task.name} ({_task_summary(task.source)}), kernel {kernel['id']} "
-          f"({code_kind(kernel['source'])}), claims {json.dumps(kernel['claims'])}")
-    print(f"\n== task source\n{task.source}\n\n== kernel source\n{kernel['source']}\n")
+        task = store.task(kernel.task_id)
+    print(f"== {args.key}: task {task.name} ({_task_summary(task.source)}), kernel {kernel.id} "
+          f"({code_kind(kernel.source)}), claims {json.dumps(kernel.claims)}")
+    print(f"\n== task source\n{task.source}\n\n== kernel source\n{kernel.source}\n")
     e = latest_rejudge(kernel)
     if e is None:
         print("== not judged yet")

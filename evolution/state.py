@@ -12,7 +12,8 @@ from pathlib import Path
 
 from kernelevo.agent.profile_block import profile_block
 from kernelevo.agent.prompting import Context, insight
-from kernelevo.archive.rows import own_improvement, unique
+from kernelevo.archive.records import EvaluationRecord, KernelRecord
+from kernelevo.archive.rows import unique
 from kernelevo.evaluation import Evaluation, Figures, Lineage, Profile, Shown, Verdict
 from kernelevo.llm_call import LLMCall
 from kernelevo.tasks import Task
@@ -30,17 +31,17 @@ def judged(kernel: Variant, evaluation: Evaluation) -> Variant:
     return remeasured(kernel, evaluation, stored=True)
 
 
-def member_from_row(row: dict, baseline: str = "eager") -> Variant:
-    """A Variant from an archive kernel row (with its latest search evaluation), ranked against `baseline`."""
-    ci, compile_ci = row.get("speedup_eager_ci"), row.get("speedup_compile_ci")
-    figures = Figures(verdict=row.get("verdict") or "", reason=row.get("reason") or "",
-                      speedup_eager=row.get("speedup_eager"), speedup_compile=row.get("speedup_compile"),
+def member_from_row(row: KernelRecord, baseline: str = "eager") -> Variant:
+    """A Variant from an archive kernel (with its latest search evaluation), ranked against `baseline`."""
+    ci, compile_ci = row.speedup_eager_ci, row.speedup_compile_ci
+    figures = Figures(verdict=row.verdict or "", reason=row.reason or "",
+                      speedup_eager=row.speedup_eager, speedup_compile=row.speedup_compile,
                       speedup_eager_ci=tuple(ci) if ci else None, speedup_compile_ci=tuple(compile_ci) if compile_ci else None,
-                      ms=row.get("candidate_ms"), eager_ms=row.get("eager_ms"), loop_ms=row.get("loop_ms"),
-                      host_share=host_share(row.get("loop_device_ms"), row.get("loop_ms")))
-    lineage = Lineage(operator=row["operator"], parents=tuple(row.get("parents") or ()), island=row.get("island") or 0,
-                      generation=row.get("generation") or 0, niche=row.get("niche") or "")
-    return Variant(row["source"], row["format"] or "", row["id"], figures, lineage, baseline=baseline)
+                      ms=row.candidate_ms, eager_ms=row.eager_ms, loop_ms=row.loop_ms,
+                      host_share=host_share(row.loop_device_ms, row.loop_ms))
+    lineage = Lineage(operator=row.operator, parents=tuple(row.parents), island=row.island or 0,
+                      generation=row.generation or 0, niche=row.niche or "")
+    return Variant(row.source, row.format or "", row.id, figures, lineage, baseline=baseline)
 
 
 def remeasured(member: Variant, evaluation: Evaluation, stored: bool = False) -> Variant:
@@ -70,16 +71,16 @@ def _finite_ci(ci: tuple[float, float] | None) -> tuple[float, float] | None:
     return (low, high) if low is not None and high is not None else None
 
 
-def resumed_members(rows: list[dict], remeasures: dict[int, dict],
+def resumed_members(rows: list[KernelRecord], remeasures: dict[int, EvaluationRecord],
                     baseline: str = "eager") -> tuple[list[Variant], Variant | None]:
     """The judged members of a run's rows, each passing one with its latest re-measurement's figures
     where it has one (the loop re-measures only kernels that passed), in the order their figures
     were stored (the order the live run admitted them, which decides who is the incumbent best);
     and apart, the best if it was never re-measured (a run killed while its re-measurement was
     pending): it must be re-measured before it is shown."""
-    judged = [{**row, **(remeasures.get(row["id"], {}) if row["verdict"] == Verdict.OK else {})}
-              for row in rows if row.get("verdict")]
-    judged.sort(key=lambda row: row.get("evaluation_id") or 0)
+    judged = [row.with_evaluation(remeasures[row.id]) if row.verdict == Verdict.OK and row.id in remeasures else row
+              for row in rows if row.verdict]
+    judged.sort(key=lambda row: row.evaluation_id or 0)
     members = [member_from_row(row, baseline) for row in judged]
     best = best_of(members)
     if best is None or best.kernel_id in remeasures:
@@ -159,9 +160,9 @@ class RunState:
         path = self.run_dir / "kernels" / f"k{kernel_id}.py"
         if not path.exists():
             row = self.archive.kernel(kernel_id)
-            if row and row["source"]:
+            if row and row.source:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(row["source"])
+                path.write_text(row.source)
         return path
 
     def wait_for(self, call: WaitingCall) -> None:
@@ -186,23 +187,23 @@ class RunState:
 
     def crossed(self) -> set[frozenset]:
         """Parent sets crossover was called on before this session (whatever came of each call)."""
-        return {frozenset(r["parents"]) for r in self._rows_at_start if r["operator"] == "crossover"}
+        return {frozenset(r.parents) for r in self._rows_at_start if r.operator == "crossover"}
 
     def unjudged(self) -> list[Variant]:
         """Children stored but never judged (the run was killed while they waited): judge them first."""
         return [member_from_row(r, self.baseline) for r in self._rows_at_start
-                if r["source"] and not r.get("verdict") and not r.get("problem")]
+                if r.source and not r.verdict and not r.problem]
 
     def repair_targets(self) -> set[int]:
         """Kernels a repair was already asked for (judged or not), from the run's rows."""
-        return {p for r in self._rows_at_start if r["operator"] == "repair" for p in r.get("parents") or ()}
+        return {p for r in self._rows_at_start if r.operator == "repair" for p in r.parents}
 
     def operator_stats(self) -> dict[str, scheduling.OperatorStats]:
         """Per-operator attempts, successes, improvements and spend, derived from the run's rows."""
         stats: dict[str, scheduling.OperatorStats] = {}
         for row in self._rows_at_start:
-            s = stats.get(row["operator"], scheduling.OperatorStats())
-            stats[row["operator"]] = s.record(row.get("verdict") == Verdict.OK, own_improvement(row))
+            s = stats.get(row.operator, scheduling.OperatorStats())
+            stats[row.operator] = s.record(row.verdict == Verdict.OK, row.own_improvement)
         for op, cost in self.archive.operator_costs(self.run_id).items():
             s = stats.get(op, scheduling.OperatorStats())
             stats[op] = dataclasses.replace(s, cost_usd=cost)
@@ -241,11 +242,11 @@ class RunState:
         self.profiles[kernel_id] = profile
 
 
-def inspirations(rows: list[dict], limit: int = 3) -> tuple[Variant, ...]:
+def inspirations(rows: list[KernelRecord], limit: int = 3) -> tuple[Variant, ...]:
     """Stepping stones of earlier runs (or other archives) as prompt variants, best first."""
-    chosen = sorted((r for r in rows if r.get("source")), key=lambda r: -(r.get("speedup_eager") or 0.0))[:limit]
-    return tuple(Variant(r["source"], r.get("format") or "",
-                         figures=Figures(speedup_eager=r.get("speedup_eager"), speedup_compile=r.get("speedup_compile"),
-                                         ms=r.get("candidate_ms"), eager_ms=r.get("eager_ms")),
+    chosen = sorted((r for r in rows if r.source), key=lambda r: -(r.speedup_eager or 0.0))[:limit]
+    return tuple(Variant(r.source, r.format or "",
+                         figures=Figures(speedup_eager=r.speedup_eager, speedup_compile=r.speedup_compile,
+                                         ms=r.candidate_ms, eager_ms=r.eager_ms),
                          shown=Shown(label=f"S{i + 1}"))
                  for i, r in enumerate(chosen))

@@ -178,12 +178,12 @@ def test_lineage_of_a_child_with_two_parents(archive, run):
     child = archive.add_kernel(task_id, "child src", "nvrtc", "crossover", run_id=run_id, parents=[b, a, b],
                                generation=2, thinking="combine tiling with vector loads")
     k = archive.kernel(child)
-    assert k["parents"] == [b, a]  # order kept, the repeat dropped
-    assert k["source_hash"] == source_hash("child src") and k["evaluations"] == []
-    assert k["verdict"] is None and k["thinking"].startswith("combine")
+    assert k.parents == (b, a)  # order kept, the repeat dropped
+    assert k.source_hash == source_hash("child src") and k.evaluations == ()
+    assert k.verdict is None and k.thinking.startswith("combine")
     lineage = archive.lineage(child)
-    assert [(x["id"], x["depth"]) for x in lineage] == [(a, 1), (b, 1), (root, 2)]
-    assert lineage[1]["descriptors"] == {"smem": True} and lineage[2]["parents"] == []
+    assert [(x.id, x.depth) for x in lineage] == [(a, 1), (b, 1), (root, 2)]
+    assert lineage[1].descriptors == {"smem": True} and lineage[2].parents == ()
     assert archive.lineage(root) == []
     assert archive.kernel(12345) is None
 
@@ -194,7 +194,7 @@ def test_failed_operator_outcome_is_a_row(archive, run):
         archive.add_kernel(task_id, "", "nvrtc", "mutate", run_id=run_id)  # no source must say why
     k = archive.add_kernel(task_id, "", "nvrtc", "mutate", run_id=run_id, problem="edit_failed")
     row = archive.kernel(k)
-    assert (row["source"], row["format"], row["problem"]) == ("", "", "edit_failed")
+    assert (row.source, row.format, row.problem) == ("", "", "edit_failed")
     assert archive.counts(run_id).problems == {"edit_failed": 1}
 
 
@@ -209,13 +209,13 @@ def test_kernels_best_kernel_and_counts(archive, run):
     archive.add_evaluation(k1, ok_eval(9.0), purpose="final")  # not a search evaluation: not the best
     assert archive.add_evaluation(k3, ok_eval(1.1), purpose="rejudge")
     best = archive.best_kernel(run_id)
-    assert (best["id"], best["speedup_eager"], best["parents"]) == (k2, 2.5, [k1])
-    assert best["candidate_ms"] == pytest.approx(0.4)
-    rows = {k["id"]: k for k in archive.kernels(run_id=run_id)}
-    assert rows[k3]["verdict"] == "compile_error" and rows[k3]["reason"] == "nvrtc_error"
-    assert rows[k1]["speedup_eager"] == 1.2  # the latest *search* evaluation
-    assert [k["id"] for k in archive.kernels(task_id=task_id)] == [k1, k2, k3]
-    full = archive.kernel(k2)["evaluations"][0]
+    assert (best.id, best.speedup_eager, best.parents) == (k2, 2.5, (k1,))
+    assert best.candidate_ms == pytest.approx(0.4)
+    rows = {k.id: k for k in archive.kernels(run_id=run_id)}
+    assert rows[k3].verdict == "compile_error" and rows[k3].reason == "nvrtc_error"
+    assert rows[k1].speedup_eager == 1.2  # the latest *search* evaluation
+    assert [k.id for k in archive.kernels(task_id=task_id)] == [k1, k2, k3]
+    full = archive.kernel(k2).evaluations[0]
     assert full.evaluation() == ok_eval(2.5)  # the whole record round-trips
     assert full.profile == {"kernels": [{"name": "k2", "ms": 0.4}]} and full.run_id == run_id
     counts = archive.counts(run_id)
@@ -314,11 +314,11 @@ def test_stepping_stones_and_reflections(archive, run, tmp_path):
     odd = archive.add_kernel(other_task, "odd", "inline", "import", origin="import", claims={"speedup": 4.0})
     archive.mark_stepping_stone(odd, "imported")
     stones = archive.stepping_stones(task_hash=source_hash(TASK_SOURCE))
-    assert [(s["id"], s["speedup_eager"], s["verdict"]) for s in stones] == [(fast, 3.0, "ok"), (slow, 1.5, "ok")]
-    assert stones[0]["stepping_stone"] is True and stones[0]["stone_reason"] == "novel tiling"
-    assert stones[0]["task_hash"] == source_hash(TASK_SOURCE) and stones[0]["parents"] == [slow]
-    assert [s["id"] for s in archive.stepping_stones(task_ids=[other_task])] == [odd]
-    assert archive.stepping_stones(task_ids=[other_task])[0]["claims"] == {"speedup": 4.0}
+    assert [(s.id, s.speedup_eager, s.verdict) for s in stones] == [(fast, 3.0, "ok"), (slow, 1.5, "ok")]
+    assert stones[0].stepping_stone is True and stones[0].stone_reason == "novel tiling"
+    assert stones[0].task_hash == source_hash(TASK_SOURCE) and stones[0].parents == (slow,)
+    assert [s.id for s in archive.stepping_stones(task_ids=[other_task])] == [odd]
+    assert archive.stepping_stones(task_ids=[other_task])[0].claims == {"speedup": 4.0}
     assert len(archive.stepping_stones()) == 3 and len(archive.stepping_stones(limit=1)) == 1
     assert archive.stepping_stones(task_hash="unknown") == []
 
@@ -413,5 +413,5 @@ def test_sigkill_loses_no_committed_row(tmp_path):
         kernels = a.kernels(run_id=run_id)
         events = a.events(run_id)
         assert len(kernels) >= committed and len(events) >= committed
-        assert [k["source"] for k in kernels[:committed]] == [f"src {n}" for n in range(committed)]
-        assert [e.data["id"] for e in events[:committed]] == [k["id"] for k in kernels[:committed]]
+        assert [k.source for k in kernels[:committed]] == [f"src {n}" for n in range(committed)]
+        assert [e.data["id"] for e in events[:committed]] == [k.id for k in kernels[:committed]]

@@ -44,11 +44,11 @@ def test_sakana_rows_from_json_lines_and_parquet_meet_on_one_task(tmp_path):
         kernels = [store.kernel(k) for k in report["imported"]]
         tasks = {t.source_hash: t for t in store.tasks()}
     relu, linear = kernels
-    assert relu["format"] == "inline" and relu["origin"] == "import" and relu["operator"] == "import"
-    assert relu["claims"]["CUDA_Speedup_Native"] == 1.2 and relu["claims"]["source"] == "AI CUDA Engineer Archive"
-    assert relu["claims"]["op_name"] == "19_ReLU" and relu["claims"]["level_id"] == 1
-    assert tasks[source_hash(rows[1]["PyTorch_Code_Module"])].id == linear["task_id"]  # the module is the task
-    assert LINEAR_CUDA in linear["source"]  # the extension's code, verbatim
+    assert relu.format == "inline" and relu.origin == "import" and relu.operator == "import"
+    assert relu.claims["CUDA_Speedup_Native"] == 1.2 and relu.claims["source"] == "AI CUDA Engineer Archive"
+    assert relu.claims["op_name"] == "19_ReLU" and relu.claims["level_id"] == 1
+    assert tasks[source_hash(rows[1]["PyTorch_Code_Module"])].id == linear.task_id  # the module is the task
+    assert LINEAR_CUDA in linear.source  # the extension's code, verbatim
 
 
 def test_generated_model_new_calls_the_extension_through_the_functional_model():
@@ -88,11 +88,11 @@ def test_rejudge_on_the_cpu_keeps_claims_and_stores_the_judges_verdicts(tmp_path
     with Archive.open_readonly(db) as store:
         honest_row, cheat_row = store.kernel(honest), store.kernel(cheat)
         stones = store.stepping_stones(task_hash=source_hash((tmp_path / "task_scale.py").read_text()))
-    assert [e.purpose for e in honest_row["evaluations"]] == ["rejudge"]
-    assert honest_row["evaluations"][0].speedup_compile is None  # as asked
+    assert [e.purpose for e in honest_row.evaluations] == ["rejudge"]
+    assert honest_row.evaluations[0].speedup_compile is None  # as asked
     # --trials 3: three fresh draws, then the fixed checks (test_judge_cpu counts 5 + 8 under the default)
-    assert honest_row["evaluations"][0].data["correctness"]["trials"] == 3 + 8
-    assert honest_row["stepping_stone"] and "rejudged ok" in honest_row["stone_reason"]
-    assert not cheat_row["stepping_stone"] and [s["id"] for s in stones] == [honest]
+    assert honest_row.evaluations[0].data["correctness"]["trials"] == 3 + 8
+    assert honest_row.stepping_stone and "rejudged ok" in honest_row.stone_reason
+    assert not cheat_row.stepping_stone and [s.id for s in stones] == [honest]
     third, err = imported(folder, db, "--rejudge", *args)
     assert third["rejudged"] == [] and "nothing to rejudge" in err  # a verdict is never bought twice

@@ -42,12 +42,12 @@ def judged_all(archive_path, limit_s: float = 300.0) -> None:
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
         with Archive.open_readonly(archive_path) as store:
-            rows = sorted((k for run in store.runs() for k in store.kernels(run_id=run.id) if k["source"]),
-                          key=lambda k: k["id"])
+            rows = sorted((k for run in store.runs() for k in store.kernels(run_id=run.id) if k.source),
+                          key=lambda k: k.id)
         seen, waiting = set(), False
         for k in rows:
-            waiting = waiting or (not k.get("verdict") and k["source_hash"] not in seen)
-            seen.add(k["source_hash"])
+            waiting = waiting or (not k.verdict and k.source_hash not in seen)
+            seen.add(k.source_hash)
         if not waiting:
             return
         time.sleep(0.1)
@@ -74,15 +74,15 @@ def test_a_model_that_always_answers_the_same_kernel_is_told_so_and_never_asked_
         (run,) = store.runs()
         rows = store.kernels(run_id=run.id)
         calls = store.call_yield(run.id)
-    copies = [r for r in rows if r["problem"].startswith("copy:")]
-    assert copies and all("the same code as kernel 1" in r["problem"] for r in copies)
-    first_copy = min(r["llm_call_id"] for r in copies)  # calls are numbered in the order they were made
+    copies = [r for r in rows if r.problem.startswith("copy:")]
+    assert copies and all("the same code as kernel 1" in r.problem for r in copies)
+    first_copy = min(r.llm_call_id for r in copies)  # calls are numbered in the order they were made
     told = "your reply was the same code as kernel 1"
     later = [text for i, text in enumerate(sent, 1) if i > first_copy]
     assert later and all(told in text for text in later), [t.rsplit("# Your job", 1)[-1][:400] for t in later]
     assert sum(row.copies for row in calls.values()) == len(copies)
-    assert all(r["account"].endswith("Idea: scale, shift and clamp each row in one pass.") for r in rows
-               if r["llm_call_id"] is not None)
+    assert all(r.account.endswith("Idea: scale, shift and clamp each row in one pass.") for r in rows
+               if r.llm_call_id is not None)
     summary = " ".join(done.stdout.split())
     assert "asked once" in summary and "replies copies of a kernel" in summary
 
@@ -103,22 +103,22 @@ def test_slower_edits_come_back_with_their_speedups_in_the_next_prompt_on_their_
     server, _ = search(respond, tmp_path, 9)
     with Archive.open_readonly(tmp_path / "archive.sqlite") as store:
         (run,) = store.runs()
-        rows = {r["id"]: r for r in store.kernels(run_id=run.id)}
+        rows = {r.id: r for r in store.kernels(run_id=run.id)}
     listed = {}
     for text in prompts(server):
         job = text.rsplit("# Your job", 1)[-1]
         if "(c, kernel 1)" in job:  # a prompt that shows kernel 1 (mutate on it, reflect, crossover)
             listed.update({int(k): (op, idea, outcome) for k, op, idea, outcome in LINE.findall(job)
-                           if rows[int(k)]["parents"] == [1]})
+                           if rows[int(k)].parents == (1,)})
     judged = {k: v for k, v in listed.items() if v[2].startswith("correct, ")}
     assert judged, listed  # a later prompt on kernel 1 lists its judged children
     for kernel_id, (op, idea, outcome) in judged.items():
         row = rows[kernel_id]  # (slower edits: how much slower is the machine's business, not this test's)
-        assert idea.startswith("walk the columns in order, variant ") and op == row["operator"]
-        assert outcome == f"correct, {speedup_text(row['speedup_eager'], row['speedup_eager_ci'])} eager"
+        assert idea.startswith("walk the columns in order, variant ") and op == row.operator
+        assert outcome == f"correct, {speedup_text(row.speedup_eager, row.speedup_eager_ci)} eager"
     # `archive show` lists the attempts on kernel 1, as the prompts do
     out = cli(["archive", "show", "1", "--archive", str(tmp_path / "archive.sqlite")], dict(os.environ))
     text = " ".join(out.stdout.split())
     assert out.returncode == 0 and "attempts on it, newest first:" in text, out.stderr[-2000:]
     assert all(f"kernel {k} (" in text for k in judged)
-    assert speedup_text(rows[1]["speedup_eager"], rows[1]["speedup_eager_ci"]) in text
+    assert speedup_text(rows[1].speedup_eager, rows[1].speedup_eager_ci) in text

@@ -3,6 +3,7 @@ archive returns them; the latest analysis per island (RunState.context). Pure, C
 from kernelevo.agent.operators import first_prompt
 from kernelevo.agent.prompting import Context, Target, TaskView
 from kernelevo.agent.replies import account_of, idea_of
+from kernelevo.archive.records import KernelRecord
 from kernelevo.archive.store import Archive
 from kernelevo.evolution import attempts
 from kernelevo.evolution.state import RunState
@@ -13,10 +14,13 @@ SRC = "import torch\n\nSRC = r'''\nvoid f(float* y) {\n    y[0] = 1.0f;\n}\n'''\
 
 def row(kid, operator="mutate", parents=(), verdict="ok", speed=1.0, problem="", account="", source=None,
         thinking=""):
-    return {"id": kid, "operator": operator, "parents": list(parents), "verdict": verdict if not problem else None,
-            "reason": "" if verdict == "ok" else "value_mismatch", "speedup_eager": speed if verdict == "ok" else None,
-            "speedup_eager_ci": [speed * 0.9, speed * 1.1], "problem": problem, "account": account,
-            "source": SRC if source is None else source, "thinking": thinking, "message": ""}
+    return KernelRecord(id=kid, task_id=1, run_id="r", source=SRC if source is None else source, source_hash="",
+                        format="c", operator=operator, llm_call_id=None, generation=0, island=0, origin="run",
+                        stepping_stone=False, stone_reason="", niche="", descriptors=None, thinking=thinking,
+                        problem=problem, claims=None, created_at=0.0, account=account, parents=tuple(parents),
+                        verdict=verdict if not problem else None, reason="" if verdict == "ok" else "value_mismatch",
+                        message="", speedup_eager=speed if verdict == "ok" else None,
+                        speedup_eager_ci=[speed * 0.9, speed * 1.1])
 
 
 def test_attempts_on_a_kernel_cover_its_tune_family_newest_first_and_bounded():
@@ -84,6 +88,8 @@ def test_an_island_shows_its_latest_analysis_and_reflect_leaves_out_its_own(tmp_
 
 
 def judged_members(archive, run_id):
+    from dataclasses import replace
+
     from kernelevo.evolution.state import member_from_row
 
-    return [member_from_row({**r, "verdict": "ok", "speedup_eager": 1.0}) for r in archive.kernels(run_id=run_id)]
+    return [member_from_row(replace(r, verdict="ok", speedup_eager=1.0)) for r in archive.kernels(run_id=run_id)]

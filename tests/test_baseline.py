@@ -29,9 +29,9 @@ def test_a_run_ranks_its_kernels_against_torch_compile(tmp_path):
     with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
         (run,) = archive.runs()
         best = archive.best_kernel(run.id)
-        reasons = [k.get("stone_reason") or "" for k in archive.kernels(run_id=run.id)]
+        reasons = [k.stone_reason or "" for k in archive.kernels(run_id=run.id)]
     assert run.config["baseline"] == "compile" and best is not None
-    assert best["speedup_compile"] is not None  # measured against inductor's C++ on this CPU
+    assert best.speedup_compile is not None  # measured against inductor's C++ on this CPU
     assert re.search(r"ranked against\s+torch\.compile", done.stdout), done.stdout
     written = (tmp_path / "out" / "task_scale_kernelevo.py").read_text()
     assert "which ranked kernels against torch.compile, measured" in " ".join(written.split())

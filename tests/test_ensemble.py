@@ -174,7 +174,7 @@ def test_statistics_come_back_from_the_rows(tmp_path):
     assert per[("mutate", "sloppy")] == OperatorStats(attempts=2, successes=1, improvements=1, cost_usd=0.005,
                                                       unknown_costs=1)
     assert overall["good"] == OperatorStats(attempts=2, successes=2, improvements=2, cost_usd=pytest.approx(0.05))
-    assert {k["id"]: k["stone_reason"] for k in kernel_rows}[a] == "new best of island 0"
+    assert {k.id: k.stone_reason for k in kernel_rows}[a] == "new best of island 0"
     table = {r["model"]: r for r in by_model(rows, ["good", "sloppy", "idle"])}
     assert table["sloppy"]["calls"] == 3 and table["idle"]["calls"] == 0 and table["idle"]["improvements_per_usd"] is None
     assert table["good"]["improvements_per_usd"] == pytest.approx(2 / 0.05)

@@ -118,8 +118,8 @@ def test_an_ensemble_drops_what_fails_and_its_tables_match_the_archive(tmp_path)
                                                                          theirs["improvements"]), name
         assert abs(mine["cost_usd"] - theirs["cost_usd"]) < 1e-6
         assert mine["calls"] == sum(c["label"] == name for c in calls)
-    own = [k for k in kernels if k["stepping_stone"] and not k["stone_reason"].startswith("parent of")
-           and k["llm_call_id"] is not None]  # tune's children make no call
+    own = [k for k in kernels if k.stepping_stone and not k.stone_reason.startswith("parent of")
+           and k.llm_call_id is not None]  # tune's children make no call
     assert sum(r["improvements"] for r in rows) == len(own)
     # what the bandit reads: the cheaper model's kernels never compiled, so it earned nothing per dollar
     # (how the realised draws then move over a run is test_ensemble.py's simulation: one short run is too noisy)

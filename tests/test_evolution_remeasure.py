@@ -115,9 +115,9 @@ def test_a_new_best_is_remeasured_before_it_counts_and_its_figure_replaces_the_f
     assert judge.profiles >= 1  # a new best is profiled, once confirmed
 
     stored = archive.kernel(4)
-    assert [e.purpose for e in stored["evaluations"]] == ["search", "rejudge"]
-    assert stored["evaluations"][-1].speedup_eager_ci == [1.40, 1.50] and stored["stepping_stone"]
-    assert not archive.kernel(2)["stepping_stone"]
+    assert [e.purpose for e in stored.evaluations] == ["search", "rejudge"]
+    assert stored.evaluations[-1].speedup_eager_ci == [1.40, 1.50] and stored.stepping_stone
+    assert not archive.kernel(2).stepping_stone
     events = [e.data for e in archive.events(run_id, "remeasure")]
     assert [(e["kernel"], e["best"]) for e in events] == [(1, True), (2, False), (4, True)]
     assert archive.counts(run_id).evaluations == 4  # re-measurements are not judged children

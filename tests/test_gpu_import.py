@@ -69,6 +69,6 @@ def test_import_and_rejudge_three_formats_on_the_gpu(tmp_path):
         softmax = [t for t in store.tasks() if t.name == "row_softmax"]
         wrong_row = store.kernel(wrong["kernel_id"])
     ok_count = sum(r["verdict"] == "ok" for rows in results.values() for r in rows)
-    assert len(stones) == ok_count and all(s["purpose"] == "rejudge" for s in stones)
+    assert len(stones) == ok_count and all(s.purpose == "rejudge" for s in stones)
     assert len(softmax) == 1  # the folder's task file and CUDA-L1's ref_code met by source hash
-    assert wrong_row["claims"]["score_default"] == 9.9 and wrong_row["evaluations"][0].speedup_eager is None
+    assert wrong_row.claims["score_default"] == 9.9 and wrong_row.evaluations[0].speedup_eager is None

@@ -50,9 +50,9 @@ def gpu_count() -> int:
     return torch.cuda.device_count()
 
 
-def archive_evaluations(tmp_path: Path, kernel_id: int) -> list:
+def archive_evaluations(tmp_path: Path, kernel_id: int) -> tuple:
     with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
-        return archive.kernel(kernel_id)["evaluations"]
+        return archive.kernel(kernel_id).evaluations
 
 
 def run_in_pty(args: list[str], env: dict, log: Path) -> int:
@@ -104,19 +104,19 @@ def test_optimize_starter_task_on_the_gpu(name, tmp_path):
     with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
         (run,) = archive.runs()
         kernels = archive.kernels(run_id=run.id)
-        finals = [e for k in kernels for e in archive.kernel(k["id"])["evaluations"] if e.purpose == "final"]
+        finals = [e for k in kernels for e in archive.kernel(k.id).evaluations if e.purpose == "final"]
         verdicts = archive.counts(run.id).verdicts
         profiles = archive.profiles(run.id)
         calls = archive.call_yield(run.id)
     assert finals and finals[-1].verdict == "ok" and finals[-1].speedup_eager > 1.0
     assert verdicts.get("compile_error", 0) >= 1 and verdicts.get("ok", 0) >= 1
-    assert all(k["parents"] for k in kernels if k["operator"] != "translate")
+    assert all(k.parents for k in kernels if k.operator != "translate")
     assert "generation" in screen and "vs torch.compile" in screen
     # every reply that changed code was judged; copies were skipped with their reason
     seen: set[str] = set()
-    for k in sorted((k for k in kernels if k["source"]), key=lambda k: k["id"]):
-        prints = set(fingerprints(k["source"]))
-        assert k["verdict"] or (prints & seen and k["problem"].startswith(("copy:", "renamed_copy:"))), k
+    for k in sorted((k for k in kernels if k.source), key=lambda k: k.id):
+        prints = set(fingerprints(k.source))
+        assert k.verdict or (prints & seen and k.problem.startswith(("copy:", "renamed_copy:"))), k
         seen |= prints
     assert "replies judged" in screen and "calls per operator" in screen  # the live panel and the summary
     assert all(len(line) <= 100 for line in screen.replace("\r", "\n").splitlines())  # rich wraps to the terminal
@@ -136,12 +136,12 @@ def test_optimize_starter_task_on_the_gpu(name, tmp_path):
     record = {"task": name, "exit": code, "kernels": len(kernels), "verdicts": verdicts,
               "replies": sum(c.replies for c in calls.values()), "judged": sum(c.judged for c in calls.values()),
               "calls_by_operator": {op: c.calls for op, c in calls.items()},
-              "copies_skipped": sum(1 for k in kernels if k["problem"].startswith(("copy:", "renamed_copy:"))),
-              "devices": sorted({e.device for k in kernels for e in archive_evaluations(tmp_path, k["id"])}),
+              "copies_skipped": sum(1 for k in kernels if k.problem.startswith(("copy:", "renamed_copy:"))),
+              "devices": sorted({e.device for k in kernels for e in archive_evaluations(tmp_path, k.id)}),
               "final_speedup_eager": finals[-1].speedup_eager, "final_speedup_compile": finals[-1].speedup_compile}
     if os.environ.get("OUT"):
         (Path(os.environ["OUT"]) / f"optimize_{name}.json").write_text(json.dumps(record, indent=1))
-    judged = [e for k in kernels for e in archive_evaluations(tmp_path, k["id"])]
+    judged = [e for k in kernels for e in archive_evaluations(tmp_path, k.id)]
     if gpu_count() >= 2:  # --gpus all: the search's candidates were judged on every GPU of the machine
         assert {f"cuda:{i}" for i in range(gpu_count())} <= {e.device for e in judged if e.purpose == "search"}
     # the final re-judgement ran on the GPU kind that searched
@@ -189,7 +189,7 @@ def test_an_ensemble_of_two_scripted_models_on_the_gpu(tmp_path):
         rows = by_model(archive.model_yield(run.id), ["careful", "hasty"])
         calls = archive._read("SELECT label, operator FROM llm_calls WHERE run_id = ? ORDER BY id", (run.id,))
         data = report_data(archive, run.id)
-        finals = [e for k in archive.kernels(run_id=run.id) for e in archive.kernel(k["id"])["evaluations"]
+        finals = [e for k in archive.kernels(run_id=run.id) for e in archive.kernel(k.id).evaluations
                   if e.purpose == "final"]
     if os.environ.get("OUT"):
         for path in (tmp_path / "archive.sqlite", report):

@@ -102,7 +102,7 @@ def test_optimize_and_bench_on_the_gpus_of_the_cluster(cluster, tmp_path):
     rows = json.loads(benched.stdout)["tasks"]
     with Archive.open_readonly(tmp_path / "archive.sqlite") as store:
         (run,) = store.runs()
-        evaluations = [e for k in store.kernels(run_id=run.id) for e in store.kernel(k["id"])["evaluations"]]
+        evaluations = [e for k in store.kernels(run_id=run.id) for e in store.kernel(k.id).evaluations]
     judged = [e for e in evaluations if e.verdict != "compile_error"]
     nodes = sorted({e.data["node"] for e in judged})
     assert run.config["executor"] == "ray" and "GPU" in run.gpu_name
@@ -112,7 +112,7 @@ def test_optimize_and_bench_on_the_gpus_of_the_cluster(cluster, tmp_path):
     assert [r["verdict"] for r in rows] == ["ok", "ok"] and all(ON_GPU.search(r["device"]) for r in rows), rows
     record("optimize_bench", {"search_s": round(search_s, 1), "bench_s": round(bench_s, 1), "run": run.id,
                               "gpu_name": run.gpu_name, "nodes": nodes,
-                              "evaluations_per_node": {n: sum(e["data"]["node"] == n for e in judged) for n in nodes},
+                              "evaluations_per_node": {n: sum(e.data["node"] == n for e in judged) for n in nodes},
                               "bench_rows": [{k: r[k] for k in ("name", "verdict", "speedup_eager", "device")}
                                              for r in rows]})
 

@@ -264,3 +264,15 @@ def test_a_setting_is_not_copied_through_record_after_record():
                         shared.setdefault(item.target.id, set()).add(node.name)
     many = {name: sorted(records) for name, records in shared.items() if len(records) >= 3}
     assert set(many) <= SHARED_SETTING_NAMES, many
+
+
+def test_the_archive_hands_out_records_not_dicts():
+    """Every public read of the archive returns records (archive/records.py) or plain values, maps of them included:
+    a row as a dict of column names is the export's alone (each is one JSON line)."""
+    import inspect
+
+    from kernelevo.archive.store import Archive
+
+    returns = {name: str(inspect.signature(getattr(Archive, name)).return_annotation)
+               for name in dir(Archive) if not name.startswith("_") and callable(getattr(Archive, name))}
+    assert {name for name, r in returns.items() if re.search(r"\bdict\b(?!\[)", r)} == {"export_rows"}, returns

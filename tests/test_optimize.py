@@ -95,15 +95,15 @@ def test_optimize_end_to_end_on_the_cpu(tmp_path):
         operators = [c["operator"] for c in archive._read("SELECT operator FROM llm_calls WHERE run_id = ?",
                                                           (run.id,))]
         best = archive.best_kernel(run.id)
-        finals = [e for k in kernels for e in archive.kernel(k["id"])["evaluations"] if e.purpose == "final"]
+        finals = [e for k in kernels for e in archive.kernel(k.id).evaluations if e.purpose == "final"]
         profiles = archive.profiles(run.id)
         top = report_data(archive, run.id)["top"]
     prompts = [request_text(r["body"]) for r in server.requests]
     assert run.status in ("finished", "budget") and run.config["models"] == ["scripted"]  # as given: an alias
     assert verdicts.get("compile_error", 0) >= 1 and verdicts.get("ok", 0) >= 2
-    assert {"translate"} < {k["operator"] for k in kernels}  # the search went past translation
-    children = [k for k in kernels if k["operator"] != "translate"]
-    assert children and all(k["parents"] for k in children)  # lineage recorded
+    assert {"translate"} < {k.operator for k in kernels}  # the search went past translation
+    children = [k for k in kernels if k.operator != "translate"]
+    assert children and all(k.parents for k in children)  # lineage recorded
     # a hard cap: edit follow-ups count, and one the cap refused is said, not sent
     assert spend.calls == len(operators) == len(server.requests) <= 11 and spend.unknown_cost_calls == 0
     assert "mutate_edit_followup" in operators or not_sent, operators
@@ -114,14 +114,14 @@ def test_optimize_end_to_end_on_the_cpu(tmp_path):
     assert spend.cost_usd == pytest.approx(per_call * spend.calls)
     assert events[0] == "session_start" and "final" in events and events[-1] == "finished"
     assert best is not None and finals and finals[0].verdict == "ok"
-    assert any(k["stepping_stone"] for k in kernels)
+    assert any(k.stepping_stone for k in kernels)
     # every passing kernel says which shapes it handles: the column for `archive ls`, the record for the report
-    assert {k["specialized"] for k in kernels if k["verdict"] == "ok"} == {0}
+    assert {k.specialized for k in kernels if k.verdict == "ok"} == {0}
     assert top and top[0]["shapes"]["supported"] and top[0]["shapes"]["specialized"] is False
     # new bests are profiled; a kernel is mutated once its profile is in, which the prompt then shows
     assert profiles and all(p.backend == "cpu" and p.sol.bound_ms > 0 for p in profiles.values())
     assert any("Profile of this kernel on" in text and "Speed of light" in text for text in prompts)
-    rejected = {k["reason"] for k in kernels if k.get("verdict") == "rejected"}
+    rejected = {k.reason for k in kernels if k.verdict == "rejected"}
     assert rejected == {"cached_result"}  # the cheat, caught inside the loop
     written = tmp_path / "out" / "task_scale_kernelevo.py"
     assert written.is_file() and "class ModelNew" in written.read_text()
@@ -200,7 +200,7 @@ def test_kill_9_then_resume_loses_nothing(tmp_path):
         with Archive.open_readonly(db) as archive:
             run_id = archive.runs()[0].id
             before = {"evaluations": {e.id for k in archive.kernels(run_id=run_id)
-                                      for e in archive.kernel(k["id"])["evaluations"]},
+                                      for e in archive.kernel(k.id).evaluations},
                       "calls": archive.spend(run_id).calls, "status": archive.run(run_id).status}
         assert before["status"] == "running"  # killed: nobody marked it
         at = args.index("--model")  # no --model: the run goes on with the models it was started with
@@ -210,12 +210,12 @@ def test_kill_9_then_resume_loses_nothing(tmp_path):
     assert done.returncode in (0, 3), done.stderr[-3000:]
     assert f"models of run {run_id}: scripted" in done.stderr
     with Archive.open_readonly(db) as archive:
-        after_evaluations = {e.id for k in archive.kernels(run_id=run_id) for e in archive.kernel(k["id"])["evaluations"]}
+        after_evaluations = {e.id for k in archive.kernels(run_id=run_id) for e in archive.kernel(k.id).evaluations}
         spend = archive.spend(run_id)
         run = archive.run(run_id)
         sessions = [e for e in archive.events(run_id) if e.kind == "session_start"]
-        unjudged = [k for k in archive.kernels(run_id=run_id) if k["source"] and not k.get("verdict")
-                    and not k.get("problem")]
+        unjudged = [k for k in archive.kernels(run_id=run_id) if k.source and not k.verdict
+                    and not k.problem]
     assert before["evaluations"] <= after_evaluations  # nothing judged was lost
     assert spend.calls >= before["calls"] and spend.calls <= 16  # the budget counted the first session
     assert run.status in ("finished", "budget") and len(sessions) == 2

@@ -243,7 +243,7 @@ def test_archive_keeps_profile_in_its_own_column(tmp_path):
         eval_id = archive.add_evaluation(kernel_id, e)
         archive.add_evaluation(other, Evaluation.from_dict({**data, "profile": None}))
         assert archive.profiles(run_id) == {kernel_id: Profile.from_dict(data["profile"])}  # none: no entry
-        [row] = archive.kernel(kernel_id)["evaluations"]
+        [row] = archive.kernel(kernel_id).evaluations
         assert "profile" not in row.data and row.data["resources"][0]["registers"] == 31
         replacement = stored("diag_matmul")["profile"]
         archive.set_profile(eval_id, replacement)

@@ -193,7 +193,7 @@ def test_optimize_and_bench_on_the_cluster(cluster, tmp_path):
     live = {n["NodeID"] for n in ray.nodes() if n["Alive"]} if ray.is_initialized() else None
     with Archive.open_readonly(tmp_path / "archive.sqlite") as store:
         (run,) = store.runs()
-        evaluations = [e for k in store.kernels() for e in store.kernel(k["id"])["evaluations"]]
+        evaluations = [e for k in store.kernels() for e in store.kernel(k.id).evaluations]
         (bench,) = store.benches()
         rows = store.bench_tasks(bench.id)
     assert run.config["executor"] == "ray" and run.gpu_name.startswith("ray cluster: 2 nodes")

@@ -312,8 +312,8 @@ def test_a_resumed_replay_asks_first_the_call_it_waited_at(tmp_path, monkeypatch
     assert not ended.waiting and ended.reason.startswith("max-llm-calls"), ended.reason
     assert [c["operator"] for c in _calls(tmp_path / "archive.sqlite", ended.run_id)] == ["translate", op]
     with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
-        child = [k for k in archive.kernels(run_id=ended.run_id) if k["operator"] == op and k["source"]][-1]
-    assert tuple(child["parents"]) == tuple(event.data["parents"])
+        child = [k for k in archive.kernels(run_id=ended.run_id) if k.operator == op and k.source][-1]
+    assert child.parents == tuple(event.data["parents"])
 
 
 def _one_reply_and_a_cap_of_two(tmp_path):

@@ -84,7 +84,7 @@ def test_replayed_search_spends_every_reply_and_stops_on_an_outage(tmp_path):
         kernels = archive.kernels(run_id=run.id)
         spend = archive.spend(run.id)
         calls = archive.call_yield(run.id)
-        details = {k["id"]: archive.kernel(k["id"]) for k in kernels}
+        details = {k.id: archive.kernel(k.id) for k in kernels}
     answered = len(server.requests)  # up to the outage, and any that arrived before the socket closed
     assert run.status == "stopped" and outage and outage[0] <= answered <= outage[0] + 3
     unreachable = spend.calls - answered
@@ -94,27 +94,27 @@ def test_replayed_search_spends_every_reply_and_stops_on_an_outage(tmp_path):
 
     # every reply that changed code went to the judge; copies were skipped, each with its reason
     seen: dict[tuple, int] = {}
-    for k in sorted(kernels, key=lambda k: k["id"]):
-        if not k["source"]:
+    for k in sorted(kernels, key=lambda k: k.id):
+        if not k.source:
             continue
-        prints = fingerprints(k["source"])
+        prints = fingerprints(k.source)
         earlier = seen.get(prints[0]) or seen.get(prints[1])
         if earlier is None:
-            assert k["verdict"], (k["id"], k["operator"], k["problem"])  # a real change: judged
-            seen.setdefault(prints[0], k["id"])
-            seen.setdefault(prints[1], k["id"])
+            assert k.verdict, (k.id, k.operator, k.problem)  # a real change: judged
+            seen.setdefault(prints[0], k.id)
+            seen.setdefault(prints[1], k.id)
         else:
-            assert not k["verdict"] and k["problem"].startswith(("copy:", "renamed_copy:")), k
-    sources = {k["source"]: k for k in kernels if k["verdict"]}
+            assert not k.verdict and k.problem.startswith(("copy:", "renamed_copy:")), k
+    sources = {k.source: k for k in kernels if k.verdict}
     assert EDITS["serial"] in sources  # the small real edit was judged
-    assert sources[EDITS["broken"]]["verdict"] == "compile_error"
-    problems = {k["problem"].split(":")[0] for k in kernels if k["problem"]}
+    assert sources[EDITS["broken"]].verdict == "compile_error"
+    problems = {k.problem.split(":")[0] for k in kernels if k.problem}
     assert {"copy", "renamed_copy"} <= problems
-    crossed = [frozenset(k["parents"]) for k in kernels if k["operator"] == "crossover"]
+    crossed = [frozenset(k.parents) for k in kernels if k.operator == "crossover"]
     assert len(crossed) == len(set(crossed))  # no crossover prompt sent twice
 
     # yield and share of calls per operator, in the archive and the summary
-    assert sum(c.judged for c in calls.values()) == sum(1 for k in kernels if k["verdict"] and k["operator"] != "tune")
+    assert sum(c.judged for c in calls.values()) == sum(1 for k in kernels if k.verdict and k.operator != "tune")
     assert "calls per operator" in done.stdout and "replies judged" in done.stdout
 
     # never two identical prompts in flight at once
@@ -136,17 +136,17 @@ def test_replayed_search_spends_every_reply_and_stops_on_an_outage(tmp_path):
     # profile puts far from the bound to new replies. Which profiles had come in by then is a race, so
     # what holds whatever the order: of the kernels faster than the parent, at most one (the other of
     # the two) is not far by the end (profiles only add, so far by the end covers far back then)
-    searched = {k["id"]: next(e for e in details[k["id"]]["evaluations"] if e.purpose == "search")
-                for k in kernels if k["verdict"] == "ok"}  # what the loop saw (the final re-judgement came later)
+    searched = {k.id: next(e for e in details[k.id].evaluations if e.purpose == "search")
+                for k in kernels if k.verdict == "ok"}  # what the loop saw (the final re-judgement came later)
     with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
         far = {kid for kid, p in archive.profiles(run.id).items()
                if p.sol is not None and p.sol.candidate_pct is not None and p.sol.candidate_pct < FAR}
-    tuned = [k for k in kernels if k["operator"] == "tune"]
+    tuned = [k for k in kernels if k.operator == "tune"]
     assert tuned, "no tune child in the replay"
     for t in tuned:
-        known = sorted((e for kid, e in searched.items() if e.created_at < t["created_at"]
-                        and has_tunables(details[kid]["source"])), key=lambda e: -e.speedup_eager)
-        parent = next(e for e in known if e.kernel_id == t["parents"][0])
+        known = sorted((e for kid, e in searched.items() if e.created_at < t.created_at
+                        and has_tunables(details[kid].source)), key=lambda e: -e.speedup_eager)
+        parent = next(e for e in known if e.kernel_id == t.parents[0])
         faster_near = [e.kernel_id for e in known
                        if e.speedup_eager > parent.speedup_eager and e.kernel_id not in far]
-        assert len(faster_near) <= 1, (t["id"], t["parents"], faster_near, far)
+        assert len(faster_near) <= 1, (t.id, t.parents, faster_near, far)

@@ -146,8 +146,8 @@ def test_optimize_format_auto_asks_for_both_languages_and_shows_each(auto_run):
         best = archive.format_best(run.id)
     assert run.config["format"] == "auto"
     assert {r.format for r in rows} == {"c", "triton"} and all(r.calls for r in rows)
-    assert {k["format"] for k in kernels if k["verdict"] == "ok"} == {"c", "triton"}
-    assert {k["island"] % 2 for k in kernels if k["format"] == "triton" and k["operator"] == "translate"} == {1}
+    assert {k.format for k in kernels if k.verdict == "ok"} == {"c", "triton"}
+    assert {k.island % 2 for k in kernels if k.format == "triton" and k.operator == "translate"} == {1}
     assert best["c"].speedup_eager > 0 and best["triton"].speedup_eager is None  # the interpreter: untimed
     summary = " ".join(done.stdout.split())
     assert re.search(r"format c \d+ calls, \d+/\d+ judged correct, \d+ improvements, best [\d.]+x", summary), summary

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 from kernelevo.evaluation import Verdict, faster_beyond_noise
 
 from ..export import profile_summary
-from ..records import CallUsage, EvaluationRecord, Judged, RunRecord, Spend, TaskRecord
-from ..rows import announced, call_operator, own_improvement, source_diff
+from ..records import CallUsage, EvaluationRecord, Judged, KernelRecord, RunRecord, Spend, TaskRecord
+from ..rows import announced, call_operator, source_diff
 
 if TYPE_CHECKING:
     from ..store import Archive
@@ -29,43 +29,43 @@ def report_data(store: Archive, run_id: str, top: int = TOP_KERNELS) -> dict[str
         raise KeyError(run_id)
     task = store.task(run.task_id)
     kernels = store.kernels(run_id=run_id)
-    by_id = {k["id"]: k for k in kernels}
+    by_id = {k.id: k for k in kernels}
     calls = store.call_models(run_id)
-    models = {k["id"]: calls.get(k["llm_call_id"]) for k in kernels}
+    models = {k.id: calls.get(k.llm_call_id) for k in kernels}
     asked = store.call_formats(run_id)  # a kernel's format: the one its call asked for, else its own (tune)
-    formats = {k["id"]: asked.get(k["llm_call_id"]) or k["format"] or "(none)" for k in kernels}
+    formats = {k.id: asked.get(k.llm_call_id) or k.format or "(none)" for k in kernels}
     timeline = _progress(store.timeline(run_id), store.remeasurements(run_id))
     finals = store.final_evaluations(run_id)
     best = _announced(finals, by_id) or store.best_kernel(run_id)
-    path = _best_path(best["id"], by_id) if best else []
+    path = _best_path(best.id, by_id) if best else []
     usage, counts = store.llm_usage(run_id), store.counts(run_id)
     repeats = [e.data for e in store.events(run_id, "prompt_repeat")]
     return {
         "run": {**_run_facts(run, task, store.spend(run_id), best, finals),
                 "dropped": [f"{e.data['model']}: {e.data['reason']}" for e in store.events(run_id, "model_dropped")]},
         "progress": timeline,
-        "lineage": [_node(k, models.get(k["id"]), set(path)) for k in kernels],
+        "lineage": [_node(k, models.get(k.id), set(path)) for k in kernels],
         "best_path": path,
         "top": _top_kernels(store, kernels, by_id, store.profiles(run_id), top, finals),
         "verdicts": counts.verdicts,
         "problems": counts.problems,
-        "operators": _repeats(_yield_by(kernels, timeline, usage, "operator", lambda k: k["operator"]),
+        "operators": _repeats(_yield_by(kernels, timeline, usage, "operator", lambda k: k.operator),
                               repeats, "operator"),
-        "models": _repeats(_yield_by(kernels, timeline, usage, "model", lambda k: models.get(k["id"]) or "(none)"),
+        "models": _repeats(_yield_by(kernels, timeline, usage, "model", lambda k: models.get(k.id) or "(none)"),
                            repeats, "model"),
-        "formats": _yield_by(kernels, timeline, usage, "format", lambda k: formats[k["id"]]),
+        "formats": _yield_by(kernels, timeline, usage, "format", lambda k: formats[k.id]),
         "reflections": [{"kernel": r.kernel_id, "analysis": r.analysis, "variants": r.variant_ids}
                         for r in store.reflections(run_id=run_id)],
         "generated_at": time.strftime("%Y-%m-%d %H:%M", time.localtime()),
     }
 
 
-def _announced(finals: dict[int, EvaluationRecord], by_id: dict[int, dict]) -> dict | None:
+def _announced(finals: dict[int, EvaluationRecord], by_id: dict[int, KernelRecord]) -> KernelRecord | None:
     """The row of the kernel the run wrote out (rows.announced), or None before a run has one."""
     return by_id.get(announced(finals))
 
 
-def _run_facts(run: RunRecord, task: TaskRecord | None, spend: Spend, best: dict | None,
+def _run_facts(run: RunRecord, task: TaskRecord | None, spend: Spend, best: KernelRecord | None,
                finals: dict[int, EvaluationRecord]) -> dict:
     config = run.config
     return {
@@ -81,35 +81,35 @@ def _run_facts(run: RunRecord, task: TaskRecord | None, spend: Spend, best: dict
         else "eager",
         "calls": spend.calls, "failed_calls": spend.failed_calls, "cost_usd": spend.cost_usd,
         "unknown_cost_calls": spend.unknown_cost_calls,
-        "best_kernel": best["id"] if best else None,
+        "best_kernel": best.id if best else None,
         # one truth per kernel: the final re-judgement's figures where there is one, the
         # search's (labelled "search") otherwise; the search's figure is kept beside it
         **_figures(best, finals, "best_"),
     }
 
 
-def _figures(kernel: dict | None, finals: dict[int, EvaluationRecord], prefix: str = "") -> dict:
+def _figures(kernel: KernelRecord | None, finals: dict[int, EvaluationRecord], prefix: str = "") -> dict:
     """The speedups, their 95 % intervals ([low, high] or None), and which measurement they are."""
-    final = finals.get(kernel["id"]) if kernel else None
+    final = finals.get(kernel.id) if kernel else None
     final = final if final and final.verdict == Verdict.OK else None
-    k = kernel or {}
+    shown = final or kernel
     eager, eager_ci, compiled, compiled_ci = \
-        (final.speedup_eager, final.speedup_eager_ci, final.speedup_compile, final.speedup_compile_ci) if final else \
-        (k.get("speedup_eager"), k.get("speedup_eager_ci"), k.get("speedup_compile"), k.get("speedup_compile_ci"))
+        (shown.speedup_eager, shown.speedup_eager_ci, shown.speedup_compile, shown.speedup_compile_ci) if shown else \
+        (None, None, None, None)
     return {f"{prefix}speedup": eager, f"{prefix}speedup_ci": eager_ci,
             f"{prefix}speedup_compile": compiled, f"{prefix}speedup_compile_ci": compiled_ci,
             f"{prefix}figures": "final" if final else "search" if kernel else None,
             f"{prefix}loop": final.data.get("loop") if final else None,  # calls back to back, host work included
-            f"{prefix}search_speedup": kernel["speedup_eager"] if kernel else None,
-            f"{prefix}search_speedup_ci": kernel.get("speedup_eager_ci") if kernel else None,
-            f"{prefix}search_speedup_compile": kernel["speedup_compile"] if kernel else None}
+            f"{prefix}search_speedup": kernel.speedup_eager if kernel else None,
+            f"{prefix}search_speedup_ci": kernel.speedup_eager_ci if kernel else None,
+            f"{prefix}search_speedup_compile": kernel.speedup_compile if kernel else None}
 
 
 def _when(t: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if t else ""
 
 
-def _progress(rows: list[Judged], remeasures: dict[int, dict] | None = None) -> list[dict]:
+def _progress(rows: list[Judged], remeasures: dict[int, EvaluationRecord] | None = None) -> list[dict]:
     """One point per judged candidate: its speedup (None unless ok) and its interval, the best so far,
     the spend so far. A new best beats the one before beyond the noise, on its re-measured figure
     where it was re-measured (`remeasures`: Archive.remeasurements), as the search counts it."""
@@ -118,7 +118,7 @@ def _progress(rows: list[Judged], remeasures: dict[int, dict] | None = None) -> 
         speedup = r.speedup_eager if r.verdict == Verdict.OK else None
         ci = r.speedup_eager_ci if speedup is not None else None
         again = (remeasures or {}).get(r.kernel_id) if speedup is not None else None
-        held = (again["speedup_eager"] if again["verdict"] == Verdict.OK else None, again["speedup_eager_ci"]) \
+        held = (again.speedup_eager if again.verdict == Verdict.OK else None, again.speedup_eager_ci) \
             if again else (speedup, ci)
         improved = faster_beyond_noise(*held, best, best_ci)
         best, best_ci = held if improved else (best, best_ci)
@@ -127,41 +127,41 @@ def _progress(rows: list[Judged], remeasures: dict[int, dict] | None = None) -> 
     return points
 
 
-def _best_path(best_id: int, by_id: dict[int, dict]) -> list[int]:
+def _best_path(best_id: int, by_id: dict[int, KernelRecord]) -> list[int]:
     """Root to the best kernel through first parents (a crossover's first parent is its main one)."""
     path, seen, node = [], set(), best_id
     while node is not None and node in by_id and node not in seen:
         seen.add(node)
         path.append(node)
-        parents = [p for p in by_id[node]["parents"] if p in by_id]
+        parents = [p for p in by_id[node].parents if p in by_id]
         node = parents[0] if parents else None
     return path[::-1]
 
 
-def _node(k: dict, model: str | None, on_path: set[int]) -> dict:
-    return {"id": k["id"], "parents": k["parents"], "operator": k["operator"], "generation": k["generation"],
-            "island": k["island"], "verdict": k["verdict"] or ("not judged" if k["source"] else "no kernel"),
-            "reason": k["reason"] or k["problem"] or "", "speedup": k["speedup_eager"],
-            "speedup_ci": k.get("speedup_eager_ci"), "model": model or "",
-            "stepping_stone": k["stepping_stone"], "on_best_path": k["id"] in on_path}
+def _node(k: KernelRecord, model: str | None, on_path: set[int]) -> dict:
+    return {"id": k.id, "parents": k.parents, "operator": k.operator, "generation": k.generation,
+            "island": k.island, "verdict": k.verdict or ("not judged" if k.source else "no kernel"),
+            "reason": k.reason or k.problem or "", "speedup": k.speedup_eager,
+            "speedup_ci": k.speedup_eager_ci, "model": model or "",
+            "stepping_stone": k.stepping_stone, "on_best_path": k.id in on_path}
 
 
-def _top_kernels(store: Archive, kernels: list[dict], by_id: dict[int, dict], profiles: dict, top: int,
+def _top_kernels(store: Archive, kernels: list[KernelRecord], by_id: dict[int, KernelRecord], profiles: dict, top: int,
                  finals: dict[int, EvaluationRecord]) -> list[dict]:
-    ok = sorted((k for k in kernels if k["verdict"] == Verdict.OK and k["speedup_eager"] is not None),
-                key=lambda k: (-k["speedup_eager"], k["id"]))[:top]
+    ok = sorted((k for k in kernels if k.verdict == Verdict.OK and k.speedup_eager is not None),
+                key=lambda k: (-k.speedup_eager, k.id))[:top]
     out = []
     for k in ok:
-        parent = next((by_id.get(p) or store.kernel(p) for p in k["parents"]), None)
-        out.append({"id": k["id"], "operator": k["operator"], "format": k["format"], "parents": k["parents"],
+        parent = next((by_id.get(p) or store.kernel(p) for p in k.parents), None)
+        out.append({"id": k.id, "operator": k.operator, "format": k.format, "parents": k.parents,
                     **_figures(k, finals),
-                    "candidate_ms": k["candidate_ms"], "source": k["source"],
-                    "parent": parent["id"] if parent else None,
-                    "parent_speedup": parent.get("speedup_eager") if parent else None,
-                    "parent_speedup_ci": parent.get("speedup_eager_ci") if parent else None,
-                    "diff": _diff(parent["source"], k["source"], parent["id"], k["id"]) if parent else "",
-                    "profile": profile_summary(profiles[k["id"]].to_dict() if k["id"] in profiles else None), "thinking": k.get("thinking") or "", "account": k.get("account") or "",
-                    "shapes": _shapes(store, k["evaluation_id"])})
+                    "candidate_ms": k.candidate_ms, "source": k.source,
+                    "parent": parent.id if parent else None,
+                    "parent_speedup": parent.speedup_eager if parent else None,
+                    "parent_speedup_ci": parent.speedup_eager_ci if parent else None,
+                    "diff": _diff(parent.source, k.source, parent.id, k.id) if parent else "",
+                    "profile": profile_summary(profiles[k.id].to_dict() if k.id in profiles else None), "thinking": k.thinking or "", "account": k.account or "",
+                    "shapes": _shapes(store, k.evaluation_id)})
     return out
 
 
@@ -179,7 +179,7 @@ def _diff(old: str, new: str, old_id: int, new_id: int) -> str:
     return "\n".join(lines)
 
 
-def _yield_by(kernels: list[dict], progress: list[dict], usage: list[CallUsage], key: str, of) -> list[dict]:
+def _yield_by(kernels: list[KernelRecord], progress: list[dict], usage: list[CallUsage], key: str, of) -> list[dict]:
     """Per operator (or model, or format asked for): kernels written, judged, ok, replies that copied a kernel of the run,
     replies received and judged (yield: the
     share of replies the judge got), new bests of the run set, improvements (new island bests and
@@ -189,16 +189,16 @@ def _yield_by(kernels: list[dict], progress: list[dict], usage: list[CallUsage],
     for k in kernels:
         g = groups.setdefault(of(k), _empty(key, of(k)))
         g["kernels"] += 1
-        g["judged"] += k["verdict"] is not None
-        if k.get("llm_call_id") is not None and not (k.get("problem") or "").startswith("failed_call"):
+        g["judged"] += k.verdict is not None
+        if k.llm_call_id is not None and not (k.problem or "").startswith("failed_call"):
             g["replies"] += 1  # a reply came back; judged unless it was a copy or held no kernel
-            g["replies_judged"] += bool(k["source"]) and not k.get("problem")
-        g["ok"] += k["verdict"] == Verdict.OK
-        g["copies"] += (k.get("problem") or "").startswith(("copy:", "renamed_copy:"))
-        g["new_bests"] += k["id"] in improved
-        g["improvements"] += own_improvement(k)
-        if k["verdict"] == Verdict.OK and k["speedup_eager"] is not None:
-            g["best_speedup"] = max(g["best_speedup"] or 0.0, k["speedup_eager"])
+            g["replies_judged"] += bool(k.source) and not k.problem
+        g["ok"] += k.verdict == Verdict.OK
+        g["copies"] += (k.problem or "").startswith(("copy:", "renamed_copy:"))
+        g["new_bests"] += k.id in improved
+        g["improvements"] += k.own_improvement
+        if k.verdict == Verdict.OK and k.speedup_eager is not None:
+            g["best_speedup"] = max(g["best_speedup"] or 0.0, k.speedup_eager)
     for u in usage:
         name = call_operator(u.operator) if key == "operator" else getattr(u, key) or "(none)"
         g = groups.setdefault(name, _empty(key, name))

@@ -2,10 +2,10 @@
 archive file goes through it.
 
 One SQLite file (WAL, foreign keys on) holds every task, run, kernel, evaluation, LLM call,
-reflection, embedding and event. Read methods return records (archive/records.py), JSON columns decoded;
-an evaluation is an EvaluationRecord (evaluation, final_evaluations, and kernel()'s list of them); the kernels
-family (kernels, kernel, lineage, best_kernel, stepping_stones, remeasurements, export_rows) still returns dicts,
-one per row.
+reflection, embedding and event. Read methods return records (archive/records.py), JSON columns decoded:
+a kernel is a KernelRecord (kernels, kernel, lineage, best_kernel, stepping_stones), an evaluation an
+EvaluationRecord (evaluation, final_evaluations, remeasurements, a kernel's `evaluations`). export_rows alone gives
+dicts: each is one JSON line of an export.
 
 `Archive` is made of one part per thing stored, each a mixin over `connection.Store` (opening,
 migrations, and the four doors to the connection: `_write`, `_tx`, `_read`, `_one`):

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 from kernelevo.evaluation import Evaluation, Profile
 from kernelevo.tasks import source_hash as hash_source
 
-from ..records import EvaluationRecord, ReflectionRecord
+from ..records import EvaluationRecord, KernelRecord, ReflectionRecord
 from ..rows import (EVAL_COLUMNS, ORIGINS, PARENT_STONE, PURPOSES, check_choice, dumps, eval_values,
-                    intervals, kernel_row, loads, unique)
+                    kernel_row, loads, unique)
 from .connection import Store
 
 # The fields of one evaluation that every kernel row carries (None when there is none).
@@ -161,42 +162,38 @@ class KernelsMixin(Store):
 
     # ---- reading kernels back --------------------------------------------------------------
 
-    def kernels(self, run_id: str | None = None, task_id: int | None = None) -> list[dict]:
-        """Kernels in id order, each with `parents` and its latest 'search' evaluation's evaluation_id,
-        verdict, reason, speedup_eager, speedup_compile, their intervals speedup_eager_ci and
-        speedup_compile_ci ([low, high]), candidate_ms (None when never judged)."""
+    def kernels(self, run_id: str | None = None, task_id: int | None = None) -> list[KernelRecord]:
+        """Kernels in id order, each with its parents and its latest 'search' evaluation's figures (None when never
+        judged)."""
         rows = self._read(_KERNEL_SELECT + " WHERE (:run IS NULL OR k.run_id = :run) "
                           "AND (:task IS NULL OR k.task_id = :task) ORDER BY k.id",
                           {"run": run_id, "task": task_id})
         return self._with_parents(rows)
 
-    def kernel(self, kernel_id: int) -> dict | None:
-        """One kernel as in kernels(), plus `evaluations`: all of them (EvaluationRecord), oldest first."""
+    def kernel(self, kernel_id: int) -> KernelRecord | None:
+        """One kernel as in kernels(), with `evaluations`: all of them, oldest first."""
         row = self._one(_KERNEL_SELECT + " WHERE k.id = ?", (kernel_id,))
         if row is None:
             return None
-        row = self._with_parents([row])[0]
-        row["evaluations"] = [EvaluationRecord.of(e) for e in self._read(
-            "SELECT * FROM evaluations WHERE kernel_id = ? ORDER BY id", (kernel_id,))]
-        return row
+        evaluations = tuple(EvaluationRecord.of(e) for e in self._read(
+            "SELECT * FROM evaluations WHERE kernel_id = ? ORDER BY id", (kernel_id,)))
+        return replace(self._with_parents([row])[0], evaluations=evaluations)
 
     def evaluation(self, evaluation_id: int) -> EvaluationRecord | None:
         """One evaluation."""
         row = self._one("SELECT * FROM evaluations WHERE id = ?", (evaluation_id,))
         return EvaluationRecord.of(row) if row else None
 
-    def lineage(self, kernel_id: int) -> list[dict]:
+    def lineage(self, kernel_id: int) -> list[KernelRecord]:
         """The kernel's ancestors up to the roots (itself excluded), breadth-first: by `depth`
         (1 = a parent), then id; each as in kernels()."""
         depths = {r["id"]: r["depth"] for r in self._read(_LINEAGE, (kernel_id,))}
         rows = self._read(_KERNEL_SELECT + " WHERE k.id IN (SELECT value FROM json_each(?))",
                           (dumps(list(depths)),))
-        for row in rows:
-            row["depth"] = depths[row["id"]]
-        rows.sort(key=lambda r: (r["depth"], r["id"]))
-        return self._with_parents(rows)
+        kernels = [replace(k, depth=depths[k.id]) for k in self._with_parents(rows)]
+        return sorted(kernels, key=lambda k: (k.depth, k.id))
 
-    def best_kernel(self, run_id: str) -> dict | None:
+    def best_kernel(self, run_id: str) -> KernelRecord | None:
         """The kernel of the run's fastest 'ok' search evaluation (earliest wins a tie), with that
         evaluation's fields as in kernels()."""
         row = self._one(f"SELECT k.*, {_EVAL_FIELDS} FROM evaluations e JOIN kernels k ON k.id = e.kernel_id "
@@ -216,15 +213,14 @@ class KernelsMixin(Store):
                         "AND purpose = 'final'", (run_id, kernel_id))
         return row["id"] if row else None
 
-    def remeasurements(self, run_id: str) -> dict[int, dict]:
+    def remeasurements(self, run_id: str) -> dict[int, EvaluationRecord]:
         """Kernel id -> its latest 'rejudge' evaluation in the run (a new best re-measured in a fresh
-        process before the search believed it), with the fields kernels() gives of an evaluation."""
-        rows = self._read(f"SELECT e.kernel_id, {_EVAL_FIELDS} FROM evaluations e "
-                          "WHERE e.run_id = ? AND e.purpose = 'rejudge' ORDER BY e.id", (run_id,))
-        return {r["kernel_id"]: intervals(r) for r in rows}
+        process before the search believed it)."""
+        rows = self._read("SELECT * FROM evaluations WHERE run_id = ? AND purpose = 'rejudge' ORDER BY id", (run_id,))
+        return {r["kernel_id"]: EvaluationRecord.of(r) for r in rows}
 
     def stepping_stones(self, task_hash: str | None = None, task_ids: Sequence[int] | None = None,
-                        limit: int = 20) -> list[dict]:
+                        limit: int = 20) -> list[KernelRecord]:
         """Stepping-stone kernels of the task named by hash and/or of `task_ids` (of all tasks when both
         are None), best first, each with its best evaluation's fields and its task_hash, task_name."""
         ids = [int(i) for i in task_ids or ()]
@@ -239,19 +235,24 @@ class KernelsMixin(Store):
 
     def export_rows(self, run_id: str | None = None, task_id: int | None = None) -> list[dict]:
         """Every kernel (of a run or task) with its task's source, its latest evaluation of any purpose
-        (verdict, speedups, profile decoded), the model and cost of the call that wrote it, and parents."""
+        (verdict, speedups, profile decoded), the model and cost of the call that wrote it, and parents: one JSON
+        object per kernel, as an export writes it (a line of its own, not a record)."""
         rows = self._read(_EXPORT_SELECT, {"run": run_id, "task": task_id})
+        parents = self._parents([r["id"] for r in rows])
         for row in rows:
-            row["profile"] = loads(row.get("profile"))  # claims: decoded with the other kernel columns
-        return self._with_parents(rows)
-
-    def _with_parents(self, rows: list[dict]) -> list[dict]:
-        parents: dict[int, list[int]] = {r["id"]: [] for r in rows}
-        links = self._read("SELECT kernel_id, parent_id FROM kernel_parents WHERE kernel_id IN "
-                           "(SELECT value FROM json_each(?)) ORDER BY kernel_id, position",
-                           (dumps(list(parents)),))
-        for link in links:
-            parents[link["kernel_id"]].append(link["parent_id"])
-        for row in rows:
+            row["profile"] = loads(row.get("profile"))
             kernel_row(row)["parents"] = parents[row["id"]]
         return rows
+
+    def _with_parents(self, rows: list[dict]) -> list[KernelRecord]:
+        parents = self._parents([r["id"] for r in rows])
+        return [KernelRecord.of(row, parents[row["id"]]) for row in rows]
+
+    def _parents(self, ids: list[int]) -> dict[int, list[int]]:
+        parents: dict[int, list[int]] = {i: [] for i in ids}
+        links = self._read("SELECT kernel_id, parent_id FROM kernel_parents WHERE kernel_id IN "
+                           "(SELECT value FROM json_each(?)) ORDER BY kernel_id, position",
+                           (dumps(ids),))
+        for link in links:
+            parents[link["kernel_id"]].append(link["parent_id"])
+        return parents

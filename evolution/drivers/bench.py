@@ -377,7 +377,7 @@ def _score_task(runner: _Runner, row: BenchTaskRecord, device: str, cap: float |
     ok = [j for j in judged if j[1].ok]
     against = _speedup_against(runner.view.baseline)  # the candidate that beats the bench's baseline most
     kid, evaluation, evaluation_id = max(ok, key=lambda j: against(j[1])) if ok else judged[0]
-    return {"status": "done", "task_id": store.kernel(kid)["task_id"], "kernel_id": kid,
+    return {"status": "done", "task_id": store.kernel(kid).task_id, "kernel_id": kid,
             "evaluation_id": evaluation_id, "degenerate": degenerate, "error": ""}
 
 

@@ -79,18 +79,18 @@ def _submit(store: Archive, kernel_id: int, judge: Judge, work_dir: Path, loaded
             pending: dict, done: list, on_result: Callable[[Rejudged], None]) -> None:
     """Hand one kernel to the judge, or say at once why it cannot be judged (its task does not load)."""
     kernel = store.kernel(kernel_id)
-    task = _task(store, kernel["task_id"], work_dir, loaded)
-    if kernel["task_id"] not in names:
-        stored = store.task(kernel["task_id"])
-        names[kernel["task_id"]] = stored.name if stored else ""
-    name = names[kernel["task_id"]]
+    task = _task(store, kernel.task_id, work_dir, loaded)
+    if kernel.task_id not in names:
+        stored = store.task(kernel.task_id)
+        names[kernel.task_id] = stored.name if stored else ""
+    name = names[kernel.task_id]
     if isinstance(task, str):
         done.append(_tell(on_result, Rejudged(kernel_id, name, "not judged", task, None,
-                                              claimed_speedup(kernel["claims"]))))
+                                              claimed_speedup(kernel.claims))))
         return
-    path = work_dir / "kernels" / f"kernel_{kernel_id}_{kernel['source_hash'][:12]}.py"
+    path = work_dir / "kernels" / f"kernel_{kernel_id}_{kernel.source_hash[:12]}.py"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(kernel["source"])
+    path.write_text(kernel.source)
     pending[judge.submit(task, path)] = {"kernel": kernel, "name": name}
 
 
@@ -100,14 +100,14 @@ def _stored(store: Archive, future: concurrent.futures.Future, job: dict) -> Rej
     try:
         evaluation = future.result()
     except Exception as exc:  # noqa: BLE001 - a fault of the judge itself: say so, judge the rest
-        return Rejudged(kernel["id"], name, "not judged", f"judge error: {exc!r}", None,
-                        claimed_speedup(kernel["claims"]))
-    store.add_evaluation(kernel["id"], evaluation, purpose="rejudge")
+        return Rejudged(kernel.id, name, "not judged", f"judge error: {exc!r}", None,
+                        claimed_speedup(kernel.claims))
+    store.add_evaluation(kernel.id, evaluation, purpose="rejudge")
     if evaluation.ok:
-        store.mark_stepping_stone(kernel["id"], f"imported; rejudged ok at {evaluation.speedup_eager:.2f}x "
+        store.mark_stepping_stone(kernel.id, f"imported; rejudged ok at {evaluation.speedup_eager:.2f}x "
                                                 f"eager on {evaluation.device_name or evaluation.device}")
-    return Rejudged(kernel["id"], name, evaluation.verdict, evaluation.reason, evaluation.speedup_eager,
-                    claimed_speedup(kernel["claims"]), evaluation.device_name,
+    return Rejudged(kernel.id, name, evaluation.verdict, evaluation.reason, evaluation.speedup_eager,
+                    claimed_speedup(kernel.claims), evaluation.device_name,
                     evaluation.node or evaluation.device)
 
 
@@ -122,7 +122,7 @@ def store_imported(store: Archive, found: Sequence) -> list[tuple[int, bool]]:
     known: dict[int, dict[str, int]] = {}  # task id -> its kernels by source hash, read once per task
     for item in found:
         task_id = store.add_task(item.task_name, item.task_source, source_hash(item.task_source))
-        kernels = known.setdefault(task_id, {k["source_hash"]: k["id"] for k in store.kernels(task_id=task_id)})
+        kernels = known.setdefault(task_id, {k.source_hash: k.id for k in store.kernels(task_id=task_id)})
         digest = source_hash(item.source)
         if digest in kernels:
             out.append((kernels[digest], False))

@@ -39,7 +39,7 @@ def assemble_model(model_path: Path, bench_id: str, out_file: Path, search: Opti
             raise ValueError(f"bench {bench_id} ran {split_dir}, which has no {SPLIT_JSON}: "
                              "assemble takes a bench of the parts `kernelevo split` wrote")
         rows = task_rows(store.bench_tasks(bench_id))
-        candidates, left = chosen_parts(split_dir, rows, lambda kid: store.kernel(kid)["source"], min_speedup,
+        candidates, left = chosen_parts(split_dir, rows, lambda kid: store.kernel(kid).source, min_speedup,
                                         search.ranked_by)
         out_file.parent.mkdir(parents=True, exist_ok=True)
         # the whole model under the policy of an assembled model: each kernel passed its part's own

@@ -12,6 +12,7 @@ from kernelevo.agent import operators
 from kernelevo.agent.client import LLM, Metered, prompt_hash
 from kernelevo.agent.profile_block import FAR, profile_block
 from kernelevo.agent.prompting import Context, approach, feedback_from
+from kernelevo.archive.records import KernelRecord
 from kernelevo.evaluation import Shown
 
 from .. import attempts, islands, niches, scheduling, selection, tune
@@ -164,7 +165,7 @@ class Planning:
         job = self._build(waiting.op, members, waiting.island, self.archive.kernels(run_id=self.state.run_id))
         return None if job is None else (waiting.op, job, waiting.format)
 
-    def _build(self, op: str, members: list[Variant], island: int, rows: list[dict]):
+    def _build(self, op: str, members: list[Variant], island: int, rows: list[KernelRecord]):
         """(operator function, its arguments, parent ids, island) of a call on the kernels `members`; every
         kernel the prompt asks to change comes with what came of the earlier attempts on it (attempts.py)."""
         ids = tuple(m.kernel_id for m in members)
@@ -188,7 +189,7 @@ class Planning:
             return self._after_profiles(operators.reflect, *members), (variants,), ids, home
         if op == "repair":
             self.memory.repair_tried.add(ids[0])
-            evaluation = self.archive.kernel(ids[0])["evaluations"][-1].evaluation()
+            evaluation = self.archive.kernel(ids[0]).evaluations[-1].evaluation()
             return operators.repair, (self._variant(members[0], "A"), feedback_from(evaluation)), ids, island
         return None
 
@@ -236,7 +237,7 @@ class Planning:
         return dataclasses.replace(m, shown=Shown(label, self.state.profile_text(m.kernel_id), notes, tried))
 
     @staticmethod
-    def _notes(m: Variant, rows: list[dict]) -> str:
+    def _notes(m: Variant, rows: list[KernelRecord]) -> str:
         """How a kernel shown beside others differs: its idea in the model's words, and its approach."""
         idea = attempts.idea_for(m.kernel_id, rows)
         return "\n".join(t for t in (f"Idea: {idea}" if idea else "",

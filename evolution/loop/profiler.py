@@ -50,7 +50,7 @@ class Profiler:
             return
         if member.figures.speedup_eager is None:
             return
-        judged = [e for e in self.state.archive.kernel(member.kernel_id)["evaluations"] if e.verdict == Verdict.OK]
+        judged = [e for e in self.state.archive.kernel(member.kernel_id).evaluations if e.verdict == Verdict.OK]
         if judged:
             self._start(member.kernel_id, judged[-1].evaluation(), judged[-1].id, False)
 

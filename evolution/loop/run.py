@@ -354,7 +354,7 @@ def _stepping_stones(archive, task, task_id: int, embedder, options: OptimizeOpt
 
     from ..state import inspirations
 
-    rows = [r for r in archive.stepping_stones(task_hash=task.source_hash) if r.get("run_id") != options.resume]
+    rows = [r for r in archive.stepping_stones(task_hash=task.source_hash) if r.run_id != options.resume]
     for path in options.seed_from:
         with Archive.open_readonly(path) as other:
             rows += other.stepping_stones(task_hash=task.source_hash)
@@ -366,7 +366,7 @@ def _stepping_stones(archive, task, task_id: int, embedder, options: OptimizeOpt
         if similar:
             rows += archive.stepping_stones(task_ids=similar)
     chosen = inspirations(rows)
-    tasks = {r.get("task_id") for r in rows if r.get("source") in {v.source for v in chosen}}
+    tasks = {r.task_id for r in rows if r.source in {v.source for v in chosen}}
     if chosen:
         on_status(f"seeded from {len(chosen)} kernels of {len(tasks)} tasks")
     return chosen, (len(chosen), len(tasks))

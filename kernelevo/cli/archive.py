@@ -17,7 +17,7 @@ from kernelevo.cli.common import ArchiveOpt, ConfigOpt, CsvOpt, JsonOpt, emit, f
 from kernelevo.evaluation import Verdict
 
 if TYPE_CHECKING:
-    from kernelevo.archive.records import EvaluationRecord
+    from kernelevo.archive.records import EvaluationRecord, KernelRecord, TaskRecord
     from kernelevo.archive.store import Archive
 
 archive_app = typer.Typer(no_args_is_help=True,
@@ -49,11 +49,11 @@ def _when(t: float | None) -> str | None:
     return None if t is None else datetime.fromtimestamp(t).isoformat(sep=" ", timespec="seconds")
 
 
-def kernel_summary(k: dict, task_names: dict[int, str]) -> dict:
+def kernel_summary(k: KernelRecord, task_names: dict[int, str]) -> dict:
     """A kernel as `ls kernels` lists it: no source, its task by name, its speedups' 95 % intervals."""
-    return {**{f: k.get(f) for f in KERNEL_FIELDS}, "run": k["run_id"],
-            "task": task_names.get(k["task_id"], str(k["task_id"])),
-            "speedup_eager_ci": k.get("speedup_eager_ci"), "speedup_compile_ci": k.get("speedup_compile_ci")}
+    named = {"run": k.run_id, "task": task_names.get(k.task_id, str(k.task_id))}
+    return {**{f: named[f] if f in named else getattr(k, f) for f in KERNEL_FIELDS},
+            "speedup_eager_ci": k.speedup_eager_ci, "speedup_compile_ci": k.speedup_compile_ci}
 
 
 def _run_rows(store: Archive, runs: list) -> list[dict]:
@@ -63,13 +63,13 @@ def _run_rows(store: Archive, runs: list) -> list[dict]:
         rows.append({"id": r.id, "task": r.task_name, "status": r.status, "started": _when(r.created_at),
                      "finished": _when(r.finished_at), "model": r.config.get("model"),
                      "kernels": counts.kernels, "evaluations": counts.evaluations,
-                     "ok": counts.verdicts.get("ok", 0), "best_speedup": best["speedup_eager"] if best else None,
-                     "best_speedup_ci": best["speedup_eager_ci"] if best else None,
-                     "best_kernel": best["id"] if best else None, "cost_usd": store.spend(r.id).cost_usd})
+                     "ok": counts.verdicts.get("ok", 0), "best_speedup": best.speedup_eager if best else None,
+                     "best_speedup_ci": best.speedup_eager_ci if best else None,
+                     "best_kernel": best.id if best else None, "cost_usd": store.spend(r.id).cost_usd})
     return rows
 
 
-def _best(store: Archive, run_id: str) -> dict | None:
+def _best(store: Archive, run_id: str) -> KernelRecord | None:
     """The run's best as its summary and report name it: the kernel its final re-judgement announced,
     with those figures; before a run has one, its fastest search figure. (A tune variant measured
     4.97x once in a search and 3.33x re-measured is not a finished run's best.)"""
@@ -79,20 +79,21 @@ def _best(store: Archive, run_id: str) -> dict | None:
     kernel_id = announced(finals)
     if kernel_id is None:
         return store.best_kernel(run_id)
-    final = finals[kernel_id]
-    return {"id": kernel_id, "speedup_eager": final.speedup_eager, "speedup_eager_ci": final.speedup_eager_ci}
+    kernel = store.kernel(kernel_id)
+    return kernel.with_evaluation(finals[kernel_id]) if kernel else None
 
 
 def _task_rows(store: Archive, tasks: list) -> list[dict]:
     runs, kernels = store.runs(), store.kernels()
     rows = []
     for t in tasks:
-        mine = [k for k in kernels if k["task_id"] == t.id]
-        fastest = max((k for k in mine if k["verdict"] == Verdict.OK and k["speedup_eager"] is not None),
-                      key=lambda k: k["speedup_eager"], default={})
+        mine = [k for k in kernels if k.task_id == t.id]
+        fastest = max((k for k in mine if k.verdict == Verdict.OK and k.speedup_eager is not None),
+                      key=lambda k: k.speedup_eager, default=None)
         rows.append({"id": t.id, "name": t.name, "source_hash": t.source_hash[:12],
                      "runs": sum(r.task_id == t.id for r in runs), "kernels": len(mine),
-                     "best_speedup": fastest.get("speedup_eager"), "best_speedup_ci": fastest.get("speedup_eager_ci")})
+                     "best_speedup": fastest.speedup_eager if fastest else None,
+                     "best_speedup_ci": fastest.speedup_eager_ci if fastest else None})
     return rows
 
 
@@ -136,8 +137,8 @@ def ls(
         else:
             names = {t.id: t.name for t in store.tasks()}
             rows = [kernel_summary(k, names) for k in store.kernels(run_id=run)
-                    if (wanted is None or k["task_id"] in wanted) and operator in (None, k["operator"])
-                    and verdict in (None, k["verdict"] or "none")]
+                    if (wanted is None or k.task_id in wanted) and operator in (None, k.operator)
+                    and verdict in (None, k.verdict or "none")]
     if min_speedup is not None:
         key = "speedup_eager" if kind == Kind.kernels else "best_speedup"
         rows = [r for r in rows if r[key] is not None and r[key] >= min_speedup]
@@ -148,7 +149,7 @@ def ls(
         note(f"{len(rows)} of {matched} {kind.value}" if len(rows) < matched else f"{matched} {kind.value}")
 
 
-def _kernel(store: Archive, kernel_id: int) -> dict:
+def _kernel(store: Archive, kernel_id: int) -> KernelRecord:
     row = store.kernel(kernel_id)
     if row is None:
         fail(f"no kernel {kernel_id} in {store.path}; `kernelevo archive ls kernels` lists them")
@@ -159,16 +160,17 @@ def _kernel(store: Archive, kernel_id: int) -> dict:
 KernelIdArg = Annotated[int, typer.Argument(metavar="ID", help="kernel id")]
 
 
-def _with_lineage(kernel_id: int, archive: Optional[Path], config: Optional[Path]) -> tuple[dict, dict, list[dict]]:
-    """(the kernel, its task, its ancestors), read in one opening of the archive."""
+def _with_lineage(kernel_id: int, archive: Optional[Path],
+                  config: Optional[Path]) -> tuple[KernelRecord, list[str], TaskRecord | None, list[KernelRecord]]:
+    """(the kernel, the attempts on it, its task, its ancestors), read in one opening of the archive."""
     from kernelevo.evolution import attempts
 
     with opened(archive, config) as store:
         k = _kernel(store, kernel_id)
-        rows = store.kernels(run_id=k["run_id"]) if k["run_id"] else []
+        rows = store.kernels(run_id=k.run_id) if k.run_id else []
         # what the model tried on it since, in the lines its prompts show (all of them here)
-        k["attempts"] = [line.strip()[2:] for line in attempts.on_kernel(kernel_id, rows, limit=len(rows))]
-        return k, store.task(k["task_id"]), store.lineage(kernel_id)
+        tried = [line.strip()[2:] for line in attempts.on_kernel(kernel_id, rows, limit=len(rows))]
+        return k, tried, store.task(k.task_id), store.lineage(kernel_id)
 
 
 @archive_app.command()
@@ -177,48 +179,48 @@ def show(kernel_id: KernelIdArg, archive: ArchiveOpt = None, config: ConfigOpt =
     """One kernel: its facts, its source, its latest evaluation with the profile, its lineage, the
     model's account of it and what came of the attempts to change it."""
     fmt = output_format(as_json)
-    k, task, ancestors = _with_lineage(kernel_id, archive, config)
+    k, tried, task, ancestors = _with_lineage(kernel_id, archive, config)
     if fmt == "json":
-        emit({**k, "evaluations": [dataclasses.asdict(e) for e in k["evaluations"]]}, fmt)
+        emit({**k.to_dict(), "attempts": tried}, fmt)
         return
     from rich.console import Console
 
     console = Console()
     _print_facts(k, task, console)
-    if k["evaluations"]:  # the profile is taken where it was measured (a search evaluation)
-        _print_latest(k["evaluations"][-1], console, next((e for e in reversed(k["evaluations"]) if e.profile), None))
+    if k.evaluations:  # the profile is taken where it was measured (a search evaluation)
+        _print_latest(k.evaluations[-1], console, next((e for e in reversed(k.evaluations) if e.profile), None))
     console.print(_lineage_line(k, ancestors), markup=False, highlight=False)
-    if k["account"]:
-        console.print("\nthe model's account:\n" + k["account"], markup=False, highlight=False)
-    console.print("\nattempts on it, newest first:" if k["attempts"] else "\nno attempt on it yet", markup=False,
+    if k.account:
+        console.print("\nthe model's account:\n" + k.account, markup=False, highlight=False)
+    console.print("\nattempts on it, newest first:" if tried else "\nno attempt on it yet", markup=False,
                   highlight=False)
-    for line in k["attempts"]:
+    for line in tried:
         console.print("  " + line, markup=False, highlight=False)
 
 
-def _print_facts(k: dict, task, console) -> None:
+def _print_facts(k: KernelRecord, task, console) -> None:
     from rich.table import Table
     from rich.text import Text
 
     from kernelevo.cli.views.tables import _COLOURS
 
-    judged = next((e for e in k["evaluations"] if e.id == k["evaluation_id"]), None)
+    judged = next((e for e in k.evaluations if e.id == k.evaluation_id), None)
     times = [f"{name} {ms:.4g} ms" for name, ms in
              (("candidate", judged.candidate_ms), ("eager", judged.eager_ms), ("compile", judged.compiled_ms))
              if ms] if judged else []
-    verdict = (k["verdict"] + (f"  ({k['reason']})" if k["reason"] else "")) if k["verdict"] else "never judged"
-    rows = [("kernel", f"{k['id']}  (origin {k['origin']}, stored {_when(k['created_at'])})", ""),
-            ("task", f"{task.name if task else '?'}  (task {k['task_id']}, {task.source_hash[:12] if task else ''})", ""),
-            ("run", k["run_id"] or "- (not made by a run)", ""),
-            ("operator", f"{k['operator']}, generation {k['generation']}, island {k['island']}", ""),
-            ("parents", ", ".join(map(str, k["parents"])) or "none", ""),
-            ("format", k["format"] or "-", ""),
-            ("verdict", verdict, _COLOURS.get(k["verdict"], "red") if k["verdict"] else "dim"),
+    verdict = (k.verdict + (f"  ({k.reason})" if k.reason else "")) if k.verdict else "never judged"
+    rows = [("kernel", f"{k.id}  (origin {k.origin}, stored {_when(k.created_at)})", ""),
+            ("task", f"{task.name if task else '?'}  (task {k.task_id}, {task.source_hash[:12] if task else ''})", ""),
+            ("run", k.run_id or "- (not made by a run)", ""),
+            ("operator", f"{k.operator}, generation {k.generation}, island {k.island}", ""),
+            ("parents", ", ".join(map(str, k.parents)) or "none", ""),
+            ("format", k.format or "-", ""),
+            ("verdict", verdict, _COLOURS.get(k.verdict, "red") if k.verdict else "dim"),
             ("message", judged.message if judged else None, ""),
             ("speedup", _speedups(k), ""),
             ("time", ", ".join(times), ""),
-            ("stepping stone", k["stepping_stone"] and (k["stone_reason"] or "yes"), ""),
-            ("problem", k["problem"], "yellow")]
+            ("stepping stone", k.stepping_stone and (k.stone_reason or "yes"), ""),
+            ("problem", k.problem, "yellow")]
     facts = Table(show_header=False, box=None, pad_edge=False)
     facts.add_column(style="bold")
     facts.add_column(overflow="fold")
@@ -226,15 +228,15 @@ def _print_facts(k: dict, task, console) -> None:
         if value:  # a fact this kernel does not have is left out, not shown empty
             facts.add_row(name, Text(value, style=style))  # Text: stored strings may hold [brackets]
     console.print(facts)
-    if k["source"]:
+    if k.source:
         from rich.syntax import Syntax
 
-        console.print(Syntax(k["source"], "python", line_numbers=True, word_wrap=True))
+        console.print(Syntax(k.source, "python", line_numbers=True, word_wrap=True))
     else:
-        console.print(f"(no source: {k['problem'] or 'none stored'})", markup=False, style="dim")
+        console.print(f"(no source: {k.problem or 'none stored'})", markup=False, style="dim")
 
 
-def _speedups(k: dict) -> str:
+def _speedups(k: KernelRecord) -> str:
     """The final re-judgement's figures where the kernel has one, the search's labelled beside them."""
     from kernelevo.text import speedup_text
 
@@ -245,11 +247,11 @@ def _speedups(k: dict) -> str:
         return pair(e.speedup_eager, e.speedup_eager_ci, e.speedup_compile, e.speedup_compile_ci)
 
     def latest(purpose: str) -> EvaluationRecord | None:
-        return next((e for e in reversed(k["evaluations"]) if e.purpose == purpose and e.verdict == Verdict.OK), None)
+        return next((e for e in reversed(k.evaluations) if e.purpose == purpose and e.verdict == Verdict.OK), None)
 
     final, again = latest("final"), latest("rejudge")
-    search = pair(k["speedup_eager"], k.get("speedup_eager_ci"), k["speedup_compile"], k.get("speedup_compile_ci")) \
-        if k["speedup_eager"] is not None else ""
+    search = pair(k.speedup_eager, k.speedup_eager_ci, k.speedup_compile, k.speedup_compile_ci) \
+        if k.speedup_eager is not None else ""
     if again is not None and final is None:  # a new best re-measured before the search believed it
         return f"{of(again)} (re-measured)" + (f"; search: {search}" if search else "")
     if final is None:
@@ -276,11 +278,11 @@ def _print_latest(evaluation: EvaluationRecord, console, profiled: EvaluationRec
         print_profile(profile, console)
 
 
-def _lineage_line(k: dict, ancestors: list[dict]) -> str:
+def _lineage_line(k: KernelRecord, ancestors: list[KernelRecord]) -> str:
     """'lineage: 9 <- 7 mutate <- 3 translate, 4 translate': each step one generation of parents."""
-    steps = [", ".join(f"{a['id']} {a['operator']}" for a in ancestors if a["depth"] == depth)
-             for depth in sorted({a["depth"] for a in ancestors})]
-    return f"lineage: {k['id']} " + ("<- " + " <- ".join(steps) if steps else "(no parents)")
+    steps = [", ".join(f"{a.id} {a.operator}" for a in ancestors if a.depth == depth)
+             for depth in sorted({a.depth for a in ancestors})]
+    return f"lineage: {k.id} " + ("<- " + " <- ".join(steps) if steps else "(no parents)")
 
 
 @archive_app.command()
@@ -298,7 +300,7 @@ def diff(
     with opened(archive, config) as store:
         left, right = _kernel(store, a), _kernel(store, b)
         names = {t.id: t.name for t in store.tasks()}
-    text = "".join(line + "\n" for line in source_diff(left["source"], right["source"], a, b))
+    text = "".join(line + "\n" for line in source_diff(left.source, right.source, a, b))
     if fmt == "json":
         emit({"a": kernel_summary(left, names), "b": kernel_summary(right, names), "diff": text}, fmt)
         return
@@ -316,17 +318,17 @@ def lineage(kernel_id: KernelIdArg, archive: ArchiveOpt = None, config: ConfigOp
             as_json: JsonOpt = False) -> None:
     """The kernel and its ancestors, up through its parents to the first translations."""
     fmt = output_format(as_json)
-    k, _, ancestors = _with_lineage(kernel_id, archive, config)
-    k = {key: value for key, value in k.items() if key != "evaluations"} | {"depth": 0}
+    k, _, _, ancestors = _with_lineage(kernel_id, archive, config)
+    k = dataclasses.replace(k, evaluations=(), depth=0)
     if fmt == "json":
-        emit([k, *ancestors], fmt)
+        emit([{key: value for key, value in a.to_dict().items() if key != "evaluations"} for a in (k, *ancestors)], fmt)
         return
     from rich.console import Console
 
-    Console().print(_tree(k, {a["id"]: a for a in ancestors}))
+    Console().print(_tree(k, {a.id: a for a in ancestors}))
 
 
-def _tree(k: dict, by_id: dict[int, dict]):
+def _tree(k: KernelRecord, by_id: dict[int, KernelRecord]):
     """A rich Tree, child at the root, each node's parents below it. A kernel reached twice (two
     crossovers sharing an ancestor) is expanded once and then only named, so the tree stays small."""
     from rich.text import Text
@@ -335,16 +337,16 @@ def _tree(k: dict, by_id: dict[int, dict]):
     from kernelevo.cli.views.tables import _COLOURS
     from kernelevo.text import speedup_text
 
-    def label(row: dict, seen_before: bool = False) -> Text:
-        return Text.assemble((f"{row['id']} ", "bold"), f"{row['operator']} ",
-                             (row["verdict"] or "unjudged", _COLOURS.get(row["verdict"], "dim")),
-                             f" {speedup_text(row['speedup_eager'], row.get('speedup_eager_ci'))}",
+    def label(row: KernelRecord, seen_before: bool = False) -> Text:
+        return Text.assemble((f"{row.id} ", "bold"), f"{row.operator} ",
+                             (row.verdict or "unjudged", _COLOURS.get(row.verdict, "dim")),
+                             f" {speedup_text(row.speedup_eager, row.speedup_eager_ci)}",
                              (" (shown above)" if seen_before else "", "dim"))
 
-    root, seen = Tree(label(k)), {k["id"]}
+    root, seen = Tree(label(k)), {k.id}
     # an explicit stack in preorder, not recursion: a long chain of generations must not hit the
     # recursion limit, and "shown above" must name a node that really is above
-    stack = [(root, p) for p in reversed(k["parents"])]
+    stack = [(root, p) for p in reversed(k.parents)]
     while stack:
         holder, parent_id = stack.pop()
         parent = by_id[parent_id]  # lineage() holds every ancestor
@@ -353,5 +355,5 @@ def _tree(k: dict, by_id: dict[int, dict]):
         else:
             seen.add(parent_id)
             node = holder.add(label(parent))
-            stack.extend((node, p) for p in reversed(parent["parents"]))
+            stack.extend((node, p) for p in reversed(parent.parents))
     return root

@@ -131,7 +131,7 @@ def import_(
 
 def _never_judged(store, kernel_id: int) -> bool:
     kernel = store.kernel(kernel_id)
-    return kernel["origin"] == "import" and not kernel["evaluations"]
+    return kernel.origin == "import" and not kernel.evaluations
 
 
 def _judge_options(executor: str, on: tuple[str, ...], policy: str, build_timeout: float, trials: int,

@@ -239,7 +239,7 @@ def emit(rows: Any, fmt: str, fields: Sequence[str] = ()) -> None:
         writer = csv.DictWriter(sys.stdout, fieldnames=list(fields), extrasaction="ignore", lineterminator="\n")
         writer.writeheader()
         for row in rows:
-            writer.writerow({k: " ".join(map(str, v)) if isinstance(v, list) else v for k, v in row.items()})
+            writer.writerow({k: " ".join(map(str, v)) if isinstance(v, (list, tuple)) else v for k, v in row.items()})
     else:
         from kernelevo.cli.views.tables import print_rows
 

@@ -251,6 +251,6 @@ def _cell(field: str, value: Any, row: dict | None = None):
         return Text("yes" if value else "", style="yellow")
     if isinstance(value, bool):
         return Text("yes" if value else "")
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return Text(", ".join(map(str, value)))
     return Text(str(value))  # Text, not markup: stored strings may hold [brackets]
