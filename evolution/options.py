@@ -59,6 +59,9 @@ class OptimizeOptions:
     baseline: str = "compile"  # what fitness is a speedup over: "compile" (where measured) or "eager"
     model_for: tuple[tuple[str, str], ...] | None = None  # (operator, model) pins; None: a resumed run's own
     force: bool = True  # search even where torch.compile is near the speed of light (`optimize` asks for it)
+    # with resume: no search and no call, only the run's final judgement made again by this judge (one fixed since
+    # the run ended); the run keeps its status and stop reason, and the new judgements join the old
+    judge_again: bool = False
 
     @property
     def ranked_by(self) -> str:

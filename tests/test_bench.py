@@ -116,6 +116,39 @@ def test_every_task_row_after_a_kill_and_resume(benched):
     assert (tmp / "out" / f"bench_{bench_id}.html").is_file()
 
 
+def test_a_done_task_judged_again_by_a_fixed_judge(benched, tmp_path):
+    """`--again TASK` on a resumed bench: the task's final judgement is made again (a judge fixed since the run
+    ended), with no search and no call; its row points to the new judgement, its run keeps its status and stop
+    reason, and the other tasks are not touched. (On a copy: the module's bench stays as the other tests read it.)"""
+    tmp, env, bench_id, _, _ = benched
+    again = tmp_path / "again"
+    shutil.copytree(tmp, again)
+    server = ScriptedServer(responder=replies)  # asked nothing: a call would be a search
+    try:
+        env = {**environment(server, again), "KERNELEVO_CACHE_DIR": str(again / "cache")}
+        before = {r.name: r for r in rows_of(again, bench_id)}
+        with Archive.open_readonly(again / "archive.sqlite") as store:
+            run = store.run(before["scale"].run_id)
+            calls = store.spend(run.id).calls
+        done = cli(bench_args(again, "--resume", bench_id, "--again", "scale"), env)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert server.requests == []
+    finally:
+        server.close()
+    rows = {r.name: r for r in rows_of(again, bench_id)}
+    assert rows["scale"].status == "done" and rows["scale"].run_id == run.id
+    assert rows["scale"].evaluation_id > before["scale"].evaluation_id and rows["scale"].verdict == "ok"
+    assert [(r.evaluation_id, r.wall_s) for n, r in rows.items() if n != "scale"] == \
+        [(r.evaluation_id, r.wall_s) for n, r in before.items() if n != "scale"]
+    with Archive.open_readonly(again / "archive.sqlite") as store:
+        after = store.run(run.id)
+        assert (after.status, after.stop_reason) == (run.status, run.stop_reason) and store.spend(run.id).calls == calls
+        assert store.evaluation(rows["scale"].evaluation_id).purpose == "final"
+        assert [e.data["kernel"] for e in store.events(run.id) if e.kind == "judged_again"] == [rows["scale"].kernel_id]
+    wrong = cli(bench_args(again, "--resume", bench_id, "--again", "nosuch"), env)
+    assert wrong.returncode != 0 and "--again nosuch: no such task" in wrong.stderr
+
+
 def test_fast_p_by_hand(benched):
     tmp, env, bench_id, _, _ = benched
     shown = json.loads(cli(["bench", "show", bench_id, "--json", "--archive", str(tmp / "archive.sqlite")], env).stdout)

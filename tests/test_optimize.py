@@ -177,6 +177,15 @@ def test_no_api_key_is_a_one_line_error(tmp_path):
     assert "export ANTHROPIC_API_KEY or OPENAI_API_KEY" in done.stderr and not (tmp_path / "a.sqlite").exists()
 
 
+def test_judge_again_names_its_run(tmp_path):
+    """--judge-again makes a run's final judgement again (tests/test_bench.py judges a bench's task so): without
+    the run it is a one-line error, and nothing is opened."""
+    env = dict(os.environ, OPENAI_API_KEY="sk-test")
+    done = cli(["optimize", str(TASK), "--device", "cpu", "--archive", str(tmp_path / "a.sqlite"), "--judge-again"], env)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "name the run with --resume RUN" in done.stderr and not (tmp_path / "a.sqlite").exists()
+
+
 def test_kill_9_then_resume_loses_nothing(tmp_path):
     server = ScriptedServer(responder=scripted_model(delay_s=0.3))
     try:

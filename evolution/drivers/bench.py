@@ -41,6 +41,7 @@ class BenchOptions:
     # total over the tasks) shared in proportion: a model's parts by their share of its time, so one at
     # 2 % gets little; () shares nothing
     weights: tuple[tuple[str, float], ...] = ()
+    again: tuple[str, ...] = ()  # resumed: done tasks whose final judgement is made again (OptimizeOptions.judge_again)
 
 
 @dataclass
@@ -103,8 +104,9 @@ def run_bench(options: BenchOptions, on_progress: Callable[[BenchView], None] = 
     with Archive.open(options.search.archive_path) as store:
         bench_id = _open_bench(store, options)
         options = _as_stored(store.bench(bench_id), options)
+        again = _judged_again(store, bench_id, options)
         store.set_bench_status(bench_id, "running")
-        runner = _Runner(store, bench_id, options, on_progress, on_status)
+        runner = _Runner(store, bench_id, options, on_progress, on_status, again)
         try:
             runner.run()
         except KeyboardInterrupt:
@@ -143,6 +145,19 @@ def _open_bench(store, options: BenchOptions) -> str:
                              torch_version, [(str(p), p.stem) for p in paths])
 
 
+def _judged_again(store, bench_id: str, options: BenchOptions) -> frozenset[int]:
+    """The positions of the done tasks named by `again`, each set pending for its judgement to be made again."""
+    rows = {r.name: r for r in store.bench_tasks(bench_id)}
+    if unknown := [name for name in options.again if name not in rows]:
+        raise BenchError(f"--again {', '.join(unknown)}: no such task in bench {bench_id} (its tasks: {', '.join(rows)})")
+    if options.again and (not options.resume or options.candidates):
+        raise BenchError("--again judges a resumed bench's searched tasks again: pass --resume BENCH")
+    again = frozenset(rows[name].position for name in options.again if rows[name].status == "done")
+    for position in again:
+        store.set_bench_task(bench_id, position, status="pending")
+    return again
+
+
 def _as_stored(bench: BenchRecord, options: BenchOptions) -> BenchOptions:
     """A resumed bench goes on as it started: scoring the same candidates folder, or searching."""
     stored = bench.config.get("candidates")
@@ -167,8 +182,9 @@ STOP_GRACE_S = 60.0
 class _Runner:
     """The bench's tasks on its devices: one worker thread per device takes the next pending task."""
 
-    def __init__(self, store, bench_id: str, options: BenchOptions, on_progress, on_status):
-        self.store, self.bench_id, self.options = store, bench_id, options
+    def __init__(self, store, bench_id: str, options: BenchOptions, on_progress, on_status,
+                 again: frozenset[int] = frozenset()):
+        self.store, self.bench_id, self.options, self.again = store, bench_id, options, again
         self.on_progress, self.on_status = on_progress, on_status
         self.rows = store.bench_tasks(bench_id)
         # not done: pending, running (the session was killed), skipped (the suite's money ran out) or
@@ -333,7 +349,7 @@ def _search_task(runner: _Runner, row: BenchTaskRecord, device: str, cap: float 
     if weight is not None and base.limits.max_llm_calls:  # the calls of the suite's tasks, shared
         limits = dataclasses.replace(limits, max_llm_calls=max(1, round(base.limits.max_llm_calls * weight)))
     options = dataclasses.replace(base, task_path=Path(row.path), devices=(device,), resume=resume,
-                                  limits=limits)
+                                  limits=limits, judge_again=row.position in runner.again)
     outcome = optimize(options, on_progress=runner.progress_of(row),
                        on_status=lambda text: runner._show(row.name, text))
     if outcome.exit_code == EXIT_UNREACHABLE:  # the run is stopped and resumable; so is the bench

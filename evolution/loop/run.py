@@ -9,7 +9,7 @@ import random
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from kernelevo.agent.prompting import Context, Opponent, Variant
 from kernelevo.archive.rows import by_format, by_model
@@ -40,6 +40,9 @@ from ..outcome import (
 from ..state import RunState
 from .search import Search
 
+if TYPE_CHECKING:
+    from kernelevo.archive.records import RunRecord
+
 
 def run_config(**values: Any) -> dict:
     """The effective configuration as stored with the run and echoed at start (JSON-friendly)."""
@@ -49,21 +52,19 @@ def run_config(**values: Any) -> dict:
 
 # -- a whole run: set up, search, re-judge the best, write it out ---------------------------------------
 
-def final_judgement(search: Search, options: OptimizeOptions, on_status: Callable[[str], None]):
+def final_judgement(state: RunState, judge, options: OptimizeOptions, on_status: Callable[[str], None]):
     """The best kernel, then the next fastest two, re-judged in a fresh process; the first that passes
     is announced. The best is the incumbent (population.best_of), not a faster median inside its noise."""
-    best = search.population.best()
-    others = sorted((m for m in search.population.correct() if best is None or m.kernel_id != best.kernel_id),
+    best = state.population.best()
+    others = sorted((m for m in state.population.correct() if best is None or m.kernel_id != best.kernel_id),
                     key=lambda m: -m.fitness)
     for member in ([best] if best else []) + others[:3 - bool(best)]:
         on_status(f"re-judging kernel {member.kernel_id} ({speedup_text(member.fitness, member.fitness_ci)} "
                   f"{BASELINES[member.against]}) in a fresh process")
-        evaluation = search.judge.evaluate(search.state.task, search.state.kernel_path(member.kernel_id),
-                                           options.devices[0], final=True)
-        search.archive.add_evaluation(member.kernel_id, evaluation, purpose="final", run_id=search.state.run_id)
-        search.archive.add_event(search.state.run_id, "final", {"kernel": member.kernel_id,
-                                                                "verdict": evaluation.verdict,
-                                                                "speedup_eager": evaluation.speedup_eager})
+        evaluation = judge.evaluate(state.task, state.kernel_path(member.kernel_id), options.devices[0], final=True)
+        state.archive.add_evaluation(member.kernel_id, evaluation, purpose="final", run_id=state.run_id)
+        state.archive.add_event(state.run_id, "final", {"kernel": member.kernel_id, "verdict": evaluation.verdict,
+                                                        "speedup_eager": evaluation.speedup_eager})
         if evaluation.ok:
             return member, evaluation
     return None, None
@@ -100,6 +101,7 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
     ensemble = ensembles.build(config, names, pins, tokens, on_status, place)  # its calls are recorded once the run exists
     archive = Archive.open(options.archive_path)
     try:
+        before = _run_to_judge_again(archive, options)
         opened = _open_run(archive, task, options, ensemble, (names, pins))
         try:
             run = _prepared(archive, task, config, ensemble, opened, options, on_status)
@@ -110,6 +112,8 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
         judging = dataclasses.replace(judge_options(options, options.devices), seed=run.seed, spares=1)
         search = None
         with Judge(options.cache_dir, judging) as judge:
+            if before is not None:
+                return _judge_again(run, before, judge, options, on_status)
             try:
                 left = _measure_opponent(run, judge, options, on_status)
                 if left:
@@ -118,7 +122,8 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
                 search = _started(run, judge, on_progress, on_status)
                 reason = search.run()
                 # a run waiting for a reply goes on from it (--resume): its best is not re-judged yet
-                member, final = (None, None) if reason.kind.waits else final_judgement(search, options, on_status)
+                member, final = (None, None) if reason.kind.waits else final_judgement(run.state, judge, options,
+                                                                                       on_status)
             except KeyboardInterrupt:
                 if search is not None:
                     search.abandon(0.0)
@@ -126,6 +131,36 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
         return _finish(run, search, reason, member, final, options)
     finally:
         archive.close()
+
+
+def _run_to_judge_again(archive, options: OptimizeOptions) -> RunRecord | None:
+    """The run whose final judgement is made again (`judge_again`), as it stood; None for a search."""
+    if not options.judge_again:
+        return None
+    run = archive.run(options.resume) if options.resume else None
+    if run is None:
+        raise ValueError("--judge-again makes a run's final judgement again: name the run with --resume RUN")
+    return run
+
+
+def _judge_again(run: _Prepared, before: RunRecord, judge, options: OptimizeOptions,
+                 on_status: Callable[[str], None]) -> Outcome:
+    """A run's final judgement made again: the first of its best kernels to pass written out, the run left as
+    it ended (its status and stop reason; Ctrl-C too), an event saying what the new judgement found."""
+    state, archive = run.state, run.state.archive
+    try:
+        member, final = final_judgement(state, judge, options, on_status)
+    except KeyboardInterrupt:
+        archive.finish_run(state.run_id, before.status, before.stop_reason)
+        raise Interrupted(state.run_id) from None
+    written = write_drop_in(member, final, state.task.name, state.run_id, options.out_dir) if final else None
+    archive.add_event(state.run_id, "judged_again", {"kernel": member.kernel_id if member else None,
+                                                     "written": str(written) if written else None})
+    archive.finish_run(state.run_id, before.status, before.stop_reason)
+    return Outcome(state.run_id, before.stop_reason or "", EXIT_OK, final,
+                   member.kernel_id if member else None, written, run.seeded,
+                   summary=RunSummary(spend=archive.spend(state.run_id), counts=archive.counts(state.run_id),
+                                      baseline=member.against if member else state.baseline))
 
 
 def _stopped(archive, run_id: str) -> None:

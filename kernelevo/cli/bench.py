@@ -48,6 +48,7 @@ class BenchArgs:
     max_cost_usd: Optional[float]  # the whole suite's
     per_task: Any  # each task's search's limits (BudgetLimits)
     as_json: bool
+    again: tuple[str, ...] = ()  # with resume: done tasks whose final judgement is made again
 
 
 @bench_app.command()
@@ -82,6 +83,8 @@ def run(
     baseline: BaselineOpt = None,
     timing_seconds: TimingSecondsOpt = 1.5,
     resume: Optional[str] = typer.Option(None, help="continue this bench (its id is printed at start and end)"),
+    again: list[str] = typer.Option([], help="with --resume: a done task (by name) whose final judgement is made "
+                                    "again by this judge, with no search and no call (repeatable)"),
     archive: ArchiveOpt = None,
     out: Path = typer.Option(Path("."), help="folder for the drop-in kernels and the reports"),
     config: ConfigOpt = None,
@@ -98,7 +101,7 @@ def run(
     per_task = budget_branch(max_cost_usd=max_cost_usd_per_task, max_llm_calls=max_llm_calls_per_task,
                              max_wall_time=max_wall_time_per_task, generations=generations, plateau=plateau)
     _run(BenchArgs(suite=suite, search=search, tasks=tasks, candidates=candidates, max_cost_usd=max_cost_usd,
-                   per_task=per_task, as_json=as_json))
+                   per_task=per_task, as_json=as_json, again=tuple(again)))
 
 
 def _options(args: BenchArgs) -> Any:
@@ -111,7 +114,7 @@ def _options(args: BenchArgs) -> Any:
     extra = {"models": ("(given candidates)",)} if args.candidates else {}
     search = search_options(args.search, args.suite, args.per_task, **extra)
     return BenchOptions(suite=args.suite, search=search, tasks_glob=args.tasks, candidates=args.candidates,
-                        max_cost_usd=args.max_cost_usd, resume=args.search.resume)
+                        max_cost_usd=args.max_cost_usd, resume=args.search.resume, again=args.again)
 
 
 def _run(args: BenchArgs) -> None:

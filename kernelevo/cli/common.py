@@ -403,3 +403,4 @@ class OptimizeArgs:
     granularity: str = "module"  # with --parts: how the model is split (split.GRANULARITIES)
     given: frozenset[str] = frozenset()  # the parameters set on the command line (given_flags)
     show_settings: bool = False  # print the resolved settings and where each came from, and stop
+    judge_again: bool = False  # with resume: only the run's final judgement, made again (OptimizeOptions.judge_again)

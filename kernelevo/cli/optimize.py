@@ -25,8 +25,7 @@ def optimize(
     task: Path = typer.Argument(..., help="KernelBench-format task file (Model, get_inputs, get_init_inputs)"),
     parts: Optional[int] = typer.Option(None, min=1, help="TASK is a whole model: split it, search its N hottest "
                                         "parts (the budget shared by their time), and assemble it verified"),
-    parts_dir: Optional[Path] = typer.Option(None, help="with --parts: the folder of the part task files "
-                                             "[default: OUT/<task>_parts]"),
+    parts_dir: Optional[Path] = typer.Option(None, help="with --parts: the part task files' folder [default: OUT/<task>_parts]"),
     min_speedup: float = typer.Option(1.0, help="with --parts: try a part in place whose kernel is faster than this "
                                       "against the baseline, beyond noise"),
     modes: Optional[str] = typer.Option(None, help="with --parts: compile modes to time the assembled model in, "
@@ -67,6 +66,7 @@ def optimize(
     force: bool = typer.Option(False, "--force", help="search even where torch.compile already runs within 1.2x "
                                "of the task's speed of light (otherwise the run stops before its first call)"),
     show_settings: bool = typer.Option(False, "--show-settings", help="print the settings and where each came from"),
+    judge_again: bool = typer.Option(False, "--judge-again", help="with --resume: no search, no call: the run's final judgement made again by this judge"),
 ) -> None:
     """Search for a faster, verified kernel for TASK; writes <task>_kernelevo.py and archives every try."""
     settings = search_branch(children=children, islands=islands, concurrency=concurrency, profile_top=profile_top, ncu=ncu)
@@ -79,7 +79,7 @@ def optimize(
                            generations=generations, plateau=plateau)
     run_optimize(OptimizeArgs(task=task, search=search, limits=limits, seed_from=tuple(seed_from), force=force,
                               parts=parts, parts_dir=parts_dir, min_speedup=min_speedup, modes=modes,
-                              granularity=granularity, given=given_flags(ctx), show_settings=show_settings))
+                              granularity=granularity, given=given_flags(ctx), show_settings=show_settings, judge_again=judge_again))
 
 
 def _check(args: OptimizeArgs) -> None:
@@ -95,13 +95,15 @@ def _check(args: OptimizeArgs) -> None:
     for path in args.seed_from:
         if not path.is_file():
             fail(f"--seed-from {path}: no such archive file")
+    if args.judge_again and (not args.search.resume or args.parts):
+        fail("--judge-again makes a run's final judgement again: name the run with --resume RUN (not with --parts)")
 
 
 def _options(args: OptimizeArgs) -> Any:
     """OptimizeOptions from the command's arguments, after every check that can fail early."""
     _check(args)
     return search_options(args.search, args.task, args.limits, seed_from=args.seed_from, resume=args.search.resume,
-                          force=args.force)
+                          force=args.force, judge_again=args.judge_again)
 
 
 def _echo(options: Any) -> None:
