@@ -1,7 +1,8 @@
 #!/bin/bash
 # One replay round of the KernelBench yardstick (issue 52) on a GPU machine that cannot reach a model.
 #
-#   STATE=benchmarks/results/kernelbench-rounds SUITE=DIR OUT=DIR [GPUS=0,1] [TT=380] bash benchmarks/kernelbench_round.sh
+#   STATE=benchmarks/results/kernelbench-rounds SUITE=DIR OUT=DIR [GPUS=0,1] [TT=380] [AGAIN="TASK ..."] \
+#     bash benchmarks/kernelbench_round.sh
 #
 # SUITE is the folder benchmarks/kernelbench_sample.py wrote (KernelBench stays out of the repository).
 # On a device machine without the network, first (wheels of openai, typer and rich carried in .whl/, downloaded
@@ -28,6 +29,8 @@ cp -r "$STATE/prompts" "$W/out/prompts" 2>/dev/null || mkdir -p "$W/out/prompts"
 [ -f "$STATE/archive.sqlite.gz" ] && gunzip -c "$STATE/archive.sqlite.gz" > "$W/a.sqlite"
 [ -f .scratch/cache.tgz ] && tar -xzf .scratch/cache.tgz -C "$W/cache"
 RESUME=(); [ -f "$STATE/bench_id" ] && RESUME=(--resume "$(cat "$STATE/bench_id")")
+# AGAIN="TASK ...": done tasks whose final judgement is made again by this judge (bench --again; no call)
+for t in ${AGAIN:-}; do RESUME+=(--again "$t"); done
 echo "round: $(find "$W/out/prompts" -name '*.reply.md' | wc -l) replies, ${RESUME[*]:-a new bench}"
 (sleep $((TT - 45)); pkill -USR1 -f "python.*kernelevo bench" ) &
 # in the foreground: a command started with & ignores INT, and the bench must see it
