@@ -149,6 +149,31 @@ def test_a_done_task_judged_again_by_a_fixed_judge(benched, tmp_path):
     assert wrong.returncode != 0 and "--again nosuch: no such task" in wrong.stderr
 
 
+def test_a_judgement_made_again_and_stopped_leaves_its_task_as_it_was(benched, tmp_path, monkeypatch):
+    """Stopped while its final judgement is made again, the task is done with its old judgement: left pending, a
+    plain resume would have resumed its run as a search, and made calls."""
+    from kernelevo.evolution.drivers import bench
+    from kernelevo.cli import app
+    from kernelevo.evolution.outcome import Interrupted
+    from typer.testing import CliRunner
+
+    tmp, _, bench_id, _, _ = benched
+    again = tmp_path / "again"
+    shutil.copytree(tmp, again)
+    before = {r.name: r for r in rows_of(again, bench_id)}
+
+    def stopped(runner, row, device, cap):
+        assert row.name == "scale"
+        raise Interrupted(row.run_id)
+
+    monkeypatch.setattr(bench, "_search_task", stopped)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    done = CliRunner().invoke(app, bench_args(again, "--resume", bench_id, "--again", "scale"))
+    assert done.exit_code == 0, done.output
+    after = {r.name: r for r in rows_of(again, bench_id)}
+    assert after["scale"].status == "done" and after["scale"].evaluation_id == before["scale"].evaluation_id
+
+
 def test_fast_p_by_hand(benched):
     tmp, env, bench_id, _, _ = benched
     shown = json.loads(cli(["bench", "show", bench_id, "--json", "--archive", str(tmp / "archive.sqlite")], env).stdout)

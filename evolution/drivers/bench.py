@@ -253,9 +253,9 @@ class _Runner:
             if fields["status"] == "pending":  # its replay ended: the task waits for the reply
                 with self.lock:
                     self.waiting += 1
-        except Interrupted as exc:  # this task's search was stopped: it resumes with the bench
-            fields = {"status": "pending",
-                      "run_id": getattr(exc, "run_id", None) or self.run_ids.get(position) or row.run_id}
+        except Interrupted as exc:  # stopped: a search resumes with the bench; a judgement made again is left as it was
+            fields = {"status": "done"} if position in self.again else {
+                "status": "pending", "run_id": getattr(exc, "run_id", None) or self.run_ids.get(position) or row.run_id}
         except Stop:  # the model refuses (a bad key) or is gone: every other task would fail alike
             self.stop.set()
             self.store.set_bench_task(self.bench_id, position, status="pending")
