@@ -177,13 +177,34 @@ def test_no_api_key_is_a_one_line_error(tmp_path):
     assert "export ANTHROPIC_API_KEY or OPENAI_API_KEY" in done.stderr and not (tmp_path / "a.sqlite").exists()
 
 
-def test_judge_again_names_its_run(tmp_path):
-    """--judge-again makes a run's final judgement again (tests/test_bench.py judges a bench's task so): without
-    the run it is a one-line error, and nothing is opened."""
-    env = dict(os.environ, OPENAI_API_KEY="sk-test")
-    done = cli(["optimize", str(TASK), "--device", "cpu", "--archive", str(tmp_path / "a.sqlite"), "--judge-again"], env)
-    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
-    assert "name the run with --resume RUN" in done.stderr and not (tmp_path / "a.sqlite").exists()
+def test_judge_again_makes_a_runs_final_judgement_again_and_asks_nothing(tmp_path):
+    """--resume RUN --judge-again: the run's best judged again with no call (the model's server is gone), the new
+    final judgement beside the old, the run as it ended. Without --resume it is a one-line error, nothing opened."""
+    k = KERNELS
+    server = ScriptedServer(responder=kernel_replies(itertools.repeat(k["good"]), itertools.repeat(k["chunked"]),
+                                                     k["good"], USAGE))
+    try:
+        env = environment(server, tmp_path)
+        first = cli(optimize_args(tmp_path, "--generations", "1", "--max-llm-calls", "1"), env)
+    finally:
+        server.close()
+    assert first.returncode in (0, 3), first.stderr[-3000:]
+    db = tmp_path / "archive.sqlite"
+    with Archive.open_readonly(db) as archive:
+        (run,) = archive.runs()
+        before = (run.status, run.stop_reason, archive.spend(run.id).calls, archive.counts(run.id).evaluations_by_purpose)
+    again = cli(optimize_args(tmp_path, "--resume", run.id, "--judge-again"), env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    with Archive.open_readonly(db) as archive:
+        after = archive.run(run.id)
+        by_purpose = archive.counts(run.id).evaluations_by_purpose
+        assert (after.status, after.stop_reason, archive.spend(run.id).calls) == before[:3]
+        assert by_purpose["final"] == before[3]["final"] + 1 and by_purpose["search"] == before[3]["search"]
+        assert [e.kind for e in archive.events(run.id)][-1] == "judged_again"
+    wrong = cli(["optimize", str(TASK), "--device", "cpu", "--archive", str(tmp_path / "a.sqlite"), "--judge-again"],
+                dict(os.environ, OPENAI_API_KEY="sk-test"))
+    assert wrong.returncode == 2 and wrong.stderr.count("\n") == 1, wrong.stderr
+    assert "name the run with --resume RUN" in wrong.stderr and not (tmp_path / "a.sqlite").exists()
 
 
 def test_kill_9_then_resume_loses_nothing(tmp_path):
