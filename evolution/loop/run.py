@@ -151,12 +151,12 @@ def _judge_again(run: _Prepared, before: RunRecord, judge, options: OptimizeOpti
     try:
         member, final = final_judgement(state, judge, options, on_status)
     except KeyboardInterrupt:
-        archive.finish_run(state.run_id, before.status, before.stop_reason)
         raise Interrupted(state.run_id) from None
+    finally:  # _open_run marked it running
+        archive.finish_run(state.run_id, before.status, before.stop_reason)
     written = write_drop_in(member, final, state.task.name, state.run_id, options.out_dir) if final else None
     archive.add_event(state.run_id, "judged_again", {"kernel": member.kernel_id if member else None,
                                                      "written": str(written) if written else None})
-    archive.finish_run(state.run_id, before.status, before.stop_reason)
     return Outcome(state.run_id, before.stop_reason or "", EXIT_OK, final,
                    member.kernel_id if member else None, written, run.seeded,
                    summary=RunSummary(spend=archive.spend(state.run_id), counts=archive.counts(state.run_id),

@@ -63,13 +63,13 @@ def _run_rows(store: Archive, runs: list) -> list[dict]:
         rows.append({"id": r.id, "task": r.task_name, "status": r.status, "started": _when(r.created_at),
                      "finished": _when(r.finished_at), "model": r.config.get("model"),
                      "kernels": counts.kernels, "evaluations": counts.evaluations,
-                     "ok": counts.verdicts.get("ok", 0), "best_speedup": best.speedup_eager if best else None,
-                     "best_speedup_ci": best.speedup_eager_ci if best else None,
-                     "best_kernel": best.id if best else None, "cost_usd": store.spend(r.id).cost_usd})
+                     "ok": counts.verdicts.get("ok", 0), "best_speedup": best[1] if best else None,
+                     "best_speedup_ci": best[2] if best else None,
+                     "best_kernel": best[0] if best else None, "cost_usd": store.spend(r.id).cost_usd})
     return rows
 
 
-def _best(store: Archive, run_id: str) -> KernelRecord | None:
+def _best(store: Archive, run_id: str) -> tuple[int, float | None, list | None] | None:
     """The run's best as its summary and report name it: the kernel its final re-judgement announced,
     with those figures; before a run has one, its fastest search figure. (A tune variant measured
     4.97x once in a search and 3.33x re-measured is not a finished run's best.)"""
@@ -78,9 +78,9 @@ def _best(store: Archive, run_id: str) -> KernelRecord | None:
     finals = store.final_evaluations(run_id)
     kernel_id = announced(finals)
     if kernel_id is None:
-        return store.best_kernel(run_id)
-    kernel = store.kernel(kernel_id)
-    return kernel.with_evaluation(finals[kernel_id]) if kernel else None
+        best = store.best_kernel(run_id)
+        return (best.id, best.speedup_eager, best.speedup_eager_ci) if best else None
+    return kernel_id, finals[kernel_id].speedup_eager, finals[kernel_id].speedup_eager_ci
 
 
 def _task_rows(store: Archive, tasks: list) -> list[dict]:
