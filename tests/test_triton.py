@@ -85,6 +85,36 @@ def test_an_autotuned_candidate_runs_every_config_in_the_interpreter(cache_dir, 
     assert any("first call (Triton's compile, autotuning)" in n for n in e.notes), e.notes
 
 
+PROBE = """
+import triton, triton.language as tl
+from kernelevo.judge.run import triton_jobs
+
+def own(kernel_call, quantiles):
+    return "own"
+
+@triton.autotune(configs=[triton.Config({"B": 1}), triton.Config({"B": 2})], key=["n"], do_bench=own)
+@triton.jit
+def k(x, n, B: tl.constexpr):
+    pass
+
+calls = []
+triton_jobs.autotune_by_one_run(keep_own=KEEP)
+print(k.do_bench(lambda: calls.append(1), quantiles=(0.5, 0.2, 0.8)), len(calls))
+"""
+
+
+@pytest.mark.parametrize("keep_own, said", [(False, "[0.0, 0.0, 0.0] 1"), (True, "own 0")])
+def test_the_bounds_trial_runs_each_autotune_config_once_untimed(keep_own, said):
+    """Under memcheck (the bounds trial's process), timing each config of an autotuner took longer than the trial's
+    limit: there each config runs once and none is faster, a candidate's own benchmarker included. In the
+    interpreter a candidate's own benchmarker is kept. (A process of its own: the patch is Triton's class's.)"""
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", PROBE.replace("KEEP", str(keep_own))], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert out.stdout.strip().splitlines()[-1:] == [said], out.stderr[-2000:]
+
+
 def test_a_triton_candidate_that_refuses_some_shapes_is_specialized(verdicts):
     e = verdicts[SPECIALIZED.name]
     assert e.ok and e.specialized, (e.verdict, e.reason, e.message, e.shapes)

@@ -8,7 +8,8 @@ AddressSanitizer's runtime on the CPU (the candidate's C built with its checks).
 reference and the candidate as the worker did, then calls the candidate once on the task's own
 inputs, once on its extra test inputs and once on each shape the judge derives, synchronising after each and writing a marker
 before it, so that a report names the shape it came from. Outputs are not compared here: the
-worker's trials did that; this process only has to touch every index the kernels touch.
+worker's trials did that; this process only has to touch every index the kernels touch. An autotuner runs
+each of its configs once, untimed (triton_jobs.autotune_by_one_run), so each is checked.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def main() -> None:
     job, device = Job.from_dict(json.loads(Path(sys.argv[1]).read_text())), sys.argv[2]
     import torch
 
-    from kernelevo.judge.run import seccomp, worker
+    from kernelevo.judge.run import seccomp, triton_jobs, worker
     from kernelevo.judge.run.bounds import DONE, MARK
     from kernelevo.judge.trials import checker, correctness, inputs, shapes
     from kernelevo.tasks import load_module
@@ -42,6 +43,8 @@ def main() -> None:
         _say("kernelevo: could not refuse connect() in the checked process")
         sys.exit(3)
     worker._job_environment(job, device)
+    if job.format == "triton":  # each config checked once, not timed under the checker
+        triton_jobs.autotune_by_one_run()
     task = load_module(job.task_source, job.task_path, "task")
     cls = load_module(job.candidate_source, job.candidate_path, "candidate").ModelNew
     init = tuple(task.get_init_inputs())

@@ -38,6 +38,14 @@ def _autotune_in_interpreter() -> None:
     """`@triton.autotune` times its configs with the GPU driver's benchmarker, which the interpreter
     has none of ("0 active drivers"): on the CPU each config is run once instead (so every config is
     checked to run) and none is faster, so an autotuner keeps its first. Nothing is timed there anyway."""
+    autotune_by_one_run(keep_own=True)
+
+
+def autotune_by_one_run(keep_own: bool = False) -> None:
+    """Every `@triton.autotune` runs each config once and keeps its first, instead of timing each (`keep_own`:
+    an autotuner given a `do_bench` of its own keeps it). The bounds trial (run/bounds_target.py) wants each
+    config run, not timed: under memcheck, a conv autotuned over 6 configs on 5 shapes did not finish in the
+    trial's 120 s (issue 52, H200, 2026-11-30), and its indices went unchecked."""
     try:
         from triton.runtime import autotuner
     except ImportError:  # no triton here: the candidate's own import says so, as its verdict
@@ -47,7 +55,7 @@ def _autotune_in_interpreter() -> None:
         kernel_call()
         return [0.0 for _ in quantiles]
 
-    autotuner.Autotuner.do_bench = property(lambda self: self._do_bench or run_once)
+    autotuner.Autotuner.do_bench = property(lambda self: (keep_own and self._do_bench) or run_once)
 
 
 def first_call(forward, args: list, device: str) -> float:
