@@ -62,7 +62,7 @@ def main() -> None:
         for name, (task, future) in futures.items():
             e = future.result()
             base = judge.baseline(task, "cuda:0")
-            row = _row(e, base["timing"]["eager"]["median_ms"] if base else None)
+            row = _row(e, base.eager_ms if base else None)
             expected = re.search(r"^# expect: (\w+) (\w+)$", (CHEATS / name).read_text(), re.M) \
                 if (CHEATS / name).exists() else None
             row["expected"] = " ".join(expected.groups()) if expected else "ok"

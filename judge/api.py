@@ -29,6 +29,7 @@ from kernelevo.judge.model_modes import CPU_MODES, MODE_CALLS, MODES, ModelModes
 from kernelevo.judge.trials.probe import IMPLAUSIBLE_SPEEDUP
 from kernelevo.judge.measure.timing import TimingConfig
 from kernelevo.judge.results import audit_files, crosscheck_eager, judge_remeasure, to_evaluation
+from kernelevo.baseline import Baseline
 from kernelevo.evaluation import Evaluation, Profile
 from kernelevo.runtime import slug
 from kernelevo.tasks import Task, source_hash
@@ -140,11 +141,16 @@ class Judge:
                    policy=self.options.policy, shapes=self.options.shapes, compile=self.options.compile_baseline,
                    sol=self.options.sol, **extra)
 
-    def baseline(self, task: Task, device: str, ran_on: dict | None = None) -> dict | None:
+    def baseline(self, task: Task, device: str) -> Baseline | None:
         """Cached (or freshly measured) eager (+ torch.compile) timings, the task's kind and its
-        warnings; None if the reference itself failed. `ran_on`: the GPU model, torch version and
-        node a candidate's result reports; the baseline is the one of that GPU model and torch,
-        measured on that node if missing (on a cluster, nodes may differ)."""
+        warnings; None if the reference itself failed."""
+        result = self._baseline(task, device)
+        return Baseline.of(result) if result is not None else None
+
+    def _baseline(self, task: Task, device: str, ran_on: dict | None = None) -> dict | None:
+        """The baseline job's record, as the judge's own checks read it. `ran_on`: the GPU model, torch version and
+        node a candidate's result reports; the baseline is the one of that GPU model and torch, measured on that
+        node if missing (on a cluster, nodes may differ)."""
         result = self.prefetch_baseline(task, device, ran_on).result()
         return result if verdicts.passed(result) else None
 
@@ -200,7 +206,7 @@ class Judge:
                 ran_on = {"device_name": result.get("device_name"), "torch": result.get("torch_version"),
                           "node_id": node}
                 timed = verdicts.passed(result) and not result.get("untimed")  # the interpreter: no speedup
-                baseline = self.baseline(task, device, ran_on) if timed else None
+                baseline = self._baseline(task, device, ran_on) if timed else None
                 result = self._second_opinion(task, job, device, result, baseline)
                 if final and timed and baseline and "compiled" in baseline.get("timing", {}):
                     result = {**result, "compile_beside": self.executor.submit(

@@ -93,7 +93,7 @@ def compiled(tmp_path_factory) -> Path:
     anew. The test that deletes the baselines to compile the opponent again (the plant) is the last of them."""
     cache = tmp_path_factory.mktemp("compiled") / "cache"
     with Judge(cache, OPTIONS) as judge:
-        assert "compiled" in judge.baseline(load_task(SOFTMAX), "cpu")["timing"]
+        assert judge.baseline(load_task(SOFTMAX), "cpu").compiled_ms is not None
     return cache
 
 
@@ -147,7 +147,7 @@ def test_a_candidate_cannot_rewrite_the_code_torch_compile_made_for_its_opponent
     the opponent's caches are written only by baseline workers, and read by candidates (sandbox.OPPONENT)."""
     task, cache = load_task(SOFTMAX), compiled
     with Judge(cache, OPTIONS) as judge:
-        assert "compiled" in judge.baseline(task, "cpu")["timing"]
+        assert judge.baseline(task, "cpu").compiled_ms is not None
         made = {p: p.read_bytes() for p in cache.rglob("*.py") if b"def call(" in p.read_bytes()}
         e = judge.evaluate(task, FIXTURES / "sandbox" / "poison_opponent_c.py")
     if e.confinement is None or e.confinement.unconfined:
@@ -187,7 +187,7 @@ def test_a_candidate_cannot_plant_builds_or_modules_for_later_judgements(tmp_pat
     task, cache, options = load_task(SOFTMAX), compiled, OPTIONS
     try:
         with Judge(cache, options) as judge:
-            assert "compiled" in judge.baseline(task, "cpu")["timing"]
+            assert judge.baseline(task, "cpu").compiled_ms is not None
             before = judge.evaluate(task, honest)
             planted = judge.evaluate(task, planter)
         if planted.confinement is None or planted.confinement.unconfined:
@@ -202,7 +202,7 @@ def test_a_candidate_cannot_plant_builds_or_modules_for_later_judgements(tmp_pat
             kept.unlink()  # the opponent is compiled and timed again, from what is in its folders now
         zygote._close_kept()  # and the next judge's workers come from a new zygote
         with Judge(cache, options) as judge:
-            assert "compiled" in judge.baseline(task, "cpu")["timing"]
+            assert judge.baseline(task, "cpu").compiled_ms is not None
             after = judge.evaluate(task, honest)
         assert not marker.exists(), f"loaded: {marker.read_text()}"
         assert (before.verdict, after.verdict) == ("ok", "ok"), (after.verdict, after.message)

@@ -445,5 +445,5 @@ def _probe(runner: _Runner, path: Path, device: str) -> str:
 def _baseline_warnings(judge, task, device: str) -> str:
     """A task is degenerate when the judge warned about its reference (near-constant output, output
     insensitive to its inputs or weights): then a speedup says nothing about kernels."""
-    baseline = judge.baseline(task, device) or {}
-    return "; ".join(w.get("message", "") for w in baseline.get("warnings", []))
+    baseline = judge.baseline(task, device)
+    return "; ".join(baseline.warnings) if baseline else ""

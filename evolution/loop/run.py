@@ -339,20 +339,12 @@ def _opponent(judge, task, device: str, baseline: str, on_status: Callable[[str]
     """What the kernels must beat, measured before the first call so that every prompt names it (the
     judge caches it: the first candidate's figures are scaled by the same measurement)."""
     on_status("baseline: timing the reference before the first call")
-    measured = _waited(judge.baseline, task, device) or {}
-    timed = measured.get("timing") or {}
-    if "eager" not in timed:
+    measured = _waited(judge.baseline, task, device)
+    if measured is None or measured.eager_ms is None:
         return None
-    kernels = measured.get("kernels") or {}
-
-    def rows(side: str) -> tuple[tuple[str, float, float], ...]:
-        return tuple((k["name"], k["launches"], k["ms"]) for k in kernels.get(side) or ())
-
-    compiled = timed.get("compiled")
-    sol = measured.get("sol") or {}
-    used = peaks_from(sol)
-    made = Opponent(baseline, timed["eager"]["median_ms"], compiled["median_ms"] if compiled else None,
-                    rows("eager"), rows("compiled"), sol.get("bound_ms"), bound_from=used, floor_ms=sol.get("memory_ms"))
+    made = Opponent(baseline, measured.eager_ms, measured.compiled_ms, measured.eager_kernels,
+                    measured.compiled_kernels, measured.bound_ms, bound_from=peaks_from(measured.sol),
+                    floor_ms=measured.memory_ms)
     why = opponent_bound(made)
     if why:
         on_status(f"speed of light not used: {why}")
