@@ -26,6 +26,15 @@ def _options(tmp_path):
                            limits=BudgetLimits(max_llm_calls=2, generations=1, plateau_generations=9))
 
 
+def _served(tmp_path, monkeypatch):
+    """The scripted model (good kernels, then chunked ones) and the run's options, its environment set."""
+    server = ScriptedServer(responder=kernel_replies(itertools.repeat(KERNELS["good"]), itertools.repeat(KERNELS["chunked"]),
+                                                     KERNELS["good"], USAGE))
+    for key, value in environment(server, tmp_path).items():
+        monkeypatch.setenv(key, value)
+    return server, _options(tmp_path)
+
+
 def _key_pressed(when):
     def callback(event) -> None:
         if when(event):
@@ -48,12 +57,8 @@ def test_ctrl_c_leaves_the_run_stopped_and_a_resume_finishes_it(tmp_path, monkey
     from kernelevo.evolution.loop import optimize
     from kernelevo.evolution.outcome import EXIT_BUDGET, Interrupted
 
-    server = ScriptedServer(responder=kernel_replies(itertools.repeat(KERNELS["good"]), itertools.repeat(KERNELS["chunked"]),
-                                                     KERNELS["good"], USAGE))
+    server, options = _served(tmp_path, monkeypatch)
     try:
-        for key, value in environment(server, tmp_path).items():
-            monkeypatch.setenv(key, value)
-        options = _options(tmp_path)
         with pytest.raises(Interrupted) as stopped:
             optimize(options, on_status=_key_pressed(lambda text: text.startswith("embedder:")))
         run_id = stopped.value.run_id
@@ -72,6 +77,28 @@ def test_ctrl_c_leaves_the_run_stopped_and_a_resume_finishes_it(tmp_path, monkey
             calls = archive.spend(run_id).calls
         assert resumed.run_id == run_id and resumed.exit_code == EXIT_BUDGET and resumed.written
         assert run.status == "budget" and calls == 2 == len(server.requests)  # no reply was asked for twice
+    finally:
+        server.close()
+
+
+def test_a_bench_stop_reaches_a_final_judgement_under_way(tmp_path, monkeypatch):
+    """A bench's stop is raised from the display's callback; the final judgement (minutes for a large task under
+    memcheck) now calls it every half second while it waits, so a task there stops like a searching one, its run
+    'stopped', and a resume judges the best again and finishes without asking for a reply twice. Before, such a
+    task outlived the bench's grace and was left as after a kill."""
+    from kernelevo.evolution.loop import optimize
+    from kernelevo.evolution.outcome import EXIT_BUDGET, Interrupted
+
+    server, options = _served(tmp_path, monkeypatch)
+    try:
+        with pytest.raises(Interrupted) as stopped:
+            optimize(options, on_progress=_key_pressed(lambda progress: progress.status == "final judgement"))
+        run_id = stopped.value.run_id
+        _stopped(options.archive_path, run_id)
+        with Archive.open_readonly(options.archive_path) as archive:
+            assert [e.kind for e in archive.events(run_id)].count("final") <= 1  # stopped while judging
+        resumed = optimize(dataclasses.replace(options, resume=run_id, models=()))
+        assert resumed.exit_code == EXIT_BUDGET and resumed.written and len(server.requests) == 2
     finally:
         server.close()
 

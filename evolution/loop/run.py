@@ -52,16 +52,19 @@ def run_config(**values: Any) -> dict:
 
 # -- a whole run: set up, search, re-judge the best, write it out ---------------------------------------
 
-def final_judgement(state: RunState, judge, options: OptimizeOptions, on_status: Callable[[str], None]):
+def final_judgement(state: RunState, judge, options: OptimizeOptions, on_status: Callable[[str], None],
+                    tick: Callable[[], None] = lambda: None):
     """The best kernel, then the next fastest two, re-judged in a fresh process; the first that passes
-    is announced. The best is the incumbent (population.best_of), not a faster median inside its noise."""
+    is announced. The best is the incumbent (population.best_of), not a faster median inside its noise.
+    `tick` is called every half second while a judgement runs (a bench's stop is raised from it)."""
     best = state.population.best()
     others = sorted((m for m in state.population.correct() if best is None or m.kernel_id != best.kernel_id),
                     key=lambda m: -m.fitness)
     for member in ([best] if best else []) + others[:3 - bool(best)]:
         on_status(f"re-judging kernel {member.kernel_id} ({speedup_text(member.fitness, member.fitness_ci)} "
                   f"{BASELINES[member.against]}) in a fresh process")
-        evaluation = judge.evaluate(state.task, state.kernel_path(member.kernel_id), options.devices[0], final=True)
+        evaluation = _waited(lambda: judge.evaluate(state.task, state.kernel_path(member.kernel_id), options.devices[0],
+                                                    final=True), tick=tick)
         state.archive.add_evaluation(member.kernel_id, evaluation, purpose="final", run_id=state.run_id)
         state.archive.add_event(state.run_id, "final", {"kernel": member.kernel_id, "verdict": evaluation.verdict,
                                                         "speedup_eager": evaluation.speedup_eager})
@@ -113,17 +116,18 @@ def optimize(options: OptimizeOptions, on_progress: Callable[[Progress], None] |
         search = None
         with Judge(options.cache_dir, judging) as judge:
             if before is not None:
-                return _judge_again(run, before, judge, options, on_status)
+                return _judge_again(run, before, judge, options, on_status, _ticker(run, "final judgement", on_progress))
             try:
-                left = _measure_opponent(run, judge, options, on_status)
+                left = _measure_opponent(run, judge, options, on_status, _ticker(run, "timing the reference", on_progress))
                 if left:
                     on_status(left)
                     return _left_to_compiler(run, left)
                 search = _started(run, judge, on_progress, on_status)
                 reason = search.run()
                 # a run waiting for a reply goes on from it (--resume): its best is not re-judged yet
-                member, final = (None, None) if reason.kind.waits else final_judgement(run.state, judge, options,
-                                                                                       on_status)
+                search.progress.status = "final judgement"
+                member, final = (None, None) if reason.kind.waits else final_judgement(
+                    run.state, judge, options, on_status, lambda: on_progress and on_progress(search.progress))
             except KeyboardInterrupt:
                 if search is not None:
                     search.abandon(0.0)
@@ -144,12 +148,12 @@ def _run_to_judge_again(archive, options: OptimizeOptions) -> RunRecord | None:
 
 
 def _judge_again(run: _Prepared, before: RunRecord, judge, options: OptimizeOptions,
-                 on_status: Callable[[str], None]) -> Outcome:
+                 on_status: Callable[[str], None], tick: Callable[[], None]) -> Outcome:
     """A run's final judgement made again: the first of its best kernels to pass written out, the run left as
     it ended (its status and stop reason; Ctrl-C too), an event saying what the new judgement found."""
     state, archive = run.state, run.state.archive
     try:
-        member, final = final_judgement(state, judge, options, on_status)
+        member, final = final_judgement(state, judge, options, on_status, tick)
     except KeyboardInterrupt:
         raise Interrupted(state.run_id) from None
     finally:  # _open_run marked it running
@@ -204,13 +208,14 @@ def _prepared(archive, task, config, ensemble: ensembles.Ensemble, opened: tuple
     return _Prepared(state, ensemble, gate, budget, _islands_for(options.settings, formats, on_status), seed, seeded)
 
 
-def _measure_opponent(run: _Prepared, judge, options: OptimizeOptions, on_status: Callable[[str], None]) -> str:
+def _measure_opponent(run: _Prepared, judge, options: OptimizeOptions, on_status: Callable[[str], None],
+                      tick: Callable[[], None]) -> str:
     """Time what the kernels must beat, before any call, into every prompt's context; the sentence that
     ends the run where the compiler leaves nothing to win ("" to search)."""
     state = run.state
     if state.base_context.target.capability is not None or state.base_context.target.format != "triton":
         # (the Triton interpreter times nothing)
-        opponent = _opponent(judge, state.task, options.devices[0], state.baseline, on_status)
+        opponent = _opponent(judge, state.task, options.devices[0], state.baseline, on_status, tick)
         state.base_context = dataclasses.replace(state.base_context, opponent=opponent)
         if used := _bound_used(opponent):  # a bench's table gives each task's best as a share of it
             state.archive.add_event(state.run_id, "bound", dataclasses.asdict(used))
@@ -335,11 +340,12 @@ def _baseline(asked: str, options: OptimizeOptions, on_status: Callable[[str], N
     return asked
 
 
-def _opponent(judge, task, device: str, baseline: str, on_status: Callable[[str], None]) -> Opponent | None:
+def _opponent(judge, task, device: str, baseline: str, on_status: Callable[[str], None],
+              tick: Callable[[], None] = lambda: None) -> Opponent | None:
     """What the kernels must beat, measured before the first call so that every prompt names it (the
     judge caches it: the first candidate's figures are scaled by the same measurement)."""
     on_status("baseline: timing the reference before the first call")
-    measured = _waited(judge.baseline, task, device)
+    measured = _waited(lambda: judge.baseline(task, device), tick=tick)
     if measured is None or measured.eager_ms is None:
         return None
     made = Opponent(baseline, measured.eager_ms, measured.compiled_ms, measured.eager_kernels,
@@ -358,19 +364,32 @@ def _bound_used(opponent: Opponent | None) -> BoundUsed | None:
     return BoundUsed(opponent.bound_ms, opponent.bound_from or "calibrated peaks", opponent.bound_why or "")
 
 
-def _waited(fn: Callable[..., Any], *args: Any) -> Any:
-    """fn(*args) on a daemon thread, waited for here: a Ctrl-C then stops the run at once (a Ray
-    executor's ray.get in the main thread took the interrupt as its own and the run went on)."""
+def _waited(fn: Callable[[], Any], tick: Callable[[], None] = lambda: None) -> Any:
+    """fn() on a daemon thread, waited for here: a Ctrl-C then stops the run at once (a Ray executor's ray.get in
+    the main thread took the interrupt as its own and the run went on). `tick` is called every half second: a
+    bench's stop is raised from it, where a task timing its reference or making its final judgement (minutes for a
+    large task under torch.compile or memcheck) did not stop within the bench's grace and was left as after a kill."""
     future: concurrent.futures.Future = concurrent.futures.Future()
 
     def run() -> None:
         try:
-            future.set_result(fn(*args))
+            future.set_result(fn())
         except BaseException as exc:  # noqa: BLE001 - raised again in the waiting thread
             future.set_exception(exc)
 
-    threading.Thread(target=run, daemon=True, name="kernelevo-baseline").start()
-    return future.result()
+    threading.Thread(target=run, daemon=True, name="kernelevo-wait").start()
+    while True:
+        try:
+            return future.result(timeout=0.5)
+        except concurrent.futures.TimeoutError:
+            tick()
+
+
+def _ticker(run: _Prepared, status: str, on_progress: Callable[[Progress], None] | None) -> Callable[[], None]:
+    """What a wait outside the search calls: the display's on_progress, with the run's progress as its rows hold it
+    and `status` (a bench raises its stop from it)."""
+    waiting = Progress(judged=run.state.judged(), run_id=run.state.run_id, status=status)
+    return (lambda: on_progress(waiting)) if on_progress else (lambda: None)
 
 
 def _stepping_stones(archive, task, task_id: int, embedder, options: OptimizeOptions,

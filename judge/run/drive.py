@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 import select
+import subprocess
 import time
 
 from pathlib import Path
@@ -295,7 +296,11 @@ class _Follow:
             return {"verdict": "runtime_error", "reason": "checker",
                     "message": f"the checker's process ended before its verdict{self.trial}",
                     "excerpt": verdicts.tail(self.checker.log_text())}
-        self.worker.proc.wait()
-        failure = verdicts.classify_exit(self.worker.proc.returncode, self.worker.log_text(), self.phase + self.trial)
+        try:
+            self.worker.proc.wait(timeout=SETTLE_S)
+        except subprocess.TimeoutExpired:  # its pipe is closed but it lives on (paused by a CPU hold): ended here
+            self.worker.kill()
+        code = self.worker.proc.returncode
+        failure = verdicts.classify_exit(-9 if code is None else code, self.worker.log_text(), self.phase + self.trial)
         return {"verdict": failure.verdict, "reason": failure.reason,
                 "message": failure.message, "excerpt": failure.excerpt}
