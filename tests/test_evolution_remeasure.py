@@ -68,11 +68,11 @@ def judged(search: Search, judge: StandInJudge, n: int, evaluation: Evaluation) 
     """Kernel variant `n` written and judged in the search with `evaluation`; returns the future of
     the next judge job asked for afterwards (a re-measurement), or None when none was asked for."""
     parents = (search.population.best().kernel_id,) if search.population.best() else ()
-    search._submit_child("mutate" if parents else "translate", SOURCE + f"\nVARIANT = {n}\n", parents, 0, None)
+    search.children.submit("mutate" if parents else "translate", SOURCE + f"\nVARIANT = {n}\n", parents, 0, None)
     future = judge.jobs[-1][1]
     future.set_result(evaluation)
     asked = len(judge.jobs)
-    search._judged(future)
+    search.children.judged(future)
     return judge.jobs[-1][1] if len(judge.jobs) > asked else None
 
 
@@ -86,7 +86,7 @@ def test_a_new_best_is_remeasured_before_it_counts_and_its_figure_replaces_the_f
     again = judged(search, judge, 1, measured(1.00, 0.95, 1.05))  # the first correct kernel: a new best too
     assert again is not None and judge.jobs[-1][0] == "k1.py" and search.population.best() is None
     again.set_result(measured(1.02, 0.97, 1.07))
-    search._judged(again)
+    search.children.judged(again)
     assert search.population.best().kernel_id == 1 and search.population.best().figures.speedup_eager == 1.02
 
     # 1.78x in the search, 0.66x timed alone: never offered as the one to beat
@@ -95,7 +95,7 @@ def test_a_new_best_is_remeasured_before_it_counts_and_its_figure_replaces_the_f
     search._refresh(reread=False)
     assert search.progress.remeasuring == 1 and search.progress.best_eager == 1.02
     again.set_result(measured(0.66, 0.60, 0.70))
-    search._judged(again)
+    search.children.judged(again)
     assert search.population.best().kernel_id == 1 and search.population.get(2).figures.speedup_eager == 0.66
     assert search.stats["mutate"].improvements == 0
 
@@ -108,7 +108,7 @@ def test_a_new_best_is_remeasured_before_it_counts_and_its_figure_replaces_the_f
     # beyond the noise, and it holds when re-measured: the new best, on its second figure
     again = judged(search, judge, 4, measured(1.50, 1.45, 1.55))
     again.set_result(measured(1.45, 1.40, 1.50))
-    search._judged(again)
+    search.children.judged(again)
     best = search.population.best()
     assert (best.kernel_id, best.figures.speedup_eager, best.figures.speedup_eager_ci) == (4, 1.45, (1.40, 1.50))
     assert search.stopping.improved_at == search.progress.generation and search.stats["mutate"].improvements == 1

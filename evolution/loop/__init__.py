@@ -14,9 +14,10 @@ it is admitted: prompts show the best as the kernel to beat, and one lucky measu
 offered a 1.78x kernel for ten calls that was 0.66x timed alone) would steer the search for long.
 Ties (overlapping intervals) never make a new best: see population.beats.
 
-The loop is split by phase: planning.py (which child to start next, with what prompt), children.py
-(what comes back: replies settled and recorded, children judged, re-measured, admitted, profiled),
-search.py (class Search: its state and the loop that composes the two), run.py (a whole run: open
+The loop is split by phase, each phase an object: planning.py (which child to start next, with what
+prompt), children.py (what goes to the judge and what comes back: replies settled and recorded, children
+judged, re-measured, admitted, profiled), shared.py (the one record of the run's objects both hold),
+search.py (class Search: builds the two and runs the loop between them), run.py (a whole run: open
 it, seed it, search, re-judge the best, write it out). This file re-exports the public names
 (`optimize`, `Search`, ...); no piece imports it. A name is patched where it lives (the piece), not
 here: the pieces do not read it from this package.

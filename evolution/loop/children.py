@@ -21,6 +21,8 @@ from .. import islands, scheduling
 from ..population import BASELINES, Variant, beats
 from ..state import WaitingCall, judged, remeasured
 from .flight import Call, Judging
+from .shared import Shared
+from .stopping import Stopping
 
 
 class Admission(enum.Enum):
@@ -46,16 +48,25 @@ def stepping_stone_reason(admission: Admission, member: Variant) -> str:
 
 
 class Children:
-    """The methods of loop.search.Search for what comes back (a mixin: it has no state of its own).
+    """What comes back to the search, and what goes to the judge: replies settled with the budget and stored,
+    children sent to the judge (`submit`, `resubmit`, `remeasure`) on the least loaded device, and judged
+    children admitted, re-measured and profiled.
 
-    Reads the search's settings, state, archive, ensemble, judge, gate, budget, rng and on_status.
-    Writes flight (its calls and judge jobs, popping what is done, and the work per device), stats, progress (verdicts,
-    counts, generation), population (admitted and migrated children), memory (prompts answered, barren
-    translations) and its stopping state (a new best, models gone); asks its profiler for a new island best's profile.
-    Calls Search._generation, Search.resubmit and Search._to_judge (a child or a re-measurement
-    to the judge)."""
+    Holds the run's shared objects (Shared), the judge and the stopping state (a new best, models gone). Writes
+    flight (its calls and judge jobs, popping what is done, and the work per device), stats, progress (verdicts,
+    counts, generation), population (admitted and migrated children) and memory (prompts answered, barren
+    translations); asks the profiler for a new island best's profile."""
 
-    def _proposal_done(self, future: concurrent.futures.Future) -> None:
+    def __init__(self, shared: Shared, judge, stopping: Stopping) -> None:
+        self.shared, self.judge, self.stopping = shared, judge, stopping
+        self.state, self.archive, self.settings, self.rng = shared.state, shared.archive, shared.settings, shared.rng
+        self.ensemble, self.budget, self.gate, self.on_status = shared.ensemble, shared.budget, shared.gate, \
+            shared.on_status
+        self.population, self.stats, self.progress = shared.population, shared.stats, shared.progress
+        self.flight, self.profiler, self.memory = shared.flight, shared.profiler, shared.memory
+        self.baseline_said = False  # the fall back to eager, where torch.compile gives no figure, said once
+
+    def proposal_done(self, future: concurrent.futures.Future) -> None:
         meta = self.flight.calls.pop(future)
         try:
             proposal = future.result()
@@ -82,7 +93,7 @@ class Children:
         if not proposal.ok:
             self.memory.barren_translations += meta.op == "translate"
             kernel_id = self.state.add_kernel("", meta.op, meta.parents, meta.island, call_id,
-                                              self._generation(), thinking=proposal.thinking,
+                                              self.shared.generation(), thinking=proposal.thinking,
                                               problem=f"{proposal.outcome}: {proposal.problem}",
                                               account=proposal.account).kernel_id
             self.progress.verdicts[proposal.outcome] += 1
@@ -94,11 +105,11 @@ class Children:
             self.memory.barren_translations += 1
         if not seen.novel:  # an exact or renamed copy; any change to the code is judged
             self.state.add_kernel(proposal.source, meta.op, meta.parents, meta.island, call_id,
-                                  self._generation(), thinking=proposal.thinking, problem=seen.problem(),
+                                  self.shared.generation(), thinking=proposal.thinking, problem=seen.problem(),
                                   account=proposal.account)
             self.progress.skipped_copies += 1
             return
-        self._submit_child(meta.op, proposal.source, meta.parents, meta.island, call_id,
+        self.submit(meta.op, proposal.source, meta.parents, meta.island, call_id,
                            thinking=proposal.thinking, account=proposal.account)
 
     def _settle(self, meta: Call) -> None:
@@ -130,12 +141,29 @@ class Children:
         if not self.ensemble.active:
             self.stopping.models_gone(exc)
 
-    def _submit_child(self, op: str, source: str, parents: tuple[int, ...], island: int, call_id: int | None,
+    def submit(self, op: str, source: str, parents: tuple[int, ...], island: int, call_id: int | None,
                       thinking: str = "", note: str = "", account: str = "") -> None:
-        self.resubmit(self.state.add_kernel(source, op, parents, island, call_id, self._generation(),
+        self.resubmit(self.state.add_kernel(source, op, parents, island, call_id, self.shared.generation(),
                                             thinking=thinking, note=note, account=account))
 
-    def _judged(self, future: concurrent.futures.Future) -> None:
+    def resubmit(self, child: Variant) -> None:
+        """Judge a stored child (new, or stored but not judged before the run was killed) on the
+        least loaded device."""
+        # Known to the gate by fingerprint from now on, not once judged: two concurrent replies with
+        # the same kernel must not both reach the GPU (nor count as two parents for crossover).
+        self.gate.remember(child.kernel_id, child.source)
+        self._to_judge(child, child.lineage.operator)
+
+    def _to_judge(self, child: Variant, op: str, remeasure: bool = False) -> None:
+        """Judge the kernel's file (written from the archive, state.kernel_path), the source and format held
+        here, on the least loaded device; `remeasure`: `child` is a judged kernel, judged again."""
+        path = self.state.kernel_path(child.kernel_id)
+        device = min(self.flight.load, key=lambda d: self.flight.load[d])
+        self.flight.load[device] += 1
+        future = self.judge.submit(self.state.task, path, device, source=child.source, fmt=child.format)
+        self.flight.judging[future] = Judging(child, device, op, remeasure)
+
+    def judged(self, future: concurrent.futures.Future) -> None:
         meta = self.flight.judging.pop(future)
         self.flight.load[meta.device] -= 1
         if meta.remeasure:
@@ -234,7 +262,7 @@ class Children:
         return admission
 
     def _generation_tick(self) -> None:
-        generation = self._generation()
+        generation = self.shared.generation()
         if generation == self.progress.generation:
             return
         self.progress.generation = generation

@@ -10,6 +10,7 @@ import dataclasses
 
 from kernelevo.agent import operators
 from kernelevo.agent.client import LLM, Metered, prompt_hash
+from kernelevo.agent.pool import CallPool
 from kernelevo.agent.profile_block import FAR, profile_block
 from kernelevo.agent.prompting import Context, approach, feedback_from
 from kernelevo.archive.records import KernelRecord
@@ -17,7 +18,10 @@ from kernelevo.evaluation import Shown
 
 from .. import attempts, islands, niches, scheduling, selection, tune
 from ..population import Variant
+from .children import Children
 from .flight import Call
+from .shared import Shared
+from .turns import Turns
 
 
 # Translations in a row that brought no new correct kernel (copies, failures) after which an empty
@@ -27,18 +31,23 @@ PROFILE_WAIT_S = 60.0  # the longest a mutate call waits for its parent's profil
 
 
 class Planning:
-    """The planning methods of loop.search.Search (a mixin: it has no state of its own).
+    """Which child the search starts next, and with what prompt.
 
-    Reads the search's population, settings, rng, stats, state, archive, ensemble, budget, pool,
-    gate and flight.judging. Writes flight.calls (a started call and its bookkeeping), memory (what was asked
-    and tried: memory.py), progress.repeats_avoided and turns (the next island and format: turns.py). Calls
-    Children._submit_child (a tune variant) and asks the profiler (profiler.py) for the profiles of the
-    kernels a prompt shows."""
+    Holds the run's shared objects (Shared), the call pool, the turns (the next island and format: turns.py) and
+    the intake (children.py), which a tune variant goes to straight. Writes flight.calls (a started call and its
+    bookkeeping), memory (what was asked and tried: memory.py) and progress.repeats_avoided; asks the profiler
+    for the profiles of the kernels a prompt shows."""
 
-    def _plan(self) -> bool:
+    def __init__(self, shared: Shared, pool: CallPool, turns: Turns, children: Children) -> None:
+        self.pool, self.turns, self.children = pool, turns, children
+        self.state, self.archive, self.settings, self.rng = shared.state, shared.archive, shared.settings, shared.rng
+        self.ensemble, self.budget, self.gate = shared.ensemble, shared.budget, shared.gate
+        self.population, self.stats, self.progress = shared.population, shared.stats, shared.progress
+        self.flight, self.profiler, self.memory = shared.flight, shared.profiler, shared.memory
+
+    def plan(self) -> bool:
         """Start one child; False when no operator could start one (three draws) or the budget refuses."""
         return any(self._plan_once() for _ in range(3))
-
     def _plan_once(self) -> bool:
         """Start one child (an LLM call, or a tune variant straight to the judge)."""
         waiting = self._waiting_job()
@@ -257,7 +266,7 @@ class Planning:
         else:
             return False
         source, change = variants[0]
-        self._submit_child("tune", source, (parent.kernel_id,), parent.lineage.island, None,
+        self.children.submit("tune", source, (parent.kernel_id,), parent.lineage.island, None,
                            note=", ".join(f"{k}={v}" for k, v in change.items()))
         return True
 

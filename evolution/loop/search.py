@@ -1,9 +1,10 @@
 """class Search: one run's search state and the loop that drives it.
 
-The loop plans children while there is room (planning.py) and takes in what comes back
-(children.py), with a refresh of the display's Progress after each turn; it stops on the budget,
-the plateau rule or a model server that is gone. Writing and submitting a kernel to the judge
-(resubmit) and Ctrl-C (abandon) are here too: they are what optimize (run.py) calls.
+The loop asks its planning (planning.py) to start children while there is room and hands what comes
+back to its intake (children.py), with a refresh of the display's Progress after each turn; it stops on
+the budget, the plateau rule or a model server that is gone. The two parts are objects that share the
+run's objects through one record (shared.py); Search builds them and holds them. Submitting a stored kernel
+to the judge (resubmit) and Ctrl-C (abandon) are what optimize (run.py) calls.
 """
 from __future__ import annotations
 
@@ -26,38 +27,37 @@ from ..population import Variant, Population
 from .memory import Memory
 from ..state import RunState
 from .children import Children
-from .flight import InFlight, Judging
+from .flight import InFlight
+from .planning import Planning
 from .profiler import Profiler
+from .shared import Shared
 from .stopping import Stopping
 from .turns import Turns
-from .planning import Planning
 
 
-class Search(Planning, Children):
+class Search:
     """One run of the search on one task; `run()` returns the reason it stopped."""
 
     def __init__(self, state: RunState, ensemble: ensembles.Ensemble, judge, settings: SearchSettings,
                  budget: budgets.Budget, gate: NoveltyGate, rng: random.Random,
                  on_progress: Callable[[Progress], None] | None = None, on_status: Callable[[str], None] | None = None):
         self.state, self.archive, self.ensemble, self.judge = state, state.archive, ensemble, judge
-        self.settings, self.budget, self.gate, self.rng = settings, budget, gate, rng
+        self.settings, self.budget, self.rng = settings, budget, rng
         self.on_progress = on_progress or (lambda p: None)
-        self.on_status = on_status or (lambda text: None)
         self.population: Population = state.population
         self.stats: dict[str, scheduling.OperatorStats] = state.operator_stats()
         self.progress = Progress(judged=state.judged(), run_id=state.run_id)  # from rows once; counted here afterwards
-        self.progress.generation = self._generation()
         self.pool = CallPool(settings.llm_concurrency)
         self.flight = InFlight(judge.options.devices)  # the calls and judge jobs under way, the work per device
         self.profiler = Profiler(state, judge, settings, self.flight.load, self.progress)  # kernels' profiles
-        self.stopping = Stopping(budget, self.progress.generation)  # the budget, plateau, bound and models gone
         self.turns = Turns(state.formats, settings.islands, state.island_format)  # the next call's island and format
-        self.memory = Memory.of_run(state)  # what was asked and tried: nothing is asked twice
-        self.baseline_said = False  # the fall back to eager, where torch.compile gives no figure, said once
+        self.shared = Shared(state, ensemble, settings, budget, gate, rng, self.population, self.stats, self.progress,
+                             self.flight, self.profiler, Memory.of_run(state), on_status or (lambda text: None))
+        self.progress.generation = self.shared.generation()
+        self.stopping = Stopping(budget, self.progress.generation)  # the budget, plateau, bound and models gone
+        self.children = Children(self.shared, judge, self.stopping)  # what comes back, and what goes to the judge
+        self.planning = Planning(self.shared, self.pool, self.turns, self.children)  # which child next
         self._refresh()
-
-    def _generation(self) -> int:
-        return self.progress.judged // max(1, self.settings.children_per_generation)
 
     def _refresh(self, reread: bool = True) -> None:
         """Update the display's Progress; `reread`: also the spend and yield, which come from the
@@ -102,7 +102,7 @@ class Search(Planning, Children):
         if why:
             opponent = dataclasses.replace(opponent, bound_why=why)
             self.state.base_context = dataclasses.replace(self.state.base_context, opponent=opponent)
-            self.on_status(f"speed of light not used: {why}")
+            self.shared.on_status(f"speed of light not used: {why}")
             self.archive.add_event(self.state.run_id, "bound_unreliable", {"why": why, "kernel": best.kernel_id})
         return opponent
 
@@ -114,7 +114,7 @@ class Search(Planning, Children):
             reason = reason or self._stop_reason()
             if reason is None:
                 while len(self.flight.calls) < self.settings.llm_concurrency and len(self.flight.judging) < \
-                        2 * len(self.flight.load) + 2 and self._plan():
+                        2 * len(self.flight.load) + 2 and self.planning.plan():
                     pass
             if not self.flight.calls and not self.flight.judging and not self.profiler.futures:
                 break
@@ -122,11 +122,11 @@ class Search(Planning, Children):
             done, _ = concurrent.futures.wait(waiting, timeout=0.5, return_when=concurrent.futures.FIRST_COMPLETED)
             for future in done:
                 if future in self.flight.calls:
-                    self._proposal_done(future)
+                    self.children.proposal_done(future)
                 elif future in self.profiler.futures:
                     self.profiler.done(future)
                 else:
-                    self._judged(future)
+                    self.children.judged(future)
             if reason:
                 self.progress.status = f"finishing: {reason.text}"
             self._refresh(reread=bool(done))
@@ -135,21 +135,8 @@ class Search(Planning, Children):
         return reason or budgets.StopReason(budgets.StopKind.NOTHING_LEFT, budgets.StopKind.NOTHING_LEFT.value)
 
     def resubmit(self, child: Variant) -> None:
-        """Judge a stored child (new, or stored but not judged before the run was killed) on the
-        least loaded device."""
-        # Known to the gate by fingerprint from now on, not once judged: two concurrent replies with
-        # the same kernel must not both reach the GPU (nor count as two parents for crossover).
-        self.gate.remember(child.kernel_id, child.source)
-        self._to_judge(child, child.lineage.operator)
-
-    def _to_judge(self, child: Variant, op: str, remeasure: bool = False) -> None:
-        """Judge the kernel's file (written from the archive, state.kernel_path), the source and format held
-        here, on the least loaded device; `remeasure`: `child` is a judged kernel, judged again."""
-        path = self.state.kernel_path(child.kernel_id)
-        device = min(self.flight.load, key=lambda d: self.flight.load[d])
-        self.flight.load[device] += 1
-        future = self.judge.submit(self.state.task, path, device, source=child.source, fmt=child.format)
-        self.flight.judging[future] = Judging(child, device, op, remeasure)
+        """Judge a stored child (new, or stored but not judged before the run was killed)."""
+        self.children.resubmit(child)
 
     def abandon(self, grace_s: float = 0.0) -> int:
         """Ctrl-C: stop planning, cancel queued calls; returns calls still in flight after `grace_s`."""
