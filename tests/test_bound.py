@@ -75,18 +75,19 @@ def test_a_run_on_a_task_left_to_the_compiler_spends_nothing(tmp_path, monkeypat
 
 
 def test_a_part_whose_baseline_beats_its_bound_is_not_left_to_the_compiler():
+    from kernelevo.baseline import Baseline
     from kernelevo.evolution.drivers.parts.headroom import _figures
 
     measured = {"verdict": "ok", "timing": {"eager": {"median_ms": 0.3}, "compiled": {"median_ms": 0.08}},
                 "sol": {"bound_ms": 0.1, "memory_ms": 0.1,
                         "peaks_used": {"bandwidth": "calibrated", "flops": "torch.compile's rate"}}}
-    row = _figures(measured, calls=2)
+    row = _figures(Baseline.of(measured), calls=2)
     assert row["left_to_compiler"] is False and row["headroom_ms"] == 0.16  # all of the compiled time
     assert row["sol_unreliable"].startswith("torch.compile ran in 0.0800 ms") and row["sol_from"] == "flops: torch.compile's rate"
-    near = _figures({**measured, "timing": {"eager": {"median_ms": 0.3}, "compiled": {"median_ms": 0.105}}})
+    near = _figures(Baseline.of({**measured, "timing": {"eager": {"median_ms": 0.3}, "compiled": {"median_ms": 0.105}}}))
     assert near["left_to_compiler"] is True and "sol_unreliable" not in near
-    compute = _figures({**measured, "timing": {"eager": {"median_ms": 0.3}, "compiled": {"median_ms": 0.105}},
-                        "sol": {"bound_ms": 0.1, "memory_ms": 0.01}})  # a GEMM near its compute bound: room left
+    compute = _figures(Baseline.of({**measured, "timing": {"eager": {"median_ms": 0.3}, "compiled": {"median_ms": 0.105}},
+                                    "sol": {"bound_ms": 0.1, "memory_ms": 0.01}}))  # a GEMM near its compute bound: room left
     assert compute["left_to_compiler"] is False and compute["headroom_ms"] == 0.005
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+from kernelevo.baseline import Baseline
 from kernelevo.evaluation import Verdict
 
 from ...bound import peaks_from, unreliable
@@ -34,7 +35,7 @@ def measure(data: dict, out_dir: Path, device: str, cache_dir: Path | None, seed
         tasks = [load_task(out_dir / t["task"]) for t in data["tasks"]]
         futures = [judge.prefetch_baseline(task, device) for task in tasks]  # their compiles overlap
         measured = [f.result() for f in futures]
-    rows = [{**t, **_figures(m, weighted_calls(t["call_sites"]))} for t, m in zip(data["tasks"], measured)]
+    rows = [{**t, **_figures(*_read(m), weighted_calls(t["call_sites"]))} for t, m in zip(data["tasks"], measured)]
     ranked = sorted(rows, key=lambda t: -t["headroom_ms"] if t["headroom_ms"] is not None else float("inf"))
     return {**data, "tasks": ranked, "ranked_by": "headroom_ms"}
 
@@ -50,21 +51,28 @@ def weighted_calls(sites: list[dict]) -> float:
     return sum(s["ms"] / per_call if s.get("built") and s.get("ms") and per_call > 0 else s["calls"] for s in sites)
 
 
-def _figures(baseline: dict, calls: float = 1) -> dict:
+def _read(job: dict) -> tuple[Baseline | None, str]:
+    """The baseline job's record as the judge returned it: the Baseline where it passed, else why not."""
+    if job.get("verdict") == Verdict.OK:
+        return Baseline.of(job), ""
+    return None, job.get("compile_error") or job.get("message", "not measured")
+
+
+def _figures(baseline: Baseline | None, failure: str = "", calls: float = 1) -> dict:
     """The part's compiled time, bound and headroom per forward of the model (a call's, times the
-    part's `calls` in a forward: as its eager `ms` counts), from its baseline (None where not measured)."""
-    timed = (baseline.get("timing") or {}) if baseline.get("verdict") == Verdict.OK else {}
-    compiled = (timed.get("compiled") or {}).get("median_ms")
-    sol = (baseline.get("sol") or {}) if timed else {}
+    part's `calls` in a forward: as its eager `ms` counts), from its baseline (None where not measured:
+    `failure` says why)."""
+    compiled = baseline.compiled_ms if baseline else None
+    sol = baseline.sol if baseline else {}
     # a bound one of the part's baselines beats is wrong (bound.py): no gate, and the whole compiled time is headroom
-    wrong = unreliable(sol.get("bound_ms"), {"eager PyTorch": (timed.get("eager") or {}).get("median_ms"),
+    wrong = unreliable(sol.get("bound_ms"), {"eager PyTorch": baseline.eager_ms if baseline else None,
                                              "torch.compile": compiled})
     sol_ms, floor_ms = sol.get("bound_ms"), sol.get("memory_ms")
     compiled = compiled * calls if compiled is not None else None
     sol_ms = sol_ms * calls if sol_ms is not None else None
     floor_ms = floor_ms * calls if floor_ms is not None else None
     headroom = compiled - (0.0 if wrong else sol_ms) if compiled is not None and sol_ms is not None else None
-    why = baseline.get("compile_error") or ("" if timed else baseline.get("message", "not measured"))
+    why = baseline.compile_error if baseline else failure
     used = peaks_from(sol)
     return {"ms_compiled": _round(compiled), "sol_ms": _round(sol_ms), "floor_ms": _round(floor_ms), "headroom_ms": _round(headroom),
             # near the floor of any kernel (its bytes moved once), not near a compute bound: a kernel may do less
