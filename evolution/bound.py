@@ -1,5 +1,6 @@
 """Where the search stops for the speed of light: a task whose torch.compile is already near the bound
-leaves nothing for a kernel to win, and a kernel near the bound, ahead of the baseline, is done.
+leaves nothing for a kernel to win, a kernel near the bound, ahead of the baseline, is done, and so is a
+search whose best kernel and baseline both run near the floor of any kernel (the bytes moved once).
 A bound that a measured time beats by more than the calibration's spread is wrong, and decides nothing.
 Pure functions of the opponent measured before the first call (agent.prompting.Opponent)."""
 from __future__ import annotations
@@ -67,6 +68,32 @@ def at_bound(member, opponent) -> str:
         return ""
     return (f"at the bound: kernel {member.kernel_id} takes {member.figures.ms:.4f} ms, within {AT_BOUND}x of the "
             f"speed of light ({bound_ms:.4f} ms{_from(opponent)})")
+
+
+def floor_reached(member, opponent) -> str:
+    """'at the floor: ...' when `member` (the best, correct) and the baseline both run within AT_BOUND of the
+    floor of any kernel (the task's bytes moved once), else ''. Nothing is left to win there, ahead of the
+    baseline or not: 88_MinGPTNewGelu's first kernel ran at 101 % of its floor beside torch.compile's 99 %, and
+    five more calls found nothing faster. Not of a compute bound: float32 GEMMs on TF32 tensor cores ran 1.8x a
+    torch.compile within 1.02x of the float32 arithmetic's bound. A floor anything beats by more than SPREAD
+    (the data stays in cache) stops nothing."""
+    floor_ms = opponent.floor_ms if opponent is not None else None
+    theirs = _baseline_ms(opponent) if opponent is not None else None
+    if member is None or not floor_ms or not member.figures.ms or not theirs or opponent.bound_from:
+        return ""
+    if max(member.figures.ms, theirs) > AT_BOUND * floor_ms:
+        return ""
+    who = "torch.compile" if opponent.baseline == "compile" and opponent.compiled_ms else "eager PyTorch"
+    if opponent_bound(opponent) or unreliable(floor_ms, {f"kernel {member.kernel_id}": member.figures.ms, who: theirs}):
+        return ""
+    return (f"at the floor: kernel {member.kernel_id} takes {member.figures.ms:.4f} ms and {who} {theirs:.4f} ms, "
+            f"both within {AT_BOUND}x of moving the task's bytes once ({floor_ms:.4f} ms{_from(opponent)}): nothing "
+            "is left to win")
+
+
+def _baseline_ms(opponent) -> float | None:
+    """The device time of what the search ranks against: torch.compile's where it was measured, else eager's."""
+    return opponent.compiled_ms if opponent.baseline == "compile" and opponent.compiled_ms else opponent.eager_ms
 
 
 def _from(opponent) -> str:

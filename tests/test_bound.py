@@ -39,6 +39,32 @@ def test_a_best_kernel_at_the_bound_and_ahead_of_the_baseline_ends_the_search():
     assert bound.at_bound(_member(0.105, (1.2, 1.3)), Opponent("compile", 0.3, 0.2)) == ""  # no bound measured
 
 
+def test_a_best_kernel_beside_a_baseline_both_at_the_floor_ends_the_search():
+    """88_MinGPTNewGelu (H200): the floor 0.1295 ms, torch.compile 0.1283, the first kernel 0.1286 and 0.998x
+    torch.compile; five more calls found nothing faster. Now the search stops after that kernel."""
+    gelu = Opponent("compile", eager_ms=1.1489, compiled_ms=0.1283, bound_ms=0.1295, floor_ms=0.1295)
+    first = _member(0.1286, (0.994, 1.004))
+    assert bound.at_bound(first, gelu) == ""  # not ahead of torch.compile
+    said = bound.floor_reached(first, gelu)
+    assert said.startswith("at the floor: kernel 7 takes 0.1286 ms and torch.compile 0.1283 ms, both within 1.1x")
+    assert bound.floor_reached(_member(0.15, (0.8, 0.9)), gelu) == ""  # the kernel 1.16x from the floor: room left
+    assert bound.floor_reached(first, dataclasses.replace(gelu, compiled_ms=0.15)) == ""  # torch.compile is not there
+    by_eager = Opponent("eager", eager_ms=0.13, compiled_ms=0.5, bound_ms=0.1295, floor_ms=0.1295)
+    assert "eager PyTorch 0.1300 ms" in bound.floor_reached(first, by_eager)
+    # a compute bound is not a floor: TF32 GEMMs ran 1.8x a torch.compile within 1.02x of float32's bound
+    gemm = Opponent("compile", eager_ms=2.80, compiled_ms=2.75, bound_ms=2.72, floor_ms=0.081)
+    assert bound.floor_reached(_member(2.8, (0.97, 0.99)), gemm) == ""
+    assert bound.floor_reached(first, dataclasses.replace(gelu, bound_from="bandwidth: the task's own")) == ""
+    cached = Opponent("compile", eager_ms=0.2, compiled_ms=0.11, bound_ms=0.1295, floor_ms=0.1295)
+    assert bound.floor_reached(_member(0.1, (1.05, 1.15)), cached) == ""  # beats its floor by 23 %: wrong floor
+    assert bound.floor_reached(None, gelu) == "" and bound.floor_reached(first, None) == ""
+    from kernelevo.evolution.budget import Budget, BudgetLimits, StopKind
+    from kernelevo.evolution.loop.stopping import Stopping
+
+    reason = Stopping(Budget(BudgetLimits(max_llm_calls=6)), 0).reason(1, first, gelu)
+    assert reason.kind is StopKind.AT_BOUND and reason.text == said  # the search's stop, with its sentence
+
+
 def test_a_bound_that_a_measured_time_beats_decides_nothing():
     """A kernel faster than its speed of light by more than the calibration's spread shows the estimate wrong
     (2.44 ms against 2.83 stopped a CPU search after its first call): it stops nothing, and gates nothing."""

@@ -8,7 +8,7 @@ from kernelevo.agent.client import Stop, Unreachable
 from kernelevo.agent.replay import ReplayEnded
 
 from .. import budget as budgets
-from ..bound import at_bound
+from ..bound import at_bound, floor_reached
 
 
 class Stopping:
@@ -36,12 +36,12 @@ class Stopping:
 
     def reason(self, generation: int, best, opponent) -> budgets.StopReason | None:
         """Why the search stops now, or None. `best` is the population's best, `opponent` the baseline with its
-        speed of light (a bound marked unreliable stops nothing: bound.at_bound)."""
+        speed of light and floor (a bound marked unreliable stops nothing: bound.at_bound, bound.floor_reached)."""
         if self.unreachable:
             return budgets.StopReason(budgets.StopKind.UNREACHABLE, f"model unreachable: {self.unreachable}")
         if self.replay_ended:
             return budgets.StopReason(budgets.StopKind.REPLAY_ENDED, self.replay_ended)
-        done = at_bound(best, opponent)
+        done = at_bound(best, opponent) or floor_reached(best, opponent)
         if done:
             return budgets.StopReason(budgets.StopKind.AT_BOUND, done)
         return self.budget.exhausted(generation, generation - self.improved_at)
