@@ -200,7 +200,7 @@ def test_each_best_kernels_format_loop_figures_share_of_the_bound_and_tokens_by_
     loops = []
     with Archive.open_readonly(tmp / "archive.sqlite") as store:
         for name, row in tasks.items():
-            calls = store._read("SELECT input_tokens + cache_read_tokens + cache_write_tokens AS i, output_tokens AS o "
+            calls = store._db.read("SELECT input_tokens + cache_read_tokens + cache_write_tokens AS i, output_tokens AS o "
                                 "FROM llm_calls WHERE run_id = ?", (row["run_id"],))
             assert (row["input_tokens"], row["output_tokens"]) == (sum(c["i"] for c in calls), sum(c["o"] for c in calls))
             assert row["input_tokens"] > 0 and row["output_tokens"] > 0

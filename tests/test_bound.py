@@ -140,7 +140,7 @@ def test_a_run_whose_first_kernel_beats_the_bound_goes_on_to_its_call_budget(tmp
         marked = archive.events(run.id, "bound_unreliable")
         # each kernel's figure as the search holds it: its re-measurement's where it has one (a would-be new best
         # is judged again before it counts; under load its first reading can be far faster than its second)
-        fastest = min((r["candidate_ms"] for r in archive._read(
+        fastest = min((r["candidate_ms"] for r in archive._db.read(
             "SELECT e.candidate_ms FROM evaluations e WHERE e.run_id = ? AND e.verdict = 'ok' AND e.id = "
             "(SELECT MAX(x.id) FROM evaluations x WHERE x.kernel_id = e.kernel_id AND x.purpose IN ('search', 'rejudge'))",
             (run.id,))), default=float("inf"))

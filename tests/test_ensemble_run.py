@@ -89,7 +89,7 @@ def test_an_ensemble_drops_what_fails_and_its_tables_match_the_archive(tmp_path)
         (run,) = archive.runs()
         rid = run.id
         dropped = {e.data["model"]: e.data["reason"] for e in archive.events(rid, "model_dropped")}
-        calls = archive._read("SELECT id, label, operator FROM llm_calls WHERE run_id = ? ORDER BY id", (rid,))
+        calls = archive._db.read("SELECT id, label, operator FROM llm_calls WHERE run_id = ? ORDER BY id", (rid,))
         yields = archive.model_yield(rid)
         rows = by_model(yields, MODELS)
         report = {m["model"]: m for m in report_data(archive, rid)["models"]}

@@ -187,7 +187,7 @@ def test_an_ensemble_of_two_scripted_models_on_the_gpu(tmp_path):
     with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
         (run,) = archive.runs()
         rows = by_model(archive.model_yield(run.id), ["careful", "hasty"])
-        calls = archive._read("SELECT label, operator FROM llm_calls WHERE run_id = ? ORDER BY id", (run.id,))
+        calls = archive._db.read("SELECT label, operator FROM llm_calls WHERE run_id = ? ORDER BY id", (run.id,))
         data = report_data(archive, run.id)
         finals = [e for k in archive.kernels(run_id=run.id) for e in archive.kernel(k.id).evaluations
                   if e.purpose == "final"]

@@ -276,3 +276,23 @@ def test_the_archive_hands_out_records_not_dicts():
     returns = {name: str(inspect.signature(getattr(Archive, name)).return_annotation)
                for name in dir(Archive) if not name.startswith("_") and callable(getattr(Archive, name))}
     assert {name for name, r in returns.items() if re.search(r"\bdict\b(?!\[)", r)} == {"export_rows"}, returns
+
+
+def test_the_archive_is_made_of_parts_and_delegates_each_of_their_methods():
+    """Archive by composition: each public method of a part (runs, kernels, embeddings, calls, benches) is one of
+    Archive's, calling that part's code; Archive adds only opening and closing."""
+    import inspect
+
+    from kernelevo.archive.store import PARTS, Archive
+
+    own = {"open", "open_readonly", "close", "applied_migrations"}
+    public = {name for name in dir(Archive) if not name.startswith("_") and callable(getattr(Archive, name))}
+    by_part = {attr: {n for n, f in vars(cls).items() if not n.startswith("_") and inspect.isfunction(f)}
+               for attr, cls in PARTS.items()}
+    assert sum(len(names) for names in by_part.values()) == len(set().union(*by_part.values()))  # one owner a name
+    assert public - own == set().union(*by_part.values())
+    for attr, cls in PARTS.items():
+        for name in by_part[attr]:
+            forward = getattr(Archive, name)
+            assert forward.__wrapped__ is getattr(cls, name) and forward.part == attr, name
+            assert not issubclass(cls, Archive) and not issubclass(Archive, cls)

@@ -92,7 +92,7 @@ def test_optimize_end_to_end_on_the_cpu(tmp_path):
         spend = archive.spend(run.id)
         events = [e.kind for e in archive.events(run.id)]
         not_sent = [e.data for e in archive.events(run.id, "call_not_sent")]
-        operators = [c["operator"] for c in archive._read("SELECT operator FROM llm_calls WHERE run_id = ?",
+        operators = [c["operator"] for c in archive._db.read("SELECT operator FROM llm_calls WHERE run_id = ?",
                                                           (run.id,))]
         best = archive.best_kernel(run.id)
         finals = [e for k in kernels for e in archive.kernel(k.id).evaluations if e.purpose == "final"]

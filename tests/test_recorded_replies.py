@@ -93,7 +93,7 @@ def _unreachable_url() -> str:
 
 def _calls(archive_path, run_id: str) -> list[dict]:
     with Archive.open_readonly(archive_path) as archive:
-        return archive._read("SELECT provider, operator, reply, cost_usd FROM llm_calls WHERE run_id = ? ORDER BY id",
+        return archive._db.read("SELECT provider, operator, reply, cost_usd FROM llm_calls WHERE run_id = ? ORDER BY id",
                              (run_id,))
 
 
@@ -235,8 +235,8 @@ def test_a_bench_replayed_in_rounds_waits_for_each_answer_and_goes_on_from_it(tm
     def row() -> dict:
         with Archive.open_readonly(tmp_path / "archive.sqlite") as store:
             (found,) = store.bench_tasks(first.bench_id)
-            return dataclasses.asdict(found) | {"finals": store._read("SELECT COUNT(*) AS n FROM evaluations WHERE purpose = 'final'")[0]["n"],
-                            "kernels": store._read("SELECT COUNT(*) AS n FROM kernels")[0]["n"]}
+            return dataclasses.asdict(found) | {"finals": store._db.read("SELECT COUNT(*) AS n FROM evaluations WHERE purpose = 'final'")[0]["n"],
+                            "kernels": store._db.read("SELECT COUNT(*) AS n FROM kernels")[0]["n"]}
 
     waiting = row()
     assert (waiting["status"], waiting["run_status"], waiting["finals"], waiting["calls"]) == ("pending", "stopped", 0, 0)
@@ -252,7 +252,7 @@ def test_a_bench_replayed_in_rounds_waits_for_each_answer_and_goes_on_from_it(tm
     assert middle["stop_reason"].startswith("replay ended at call 2")
     with Archive.open_readonly(tmp_path / "archive.sqlite") as store:  # its best so far, though nothing is final
         (shown,) = bench_table(store, first.bench_id)["tasks"]
-        latest = store._read("SELECT speedup_eager FROM evaluations ORDER BY id DESC LIMIT 1")[0]  # its re-measurement
+        latest = store._db.read("SELECT speedup_eager FROM evaluations ORDER BY id DESC LIMIT 1")[0]  # its re-measurement
     assert shown["search_speedup_eager"] == latest["speedup_eager"] > 0 and shown["speedup_eager"] is None
 
     (prompts / "0002.reply.md").write_text(f"Idea: the same, in chunks.\n\n```python\n{KERNELS['chunked']}```\n")

@@ -12,8 +12,11 @@ from ..rows import BENCH_STATUSES, BENCH_TASK_FIELDS, BENCH_TASK_STATUSES, check
 from .connection import Store
 
 
-class BenchesMixin(Store):
-    """Benches and their tasks."""
+class Benches:
+    """Benches and their tasks: one part of the Archive, over its connection `db`."""
+
+    def __init__(self, db: Store) -> None:
+        self._db = db
 
     # ---- benches: a suite of tasks -----------------------------------------------------------
 
@@ -24,7 +27,7 @@ class BenchesMixin(Store):
         for attempt in range(8):
             bench_id = new_run_id(prefix="b")
             try:
-                with self._tx() as conn:
+                with self._db.tx() as conn:
                     conn.execute("INSERT INTO benches (id, suite, mode, config, device_name, torch_version, "
                                  "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
                                  (bench_id, suite, mode, dumps(config), device_name, torch_version, time.time()))
@@ -37,18 +40,18 @@ class BenchesMixin(Store):
         raise AssertionError("unreachable")
 
     def bench(self, bench_id: str) -> BenchRecord | None:
-        row = self._one("SELECT * FROM benches WHERE id = ?", (bench_id,))
+        row = self._db.one("SELECT * FROM benches WHERE id = ?", (bench_id,))
         return BenchRecord.of(row) if row else None
 
     def benches(self) -> list[BenchRecord]:
         """Benches oldest first, each with its task count and tasks done."""
-        return [BenchRecord.of(row) for row in self._read(
+        return [BenchRecord.of(row) for row in self._db.read(
             "SELECT b.*, COUNT(t.position) AS tasks, COALESCE(SUM(t.status = 'done'), 0) AS done "
             "FROM benches b LEFT JOIN bench_tasks t ON t.bench_id = b.id GROUP BY b.id ORDER BY b.created_at, b.id")]
 
     def set_bench_status(self, bench_id: str, status: str) -> None:
         check_choice(status, BENCH_STATUSES, "bench status")
-        self._expect_one(self._write(
+        self._db.expect_one(self._db.write(
             "UPDATE benches SET status = ?, finished_at = CASE WHEN ? = 'running' THEN NULL ELSE ? END WHERE id = ?",
             (status, status, time.time(), bench_id)), "bench", bench_id)
 
@@ -61,7 +64,7 @@ class BenchesMixin(Store):
         if "status" in fields:
             check_choice(fields["status"], BENCH_TASK_STATUSES, "bench task status")
         sets = ", ".join(f"{k} = :{k}" for k in fields)
-        self._expect_one(self._write(f"UPDATE bench_tasks SET {sets} WHERE bench_id = :bench AND position = :pos",
+        self._db.expect_one(self._db.write(f"UPDATE bench_tasks SET {sets} WHERE bench_id = :bench AND position = :pos",
                                      {**fields, "bench": bench_id, "pos": position}), "bench task", (bench_id, position))
 
     def bench_tasks(self, bench_id: str) -> list[BenchTaskRecord]:
@@ -71,7 +74,7 @@ class BenchesMixin(Store):
         its run's speed of light (`bound`, the run's 'bound' event; `bound_beaten`: a kernel ran faster than it), and
         the fastest of its kernels as the search holds them (`search_speedup_eager`, `search_speedup_compile`: each
         kernel's latest figure, its re-measurement's where it has one), which a task still searching has."""
-        rows = self._read(
+        rows = self._db.read(
             "SELECT t.*, e.verdict, e.reason, e.speedup_eager, e.speedup_compile, e.specialized, e.device_name, e.device, "
             "e.speedup_eager_lo, e.speedup_eager_hi, e.speedup_compile_lo, e.speedup_compile_hi, "
             "e.data AS evaluation, r.status AS run_status, r.stop_reason, "

@@ -1,6 +1,7 @@
 """The archive's connection: opening a file (creating it, bringing its schema up to date) or opening
-one for reading only, closing, and the four doors to the connection (`_write`, `_tx`, `_read`,
-`_one`) that every part of `Archive` goes through; no other code touches the connection.
+one for reading only, closing, and the four doors to the connection (`write`, `tx`, `read`, `one`) that
+every part of `Archive` goes through; no other code touches the connection (the Archive keeps its Store
+private, and hands it to its parts only).
 
 Every write is committed before its method returns, so a run killed with SIGKILL loses nothing it
 was told was stored. The loop calls in from its main thread and from LLM worker threads, so one
@@ -27,7 +28,8 @@ BUSY_TIMEOUT_MS = 10_000
 
 
 class Store:
-    """An open archive file's connection and schema; the parts of `Archive` add what it stores."""
+    """An open archive file's connection and schema; the parts of `Archive` (each holding it) read and write what
+    it stores."""
 
     def __init__(self, conn: sqlite3.Connection, path: Path, readonly: bool) -> None:
         self._conn = conn
@@ -90,7 +92,7 @@ class Store:
         archive = cls(conn, path, readonly=True)
         try:
             archive._setup(("query_only=ON",))
-            if not archive._one("SELECT name FROM sqlite_master WHERE type='table' AND name='migrations'"):
+            if not archive.one("SELECT name FROM sqlite_master WHERE type='table' AND name='migrations'"):
                 raise ValueError(f"{path}: not a kernelevo archive (no migrations table)")
         except BaseException:
             conn.close()
@@ -103,10 +105,10 @@ class Store:
             self._conn.execute(f"PRAGMA {pragma}")
 
     def _migrate(self) -> None:
-        self._write("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)")
+        self.write("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)")
         applied = set(self.applied_migrations())
         for name, sql in (m for m in MIGRATIONS if m[0] not in applied):
-            with self._tx() as conn:
+            with self.tx() as conn:
                 # checked again inside the write transaction: two processes opening a new file at
                 # once must not both apply the same migration
                 if conn.execute("SELECT 1 FROM migrations WHERE name = ?", (name,)).fetchone():
@@ -116,7 +118,7 @@ class Store:
                 conn.execute("INSERT INTO migrations (name, applied_at) VALUES (?, ?)", (name, time.time()))
 
     def applied_migrations(self) -> list[str]:
-        return [r["name"] for r in self._read("SELECT name FROM migrations ORDER BY name")]
+        return [r["name"] for r in self.read("SELECT name FROM migrations ORDER BY name")]
 
     def close(self) -> None:
         with self._lock:
@@ -130,14 +132,14 @@ class Store:
 
     # ---- the only doors to the connection --------------------------------------------------
 
-    def _write(self, sql: str, params: Sequence[Any] | dict = ()) -> int:
+    def write(self, sql: str, params: Sequence[Any] | dict = ()) -> int:
         """One statement, committed on return; the new row's id (or the rows changed, for UPDATE)."""
         with self._lock:
             cur = self._conn.execute(sql, params)
             return cur.lastrowid if sql.lstrip().upper().startswith("INSERT") else cur.rowcount
 
     @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
+    def tx(self) -> Iterator[sqlite3.Connection]:
         """Several statements committed together (IMMEDIATE: take the write lock up front)."""
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
@@ -148,15 +150,15 @@ class Store:
                 raise
             self._conn.execute("COMMIT")
 
-    def _read(self, sql: str, params: Sequence[Any] | dict = ()) -> list[dict[str, Any]]:
+    def read(self, sql: str, params: Sequence[Any] | dict = ()) -> list[dict[str, Any]]:
         with self._lock:
             return [dict(row) for row in self._conn.execute(sql, params).fetchall()]
 
-    def _one(self, sql: str, params: Sequence[Any] | dict = ()) -> dict[str, Any] | None:
-        rows = self._read(sql, params)
+    def one(self, sql: str, params: Sequence[Any] | dict = ()) -> dict[str, Any] | None:
+        rows = self.read(sql, params)
         return rows[0] if rows else None
 
     @staticmethod
-    def _expect_one(changed: int, what: str, key: object) -> None:
+    def expect_one(changed: int, what: str, key: object) -> None:
         if changed != 1:
             raise KeyError(f"no {what} {key!r} in the archive")

@@ -13,8 +13,11 @@ if TYPE_CHECKING:
     import numpy
 
 
-class EmbeddingsMixin(Store):
-    """Vectors of kernels and tasks."""
+class Embeddings:
+    """Vectors of kernels and tasks: one part of the Archive, over its connection `db`."""
+
+    def __init__(self, db: Store) -> None:
+        self._db = db
 
     # ---- embeddings ------------------------------------------------------------------------
 
@@ -23,7 +26,7 @@ class EmbeddingsMixin(Store):
         """Store (or replace) the vector of a kernel or task under one embedding model."""
         check_choice(owner, OWNERS, "embedding owner")
         blob, dim = to_blob(vector)
-        self._write("INSERT INTO embeddings (owner, owner_id, model, dim, source_hash, vector, created_at) "
+        self._db.write("INSERT INTO embeddings (owner, owner_id, model, dim, source_hash, vector, created_at) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(owner, owner_id, model) DO UPDATE SET "
                     "dim = excluded.dim, source_hash = excluded.source_hash, vector = excluded.vector, "
                     "created_at = excluded.created_at",
@@ -32,7 +35,7 @@ class EmbeddingsMixin(Store):
     def embeddings(self, owner: str, model: str,
                    owner_ids: Sequence[int] | None = None) -> list[tuple[int, numpy.ndarray]]:
         """(owner_id, float32 vector) pairs, by owner_id; all of the owner kind when owner_ids is None."""
-        rows = self._read("SELECT owner_id, dim, vector FROM embeddings WHERE owner = :owner AND model = :model "
+        rows = self._db.read("SELECT owner_id, dim, vector FROM embeddings WHERE owner = :owner AND model = :model "
                           "AND (:all OR owner_id IN (SELECT value FROM json_each(:ids))) ORDER BY owner_id",
                           {"owner": owner, "model": model, "all": owner_ids is None,
                            "ids": dumps([int(i) for i in owner_ids or ()])})
@@ -40,7 +43,7 @@ class EmbeddingsMixin(Store):
 
     def embedding_hashes(self, owner: str, model: str) -> dict[int, str]:
         """owner_id -> source_hash of what was embedded, to find vectors that are missing or stale."""
-        rows = self._read("SELECT owner_id, source_hash FROM embeddings WHERE owner = ? AND model = ?",
+        rows = self._db.read("SELECT owner_id, source_hash FROM embeddings WHERE owner = ? AND model = ?",
                           (owner, model))
         return {r["owner_id"]: r["source_hash"] for r in rows}
 
