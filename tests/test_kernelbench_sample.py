@@ -51,3 +51,17 @@ def test_a_task_over_the_cap_is_scaled_by_its_batch_and_says_so(tmp_path):
 def test_a_task_that_cannot_be_scaled_under_the_cap_is_refused():
     with pytest.raises(SystemExit, match="raise --max-gib"):
         scaled(TASK.replace("batch_size = 64", "batch_size = 1"), "relu", cap=1024)
+
+
+def test_the_record_counts_each_task_against_the_faster_of_eager_and_torch_compile():
+    """47_Sum (H200): 1.13x torch.compile but 0.9995x eager, whose own sum is at the bound; against the faster of
+    the two it is not fast. A task not done, or not correct, counts as not fast and stays out of the geomean."""
+    from kernelbench_record import against_faster
+
+    def task(status, compile_, eager):
+        return {"status": status, "speedup_compile": compile_, "speedup_eager": eager}
+
+    tasks = [task("done", 1.13, 0.9995), task("done", 2.0, 3.0), task("pending", None, None), task("done", None, None)]
+    both = against_faster(tasks, of=4)
+    assert both["fast_1"] == 0.25 and both["geomean"] == pytest.approx((0.9995 * 2.0) ** 0.5)
+    assert against_faster([], of=0) == {"fast_1": None, "geomean": None}
