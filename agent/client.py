@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -123,7 +124,7 @@ class LLM:
         max_tokens, temperature, extra = self._request()
         started = time.time()
         base = dict(provider=self.ref.provider, model=self.ref.model, operator=operator, started_at=started,
-                    prompt_hash=prompt_hash(messages), label=self.label, format=fmt)
+                    prompt_hash=prompt_hash(messages), label=self.label, format=fmt, prompt_form=prompt_form(messages))
         try:
             done = self.provider.complete(messages, max_tokens, temperature, extra)
         except ProviderError as exc:
@@ -210,3 +211,22 @@ def label_of(choice: ModelChoice) -> str:
 def prompt_hash(messages: list[Message]) -> str:
     data = json.dumps([[m.role, m.content, m.cache] for m in messages], separators=(",", ":"))
     return hashlib.sha256(data.encode()).hexdigest()
+
+
+_FIGURE = re.compile(r"\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")  # a number: a time, a speedup, a kernel's id, a size
+
+
+def prompt_body(messages: list[Message]) -> str:
+    """The messages as a prompt file shows them (agent/replay.write_prompt): each role's heading, then its text."""
+    return "\n".join(part for m in messages for part in (f"## {m.role}", "", m.content, ""))
+
+
+def prompt_form(messages: list[Message]) -> str:
+    """The prompt's form: the hash of its body with every number in it made '#'. A search run again asks prompts
+    of the same form that differ in their figures (times, speedups, kernel ids); another form is another prompt."""
+    return form_of(prompt_body(messages))
+
+
+def form_of(body: str) -> str:
+    """The form of a prompt's body (prompt_body's text, as a prompt file holds it)."""
+    return hashlib.sha256(_FIGURE.sub("#", body).encode()).hexdigest()

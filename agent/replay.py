@@ -23,7 +23,7 @@ from pathlib import Path
 
 from kernelevo.llm_call import LLMCall
 
-from .client import LLM, Answer, Stop, prompt_hash
+from .client import LLM, Answer, Stop, form_of, prompt_body, prompt_form, prompt_hash
 from .models import ModelInfo
 from .providers import Completion, Message, ModelRef, Usage
 
@@ -46,6 +46,7 @@ class Recorded:
     operator: str  # the operator it answered ("": unknown, it answers any)
     reply: str
     prompt_hash: str = ""  # of the prompt it answered ("": unknown)
+    prompt_form: str = ""  # that prompt's form (agent.client.prompt_form; "": unknown)
 
 
 class ReplayEnded(Stop):
@@ -92,8 +93,11 @@ def read_folder(folder: Path) -> list[Recorded]:
         if not match:
             continue
         number = int(match.group(1))
-        header = _prompt_header(path.with_name(f"{match.group(1)}.prompt.md"))
-        found.append(Recorded(number, header.get("operator", ""), path.read_text(), header.get("hash", "")))
+        prompt = path.with_name(f"{match.group(1)}.prompt.md")
+        header = _prompt_header(prompt)
+        # a prompt file written before the header named its form: the form of the body it holds
+        form = header.get("form") or (form_of(prompt.read_text().split("\n", 3)[-1]) if header else "")
+        found.append(Recorded(number, header.get("operator", ""), path.read_text(), header.get("hash", ""), form))
     return sorted(found, key=lambda r: r.number)
 
 
@@ -111,11 +115,10 @@ def write_prompt(folder: Path, number: int, operator: str, fmt: str, messages: l
     """A request's messages as one Markdown file, `NNNN.prompt.md`, headed by what a replay matches it by."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{number:04d}.prompt.md"
-    head = f"<!-- kernelevo prompt: operator={operator} format={fmt or '-'} hash={prompt_hash(messages)} -->"
-    parts = [head, f"Answer in {path.with_suffix('').with_suffix('').name}.reply.md beside this file.", ""]
-    for m in messages:
-        parts += [f"## {m.role}", "", m.content, ""]
-    path.write_text("\n".join(parts))
+    head = (f"<!-- kernelevo prompt: operator={operator} format={fmt or '-'} hash={prompt_hash(messages)} "
+            f"form={prompt_form(messages)} -->")
+    answer = f"Answer in {path.with_suffix('').with_suffix('').name}.reply.md beside this file."
+    path.write_text("\n".join([head, answer, "", prompt_body(messages)]))
     return path
 
 
@@ -133,7 +136,9 @@ class ReplayLLM:
         self._on_call = lambda call: None
         self._left = [r for r in recorded if r.number not in served]
         self._next_number = max((r.number for r in recorded), default=0) + 1
-        self.served, self.changed, self.already = 0, 0, len(recorded) - len(self._left)
+        # served: replies given; changed: to a prompt whose text differs from the one they answered; reshaped: of
+        # those, to a prompt of another form (not only other figures: the search asked something else there)
+        self.served, self.changed, self.reshaped, self.already = 0, 0, 0, len(recorded) - len(self._left)
         self.ended = ""  # why the replay ended, once it did
         self._lock = threading.Lock()
 
@@ -163,7 +168,7 @@ class ReplayLLM:
         return self.then.paused_for() if self.then else 0.0
 
     def ask(self, operator: str, messages: list[Message], fmt: str = "") -> Answer:
-        digest = prompt_hash(messages)
+        digest, form = prompt_hash(messages), prompt_form(messages)
         with self._lock:
             found = self._take(operator, digest)
             if found is None and self.then is None:
@@ -172,13 +177,15 @@ class ReplayLLM:
                 raise ReplayEnded(self.ended, written)
             if found is not None:
                 self.served += 1
-                self.changed += bool(found.prompt_hash) and found.prompt_hash != digest
+                changed = bool(found.prompt_hash) and found.prompt_hash != digest
+                self.changed += changed
+                self.reshaped += changed and bool(found.prompt_form) and found.prompt_form != form
         if found is None:
             return self.then.ask(operator, messages, fmt)
         started = time.time()
         request = f"{self.name}#{found.number}"
         call = LLMCall(provider="replay", model=self.spec.source, operator=operator, outcome="ok", cost_usd=0.0,
-                       started_at=started, prompt_hash=digest, label=self.label, format=fmt, reply=found.reply,
+                       started_at=started, prompt_hash=digest, prompt_form=form, label=self.label, format=fmt, reply=found.reply,
                        request_id=request, stop_reason="replayed")
         self.on_call(call)
         return Answer(Completion(found.reply, Usage(), request, 0.0, "replayed"), call)
@@ -204,4 +211,6 @@ class ReplayLLM:
         if not self.served and not self.ended:
             return ""
         changed = f", {self.changed} of them to a prompt that has changed since" if self.changed else ""
+        if self.changed:
+            changed += f" ({self.reshaped} in more than its figures)"
         return f"{self.served} recorded repl{'y' if self.served == 1 else 'ies'} served{changed}"

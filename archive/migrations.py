@@ -224,4 +224,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     # The candidate format a call asked for (a run may ask for CUDA and Triton: --format auto); what a
     # reply wrote is its kernel's format. '' before 0007 and for calls that ask for no kernel.
     ("0007_call_format", "ALTER TABLE llm_calls ADD COLUMN format TEXT NOT NULL DEFAULT '';"),
+    # The prompt's form (agent.client.prompt_form: its hash with every number left out), so that a replay tells a
+    # reply served to its own prompt with other figures from one served to another prompt. '' before 0008.
+    ("0008_call_prompt_form", "ALTER TABLE llm_calls ADD COLUMN prompt_form TEXT NOT NULL DEFAULT '';"),
 ]

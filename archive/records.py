@@ -295,13 +295,15 @@ class Judged:
 @dataclass(frozen=True)
 class AnsweredCall:
     """One answered call of a run, as a replay serves it again: the operator that asked, the reply, the hash of
-    the prompt it answered, and the provider and model that wrote it ('replay' where it was itself replayed)."""
+    the prompt it answered and its form (agent.client.prompt_form; '' before it was recorded), and the provider and
+    model that wrote it ('replay' where it was itself replayed)."""
 
     operator: str
     reply: str
     prompt_hash: str
     provider: str
     model: str
+    prompt_form: str = ""
 
 
 @dataclass(frozen=True)

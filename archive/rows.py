@@ -34,7 +34,8 @@ PARENT_STONE = "parent of kernel "
 # Columns of llm_calls, in LLMCall's field order; a test checks that none of LLMCall's fields is missing.
 LLM_COLUMNS = ("provider", "model", "operator", "outcome", "input_tokens", "cache_read_tokens",
                "cache_write_tokens", "output_tokens", "reasoning_tokens", "cost_usd", "latency_s",
-               "request_id", "started_at", "prompt_hash", "reply", "stop_reason", "error", "label", "format")
+               "request_id", "started_at", "prompt_hash", "reply", "stop_reason", "error", "label", "format",
+               "prompt_form")
 
 # Evaluation fields copied into their own columns so that SQL can sort and filter on them;
 # the whole record is kept as JSON in `data` as well.

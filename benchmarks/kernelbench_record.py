@@ -39,15 +39,18 @@ def files_chars(state: Path) -> dict[str, dict[str, int]]:
 
 
 def served_to(calls: list[AnsweredCall], folder: Path) -> dict[str, int]:
-    """Of a run's calls answered from the folder's replies (found by their text), how many were `served`, and how
-    many of those to a prompt other than the one the reply was written for (`changed`: the prompt's hash differs; a
-    prompt file's text changed since, or the search took another path, and the archive keeps only the hash)."""
+    """Of a run's calls answered from the folder's replies (found by their text), how many were `served`; how many
+    of those to a prompt other than the one the reply was written for (`changed`: the prompt's hash differs); of
+    the calls whose prompt form was recorded (`formed`: archives from 0008 on), how many went to a prompt of another
+    form (`reshaped`: more than its figures differ, so the search asked something else there)."""
     replayed = [c for c in calls if c.provider == "replay"]
     pairs = [(c, r) for c, r in zip(replayed, served_by_text(read_folder(folder), [c.reply for c in replayed]))
              if r is not None]
     served = len(pairs)
     changed = sum(bool(r.prompt_hash) and r.prompt_hash != c.prompt_hash for c, r in pairs)
-    return {"served": served, "changed": changed}
+    formed = [(c, r) for c, r in pairs if c.prompt_form and r.prompt_form]
+    return {"served": served, "changed": changed, "formed": len(formed),
+            "reshaped": sum(c.prompt_form != r.prompt_form for c, r in formed)}
 
 
 def against_faster(tasks: list[dict], of: int) -> dict:
@@ -73,7 +76,7 @@ def record(state: Path) -> dict:
               "speedup_compile": t["speedup_compile"], "speedup_compile_ci": t["speedup_compile_ci"],
               "speedup_eager": t["speedup_eager"], "loop_speedup_compile": t["loop_speedup_compile"],
               "sol_share": t["sol_share"], "search_speedup_compile": t["search_speedup_compile"],
-              **served.get(t["name"], {"served": 0, "changed": 0}), **chars.get(t["name"], {})}
+              **served.get(t["name"], {"served": 0, "changed": 0, "formed": 0, "reshaped": 0}), **chars.get(t["name"], {})}
              for t in table["tasks"]]
     suite = table["suite"]
     prompt_chars = sum(t.get("prompt_chars", 0) for t in tasks)
@@ -83,7 +86,8 @@ def record(state: Path) -> dict:
             "geomean": suite["geomean"], "geomean_loop": suite["geomean_loop"],
             "faster_of_both": against_faster(tasks, suite["tasks"]), "calls": suite["calls"],
             "replayed": suite["replayed"], "served": sum(t["served"] for t in tasks),
-            "changed": sum(t["changed"] for t in tasks), "prompt_chars": prompt_chars, "reply_chars": reply_chars,
+            "changed": sum(t["changed"] for t in tasks), "formed": sum(t["formed"] for t in tasks),
+            "reshaped": sum(t["reshaped"] for t in tasks), "prompt_chars": prompt_chars, "reply_chars": reply_chars,
             "tokens_estimated": {"input": round(prompt_chars / CHARS_PER_TOKEN),
                                  "output": round(reply_chars / CHARS_PER_TOKEN)}}
 
@@ -115,7 +119,10 @@ def print_markdown(r: dict) -> None:
     print(f"against the faster of eager and torch.compile on each task: fast_1 {100 * (both['fast_1'] or 0):.0f} %, "
           f"geomean {_x(both['geomean'])}")
     print(f"replies served: {r['served']}, {r['changed']} of them to a prompt that differs from the one they were "
-          "written for (a prompt file changed since, or the search took another path)")
+          "written for (a prompt file changed since, other figures, or the search took another path)"
+          + (f"; of the {r['formed']} whose prompt form was recorded, {r['reshaped']} to a prompt of another form, the "
+             "rest to theirs with other figures" if r["formed"] else "; prompt forms not recorded (an archive from "
+             "before 0008)"))
     te = r["tokens_estimated"]
     print(f"calls: {r['calls']} ({r['replayed']} replayed); tokens, estimated from the files at {CHARS_PER_TOKEN:g} "
           f"characters a token: {te['input']:,} in the prompts, {te['output']:,} in the replies")

@@ -55,7 +55,7 @@ def _from_archive(source: str, place: ReplayPlace) -> tuple[list[Recorded], str]
     with Archive.open_readonly(place.archive) as archive:
         run_id = _run_of(archive, source, place.task)
         rows = archive.recorded_replies(run_id)
-    recorded = [Recorded(i + 1, r.operator, r.reply, r.prompt_hash) for i, r in enumerate(rows)]
+    recorded = [Recorded(i + 1, r.operator, r.reply, r.prompt_hash, r.prompt_form) for i, r in enumerate(rows)]
     model = next((f"{r.provider}:{r.model}" for r in rows if r.provider != "replay"), "")
     return recorded, model
 

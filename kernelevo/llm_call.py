@@ -30,6 +30,7 @@ class LLMCall:
     error: str = ""  # one line, for failed calls
     label: str = ""  # the name the run knows the model by: its [models.ALIAS], else provider:model
     format: str = ""  # the candidate format the call asked for (nvrtc, inline, c, triton); "" when none
+    prompt_form: str = ""  # agent.client.prompt_form: the prompt's hash with its numbers left out
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -415,3 +415,22 @@ def test_sigkill_loses_no_committed_row(tmp_path):
         assert len(kernels) >= committed and len(events) >= committed
         assert [k.source for k in kernels[:committed]] == [f"src {n}" for n in range(committed)]
         assert [e.data["id"] for e in events[:committed]] == [k.id for k in kernels[:committed]]
+
+
+def test_a_call_keeps_its_prompts_form_and_an_archive_from_before_it_still_replays(archive, run):
+    """0008: each call's prompt form (agent.client.prompt_form) is stored and read back with the answered calls a
+    replay serves. An archive written before 0008, opened for reading only (its schema as it was), still gives them,
+    their form unknown ('')."""
+    _, run_id = run
+    archive.add_llm_call(run_id, call(prompt_form="cd" * 32))
+    (answered,) = archive.recorded_replies(run_id)
+    assert answered.prompt_form == "cd" * 32 and answered.prompt_hash == "ab" * 32
+    archive.close()
+    old = sqlite3.connect(archive.path)
+    old.execute("ALTER TABLE llm_calls DROP COLUMN prompt_form")
+    old.execute("DELETE FROM migrations WHERE name = '0008_call_prompt_form'")
+    old.commit()
+    old.close()
+    with Archive.open_readonly(archive.path) as before:
+        (answered,) = before.recorded_replies(run_id)
+    assert answered.prompt_form == "" and answered.reply == "```cuda\n...\n```"

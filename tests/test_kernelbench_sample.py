@@ -65,3 +65,26 @@ def test_the_record_counts_each_task_against_the_faster_of_eager_and_torch_compi
     both = against_faster(tasks, of=4)
     assert both["fast_1"] == 0.25 and both["geomean"] == pytest.approx((0.9995 * 2.0) ** 0.5)
     assert against_faster([], of=0) == {"fast_1": None, "geomean": None}
+
+
+def test_the_record_tells_replies_served_with_other_figures_from_replies_served_to_another_prompt(tmp_path):
+    from kernelbench_record import served_to
+    from kernelevo.agent.client import prompt_form, prompt_hash
+    from kernelevo.agent.providers import Message
+    from kernelevo.agent.replay import write_prompt
+    from kernelevo.archive.records import AnsweredCall
+
+    def asked(text):
+        return [Message("user", text)]
+
+    for n, text in ((1, "kernel 3 runs 0.20 ms"), (2, "kernel 3 runs 0.20 ms"), (3, "repair kernel 4")):
+        write_prompt(tmp_path, n, "mutate", "nvrtc", asked(text)).with_name(f"{n:04d}.reply.md").write_text(f"R{n}")
+
+    def call(reply, text, form=True):
+        return AnsweredCall("mutate", reply, prompt_hash(asked(text)), "replay", "p", prompt_form(asked(text)) if form else "")
+
+    calls = [call("R1", "kernel 3 runs 0.20 ms"), call("R2", "kernel 5 runs 0.31 ms"), call("R3", "tune kernel 4"),
+             call("a reply of its own", "x")]
+    assert served_to(calls, tmp_path) == {"served": 3, "changed": 2, "formed": 3, "reshaped": 1}
+    unformed = [call("R1", "kernel 3 runs 0.25 ms", form=False)]  # an archive from before 0008
+    assert served_to(unformed, tmp_path) == {"served": 1, "changed": 1, "formed": 0, "reshaped": 0}

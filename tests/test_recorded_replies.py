@@ -9,7 +9,7 @@ import socket
 from pathlib import Path
 
 import pytest
-from kernelevo.agent.client import prompt_hash
+from kernelevo.agent.client import prompt_form, prompt_hash
 from kernelevo.agent.providers import Message
 from kernelevo.agent.replay import Recorded, ReplayEnded, ReplayLLM, parse_spec, read_folder, write_prompt
 from kernelevo.archive.store import Archive
@@ -59,7 +59,32 @@ def test_a_folder_round_trip_matches_a_reply_to_the_prompt_written_for_it(tmp_pa
     (found,) = read_folder(folder)
     assert (found.number, found.operator, found.reply) == (1, "translate", "the answer")
     assert found.prompt_hash == prompt_hash(_messages("write a kernel"))
+    assert found.prompt_form == prompt_form(_messages("write a kernel"))
     assert read_folder(tmp_path / "missing") == []
+
+
+def test_a_reply_served_to_its_prompt_with_other_figures_is_told_from_one_served_to_another_prompt(tmp_path):
+    """A search run again asks the same prompts with other measured figures (each of the yardstick's rounds did);
+    the prompt's form leaves its numbers out, so the replay counts the replies that went to another prompt. A
+    prompt file written before the header named its form gets the form of the body it holds."""
+    first = _messages("kernel 12 runs in 0.1283 ms, 1.52x torch.compile; make it faster")
+    again = _messages("kernel 14 runs in 0.1291 ms, 1.49x torch.compile; make it faster")
+    other = _messages("kernel 12 is incorrect at index 3; repair it")
+    assert prompt_form(first) == prompt_form(again) != prompt_form(other)
+    folder = tmp_path / "prompts"
+    for number, messages in ((1, first), (2, first)):
+        write_prompt(folder, number, "mutate", "triton", messages).with_name(f"{number:04d}.reply.md").write_text(f"R{number}")
+    old = folder / "0002.prompt.md"  # as files were written before the form: no form= in its header
+    old.write_text(old.read_text().replace(f" form={prompt_form(first)}", ""))
+    recorded = read_folder(folder)
+    assert [r.prompt_form for r in recorded] == [prompt_form(first)] * 2
+    calls = []
+    llm = ReplayLLM(parse_spec("replay:r1"), recorded, tmp_path / "next")
+    llm.on_call = calls.append
+    assert [llm.ask("mutate", again).text, llm.ask("mutate", other).text] == ["R1", "R2"]
+    assert (llm.served, llm.changed, llm.reshaped) == (2, 2, 1)
+    assert "2 of them to a prompt that has changed since (1 in more than its figures)" in llm.note()
+    assert [c.prompt_form for c in calls] == [prompt_form(again), prompt_form(other)]  # stored with each call
 
 
 def _search(tmp_path, monkeypatch, server, model: str = "scripted", calls: int = 2, offline: bool = False):

@@ -81,10 +81,11 @@ class Calls:
             (run_id,))}
 
     def recorded_replies(self, run_id: str) -> list[AnsweredCall]:
-        """A run's answered calls in the order they were made (a replay's recording: agent/replay.py)."""
-        return [AnsweredCall(**row) for row in self._db.read(
-            "SELECT operator, reply, prompt_hash, provider, model FROM llm_calls WHERE run_id = ? AND outcome = 'ok' "
-            "AND reply != '' ORDER BY id", (run_id,))]
+        """A run's answered calls in the order they were made (a replay's recording: agent/replay.py). Every column
+        is read: an archive opened for reading only keeps its schema, and one from before 0008 has no prompt_form."""
+        return [AnsweredCall(row["operator"], row["reply"], row["prompt_hash"], row["provider"], row["model"],
+                             row.get("prompt_form", "")) for row in self._db.read(
+            "SELECT * FROM llm_calls WHERE run_id = ? AND outcome = 'ok' AND reply != '' ORDER BY id", (run_id,))]
 
     def replayed_replies(self, run_id: str) -> list[str]:
         """The texts of a run's calls answered from a recording, in order (a resumed replay leaves them out)."""
