@@ -94,18 +94,18 @@ def read_folder(folder: Path) -> list[Recorded]:
             continue
         number = int(match.group(1))
         prompt = path.with_name(f"{match.group(1)}.prompt.md")
-        header = _prompt_header(prompt)
+        text = prompt.read_text() if prompt.is_file() else ""
+        header = _prompt_header(text)
         # a prompt file written before the header named its form: the form of the body it holds
-        form = header.get("form") or (form_of(prompt.read_text().split("\n", 3)[-1]) if header else "")
+        form = header.get("form") or (form_of(text.split("\n", 3)[-1]) if header else "")
         found.append(Recorded(number, header.get("operator", ""), path.read_text(), header.get("hash", ""), form))
     return sorted(found, key=lambda r: r.number)
 
 
-def _prompt_header(path: Path) -> dict[str, str]:
-    """The `key=value` pairs of a prompt file's first line, written by write_prompt; {} where there is none."""
-    if not path.is_file():
-        return {}
-    match = _HEADER.search(path.read_text().split("\n", 1)[0])
+def _prompt_header(text: str) -> dict[str, str]:
+    """The `key=value` pairs of a prompt file's first line (its `text`), written by write_prompt; {} where there
+    is none."""
+    match = _HEADER.search(text.split("\n", 1)[0])
     if not match:
         return {}
     return dict(part.split("=", 1) for part in match.group(1).split() if "=" in part)

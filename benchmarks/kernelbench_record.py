@@ -14,14 +14,13 @@ out of the geomeans; its best so far is shown beside it."""
 import argparse
 import gzip
 import json
-import math
 import shutil
 import tempfile
 from pathlib import Path
 
 from kernelevo.agent.replay import read_folder, served_by_text
 from kernelevo.archive.records import AnsweredCall
-from kernelevo.archive.reports.bench_data import bench_table
+from kernelevo.archive.reports.bench_data import bench_table, geomean
 from kernelevo.archive.store import Archive
 
 CHARS_PER_TOKEN = 4.0  # English and code in the prompts and replies: about 4 characters a token
@@ -59,7 +58,7 @@ def against_faster(tasks: list[dict], of: int) -> dict:
     mins = [min(t["speedup_compile"], t["speedup_eager"]) for t in tasks
             if t["status"] == "done" and t["speedup_compile"] and t["speedup_eager"]]
     return {"fast_1": sum(m > 1.0 for m in mins) / of if of else None,
-            "geomean": math.exp(sum(map(math.log, mins)) / len(mins)) if mins else None}
+            "geomean": geomean(mins)}
 
 
 def record(state: Path) -> dict:

@@ -77,13 +77,12 @@ def floor_reached(member, opponent) -> str:
     five more calls found nothing faster. Not of a compute bound: float32 GEMMs on TF32 tensor cores ran 1.8x a
     torch.compile within 1.02x of the float32 arithmetic's bound. A floor anything beats by more than SPREAD
     (the data stays in cache) stops nothing."""
-    floor_ms = opponent.floor_ms if opponent is not None else None
-    theirs = _baseline_ms(opponent) if opponent is not None else None
-    if member is None or not floor_ms or not member.figures.ms or not theirs or opponent.bound_from:
+    if member is None or opponent is None or not opponent.floor_ms or opponent.bound_from or not member.figures.ms:
         return ""
-    if max(member.figures.ms, theirs) > AT_BOUND * floor_ms:
+    floor_ms = opponent.floor_ms
+    who, theirs = _ranked_against(opponent)
+    if not theirs or max(member.figures.ms, theirs) > AT_BOUND * floor_ms:
         return ""
-    who = "torch.compile" if opponent.baseline == "compile" and opponent.compiled_ms else "eager PyTorch"
     if opponent_bound(opponent) or unreliable(floor_ms, {f"kernel {member.kernel_id}": member.figures.ms, who: theirs}):
         return ""
     return (f"at the floor: kernel {member.kernel_id} takes {member.figures.ms:.4f} ms and {who} {theirs:.4f} ms, "
@@ -91,9 +90,11 @@ def floor_reached(member, opponent) -> str:
             "is left to win")
 
 
-def _baseline_ms(opponent) -> float | None:
-    """The device time of what the search ranks against: torch.compile's where it was measured, else eager's."""
-    return opponent.compiled_ms if opponent.baseline == "compile" and opponent.compiled_ms else opponent.eager_ms
+def _ranked_against(opponent) -> tuple[str, float | None]:
+    """What the search ranks against and its device time: torch.compile where it was measured, else eager."""
+    if opponent.baseline == "compile" and opponent.compiled_ms:
+        return "torch.compile", opponent.compiled_ms
+    return "eager PyTorch", opponent.eager_ms
 
 
 def _from(opponent) -> str:

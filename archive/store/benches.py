@@ -65,7 +65,7 @@ class Benches:
             check_choice(fields["status"], BENCH_TASK_STATUSES, "bench task status")
         sets = ", ".join(f"{k} = :{k}" for k in fields)
         self._db.expect_one(self._db.write(f"UPDATE bench_tasks SET {sets} WHERE bench_id = :bench AND position = :pos",
-                                     {**fields, "bench": bench_id, "pos": position}), "bench task", (bench_id, position))
+                                           {**fields, "bench": bench_id, "pos": position}), "bench task", (bench_id, position))
 
     def bench_tasks(self, bench_id: str) -> list[BenchTaskRecord]:
         """A bench's tasks in order (records), each with the figures of the evaluation it points to (verdict,

@@ -72,7 +72,7 @@ class Calls:
         columns = ", ".join(LLM_COLUMNS)
         marks = ", ".join("?" * len(LLM_COLUMNS))
         return self._db.write(f"INSERT INTO llm_calls (run_id, {columns}, created_at) VALUES (?, {marks}, ?)",
-                           (run_id, *llm_values(call), time.time()))
+                              (run_id, *llm_values(call), time.time()))
 
     def answered_prompts(self, run_id: str) -> set[str]:
         """Hashes of the prompts a run's calls sent and got a reply to: not to be asked again."""
@@ -101,7 +101,7 @@ class Calls:
     def operator_costs(self, run_id: str) -> dict[str, float]:
         """Known LLM spend per operator of a run (follow-up calls count for their operator)."""
         rows = self._db.read("SELECT operator, TOTAL(cost_usd) AS cost FROM llm_calls WHERE run_id = ? "
-                          "GROUP BY operator", (run_id,))
+                             "GROUP BY operator", (run_id,))
         costs: dict[str, float] = {}
         for r in rows:
             op = call_operator(r["operator"])
@@ -112,7 +112,7 @@ class Calls:
         """Per operator of a run, what its calls came to (records.OperatorYield)."""
         out: dict[str, dict] = {}
         for r in self._db.read("SELECT operator, COUNT(*) AS calls FROM llm_calls WHERE run_id = ? GROUP BY operator",
-                            (run_id,)):
+                               (run_id,)):
             row = out.setdefault(call_operator(r["operator"]), {"calls": 0, "replies": 0, "judged": 0})
             row["calls"] += r["calls"]
         for r in self._db.read(
@@ -130,7 +130,7 @@ class Calls:
     def call_models(self, run_id: str) -> dict[int, str]:
         """LLM call id -> the ensemble member that answered it (its label), for a run's calls."""
         return {r["id"]: r["model"] for r in self._db.read(f"SELECT id, {_LABEL} AS model FROM llm_calls WHERE run_id = ?",
-                                                        (run_id,))}
+                                                           (run_id,))}
 
     def call_formats(self, run_id: str) -> dict[int, str]:
         """LLM call id -> the candidate format it asked for ('' for none), for a run's calls."""
@@ -146,8 +146,8 @@ class Calls:
                                         "unknown_cost_calls": 0, "attempts": 0, "replies": 0, "judged": 0,
                                         "correct": 0, "improvements": 0})
         for r in self._db.read(f"SELECT operator, {_LABEL} AS model, COUNT(*) AS calls, TOTAL(cost_usd) AS cost_usd, "
-                            "COUNT(*) - COUNT(cost_usd) AS unknown_cost_calls FROM llm_calls WHERE run_id = ? "
-                            "GROUP BY 1, 2", (run_id,)):
+                               "COUNT(*) - COUNT(cost_usd) AS unknown_cost_calls FROM llm_calls WHERE run_id = ? "
+                               "GROUP BY 1, 2", (run_id,)):
             g = row(r["operator"], r["model"])
             for k in ("calls", "cost_usd", "unknown_cost_calls"):
                 g[k] += r[k]
@@ -166,7 +166,7 @@ class Calls:
             return out.setdefault((fmt, model), {"format": fmt, "model": model, "calls": 0, "cost_usd": 0.0,
                                                  "attempts": 0, "judged": 0, "correct": 0, "improvements": 0})
         for r in self._db.read(f"SELECT format, {_LABEL} AS model, COUNT(*) AS calls, TOTAL(cost_usd) AS cost_usd "
-                            "FROM llm_calls WHERE run_id = ? GROUP BY 1, 2", (run_id,)):
+                               "FROM llm_calls WHERE run_id = ? GROUP BY 1, 2", (run_id,)):
             g = row(r["format"], r["model"])
             g["calls"], g["cost_usd"] = r["calls"], r["cost_usd"]
         for r in self._db.read(_FORMAT_KERNELS, (PARENT_STONE + "%", run_id)):
@@ -205,7 +205,7 @@ class Calls:
             return {r["k"]: r["n"] for r in self._db.read(sql, (run_id,))}
 
         totals = self._db.one("SELECT COUNT(*) AS kernels, MAX(generation) AS max_generation "
-                           "FROM kernels WHERE run_id = ?", (run_id,))
+                              "FROM kernels WHERE run_id = ?", (run_id,))
         by_purpose = tally("SELECT purpose AS k, COUNT(*) AS n FROM evaluations WHERE run_id = ? GROUP BY purpose")
         return Counts(
             verdicts=tally("SELECT verdict AS k, COUNT(*) AS n FROM evaluations "

@@ -129,12 +129,12 @@ class Kernels:
     def set_profile(self, evaluation_id: int, profile: dict) -> None:
         """Attach a profile to a stored evaluation (profiles come after the verdict)."""
         self._db.expect_one(self._db.write("UPDATE evaluations SET profile = ? WHERE id = ?",
-                                     (dumps(profile), evaluation_id)), "evaluation", evaluation_id)
+                                           (dumps(profile), evaluation_id)), "evaluation", evaluation_id)
 
     def profiles(self, run_id: str) -> dict[int, Profile]:
         """kernel id -> the latest profile stored with one of its evaluations in the run."""
         rows = self._db.read("SELECT kernel_id, profile FROM evaluations WHERE run_id = ? AND profile IS NOT NULL "
-                          "ORDER BY id", (run_id,))
+                             "ORDER BY id", (run_id,))
         return {r["kernel_id"]: Profile.from_dict(loads(r["profile"])) for r in rows}
 
     def mark_stepping_stone(self, kernel_id: int, reason: str, via: int | None = None) -> None:
@@ -149,20 +149,20 @@ class Kernels:
     def add_reflection(self, run_id: str | None, llm_call_id: int | None, analysis: str,
                        variant_ids: Sequence[int], kernel_id: int | None = None) -> int:
         return self._db.write("INSERT INTO reflections (run_id, kernel_id, llm_call_id, analysis, variant_ids, "
-                           "created_at) VALUES (?, ?, ?, ?, ?, ?)",
-                           (run_id, kernel_id, llm_call_id, analysis, dumps([int(i) for i in variant_ids]),
-                            time.time()))
+                              "created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                              (run_id, kernel_id, llm_call_id, analysis, dumps([int(i) for i in variant_ids]),
+                               time.time()))
 
     def set_reflection_kernel(self, reflection_id: int, kernel_id: int) -> None:
         """Link a reflection to the kernel written after it (known only once that kernel is stored)."""
         self._db.expect_one(self._db.write("UPDATE reflections SET kernel_id = ? WHERE id = ?",
-                                     (kernel_id, reflection_id)), "reflection", reflection_id)
+                                           (kernel_id, reflection_id)), "reflection", reflection_id)
 
     def reflections(self, run_id: str | None = None, task_id: int | None = None) -> list[ReflectionRecord]:
         """Reflections oldest first, of a run, of every run of a task, or all."""
         rows = self._db.read("SELECT f.* FROM reflections f LEFT JOIN runs r ON r.id = f.run_id "
-                          "WHERE (:run IS NULL OR f.run_id = :run) AND (:task IS NULL OR r.task_id = :task) "
-                          "ORDER BY f.id", {"run": run_id, "task": task_id})
+                             "WHERE (:run IS NULL OR f.run_id = :run) AND (:task IS NULL OR r.task_id = :task) "
+                             "ORDER BY f.id", {"run": run_id, "task": task_id})
         return [ReflectionRecord(**{**row, "variant_ids": loads(row["variant_ids"]) or []}) for row in rows]
 
     # ---- reading kernels back --------------------------------------------------------------
@@ -171,8 +171,8 @@ class Kernels:
         """Kernels in id order, each with its parents and its latest 'search' evaluation's figures (None when never
         judged)."""
         rows = self._db.read(_KERNEL_SELECT + " WHERE (:run IS NULL OR k.run_id = :run) "
-                          "AND (:task IS NULL OR k.task_id = :task) ORDER BY k.id",
-                          {"run": run_id, "task": task_id})
+                             "AND (:task IS NULL OR k.task_id = :task) ORDER BY k.id",
+                             {"run": run_id, "task": task_id})
         return self._with_parents(rows)
 
     def kernel(self, kernel_id: int) -> KernelRecord | None:
@@ -194,7 +194,7 @@ class Kernels:
         (1 = a parent), then id; each as in kernels()."""
         depths = {r["id"]: r["depth"] for r in self._db.read(_LINEAGE, (kernel_id,))}
         rows = self._db.read(_KERNEL_SELECT + " WHERE k.id IN (SELECT value FROM json_each(?))",
-                          (dumps(list(depths)),))
+                             (dumps(list(depths)),))
         kernels = [replace(k, depth=depths[k.id]) for k in self._with_parents(rows)]
         return sorted(kernels, key=lambda k: (k.depth, k.id))
 
@@ -202,8 +202,8 @@ class Kernels:
         """The kernel of the run's fastest 'ok' search evaluation (earliest wins a tie), with that
         evaluation's fields as in kernels()."""
         row = self._db.one(f"SELECT k.*, {_EVAL_FIELDS} FROM evaluations e JOIN kernels k ON k.id = e.kernel_id "
-                        "WHERE e.run_id = ? AND e.purpose = 'search' AND e.verdict = 'ok' "
-                        "AND e.speedup_eager IS NOT NULL ORDER BY e.speedup_eager DESC, e.id LIMIT 1", (run_id,))
+                           "WHERE e.run_id = ? AND e.purpose = 'search' AND e.verdict = 'ok' "
+                           "AND e.speedup_eager IS NOT NULL ORDER BY e.speedup_eager DESC, e.id LIMIT 1", (run_id,))
         return self._with_parents([row])[0] if row else None
 
     def final_evaluations(self, run_id: str) -> dict[int, EvaluationRecord]:
@@ -215,7 +215,7 @@ class Kernels:
     def final_evaluation_id(self, run_id: str, kernel_id: int) -> int | None:
         """The id of a kernel's latest 'final' evaluation in a run (what the run announced)."""
         row = self._db.one("SELECT MAX(id) AS id FROM evaluations WHERE run_id = ? AND kernel_id = ? "
-                        "AND purpose = 'final'", (run_id, kernel_id))
+                           "AND purpose = 'final'", (run_id, kernel_id))
         return row["id"] if row else None
 
     def remeasurements(self, run_id: str) -> dict[int, EvaluationRecord]:
@@ -256,8 +256,8 @@ class Kernels:
     def _parents(self, ids: list[int]) -> dict[int, list[int]]:
         parents: dict[int, list[int]] = {i: [] for i in ids}
         links = self._db.read("SELECT kernel_id, parent_id FROM kernel_parents WHERE kernel_id IN "
-                           "(SELECT value FROM json_each(?)) ORDER BY kernel_id, position",
-                           (dumps(ids),))
+                              "(SELECT value FROM json_each(?)) ORDER BY kernel_id, position",
+                              (dumps(ids),))
         for link in links:
             parents[link["kernel_id"]].append(link["parent_id"])
         return parents

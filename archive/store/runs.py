@@ -25,7 +25,7 @@ class Runs:
     def add_task(self, name: str, source: str, source_hash: str) -> int:
         """The task's id; a task already stored under this hash keeps its row (and first name)."""
         self._db.write("INSERT INTO tasks (source_hash, name, source, created_at) VALUES (?, ?, ?, ?) "
-                    "ON CONFLICT(source_hash) DO NOTHING", (source_hash, name, source, time.time()))
+                       "ON CONFLICT(source_hash) DO NOTHING", (source_hash, name, source, time.time()))
         return self._db.one("SELECT id FROM tasks WHERE source_hash = ?", (source_hash,))["id"]
 
     def task_by_hash(self, source_hash: str) -> TaskRecord | None:
@@ -46,9 +46,9 @@ class Runs:
             run_id = new_run_id()
             try:
                 self._db.write("INSERT INTO runs (id, task_id, created_at, config, seed, device, gpu_name, "
-                            "torch_version, cuda_version, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'running')",
-                            (run_id, task_id, time.time(), dumps(config), seed, device, gpu_name,
-                             torch_version, cuda_version))
+                               "torch_version, cuda_version, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'running')",
+                               (run_id, task_id, time.time(), dumps(config), seed, device, gpu_name,
+                                torch_version, cuda_version))
                 return run_id
             except sqlite3.IntegrityError:
                 if attempt == 7 or self.run(run_id) is None:
@@ -68,7 +68,7 @@ class Runs:
     def finish_run(self, run_id: str, status: str, stop_reason: str) -> None:
         check_choice(status, RUN_STATUSES, "run status")
         self._db.expect_one(self._db.write("UPDATE runs SET status = ?, stop_reason = ?, finished_at = ? WHERE id = ?",
-                                     (status, stop_reason, time.time(), run_id)), "run", run_id)
+                                           (status, stop_reason, time.time(), run_id)), "run", run_id)
 
     def set_run_status(self, run_id: str, status: str) -> None:
         """Change the status alone; back to 'running' (a resume) also clears the finish time and reason."""
@@ -82,10 +82,10 @@ class Runs:
 
     def add_event(self, run_id: str | None, kind: str, data: dict) -> int:
         return self._db.write("INSERT INTO events (run_id, at, kind, data) VALUES (?, ?, ?, ?)",
-                           (run_id, time.time(), kind, dumps(data)))
+                              (run_id, time.time(), kind, dumps(data)))
 
     def events(self, run_id: str | None = None, kind: str | None = None) -> list[EventRecord]:
         """Events in the order written, of one run (None: of all), optionally of one kind; data parsed."""
         rows = self._db.read("SELECT * FROM events WHERE (:run IS NULL OR run_id = :run) "
-                          "AND (:kind IS NULL OR kind = :kind) ORDER BY id", {"run": run_id, "kind": kind})
+                             "AND (:kind IS NULL OR kind = :kind) ORDER BY id", {"run": run_id, "kind": kind})
         return [EventRecord(**{**row, "data": loads(row["data"])}) for row in rows]

@@ -87,7 +87,7 @@ class Children:
         call_id = self.state.call_id(proposal.calls[-1]) if proposal.calls else None
         stats = self.stats.get(meta.op, scheduling.OperatorStats())
         self.stats[meta.op] = dataclasses.replace(stats, attempts=stats.attempts + 1,
-                                                     cost_usd=stats.cost_usd + (proposal.cost_usd or 0.0))
+                                                  cost_usd=stats.cost_usd + (proposal.cost_usd or 0.0))
         if proposal.analysis and call_id is not None:
             self.archive.add_reflection(self.state.run_id, call_id, proposal.analysis, list(meta.parents))
         if not proposal.ok:
@@ -110,7 +110,7 @@ class Children:
             self.progress.skipped_copies += 1
             return
         self.submit(meta.op, proposal.source, meta.parents, meta.island, call_id,
-                           thinking=proposal.thinking, account=proposal.account)
+                    thinking=proposal.thinking, account=proposal.account)
 
     def _settle(self, meta: Call) -> None:
         """Count the calls the operation sent (failed ones too, as a resume counts the rows) and
@@ -142,7 +142,7 @@ class Children:
             self.stopping.models_gone(exc)
 
     def submit(self, op: str, source: str, parents: tuple[int, ...], island: int, call_id: int | None,
-                      thinking: str = "", note: str = "", account: str = "") -> None:
+               thinking: str = "", note: str = "", account: str = "") -> None:
         self.resubmit(self.state.add_kernel(source, op, parents, island, call_id, self.shared.generation(),
                                             thinking=thinking, note=note, account=account))
 
@@ -186,7 +186,7 @@ class Children:
         if meta.op == "tune":
             stats = dataclasses.replace(stats, attempts=stats.attempts + 1)
         self.stats[meta.op] = dataclasses.replace(stats, successes=stats.successes + member.ok,
-                                                     improvements=stats.improvements + admission.improved)
+                                                  improvements=stats.improvements + admission.improved)
         self.progress.verdicts[evaluation.verdict] += 1
         self.progress.judged += 1
         self.progress.judged_this_session += 1

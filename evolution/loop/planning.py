@@ -48,6 +48,7 @@ class Planning:
     def plan(self) -> bool:
         """Start one child; False when no operator could start one (three draws) or the budget refuses."""
         return any(self._plan_once() for _ in range(3))
+
     def _plan_once(self) -> bool:
         """Start one child (an LLM call, or a tune variant straight to the judge)."""
         waiting = self._waiting_job()
@@ -250,7 +251,7 @@ class Planning:
         """How a kernel shown beside others differs: its idea in the model's words, and its approach."""
         idea = attempts.idea_for(m.kernel_id, rows)
         return "\n".join(t for t in (f"Idea: {idea}" if idea else "",
-                                      approach(niches.describe(m.source, m.format), m.format)) if t)
+                                     approach(niches.describe(m.source, m.format), m.format)) if t)
 
     def _start_tune(self, correct: list[Variant]) -> bool:
         """A variant of one of the best tunable kernels of an island, within the ranges its own
@@ -267,7 +268,7 @@ class Planning:
             return False
         source, change = variants[0]
         self.children.submit("tune", source, (parent.kernel_id,), parent.lineage.island, None,
-                           note=", ".join(f"{k}={v}" for k, v in change.items()))
+                             note=", ".join(f"{k}={v}" for k, v in change.items()))
         return True
 
 

@@ -41,8 +41,7 @@ class Search:
     def __init__(self, state: RunState, ensemble: ensembles.Ensemble, judge, settings: SearchSettings,
                  budget: budgets.Budget, gate: NoveltyGate, rng: random.Random,
                  on_progress: Callable[[Progress], None] | None = None, on_status: Callable[[str], None] | None = None):
-        self.state, self.archive, self.ensemble, self.judge = state, state.archive, ensemble, judge
-        self.settings, self.budget, self.rng = settings, budget, rng
+        self.state, self.archive, self.ensemble, self.settings = state, state.archive, ensemble, settings
         self.on_progress = on_progress or (lambda p: None)
         self.population: Population = state.population
         self.stats: dict[str, scheduling.OperatorStats] = state.operator_stats()
