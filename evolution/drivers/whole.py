@@ -94,6 +94,15 @@ def _placed(task, name: str, out_file: Path, candidates: list, judge, asked: tup
     return Assembly(task.source, name, evaluation, tuple(kept), loop, asked, len(candidates))
 
 
+@dataclasses.dataclass(frozen=True)
+class PartsWaiting:
+    """A model whose parts' bench stopped with searches waiting for replies (a replay ran out): not
+    assembled, since a part still searching is no part without a kernel; `--resume bench_id` goes on."""
+    bench_id: str
+    waiting: int  # parts whose search waits for its prompt's answer
+    split: dict  # split.json's data
+
+
 SEARCHED = "searched.txt"  # the parts a model's search takes, listed in the parts folder (a suite file)
 SPLIT_TOP = 8  # parts written to choose the searched ones among, by headroom
 
@@ -102,10 +111,11 @@ def optimize_model(search: OptimizeOptions, parts: int, parts_dir: Path, out_fil
                    max_cost_usd: float | None, resume: str | None = None, min_speedup: float = 1.0,
                    modes: tuple[str, ...] | None = None, granularity: str = "module",
                    on_progress: Callable[[BenchView], None] = lambda v: None,
-                   on_status: Callable[[str], None] = lambda text: None) -> dict:
+                   on_status: Callable[[str], None] = lambda text: None) -> dict | PartsWaiting:
     """Split `search.task_path` (unless resuming a bench of its parts), search the `parts` parts with the
     most headroom over torch.compile (the hottest in eager without --no-compile-baseline) as a bench
-    with the budget shared by time share, then assemble and verify."""
+    with the budget shared by time share, then assemble and verify; PartsWaiting where some part's
+    search waits for a reply (its assembly would read the part as one without a kernel)."""
     from kernelevo.evolution.drivers.parts.headroom import searched
     from kernelevo.evolution.drivers.parts.split import SPLIT_JSON, split_model
 
@@ -129,6 +139,8 @@ def optimize_model(search: OptimizeOptions, parts: int, parts_dir: Path, out_fil
     weights = tuple((Path(t["task"]).stem, t["share"] or 0.0) for t in chosen)
     bench = run_bench(BenchOptions(suite=suite if suite.exists() else parts_dir, search=search,
                                    max_cost_usd=max_cost_usd, resume=resume, weights=weights), on_progress, on_status)
+    if bench.waiting:
+        return PartsWaiting(bench.bench_id, bench.waiting, data)
     on_status(f"assembling {model_path.name} from bench {bench.bench_id}")
     done = assemble_model(model_path, bench.bench_id, out_file, search, min_speedup, modes)
     return {**done, "split": data}

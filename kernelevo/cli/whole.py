@@ -97,7 +97,7 @@ def run_parts(args: OptimizeArgs, options: Any) -> None:
     ends leaves a line saying what to do next."""
     from kernelevo.agent.client import Stop
     from kernelevo.evolution.drivers.bench import BenchError
-    from kernelevo.evolution.drivers.whole import optimize_model
+    from kernelevo.evolution.drivers.whole import PartsWaiting, optimize_model
     from kernelevo.tasks import TaskError
     from kernelevo.cli.views.bench import LiveBench
 
@@ -122,6 +122,11 @@ def run_parts(args: OptimizeArgs, options: Any) -> None:
         sys.exit(EXIT_INTERRUPTED)
     except OSError as exc:
         fail(f"{exc.strerror or exc}: {exc.filename or ''} (a full disk or an unwritable archive?)")
+    if isinstance(data, PartsWaiting):  # like a bench or a run whose replay ended: not a failure, exit 0
+        say(f"{data.waiting} part(s) wait for a reply, so the model is not assembled yet: answer each prompt in "
+            f"{args.search.out}/prompts/<part>/ (NNNN.reply.md beside it), then continue with "
+            f"`kernelevo optimize {model} --parts {args.parts} --parts-dir {parts_dir} --resume {data.bench_id}`")
+        return
     show(data, as_json=False)
     say(f"bench {data['bench']}: the model with its kernels in place: {out_file} ({data['verdict']})")
     finish(data)
