@@ -17,6 +17,7 @@ CHEATS = FIXTURES / "cheats" / "cuda"
 SUITE = ROOT / "benchmarks" / "tasks"
 STARTERS = sorted(p for p in (SUITE / "candidates").glob("*.py") if not p.stem.endswith(("__c", "_cpp_inline")))
 JOINED = FIXTURES / "cuda" / "side_stream_joined_nvrtc.py"  # honest: a side stream joined back
+MACRO = FIXTURES / "cuda" / "macro_kernels_nvrtc.py"  # honest: its kernels defined by a macro
 GRAPHED = FIXTURES / "honest" / "static" / "input_cache__cuda_graph.py"  # honest: CUDA graphs keyed by placement
 GRAPH_INPUT = FIXTURES / "honest" / "dynamic" / "input_cache__graph_static_input.py"  # flagged, left to the trials
 PERSISTING = FIXTURES / "harmless" / "persisting_l2__window_left_set_nvrtc.py"  # left set; reset before timed calls
@@ -40,6 +41,7 @@ def judged(cache_dir):
         futures.update({p.name: judge.submit(load_task(SUITE / f"{p.stem.split('__')[0]}.py"), p,
                                              final=p.name in BOUNDED) for p in STARTERS})
         futures[JOINED.name] = judge.submit(relu, JOINED, final=True)
+        futures[MACRO.name] = judge.submit(relu, MACRO)
         futures[GRAPHED.name] = judge.submit(relu, GRAPHED, final=True)
         futures.update({p.name: judge.submit(relu, p, final=True) for p in BOUNDS})
         futures[GRAPH_INPUT.name] = judge.submit(relu, GRAPH_INPUT, final=True)
@@ -125,6 +127,13 @@ def test_honest_starter_candidates_pass_every_check(judged, name):
     # the bounds trial saw every index in bounds, or (confined workers) says it could not check
     assert name not in BOUNDED or any(n.startswith("bounds trial: compute-sanitizer memcheck saw every index in bounds")
                or n == f"bounds trial skipped: {bounds.SANDBOXED}" for n in e.notes), e.notes
+
+
+def test_kernels_a_macro_defines_are_the_candidates_own(judged):
+    """An honest reply's attention kernels, instantiated by a macro, were once judged a runtime error."""
+    e = judged[MACRO.name]
+    assert e.verdict == "ok", (e.reason, e.message, e.evidence)
+    assert any(k.startswith(("relu_x1", "relu_x4")) for k in e.evidence["policy"]["own_kernels"]), e.evidence["policy"]
 
 
 def _checked(e):

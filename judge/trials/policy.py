@@ -50,14 +50,16 @@ _GLUE_OPS = {
 
 def own_kernel_names(source: str) -> set[str]:
     """Names of the `__global__` functions written in the candidate's source strings, and of its
-    `@triton.jit` functions (the profiler names a Triton kernel by its function)."""
+    `@triton.jit` functions (the profiler names a Triton kernel by its function). A kernel a macro defines
+    is named at each of the macro's uses (`GEMM(gemm_v4, 4)`), not by the macro's parameter."""
     from kernelevo.formats import triton_kernels
+    from kernelevo.runtime import expand_kernel_macros
 
     try:
         jitted = set(triton_kernels(source))
     except SyntaxError:
         jitted = set()
-    return set(_GLOBAL.findall(source)) | jitted
+    return set(_GLOBAL.findall(expand_kernel_macros(source))) | jitted
 
 
 def check(policy: str, forward, args: list, device: str, source: str) -> dict:

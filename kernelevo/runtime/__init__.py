@@ -16,11 +16,11 @@ addresses), scalars are converted to the declared C type. Only `extern "C"` CUDA
 plain C functions are callable, so that names are never mangled.
 """
 from ._common import (BUILD_VARIABLE, REBUILT, CompileError, LaunchError, build_dir, c_functions, cache_dir,
-                      cuda_kernels, digest, slug, write_atomic)
+                      cuda_kernels, digest, expand_kernel_macros, slug, write_atomic)
 from .c import CModule, compile_c, load_c
 from .cuda import CudaKernel, CudaModule, compile_cubin, load_cuda, nvrtc_version
 
 __all__ = ["CompileError", "LaunchError", "load_cuda", "load_c", "cache_dir", "build_dir", "compile_cubin", "compile_c",
-           "cuda_kernels", "c_functions", "nvrtc_version", "CudaModule", "CudaKernel", "CModule",
+           "cuda_kernels", "c_functions", "expand_kernel_macros", "nvrtc_version", "CudaModule", "CudaKernel", "CModule",
            "digest", "slug", "write_atomic",  # the cache's helpers, which the judge's own builds share
            "BUILD_VARIABLE", "REBUILT"]  # where the judge puts a job's builds, and what it found tampered with

@@ -129,9 +129,13 @@ _C_FUNCTION = re.compile(
     re.M)
 
 
+_MACRO = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w+)\(([^)]*)\)(.*)$", re.M)
+
+
 def cuda_kernels(source: str) -> dict[str, str]:
-    """Map each `extern "C" __global__` kernel's name to its parameter formats."""
-    text = _COMMENTS.sub(" ", source)
+    """Map each `extern "C" __global__` kernel's name to its parameter formats, kernels that a
+    function-like macro defines included, once for each of its uses (expand_kernel_macros)."""
+    text = expand_kernel_macros(_COMMENTS.sub(" ", source))
     extern_blocks = [m.span() for m in re.finditer(r'extern\s+"C"\s*\{', text)]
     found = {}
     for m in _CUDA_KERNEL.finditer(text):
@@ -141,6 +145,31 @@ def cuda_kernels(source: str) -> dict[str, str]:
             continue  # C++ linkage: mangled name, not callable from here
         found[m.group(1)] = "".join(_param_kind(p) for p in _split_params(m.group(2)))
     return found
+
+
+def expand_kernel_macros(text: str) -> str:
+    """`text` with continued lines joined (as the preprocessor joins them), each function-like macro
+    that defines a kernel (`#define INST(NAME, VEC) extern "C" __global__ void NAME(...)`, or a name
+    pasted as `attn_##HD`) taken out, and each of its uses replaced by its body with the arguments
+    put in: the one way to instantiate variants of a template under C linkage. A macro's own text
+    is no kernel, and its parameter names are none."""
+    text = text.replace("\\\n", " ")
+    macros = {m.group(1): m for m in _MACRO.finditer(text) if _CUDA_KERNEL.search(m.group(3).replace("##", ""))}
+    if not macros:
+        return text
+    for name, m in macros.items():
+        text = text.replace(m.group(0), "")
+        params = [p.strip() for p in m.group(2).split(",")]
+
+        def expand(use: re.Match, params=params, body=m.group(3)) -> str:
+            args = [a.strip() for a in use.group(1).split(",")]
+            if len(args) != len(params):
+                return use.group(0)
+            for param, arg in zip(params, args):
+                body = re.sub(rf"\b{re.escape(param)}\b", lambda _, arg=arg: arg, body)
+            return re.sub(r"\s*##\s*", "", body)
+        text = re.sub(rf"\b{re.escape(name)}\s*\(([^()]*)\)", expand, text)
+    return text
 
 
 def c_functions(source: str) -> dict[str, tuple[str, str]]:
