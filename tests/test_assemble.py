@@ -317,3 +317,32 @@ def test_a_part_returning_several_tensors_is_placed_with_the_ones_the_model_uses
     with torch.no_grad():
         assert torch.allclose(new(x), reference(x)) and new.pair(x)[2] is None
         assert torch.allclose(torch.compile(new, fullgraph=True)(x), reference(x))  # the op returns a list of two
+
+
+def test_a_part_its_parent_calls_with_keywords_at_their_defaults_is_placed_and_checks_them(tmp_path):
+    """nn.TransformerEncoder calls each layer as layer(x, src_mask=None, is_causal=False, src_key_padding_mask=None);
+    the split leaves keywords at their defaults out of the call, and the part in place took `x` alone: ViT's
+    encoder-layer kernel (1.65x torch.compile alone) failed in place with "unexpected keyword argument
+    'src_mask'". The part in place takes them, at their defaults only: another value is refused, not ignored."""
+    from kernelevo.evolution.drivers.parts.call import parse_defaults
+
+    data = split_model(MODELS / "encoder.py", tmp_path, "cpu", top=8, cover=1.0)
+    entry = next(t for t in data["tasks"] if t["task"] == "transformer_encoder_layer.py")
+    task = load_task(tmp_path / entry["task"])
+    kernel = task.source.replace("class Model(", "class ModelNew(")  # the layer as its own kernel: the wiring is tested
+    assert dict(parse_defaults(entry["defaults"])) == {"src_mask": None, "src_key_padding_mask": None, "is_causal": False}
+    placed = Placed("transformer_encoder_layer", kernel, task.init_args, ("tensor",),
+                    tuple(s["path"] for s in entry["call_sites"]), "the layer itself",
+                    defaults=parse_defaults(entry["defaults"]))
+    model = load_task(MODELS / "encoder.py")
+    module = load_module(drop_in_text(model.source, "encoder.py", [placed]), str(tmp_path / "a.py"), "candidate")
+    reference, new, x = model_and_assembled(module, model, seed=4)
+    reference.eval(), new.eval()
+    with torch.no_grad():
+        want = reference(x)
+        assert torch.allclose(new(x), want, atol=1e-5, rtol=1e-5)  # eager: the kernel called directly
+        assert torch.allclose(torch.compile(new, fullgraph=True)(x), want, atol=1e-5, rtol=1e-5)  # through its op
+        layer = new.encoder.layers[1]
+        assert type(layer).__name__ == "_InPlace_transformer_encoder_layer"
+        with pytest.raises(TypeError, match="verified on calls that leave src_mask at its default"):
+            layer(x, src_mask=torch.zeros(64, 64))

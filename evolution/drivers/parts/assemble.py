@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from .call import parse
+from .call import parse, parse_defaults
 from .drop_in import Placed, drop_in_text
 from .effect import triple
 from .rewrite import Forward, Placement, Spot
@@ -68,7 +68,7 @@ def chosen_parts(split_dir: Path, rows: list[dict], kernel_source: Callable[[int
         site_inits = tuple(task.call_sites[s["built"]][0] for s in entry["call_sites"]) if task.call_sites else ()
         placed = Placed(Path(entry["task"]).stem, source, task.init_args, kinds,
                         tuple(s["path"] for s in entry["call_sites"]), label, parse(entry.get("call"), len(kinds)),
-                        _placement(entry, data, task.source), site_inits)
+                        _placement(entry, data, task.source), site_inits, parse_defaults(entry.get("defaults")))
         chosen.append(Candidate(placed, entry["share"] or 0.0, row["speedup_eager"], _ci(row, "speedup_eager"),
                                 row["kernel_id"], compile_speedup=row.get("speedup_compile"),
                                 compile_ci=_ci(row, "speedup_compile"), graph=_graph(row)))

@@ -30,6 +30,9 @@ class Call:
     output: Any  # the output's spec
     names: tuple[str, ...]  # the inputs' names, in order
     left_out: tuple[str, ...] = ()  # the output tensors the model never uses, e.g. "output[1]: float32[2, 64, 64]"
+    # ((name, default), ...): the forward's keywords left out of the call, with their plain defaults: the parent
+    # may pass them so (nn.TransformerEncoder gives each layer src_mask=None), the kernel in place takes them there
+    defaults: tuple = ()
 
     @property
     def plain(self) -> bool:
@@ -81,7 +84,10 @@ def of(fn, args: tuple, kwargs: dict, output: Any, unused: frozenset[int] = froz
     out, left = _output(output, unused)
     if not _paths(out, ""):
         raise ValueError("returns no tensor the model uses")
-    return Call(specs, keywords, out, tuple(names), tuple(left)), tensors
+    given = {k for k, _ in keywords} | {p.name for p in positional[:len(args)]}
+    left_at = tuple((p.name, p.default) for p in params if p.name not in given and p.default is not p.empty
+                    and plain(p.default) and not _dtype_in(p.default))
+    return Call(specs, keywords, out, tuple(names), tuple(left), left_at), tensors
 
 
 def _output(output: Any, unused: frozenset[int]) -> tuple[Any, list[str]]:
@@ -183,6 +189,11 @@ def parse(text: str | None, inputs: int) -> tuple:
     if not text:
         return (tuple(("in", k) for k in range(inputs)), (), ("out", 0))
     return ast.literal_eval(text)
+
+
+def parse_defaults(text: str | None) -> tuple:
+    """Call.defaults written by `literal` read back; none where none was written (a split.json from before)."""
+    return ast.literal_eval(text) if text else ()
 
 
 def describe(x: Any) -> str:

@@ -44,6 +44,7 @@ class Placed:
     call: tuple = ()  # the call sites' call (call.py's spec); () for tensors in order returning one tensor
     region: Any = None  # for a region of a module's own forward, its rewrite.Placement
     site_inits: tuple = ()  # each site's constructor arguments, where a task is folded over sites of other sizes
+    defaults: tuple = ()  # ((name, default), ...): keywords a site's call may pass at these values (call.Call.defaults)
 
     def by_init(self) -> list[tuple[tuple, tuple[str, ...]]]:
         """(constructor arguments, the sites built with them), in order of first site."""
@@ -89,7 +90,7 @@ def drop_in_text(model_source: str, model_name: str, placed: list[Placed], mode:
         text.append(_prefixed(reference, f"_r{i}_") + "\n")
         text.append(region_op(p.name, len(p.inputs), _returned_count(p.spec[2]), f"_k{i}_", f"_r{i}_Model", space))
         regions.append((p.name, f"_k{i}_", p.region, p.spec))
-    parts = "".join(f"    (_InPlace_{p.name}, {literal(init)}, {sites!r}, {literal(p.spec)}),\n"
+    parts = "".join(f"    (_InPlace_{p.name}, {literal(init)}, {sites!r}, {literal(p.spec)}, {literal(dict(p.defaults))}),\n"
                     for p in placed if p.region is None for init, sites in p.by_init())
     text.append(_WIRING.replace("@PARTS@", parts).replace("@MODE@", mode)
                 .replace("@REGIONS@", regions_wiring(regions) if regions else NO_REGIONS))
@@ -199,13 +200,15 @@ def _op(p: Placed, prefix: str, space: str) -> str:
     returns, made = ("list[torch.Tensor]", f"[t.contiguous() for t in {prefix}ModelNew.forward(_SITES[site](), {args})]") \
         if several else ("torch.Tensor", f"{prefix}ModelNew.forward(_SITES[site](), {args}).contiguous()")
     if p.plain:
-        call = (f"    def forward(self, {args}):\n"
+        call = (f"    def forward(self, {args}, **kwargs):\n"
+                f"        _defaults_only(self._kernelevo_site, kwargs)\n"
                 f"        if _direct():  # eager without autograd: the kernel, called directly\n"
                 f"            return {prefix}ModelNew.forward(self, {args})\n"
                 f"        return torch.ops.{space}.{p.name}(self._kernelevo_site, _weights(self), {args})\n")
     else:  # the site's call taken apart into the task's inputs, and its output put together again
         call = ("    def forward(self, *args, **kwargs):\n"
                 "        spec = _SHADOWS[self._kernelevo_site][2]\n"
+                "        _defaults_only(self._kernelevo_site, {k: v for k, v in kwargs.items() if k not in dict(spec[1])})\n"
                 "        inputs = _inputs(spec, args, kwargs)\n"
                 "        if _direct():  # eager without autograd: the kernel, called directly\n"
                 f"            out = {prefix}ModelNew.forward(self, *inputs)\n"
@@ -224,6 +227,7 @@ _WIRING = '''
 # ---- the parts in place ----
 _SITES = []  # the kernels in place (weak: a model let go frees its parts), by the site number their op is called with
 _SHADOWS = []  # each one's original part on the meta device, the names of its tensors, and its call
+_DEFAULTS = []  # each one's original forward's parameters that have a default, with it
 _PARTS = (
 @PARTS@)
 
@@ -232,6 +236,21 @@ def _direct():
     """Whether a part calls its kernel directly: not while torch.compile traces (there it is its op), and
     not with autograd on, where its op refuses a backward it has no formula for rather than losing it."""
     return not torch.is_grad_enabled() and not torch.compiler.is_compiling()
+
+
+def _defaults_only(site, kwargs):
+    """A site's call may pass keywords its spec leaves out only at their defaults (a split leaves out those
+    the model passed so: `src_mask=None`), which the kernel was verified without; another value is a
+    call it was never checked on, refused rather than ignored."""
+    for key, value in kwargs.items():
+        default = _DEFAULTS[site].get(key, _NONE)
+        if not (value is default or (type(value) is type(default) and type(value) in (bool, int, float, str)
+                                     and value == default)):
+            raise TypeError(f"the kernel in place of {type(_SHADOWS[site][0]).__name__} was verified on calls that "
+                            f"leave {key} at its default; this call passes a {type(value).__name__}")
+
+
+_NONE = object()  # a keyword with no default recorded: any value is one the kernel was not verified on
 
 
 def _weights(part):
@@ -315,7 +334,7 @@ def apply(model):
     place, weights, device, dtype and training mode carried over, and rewrite the forwards that hold
     regions; returns the paths swapped (a region as its module's path:its task)."""
     swapped = []
-    for cls, init, sites, call in _PARTS:
+    for cls, init, sites, call, defaults in _PARTS:
         for path in sites:
             old = model.get_submodule(path)
             new = cls(*init)
@@ -330,6 +349,7 @@ def apply(model):
             names = [n for n, _ in [*old.named_parameters(), *old.named_buffers()] if n in mine]
             new._kernelevo_tensors = tuple(names)
             _SHADOWS.append((copy.deepcopy(old).to("meta"), names, call))
+            _DEFAULTS.append(defaults)
             parent, _, name = path.rpartition(".")
             setattr(model.get_submodule(parent) if parent else model, name, new)
             swapped.append(path)

@@ -330,6 +330,7 @@ def _entry(p: Part, recording: Recording) -> dict:
     return {"task": p.file, "class": p.cls.__qualname__, "init": list(map(repr, p.init)),
             "built_from": HOW[p.built.how], "inputs": [describe(x) for x in p.inputs],
             "call": literal(p.call.spec()), **({"left_out": list(p.call.left_out)} if p.call.left_out else {}),
+            **({"defaults": literal(p.call.defaults)} if p.call.defaults else {}),
             "ms": round(p.ms, 4), "share": _round(recording.share(p.ms)),
             "checked": p.checked,
             "call_sites": [{"path": s.path, "calls": s.calls, "ms": round(s.ms, 4),
