@@ -227,7 +227,7 @@ _WIRING = '''
 # ---- the parts in place ----
 _SITES = []  # the kernels in place (weak: a model let go frees its parts), by the site number their op is called with
 _SHADOWS = []  # each one's original part on the meta device, the names of its tensors, and its call
-_DEFAULTS = []  # each one's original forward's parameters that have a default, with it
+_DEFAULTS = []  # each one's keywords its call may pass that the split left out, with their defaults (call.Call.defaults)
 _PARTS = (
 @PARTS@)
 
