@@ -323,19 +323,16 @@ def test_a_part_its_parent_calls_with_keywords_at_their_defaults_is_placed_and_c
     """nn.TransformerEncoder calls each layer as layer(x, src_mask=None, is_causal=False, src_key_padding_mask=None);
     the split leaves keywords at their defaults out of the call, and the part in place took `x` alone: ViT's
     encoder-layer kernel (1.65x torch.compile alone) failed in place with "unexpected keyword argument
-    'src_mask'". The part in place takes them, at their defaults only: another value is refused, not ignored."""
+    'src_mask'". The part in place takes them, at their defaults only, and the constants of its call as they
+    were: another value is a call the kernel was never verified on, refused, not ignored."""
     from kernelevo.evolution.drivers.parts.call import parse_defaults
 
     data = split_model(MODELS / "encoder.py", tmp_path, "cpu", top=8, cover=1.0)
     entry = next(t for t in data["tasks"] if t["task"] == "transformer_encoder_layer.py")
-    task = load_task(tmp_path / entry["task"])
-    kernel = task.source.replace("class Model(", "class ModelNew(")  # the layer as its own kernel: the wiring is tested
     assert dict(parse_defaults(entry["defaults"])) == {"src_mask": None, "src_key_padding_mask": None, "is_causal": False}
-    placed = Placed("transformer_encoder_layer", kernel, task.init_args, ("tensor",),
-                    tuple(s["path"] for s in entry["call_sites"]), "the layer itself",
-                    defaults=parse_defaults(entry["defaults"]))
+    placed = [_itself(tmp_path, entry), _itself(tmp_path, next(t for t in data["tasks"] if t["task"] == "multihead_attention.py"))]
     model = load_task(MODELS / "encoder.py")
-    module = load_module(drop_in_text(model.source, "encoder.py", [placed]), str(tmp_path / "a.py"), "candidate")
+    module = load_module(drop_in_text(model.source, "encoder.py", placed), str(tmp_path / "a.py"), "candidate")
     reference, new, x = model_and_assembled(module, model, seed=4)
     reference.eval(), new.eval()
     with torch.no_grad():
@@ -346,3 +343,19 @@ def test_a_part_its_parent_calls_with_keywords_at_their_defaults_is_placed_and_c
         assert type(layer).__name__ == "_InPlace_transformer_encoder_layer"
         with pytest.raises(TypeError, match="verified on calls that leave src_mask at its default"):
             layer(x, src_mask=torch.zeros(64, 64))
+        # a constant of the call (the pool's need_weights=False), passed otherwise, is refused too
+        with pytest.raises(TypeError, match="verified on calls with need_weights=False"):
+            new.pool(x[:, :1], x, x, need_weights=True)
+        with pytest.raises(TypeError, match="verified on calls with need_weights=False"):
+            new.pool(x[:, :1], x, x)  # left at its default, True
+
+
+def _itself(folder, entry) -> Placed:
+    """A part with its own task's module as its kernel: the wiring around it is what is tested."""
+    from kernelevo.evolution.drivers.parts.call import parse, parse_defaults
+
+    task = load_task(folder / entry["task"])
+    kinds = tuple("tensor" for _ in task.get_inputs())
+    return Placed(Path(entry["task"]).stem, task.source.replace("class Model(", "class ModelNew("), task.init_args,
+                  kinds, tuple(s["path"] for s in entry["call_sites"]), "itself", parse(entry["call"], len(kinds)),
+                  defaults=parse_defaults(entry.get("defaults")))

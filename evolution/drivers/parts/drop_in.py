@@ -208,7 +208,7 @@ def _op(p: Placed, prefix: str, space: str) -> str:
     else:  # the site's call taken apart into the task's inputs, and its output put together again
         call = ("    def forward(self, *args, **kwargs):\n"
                 "        spec = _SHADOWS[self._kernelevo_site][2]\n"
-                "        _defaults_only(self._kernelevo_site, {k: v for k, v in kwargs.items() if k not in dict(spec[1])})\n"
+                "        _as_verified(self._kernelevo_site, spec, args, kwargs)\n"
                 "        inputs = _inputs(spec, args, kwargs)\n"
                 "        if _direct():  # eager without autograd: the kernel, called directly\n"
                 f"            out = {prefix}ModelNew.forward(self, *inputs)\n"
@@ -243,11 +243,25 @@ def _defaults_only(site, kwargs):
     the model passed so: `src_mask=None`), which the kernel was verified without; another value is a
     call it was never checked on, refused rather than ignored."""
     for key, value in kwargs.items():
-        default = _DEFAULTS[site].get(key, _NONE)
-        if not (value is default or (type(value) is type(default) and type(value) in (bool, int, float, str)
-                                     and value == default)):
+        if not _same(value, _DEFAULTS[site].get(key, _NONE)):
             raise TypeError(f"the kernel in place of {type(_SHADOWS[site][0]).__name__} was verified on calls that "
                             f"leave {key} at its default; this call passes a {type(value).__name__}")
+
+
+def _as_verified(site, spec, args, kwargs):
+    """The call's constants as the site's spec holds them (`need_weights=False`), and any other keyword
+    at its default: a call otherwise is one the kernel was never checked on, refused rather than ignored."""
+    named = dict(spec[1])
+    _defaults_only(site, {k: v for k, v in kwargs.items() if k not in named})
+    for where, held, value in [*((f"argument {i}", s, a) for i, (s, a) in enumerate(zip(spec[0], args))),
+                               *((k, s, kwargs.get(k, _NONE)) for k, s in spec[1])]:
+        if held[0] == "const" and not _same(value, held[1]):
+            raise TypeError(f"the kernel in place of {type(_SHADOWS[site][0]).__name__} was verified on calls with "
+                            f"{where}={held[1]!r}; this call passes another value")
+
+
+def _same(value, held):
+    return value is held or (type(value) is type(held) and type(value) in (bool, int, float, str) and value == held)
 
 
 _NONE = object()  # a keyword with no default recorded: any value is one the kernel was not verified on
