@@ -100,7 +100,6 @@ class PartsWaiting:
     assembled, since a part still searching is no part without a kernel; `--resume bench_id` goes on."""
     bench_id: str
     waiting: int  # parts whose search waits for its prompt's answer
-    split: dict  # split.json's data
 
 
 SEARCHED = "searched.txt"  # the parts a model's search takes, listed in the parts folder (a suite file)
@@ -140,7 +139,7 @@ def optimize_model(search: OptimizeOptions, parts: int, parts_dir: Path, out_fil
     bench = run_bench(BenchOptions(suite=suite if suite.exists() else parts_dir, search=search,
                                    max_cost_usd=max_cost_usd, resume=resume, weights=weights), on_progress, on_status)
     if bench.waiting:
-        return PartsWaiting(bench.bench_id, bench.waiting, data)
+        return PartsWaiting(bench.bench_id, bench.waiting)
     on_status(f"assembling {model_path.name} from bench {bench.bench_id}")
     done = assemble_model(model_path, bench.bench_id, out_file, search, min_speedup, modes)
     return {**done, "split": data}

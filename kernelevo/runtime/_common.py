@@ -155,21 +155,23 @@ def expand_kernel_macros(text: str) -> str:
     is no kernel, and its parameter names are none."""
     text = text.replace("\\\n", " ")
     macros = {m.group(1): m for m in _MACRO.finditer(text) if _CUDA_KERNEL.search(m.group(3).replace("##", ""))}
-    if not macros:
-        return text
     for name, m in macros.items():
         text = text.replace(m.group(0), "")
         params = [p.strip() for p in m.group(2).split(",")]
-
-        def expand(use: re.Match, params=params, body=m.group(3)) -> str:
-            args = [a.strip() for a in use.group(1).split(",")]
-            if len(args) != len(params):
-                return use.group(0)
-            for param, arg in zip(params, args):
-                body = re.sub(rf"\b{re.escape(param)}\b", lambda _, arg=arg: arg, body)
-            return re.sub(r"\s*##\s*", "", body)
-        text = re.sub(rf"\b{re.escape(name)}\s*\(([^()]*)\)", expand, text)
+        text = re.sub(rf"\b{re.escape(name)}\s*\(([^()]*)\)",
+                      lambda use, params=params, body=m.group(3): _instance(body, params, use), text)
     return text
+
+
+def _instance(body: str, params: list[str], use: re.Match) -> str:
+    """A kernel macro's body at one use: each parameter replaced by its argument, `##` pasted; the use
+    as written where its arguments do not match the parameters."""
+    args = [a.strip() for a in use.group(1).split(",")]
+    if len(args) != len(params):
+        return use.group(0)
+    for param, arg in zip(params, args):
+        body = re.sub(rf"\b{re.escape(param)}\b", lambda _, arg=arg: arg, body)
+    return re.sub(r"\s*##\s*", "", body)
 
 
 def c_functions(source: str) -> dict[str, tuple[str, str]]:

@@ -201,7 +201,8 @@ def _op(p: Placed, prefix: str, space: str) -> str:
         if several else ("torch.Tensor", f"{prefix}ModelNew.forward(_SITES[site](), {args}).contiguous()")
     if p.plain:
         call = (f"    def forward(self, {args}, **kwargs):\n"
-                f"        _defaults_only(self._kernelevo_site, kwargs)\n"
+                f"        if kwargs:  # keywords its parent passes at their defaults (src_mask=None)\n"
+                f"            _defaults_only(self._kernelevo_site, kwargs)\n"
                 f"        if _direct():  # eager without autograd: the kernel, called directly\n"
                 f"            return {prefix}ModelNew.forward(self, {args})\n"
                 f"        return torch.ops.{space}.{p.name}(self._kernelevo_site, _weights(self), {args})\n")
@@ -238,29 +239,38 @@ def _direct():
     return not torch.is_grad_enabled() and not torch.compiler.is_compiling()
 
 
-def _defaults_only(site, kwargs):
-    """A site's call may pass keywords its spec leaves out only at their defaults (a split leaves out those
-    the model passed so: `src_mask=None`), which the kernel was verified without; another value is a
-    call it was never checked on, refused rather than ignored."""
+def _defaults_only(site, kwargs, named=()):
+    """A site's call may pass keywords its spec leaves out (other than `named`, the spec's) only at their
+    defaults (a split leaves out those the model passed so: `src_mask=None`), which the kernel was
+    verified without; another value is a call it was never checked on, refused rather than ignored."""
     for key, value in kwargs.items():
-        if not _same(value, _DEFAULTS[site].get(key, _NONE)):
+        if key not in named and not _same(value, _DEFAULTS[site].get(key, _NONE)):
             raise TypeError(f"the kernel in place of {type(_SHADOWS[site][0]).__name__} was verified on calls that "
                             f"leave {key} at its default; this call passes a {type(value).__name__}")
 
 
 def _as_verified(site, spec, args, kwargs):
     """The call's constants as the site's spec holds them (`need_weights=False`), and any other keyword
-    at its default: a call otherwise is one the kernel was never checked on, refused rather than ignored."""
-    named = dict(spec[1])
-    _defaults_only(site, {k: v for k, v in kwargs.items() if k not in named})
-    for where, held, value in [*((f"argument {i}", s, a) for i, (s, a) in enumerate(zip(spec[0], args))),
-                               *((k, s, kwargs.get(k, _NONE)) for k, s in spec[1])]:
-        if held[0] == "const" and not _same(value, held[1]):
-            raise TypeError(f"the kernel in place of {type(_SHADOWS[site][0]).__name__} was verified on calls with "
-                            f"{where}={held[1]!r}; this call passes another value")
+    at its default: a call otherwise is one the kernel was never checked on, refused rather than ignored.
+    Every call of a part goes through here: nothing is built unless a keyword beyond the spec's is passed."""
+    for i, held in enumerate(spec[0]):
+        if held[0] == "const" and i < len(args) and not _same(args[i], held[1]):
+            _not_verified(site, f"argument {i}", held[1])
+    for key, held in spec[1]:
+        if held[0] == "const" and not _same(kwargs.get(key, _NONE), held[1]):
+            _not_verified(site, key, held[1])
+    if len(kwargs) > len(spec[1]):  # keywords beyond the spec's (a spec's own one missing failed above or fails in _inputs)
+        _defaults_only(site, kwargs, {key for key, _ in spec[1]})
+
+
+def _not_verified(site, where, held):
+    raise TypeError(f"the kernel in place of {type(_SHADOWS[site][0]).__name__} was verified on calls with "
+                    f"{where}={held!r}; this call passes another value")
 
 
 def _same(value, held):
+    """construct.is_default's rule (the same object, or an equal plain value of its type), written here: the
+    drop-in runs where kernelevo's search is not installed."""
     return value is held or (type(value) is type(held) and type(value) in (bool, int, float, str) and value == held)
 
 
