@@ -47,7 +47,7 @@ class OptimizeOptions:
     out_dir: Path
     cache_dir: Path
     fmt: str | None = None  # candidate format asked for; None: kernelevo.formats.native; "auto": see formats_of
-    limits: budgets.BudgetLimits = field(default_factory=budgets.BudgetLimits)
+    budget: budgets.BudgetLimits = field(default_factory=budgets.BudgetLimits)  # the budget's branch
     settings: SearchSettings = field(default_factory=SearchSettings)
     # The judge's branch (policy, trials, shapes, timing, compile_baseline, executor, ...): the judge gets it
     # as it is, with the run's devices and seed (judge_options). compile_baseline: torch.compile measured beside eager.

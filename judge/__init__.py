@@ -13,6 +13,7 @@ sub-package owns one step a candidate passes, in this order:
   CPU's timing hold, compiler resources, speed of light and Nsight Compute.
 verdicts.py turns what went wrong into a verdict with a stable reason id; job.py is the record of what a
 worker is asked to do, built by api and read by run/ and trials/; every package uses those two.
-results.py turns a worker's result into the caller's Evaluation, with the parent's second opinions.
+job_result.py is the record a job comes back as, once out of run/ (its worker's JSON until then);
+results.py turns it into the caller's Evaluation, with the parent's second opinions.
 Imports go downward only: api -> results/run -> measure -> trials -> static/verdicts/job.
 """

@@ -25,6 +25,7 @@ from kernelevo.judge.run.executor import WorkerLimits, LocalExecutor
 from kernelevo.judge.run.drive import BUILDS, COMPARED  # noqa: F401 - what the doctor says of every verdict
 from kernelevo.formats import detect_format
 from kernelevo.judge.job import Job
+from kernelevo.judge.job_result import JobResult
 from kernelevo.judge.model_modes import CPU_MODES, MODE_CALLS, MODES, ModelModes, Ratio  # noqa: F401 - what a model's assembly reads
 from kernelevo.judge.trials.probe import IMPLAUSIBLE_SPEEDUP
 from kernelevo.judge.measure.timing import TimingConfig
@@ -145,18 +146,18 @@ class Judge:
         """Cached (or freshly measured) eager (+ torch.compile) timings, the task's kind and its
         warnings; None if the reference itself failed."""
         result = self._baseline(task, device)
-        return Baseline.of(result) if result is not None else None
+        return Baseline.of(result.to_dict()) if result is not None else None
 
-    def _baseline(self, task: Task, device: str, ran_on: dict | None = None) -> dict | None:
+    def _baseline(self, task: Task, device: str, ran_on: dict | None = None) -> JobResult | None:
         """The baseline job's record, as the judge's own checks read it. `ran_on`: the GPU model, torch version and
         node a candidate's result reports; the baseline is the one of that GPU model and torch, measured on that
         node if missing (on a cluster, nodes may differ)."""
         result = self.prefetch_baseline(task, device, ran_on).result()
-        return result if verdicts.passed(result) else None
+        return result if result.passed else None
 
     def prefetch_baseline(self, task: Task, device: str, ran_on: dict | None = None) -> concurrent.futures.Future:
-        """The baseline's future, its job started if it is not cached: a suite asks for all of them at
-        once, so that their torch.compile builds (minutes of CPU) overlap instead of queueing."""
+        """The baseline job's future (a JobResult), its job started if it is not cached: a suite asks for all of
+        them at once, so that their torch.compile builds (minutes of CPU) overlap instead of queueing."""
         info = ran_on if ran_on and ran_on.get("device_name") else self.executor.device_info(device)
         key = _baseline_key(task.source_hash, info.get("device_name", device), info.get("torch", ""),
                             self.options.compile_baseline, self.options.sol)
@@ -168,7 +169,7 @@ class Judge:
                     future = concurrent.futures.Future()
                     data = path.read_bytes()
                     self._known[path.name] = hashlib.sha256(data).hexdigest()
-                    future.set_result(json.loads(data))
+                    future.set_result(JobResult.of(json.loads(data)))
                 else:
                     future = self.executor.submit(self._job(task, "baseline"), device, node=info.get("node_id"))
                     future.add_done_callback(lambda f: self._store(path, f))
@@ -202,16 +203,17 @@ class Judge:
         def finish(f: concurrent.futures.Future) -> None:
             try:
                 result = verdicts.interpreter_timeout(audit_files(self.cache_dir, f.result(), self._known), fmt, device)
-                node = result.get("node_id")  # follow-up jobs run where the candidate was timed
-                ran_on = {"device_name": result.get("device_name"), "torch": result.get("torch_version"),
-                          "node_id": node}
-                timed = verdicts.passed(result) and not result.get("untimed")  # the interpreter: no speedup
+                node = result.node_id or None  # follow-up jobs run where the candidate was timed
+                ran_on = {"device_name": result.device_name, "torch": result.torch_version, "node_id": node}
+                timed = result.passed and not result.figure("untimed")  # the interpreter: no speedup
                 baseline = self._baseline(task, device, ran_on) if timed else None
                 result = self._second_opinion(task, job, device, result, baseline)
-                if final and timed and baseline and "compiled" in baseline.get("timing", {}):
-                    result = {**result, "compile_beside": self.executor.submit(
-                        dataclasses.replace(job, kind="compile_beside"), device, node=node).result()}
-                evaluation = to_evaluation(task, digest, fmt, device, result, baseline, time.monotonic() - started)
+                beside = None
+                if final and timed and baseline and "compiled" in baseline.figure("timing", {}):
+                    beside = self.executor.submit(dataclasses.replace(job, kind="compile_beside"), device,
+                                                  node=node).result()
+                evaluation = to_evaluation(task, digest, fmt, device, result, baseline, time.monotonic() - started,
+                                           beside)
                 if profile and evaluation.ok:
                     evaluation = dataclasses.replace(evaluation, profile=self._profile(task, job, evaluation, ncu))
                 done.set_result(evaluation)
@@ -238,9 +240,9 @@ class Judge:
                         candidate_hash=source_hash(source), format=detect_format(source), modes=tuple(modes),
                         variants=tuple(variants))
         result = self.executor.submit(job, device).result()
-        if not verdicts.passed(result):
-            raise ValueError(f"the model's modes were not timed: {result.get('reason')}: {result.get('message')}")
-        return ModelModes.from_result(result, device)
+        if not result.passed:
+            raise ValueError(f"the model's modes were not timed: {result.reason}: {result.message}")
+        return ModelModes.from_result(result.figures, device)
 
     def profile(self, task: Task, candidate_path: str | Path, evaluation: Evaluation, ncu: bool = True
                 ) -> concurrent.futures.Future:
@@ -267,29 +269,30 @@ class Judge:
                                       eager_ms=evaluation.eager.median_ms if evaluation.eager else None)
         result = self.executor.submit(profile, evaluation.device,
                                       node=evaluation.node_id or None).result()
-        if not verdicts.passed(result) or not result.get("profile"):
+        if not result.passed or not result.figure("profile"):
             return Profile(device_name=evaluation.device_name,
-                           notes=(result.get("message") or f"profiling failed: {result.get('reason')}",))
-        return Profile.from_dict(result["profile"])
+                           notes=(result.message or f"profiling failed: {result.reason}",))
+        return Profile.from_dict(result.figure("profile"))
 
 
     def _store(self, path: Path, future: concurrent.futures.Future) -> None:
-        if future.exception() is None and verdicts.passed(future.result()):
-            kept = write_once(path, json.dumps(future.result(), indent=1).encode())
+        if future.exception() is None and future.result().passed:
+            kept = write_once(path, json.dumps(future.result().to_dict(), indent=1).encode())
             self._known[path.name] = hashlib.sha256(kept).hexdigest()
 
-    def _second_opinion(self, task: Task, job: Job, device: str, result: dict, baseline: dict | None) -> dict:
+    def _second_opinion(self, task: Task, job: Job, device: str, result: JobResult,
+                        baseline: JobResult | None) -> JobResult:
         """Cross-checks of a passing result that need another process: eager's time beside the
         candidate against eager's time alone, and a re-measurement of implausible speedups."""
-        if not verdicts.passed(result):
+        if not result.passed:
             return result
         checked = crosscheck_eager(result, baseline, device, self.options.eager_tolerance)
-        kind = (baseline or {}).get("kind", "other")
+        kind = baseline.figure("kind", "other") if baseline else "other"
         limit = {**IMPLAUSIBLE_SPEEDUP, **self.options.implausible}.get(kind, IMPLAUSIBLE_SPEEDUP["other"])
-        if not verdicts.passed(checked) or (checked.get("speedup_eager") or 0) <= limit:
+        if not checked.passed or checked.figure("speedup_eager", 0) <= limit:
             return checked
         second = self.executor.submit(dataclasses.replace(job, kind="remeasure"), device,
-                                      node=result.get("node_id")).result()
+                                      node=result.node_id or None).result()
         # On the CPU the two clocks also differ in method (per call after an LLC flush, against
         # back-to-back calls with warm caches): measured 11.7x against 8.6x for an honest kernel.
         tolerance = self.options.remeasure_tolerance if device.startswith("cuda") else \

@@ -1,11 +1,17 @@
 """Turning what went wrong into a verdict, a stable reason id, one line and an excerpt."""
 from __future__ import annotations
 
+import dataclasses
 import re
 import signal
 import traceback
+from typing import TYPE_CHECKING, Mapping
+
 from kernelevo.evaluation import Failure, Verdict
 from kernelevo.tasks import first_line
+
+if TYPE_CHECKING:
+    from kernelevo.judge.job_result import JobResult
 
 EXCERPT_LINES = 20
 
@@ -107,16 +113,18 @@ def classify_exit(returncode: int, log: str, phase: str) -> Failure:
     return Failure("runtime_error", reason, message, tail(log))
 
 
-def interpreter_timeout(result: dict, fmt: str, device: str) -> dict:
+def interpreter_timeout(result: JobResult, fmt: str, device: str) -> JobResult:
     """A Triton candidate that ran out of time on the CPU: what happened and what to do."""
-    if fmt != "triton" or device.startswith("cuda") or result.get("verdict") != "timeout":
+    if fmt != "triton" or device.startswith("cuda") or result.verdict != Verdict.TIMEOUT:
         return result
-    return {**result, "message": result.get("message", "") + (
+    return dataclasses.replace(result, message=result.message + (
         "; Triton's interpreter runs every program of the grid in Python on the CPU, so a task of real size "
         "can take longer than that: judge Triton kernels on a GPU, or give the run more time "
-        "(kernelevo evaluate --run-timeout)")}
+        "(kernelevo evaluate --run-timeout)"))
 
 
-def passed(result: dict) -> bool:
-    """Whether a job's result (a worker's, the checker's, a baseline's) is a pass: its verdict is `ok`."""
-    return result.get("verdict") == Verdict.OK
+def passed(result: Mapping | JobResult) -> bool:
+    """Whether a job's result is a pass: its verdict is `ok`. Inside judge/run a result is its JSON (a worker's,
+    the checker's); out of it, a JobResult."""
+    verdict = result.get("verdict") if isinstance(result, Mapping) else result.verdict
+    return verdict == Verdict.OK

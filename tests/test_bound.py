@@ -171,7 +171,7 @@ def _scripted_run(tmp_path, monkeypatch, calls: int, compile_baseline: bool = Tr
                                judge=JudgeOptions(trials=2, timing=TimingConfig(max_seconds=0.2),
                                                   compile_baseline=compile_baseline, bounds="off"),
                                baseline="compile" if compile_baseline else "eager",
-                               limits=BudgetLimits(max_llm_calls=calls), force=force)
+                               budget=BudgetLimits(max_llm_calls=calls), force=force)
         said: list[str] = []
         outcome = optimize(made, on_status=said.append)
     finally:

@@ -143,15 +143,38 @@ def test_parent_audit_of_worker_reports():
 
 
 def test_second_opinions():
+    from kernelevo.judge.job_result import JobResult
     from kernelevo.judge.results import crosscheck_eager, judge_remeasure
 
-    result = {"verdict": "ok", "speedup_eager": 30.0, "timing": {"eager": {"median_ms": 3.0}}, "evidence": {}}
-    baseline = {"timing": {"eager": {"median_ms": 1.0}}}
+    result = JobResult.of({"verdict": "ok", "speedup_eager": 30.0, "timing": {"eager": {"median_ms": 3.0}}})
+    baseline = JobResult.of({"verdict": "ok", "timing": {"eager": {"median_ms": 1.0}}})
     slowed = crosscheck_eager(result, baseline, "cuda:0", 1.5)
-    assert slowed["reason"] == "timing_mismatch" and slowed["evidence"]["eager_alone_ms"] == 1.0
-    assert crosscheck_eager(result, baseline, "cpu", 1.5)["verdict"] == "ok"  # CPU: interference, not evidence
+    assert slowed.reason == "timing_mismatch" and slowed.evidence["eager_alone_ms"] == 1.0
+    assert crosscheck_eager(result, baseline, "cpu", 1.5).passed  # CPU: interference, not evidence
     second = {"verdict": "ok", "speedup": 3.0, "timer": "CUPTI kernel spans", "times_ms": {}}
-    refused = judge_remeasure(result, second, "elementwise", 10.0, 0.25, "cuda:0")
-    assert refused["reason"] == "timing_mismatch" and refused["evidence"]["remeasured_speedup"] == 3.0
-    kept = judge_remeasure(result, {**second, "speedup": 28.0}, "elementwise", 10.0, 0.25, "cuda:0")
-    assert kept["verdict"] == "ok" and "re-measured" in kept["notes"][-1]
+    refused = judge_remeasure(result, JobResult.of(second), "elementwise", 10.0, 0.25, "cuda:0")
+    assert refused.reason == "timing_mismatch" and refused.evidence["remeasured_speedup"] == 3.0
+    kept = judge_remeasure(result, JobResult.of({**second, "speedup": 28.0}), "elementwise", 10.0, 0.25, "cuda:0")
+    assert kept.passed and "re-measured" in kept.notes[-1]
+    on_cpu = judge_remeasure(result, JobResult.of(second), "elementwise", 10.0, 0.25, "cpu")
+    assert on_cpu.passed and on_cpu.figure("speedup_eager") == 3.0 and "the lower is reported" in on_cpu.notes[-1]
+    lost = judge_remeasure(result, JobResult.of({"verdict": "timeout", "message": "no verdict"}), "elementwise",
+                           10.0, 0.25, "cuda:0")
+    assert lost.reason == "timing_mismatch" and "no verdict" in lost.message
+
+
+def test_a_job_result_is_its_json_as_a_record():
+    """A job's JSON becomes a JobResult once, where the executor hands it out; a verdict that is none of the
+    judge's is the judge's own error, not a pass and not the candidate's fault; the JSON comes back whole."""
+    from kernelevo.judge.job_result import JobResult
+
+    sent = {"verdict": "ok", "reason": "", "notes": ["a", ""], "evidence": {"k": 1}, "device_s": 0.5,
+            "timing": {"eager": {"median_ms": 1.0}}, "node_id": None}
+    result = JobResult.of(sent)
+    assert result.passed and result.verdict == "ok" and result.notes == ("a",) and result.device_s == 0.5
+    assert result.figure("timing") == sent["timing"] and result.figure("loop", {}) == {} and result.node_id == ""
+    again = JobResult.of(result.to_dict())
+    assert again == result and result.to_dict()["verdict"] == "ok"
+    odd = JobResult.of({"verdict": "great", "message": "trust me", "device_s": "lots"})
+    assert not odd.passed and (odd.verdict, odd.reason) == ("runtime_error", "judge_error")
+    assert "'great'" in odd.message and "trust me" in odd.message and odd.device_s is None

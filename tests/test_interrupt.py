@@ -23,7 +23,7 @@ def _options(tmp_path):
                            seed=1, judge=JudgeOptions(trials=2, timing=TimingConfig(max_seconds=0.2), compile_baseline=False,
                                               bounds="off"),
                            settings=SearchSettings(children_per_generation=4, llm_concurrency=1),
-                           limits=BudgetLimits(max_llm_calls=2, generations=1, plateau_generations=9))
+                           budget=BudgetLimits(max_llm_calls=2, generations=1, plateau_generations=9))
 
 
 def _served(tmp_path, monkeypatch):

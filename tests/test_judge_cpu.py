@@ -220,7 +220,7 @@ def test_two_judges_measuring_one_baseline_at_once_take_no_honest_kernel_for_a_t
         second.executor.device_info("cpu")  # started, so that both ask before either has measured
         measured = [f.result(timeout=300) for f in [j.prefetch_baseline(task, "cpu") for j in (judge, second)]]
         judged = [j.evaluate(task, CPU / "ok_c.py") for j in (judge, second)]
-    assert [m["verdict"] for m in measured] == ["ok", "ok"] and measured[0] != measured[1]  # measured twice
+    assert [m.verdict for m in measured] == ["ok", "ok"] and measured[0] != measured[1]  # measured twice
     assert [(e.verdict, e.reason) for e in judged] == [("ok", ""), ("ok", "")], [e.message for e in judged]
     assert not list((cache_dir / "baselines").glob(".*"))  # no partial file left behind
 

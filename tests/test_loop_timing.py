@@ -8,6 +8,7 @@ from kernelevo.agent.prompting import HOST_BOUND, Opponent, opponent, variant
 from kernelevo.evaluation import Evaluation
 from kernelevo.twins import GraphTiming, LoopTiming
 from kernelevo.evolution.drivers.bench import _speedup_against
+from kernelevo.judge.job_result import JobResult
 from kernelevo.judge.results import _graph_figures, _loop_figures
 from kernelevo.text import graph_text
 from kernelevo.judge.measure import loop
@@ -27,28 +28,32 @@ def test_calls_back_to_back_interleave_and_give_a_ratio_with_its_interval():
     assert low <= point <= high and set(out["ms"]) == {"small", "large"} and out["calls"] == calls
 
 
-def _result(beside=None):
-    result = {"loop": {"calls": 20, "rounds": 30, "ms": {"candidate": 0.02, "eager": 0.06},
-                       "eager/candidate": [3.0, 2.9, 3.1]}}
-    if beside:
-        result["compile_beside"] = {"verdict": "ok", "loop": {"ms": {}, "compiled/candidate": beside}}
-    return result
+def _result():
+    return JobResult.of({"verdict": "ok", "loop": {"calls": 20, "rounds": 30, "ms": {"candidate": 0.02, "eager": 0.06},
+                                                   "eager/candidate": [3.0, 2.9, 3.1]}})
+
+
+def _beside(**figures):
+    """What a fresh process timing torch.compile beside the candidate sent back (a final's)."""
+    return JobResult.of({"verdict": "ok", **figures})
 
 
 def test_the_compiled_figure_in_a_loop_is_eager_s_scaled_by_the_baseline_s_own_loop_ratio():
-    baseline = {"loop": {"compiled/eager": [0.5, 0.48, 0.52]}}
-    figures = _loop_figures(_result(), baseline, device_ms=0.015)
+    baseline = JobResult.of({"verdict": "ok", "loop": {"compiled/eager": [0.5, 0.48, 0.52]}})
+    figures = _loop_figures(_result(), baseline, None, device_ms=0.015)
     assert figures.speedup_eager == 3.0 and figures.speedup_compile == pytest.approx(1.5)
     low, high = figures.speedup_compile_ci
     assert low < 1.5 < high and high / low > 0.52 / 0.48  # both intervals combined, wider than either
     assert figures.compiled_ms == pytest.approx(0.03) and figures.host_share == pytest.approx(0.25)
-    beside = _loop_figures(_result([2.2, 2.1, 2.3]), baseline, None)  # timed beside: taken as it is
+    timed_beside = _beside(loop={"ms": {}, "compiled/candidate": [2.2, 2.1, 2.3]})
+    beside = _loop_figures(_result(), baseline, timed_beside, None)  # timed beside: taken as it is
     assert beside.speedup_compile == 2.2 and beside.speedup_compile_ci == (2.1, 2.3) and beside.host_share is None
-    assert _loop_figures({}, baseline, None) is None  # judged before loops were timed
+    assert _loop_figures(JobResult.of({"verdict": "ok"}), baseline, None, None) is None  # judged before loops were timed
 
 
 def test_the_loop_travels_through_json():
-    looped = _loop_figures(_result(), {"loop": {"compiled/eager": [0.5, 0.48, 0.52]}}, 0.015)
+    baseline = JobResult.of({"verdict": "ok", "loop": {"compiled/eager": [0.5, 0.48, 0.52]}})
+    looped = _loop_figures(_result(), baseline, None, 0.015)
     e = Evaluation(verdict="ok", reason="", message="", loop=looped)
     again = Evaluation.from_dict(json.loads(json.dumps(e.to_dict())))
     assert again.loop == looped and isinstance(again.loop, LoopTiming)
@@ -57,17 +62,17 @@ def test_the_loop_travels_through_json():
 def test_the_graph_figures_of_a_final_travel_from_the_fresh_process_to_json_and_text():
     graph = {"ms": {"candidate": 0.0236, "eager": 0.05, "compiled": 0.0203},
              "compiled/candidate": [0.86, 0.85, 0.87], "eager/candidate": [2.1, 2.0, 2.2]}
-    figures = _graph_figures({"compile_beside": {"verdict": "ok", "graph": graph}})
+    figures = _graph_figures(_beside(graph=graph))
     assert figures.speedup_compile == 0.86 and figures.speedup_compile_ci == (0.85, 0.87)
     assert figures.speedup_eager == 2.1 and figures.compiled_ms == 0.0203 and not figures.why
     assert "0.86x" in graph_text(figures) and "vs torch.compile (20.3 µs)" in graph_text(figures)
     e = Evaluation(verdict="ok", reason="", message="", graph=figures)
     again = Evaluation.from_dict(json.loads(json.dumps(e.to_dict())))
     assert again.graph == figures and isinstance(again.graph, GraphTiming)
-    why = _graph_figures({"compile_beside": {"verdict": "ok", "graph": {"why": "candidate: cannot be captured"}}})
+    why = _graph_figures(_beside(graph={"why": "candidate: cannot be captured"}))
     assert why.speedup_compile is None and graph_text(why) == "not measured: candidate: cannot be captured"
-    assert _graph_figures({"compile_beside": {"verdict": "ok", "graph": None}}) is None  # the CPU: none
-    assert _graph_figures({}) is None
+    assert _graph_figures(_beside(graph=None)) is None  # the CPU: none
+    assert _graph_figures(None) is None
 
 
 def test_prompts_name_the_opponent_with_its_kernels():

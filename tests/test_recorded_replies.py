@@ -105,7 +105,7 @@ def _search(tmp_path, monkeypatch, server, model: str = "scripted", calls: int =
                               config=load_config(tmp_path / "kernelevo.toml"), seed=1,
                               judge=JudgeOptions(trials=2, timing=TimingConfig(max_seconds=0.2), compile_baseline=False, bounds="off"),
                               settings=SearchSettings(children_per_generation=4, llm_concurrency=1),
-                              limits=BudgetLimits(max_llm_calls=calls, generations=1, plateau_generations=9))
+                              budget=BudgetLimits(max_llm_calls=calls, generations=1, plateau_generations=9))
     outcome = optimize(options)
     return outcome, _calls(tmp_path / "archive.sqlite", outcome.run_id)
 
@@ -252,7 +252,7 @@ def test_a_bench_replayed_in_rounds_waits_for_each_answer_and_goes_on_from_it(tm
                              cache_dir=tmp_path / "cache", config=Config(), seed=1,
                              judge=JudgeOptions(trials=2, timing=TimingConfig(max_seconds=0.2), compile_baseline=False, bounds="off"),
                              settings=SearchSettings(children_per_generation=1, llm_concurrency=1),
-                             limits=BudgetLimits(max_llm_calls=2, plateau_generations=9))
+                             budget=BudgetLimits(max_llm_calls=2, plateau_generations=9))
     first = run_bench(BenchOptions(suite=tmp_path / "suite", search=search))
     assert (first.status, first.waiting) == ("stopped", 1)
     assert sorted(p.name for p in prompts.iterdir()) == ["0001.prompt.md"]
@@ -306,7 +306,7 @@ def test_a_waiting_replay_ends_where_it_is_when_resumed_with_the_calls_it_made(t
     with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
         assert archive.run(waiting.run_id).status == "stopped"
     shutil.rmtree(tmp_path / "runs")  # resumed on another machine: the run's kernel files are the archive's alone
-    ended = optimize(dataclasses.replace(options, resume=waiting.run_id, limits=BudgetLimits(max_llm_calls=1)))
+    ended = optimize(dataclasses.replace(options, resume=waiting.run_id, budget=BudgetLimits(max_llm_calls=1)))
     assert not ended.waiting and ended.reason.startswith("max-llm-calls") and ended.best.verdict == "ok"
     assert ended.written.is_file() and ended.run_id == waiting.run_id
     assert [c["provider"] for c in _calls(tmp_path / "archive.sqlite", ended.run_id)] == ["replay"]
@@ -358,4 +358,4 @@ def _one_reply_and_a_cap_of_two(tmp_path):
         config=Config(), seed=1,
         judge=JudgeOptions(trials=2, timing=TimingConfig(max_seconds=0.2), compile_baseline=False, bounds="off"),
         settings=SearchSettings(children_per_generation=1, llm_concurrency=1),
-        limits=BudgetLimits(max_llm_calls=2, plateau_generations=9))
+        budget=BudgetLimits(max_llm_calls=2, plateau_generations=9))

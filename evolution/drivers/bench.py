@@ -32,7 +32,7 @@ from ..outcome import EXIT_UNREACHABLE, Interrupted, Progress
 @dataclass(frozen=True)
 class BenchOptions:
     suite: Path  # a folder of task files, or a text file listing task paths
-    search: OptimizeOptions  # the search of each task: its task_path is replaced, its limits are per task
+    search: OptimizeOptions  # the search of each task: its task_path is replaced, its budget is per task
     tasks_glob: str | None = None
     candidates: Path | None = None  # score `<task>__<label>.py` files instead of searching
     max_cost_usd: float | None = None  # LLM spend of the whole suite
@@ -137,7 +137,7 @@ def _open_bench(store, options: BenchOptions) -> str:
               "executor": s.judge.executor,
               "candidates": str(options.candidates) if options.candidates else None,
               "tasks_glob": options.tasks_glob, "max_cost_usd": options.max_cost_usd,
-              "per_task": dataclasses.asdict(s.limits), "search": dataclasses.asdict(s.settings),
+              "per_task": dataclasses.asdict(s.budget), "search": dataclasses.asdict(s.settings),
               "format": s.fmt, "policy": s.judge.policy, "trials": s.judge.trials, "shapes": s.judge.shapes,
               "seed": s.seed,
               "weights": dict(options.weights), "baseline": s.ranked_by}
@@ -275,7 +275,7 @@ class _Runner:
         """The most this task's run may spend in all (a resumed run counts what it spent before):
         its own cap, within what the suite has left once every running task spends its whole cap,
         so concurrent tasks cannot overspend the suite. None: no limit."""
-        per_task = self.options.search.limits.max_cost_usd
+        per_task = self.options.search.budget.max_cost_usd
         if self.options.max_cost_usd is None or self.options.candidates:
             return per_task
         weight = self._weight(row)
@@ -344,12 +344,12 @@ def _search_task(runner: _Runner, row: BenchTaskRecord, device: str, cap: float 
 
     base = runner.options.search
     resume = row.run_id  # a row not done has a run only when a session stopped in its search
-    limits = dataclasses.replace(base.limits, max_cost_usd=cap)
+    limits = dataclasses.replace(base.budget, max_cost_usd=cap)
     weight = runner._weight(row)
-    if weight is not None and base.limits.max_llm_calls:  # the calls of the suite's tasks, shared
-        limits = dataclasses.replace(limits, max_llm_calls=max(1, round(base.limits.max_llm_calls * weight)))
+    if weight is not None and base.budget.max_llm_calls:  # the calls of the suite's tasks, shared
+        limits = dataclasses.replace(limits, max_llm_calls=max(1, round(base.budget.max_llm_calls * weight)))
     options = dataclasses.replace(base, task_path=Path(row.path), devices=(device,), resume=resume,
-                                  limits=limits, judge_again=row.position in runner.again)
+                                  budget=limits, judge_again=row.position in runner.again)
     outcome = optimize(options, on_progress=runner.progress_of(row),
                        on_status=lambda text: runner._show(row.name, text))
     if outcome.exit_code == EXIT_UNREACHABLE:  # the run is stopped and resumable; so is the bench

@@ -196,7 +196,7 @@ def _prepared(archive, task, config, ensemble: ensembles.Ensemble, opened: tuple
                                                 "models": ensemble.active, "model_for": ensemble.pins})
     for model, why in ensemble.dropped.items():
         archive.add_event(run_id, "model_dropped", {"model": model, "reason": why})
-    budget = budgets.Budget(options.limits)
+    budget = budgets.Budget(options.budget)
     spend = archive.spend(run_id)
     budget.restore(spend.cost_usd, spend.calls, elapsed_s(archive.events(run_id), time.time()))
     gate = NoveltyGate(embedder)
@@ -320,7 +320,7 @@ def _open_run(archive, task, options: OptimizeOptions, ensemble: ensembles.Ensem
                         model_for=given[1], devices=options.devices, format=fmt,
                         policy=options.judge.policy, trials=options.judge.trials, shapes=options.judge.shapes,
                         seed=options.seed,
-                        limits=dataclasses.asdict(options.limits), search=dataclasses.asdict(options.settings),
+                        limits=dataclasses.asdict(options.budget), search=dataclasses.asdict(options.settings),
                         seed_from=options.seed_from, executor=options.judge.executor, baseline=options.baseline,
                         compile_baseline=options.judge.compile_baseline)
     run_id = archive.start_run(task_id, config, options.seed, ",".join(options.devices), gpu,

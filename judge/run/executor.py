@@ -32,6 +32,7 @@ from kernelevo.judge.run import cores, sandbox, zygote
 from kernelevo.judge.run.room import DeviceRoom, decided_by_neighbours, out_of_memory
 from kernelevo.judge.run.drive import WorkerDied, audit, drive  # noqa: F401 - the executor's names, as before
 from kernelevo.judge.job import Job
+from kernelevo.judge.job_result import JobResult
 
 
 @dataclass(frozen=True)
@@ -339,13 +340,13 @@ class LocalExecutor(Spread):
         return self.pools[device].describe()
 
     def submit(self, job: Job, device: str | None = None, node: str | None = None) -> concurrent.futures.Future:
-        """Run `job` on `device` (the least busy when None). `node` is for executors spanning
-        machines (the node a follow-up job must run on); here every device is on this one."""
+        """Run `job` on `device` (the least busy when None); the future holds its JobResult. `node` is for
+        executors spanning machines (the node a follow-up job must run on); here every device is on this one."""
         device = device or self.choose_device()
         if device not in self.pools:
             raise ValueError(f"device {device} is not one of this executor's: {', '.join(self.devices)}")
         job = dataclasses.replace(job, cache_dir=str(self.cache_dir))
-        future = self._threads.submit(self._run, job, device)
+        future = self._threads.submit(lambda: JobResult.of(self._run(job, device)))  # its record, once
         self._count(device, 1)
         future.add_done_callback(lambda _: self._count(device, -1))  # also when cancelled
         return future

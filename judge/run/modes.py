@@ -36,7 +36,7 @@ def run_modes(job: Job, device: str, channel) -> dict:
         for i, source in enumerate(job.variants):
             models[f"variant{i}"] = _variant(source, job, init, reference, device)
     except Exception as exc:  # noqa: BLE001 - a variant is the assembly's file with fewer parts
-        return {"verdict": "error", "reason": "variant", "message": f"a variant did not build: {first_line(exc)}"}
+        return {"verdict": "runtime_error", "reason": "variant", "message": f"a variant did not build: {first_line(exc)}"}
     fns, errors, compile_s = {}, {}, {}
     with torch.no_grad():
         for mode in job.modes:
@@ -51,7 +51,7 @@ def run_modes(job: Job, device: str, channel) -> dict:
                     continue
                 compile_s[key] = round(time.perf_counter() - started, 3)
     if not fns:
-        return {"verdict": "error", "reason": "no_mode", "message": "nothing ran in any mode", "errors": errors}
+        return {"verdict": "runtime_error", "reason": "no_mode", "message": "nothing ran in any mode", "errors": errors}
     channel.acquire_device()
     with channel.quiet():
         measured, calls = loop.back_to_back(fns, sets, device, seconds=job.timing.max_seconds * len(fns))

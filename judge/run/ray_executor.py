@@ -33,6 +33,7 @@ from pathlib import Path
 
 from kernelevo.judge.run.executor import Spread, WorkerLimits, WorkerPool, device_lock, drive
 from kernelevo.judge.job import Job
+from kernelevo.judge.job_result import JobResult
 
 RETRIES = 1  # a job whose worker or node is lost runs once more; lost again, it gets a verdict
 INSTALL = 'ray is not installed: pip install -e ".[ray]" (on the driver and on every node of the cluster)'
@@ -172,7 +173,8 @@ class RayExecutor(Spread):
 
     def submit(self, job: Job, device: str | None = None, node: str | None = None) -> concurrent.futures.Future:
         """Run `job` on any node with a free GPU (CPU), or on `node` (a node id) where a follow-up
-        job (baseline, re-measurement, profile) must run beside the candidate it belongs to."""
+        job (baseline, re-measurement, profile) must run beside the candidate it belongs to; the future holds
+        its JobResult."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         device = device or self.choose_device()
@@ -209,7 +211,7 @@ class RayExecutor(Spread):
         elif isinstance(result, Exception):
             future.set_exception(result)
         elif not future.cancelled():
-            future.set_result(result)
+            future.set_result(JobResult.of(result))
 
     def close(self, cancel: bool = False) -> None:
         """Wait for the jobs in flight, or with `cancel` (Ctrl-C, an error) stop them: Ray kills

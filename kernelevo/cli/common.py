@@ -381,7 +381,7 @@ def search_options(args: SearchArgs, task: Path, limits: Any, **extra: Any) -> A
     judge = dataclasses.replace(args.judge, executor=executor, ray_address=args.ray_address)
     return OptimizeOptions(task_path=task, models=models, model_for=pins, devices=on,
                            archive_path=config.archive_path(args.archive), out_dir=args.out,
-                           cache_dir=args.cache_dir or runtime.cache_dir(), fmt=fmt, limits=limits,
+                           cache_dir=args.cache_dir or runtime.cache_dir(), fmt=fmt, budget=limits,
                            settings=args.settings, judge=judge, seed=args.seed, baseline=baseline,
                            config=config, **extra)
 
@@ -393,7 +393,7 @@ class OptimizeArgs:
 
     task: Path
     search: SearchArgs
-    limits: Any  # BudgetLimits (budget_branch)
+    budget: Any  # BudgetLimits (budget_branch)
     seed_from: tuple[Path, ...]
     force: bool
     parts: Optional[int]

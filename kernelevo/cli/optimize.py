@@ -77,7 +77,7 @@ def optimize(
                         resume=resume, archive=archive, out=out, config=config, cache_dir=cache_dir)
     limits = budget_branch(max_cost_usd=max_cost_usd, max_llm_calls=max_llm_calls, max_wall_time=max_wall_time,
                            generations=generations, plateau=plateau)
-    run_optimize(OptimizeArgs(task=task, search=search, limits=limits, seed_from=tuple(seed_from), force=force,
+    run_optimize(OptimizeArgs(task=task, search=search, budget=limits, seed_from=tuple(seed_from), force=force,
                               parts=parts, parts_dir=parts_dir, min_speedup=min_speedup, modes=modes,
                               granularity=granularity, given=given_flags(ctx), show_settings=show_settings, judge_again=judge_again))
 
@@ -102,7 +102,7 @@ def _check(args: OptimizeArgs) -> None:
 def _options(args: OptimizeArgs) -> Any:
     """OptimizeOptions from the command's arguments, after every check that can fail early."""
     _check(args)
-    return search_options(args.search, args.task, args.limits, seed_from=args.seed_from, resume=args.search.resume,
+    return search_options(args.search, args.task, args.budget, seed_from=args.seed_from, resume=args.search.resume,
                           force=args.force, judge_again=args.judge_again)
 
 
@@ -110,7 +110,7 @@ def _echo(options: Any) -> None:
     """The effective configuration, first thing, so a log says what ran."""
     import dataclasses
 
-    limits = ", ".join(f"{k} {v}" for k, v in dataclasses.asdict(options.limits).items() if v is not None)
+    limits = ", ".join(f"{k} {v}" for k, v in dataclasses.asdict(options.budget).items() if v is not None)
     search = ", ".join(f"{k} {v}" for k, v in dataclasses.asdict(options.settings).items())
     judge = options.judge
     where = f" on a Ray cluster ({judge.ray_address or 'RAY_ADDRESS'})" if judge.executor == "ray" else ""
@@ -138,7 +138,7 @@ def run_optimize(args: OptimizeArgs) -> None:
         from kernelevo.cli.whole import run_parts
 
         return run_parts(args, options)
-    limits = {"max_cost_usd": options.limits.max_cost_usd}
+    limits = {"max_cost_usd": options.budget.max_cost_usd}
     try:
         with LiveProgress(f"kernelevo: {options.task_path.name}", limits) as live:
             outcome = search(options, on_progress=live, on_status=live.status)

@@ -104,8 +104,8 @@ def run_parts(args: OptimizeArgs, options: Any) -> None:
     model = Path(args.task)
     parts_dir = args.parts_dir or Path(args.search.out) / f"{model.stem}_parts"
     out_file = Path(args.search.out) / f"{model.stem}_kernelevo.py"
-    total = options.limits.max_cost_usd  # the model's whole budget, shared by the parts' time
-    search = dataclasses.replace(options, limits=dataclasses.replace(options.limits, max_cost_usd=None), resume=None)
+    total = options.budget.max_cost_usd  # the model's whole budget, shared by the parts' time
+    search = dataclasses.replace(options, budget=dataclasses.replace(options.budget, max_cost_usd=None), resume=None)
     try:
         with LiveBench(f"kernelevo: {model.name} in parts") as live:
             data = optimize_model(search, args.parts, parts_dir, out_file, total, resume=args.search.resume,

@@ -11,12 +11,14 @@ time is within LEFT_TO_COMPILER of moving its bytes once (the floor of any kerne
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from kernelevo.baseline import Baseline
-from kernelevo.evaluation import Verdict
 
 from ...bound import peaks_from, unreliable
+
+if TYPE_CHECKING:
+    from kernelevo.judge.api import JobResult
 
 LEFT_TO_COMPILER = 1.2  # compiled time within this factor of the speed of light: no room for a kernel
 
@@ -51,11 +53,12 @@ def weighted_calls(sites: list[dict]) -> float:
     return sum(s["ms"] / per_call if s.get("built") and s.get("ms") and per_call > 0 else s["calls"] for s in sites)
 
 
-def _read(job: dict) -> tuple[Baseline | None, str]:
-    """The baseline job's record as the judge returned it: the Baseline where it passed, else why not."""
-    if job.get("verdict") == Verdict.OK:
-        return Baseline.of(job), ""
-    return None, job.get("compile_error") or job.get("message", "not measured")
+def _read(job: JobResult) -> tuple[Baseline | None, str]:
+    """The baseline job's result as the judge returned it (a JobResult): the Baseline where it passed, else why
+    not."""
+    if job.passed:
+        return Baseline.of(job.to_dict()), ""
+    return None, job.figure("compile_error") or job.message or "not measured"
 
 
 def _figures(baseline: Baseline | None, failure: str = "", calls: float = 1) -> dict:

@@ -46,7 +46,7 @@ def settings_rows(options: Any, given: frozenset[str]) -> list[tuple[str, str, s
     """(setting, value, where it came from) for a search's options (OptimizeOptions): the run's own, then the
     branches the search, the budget and the judge are handed. `given`: the parameters set on the command line."""
     tree = [(f"run.{name}", getattr(options, name)) for name in RUN_FIELDS]
-    for branch, record in (("search", options.settings), ("budget", options.limits), ("judge", options.judge)):
+    for branch, record in (("search", options.settings), ("budget", options.budget), ("judge", options.judge)):
         tree += [(path, value) for path, value in leaves(branch, record) if path not in RUNS_OWN]
     return [(path, _text(value), _origin(path, given, options.config)) for path, value in tree]
 
