@@ -69,9 +69,10 @@ class JobResult:
         """This result with a verdict the judging process reached on it (a second opinion's)."""
         return dataclasses.replace(self, verdict=verdict, reason=reason, message=message, evidence=dict(evidence))
 
-    def noted(self, *notes: str, **figures: Any) -> "JobResult":
-        """This result with more notes, and figures replaced (a re-measured speedup)."""
-        return dataclasses.replace(self, notes=(*self.notes, *notes), figures={**self.figures, **figures})
+    def noted(self, *notes: str, evidence: Mapping[str, Any] | None = None, **figures: Any) -> "JobResult":
+        """This result with more notes, its evidence where given, and figures replaced (a re-measured speedup)."""
+        return dataclasses.replace(self, notes=(*self.notes, *notes), figures={**self.figures, **figures},
+                                   evidence=dict(self.evidence if evidence is None else evidence))
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON the job sent, as amended: what the baseline cache keeps and Baseline reads."""

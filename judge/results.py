@@ -4,7 +4,6 @@ implausible speedup re-measured in a fresh process), and the figures an Evaluati
 with its spread, the torch.compile ratio, the host-inclusive loop)."""
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 from pathlib import Path
 
@@ -36,7 +35,8 @@ def _digest(path: Path) -> str:
 
 def _median(result: JobResult | None, role: str) -> float | None:
     """A role's median device time in a result's timing ("eager", "candidate", "compiled")."""
-    return (((result.figure("timing", {}) if result else {}).get(role)) or {}).get("median_ms")
+    stats = result.figure("timing", {}).get(role) if result else None
+    return stats.get("median_ms") if stats else None
 
 
 def crosscheck_eager(result: JobResult, baseline: JobResult | None, device: str, tolerance: float) -> JobResult:
@@ -75,13 +75,13 @@ def judge_remeasure(result: JobResult, second: JobResult, kind: str, limit: floa
             # it: the lower figure is the one reported.
             note = (f"the host clock per call gave {first:.2f}x, {timer} in a fresh process {again:.2f}x: "
                     "the lower is reported")
-            return dataclasses.replace(result, evidence=evidence).noted(
-                note, speedup_eager=again, speedup_eager_ci=second.figure("speedup_ci"))
+            return result.noted(note, evidence=evidence, speedup_eager=again,
+                                speedup_eager_ci=second.figure("speedup_ci"))
         return result.refused(Verdict.REJECTED, "timing_mismatch",
                               f"CUDA events give a speedup of {first:.2f}x, {timer} in a fresh process "
                               f"{again:.2f}x: the timed calls did not contain all the work", evidence)
     note = f"speedup above {limit:g}x for a {kind} task: re-measured in a fresh process by {timer}, {again:.2f}x"
-    return dataclasses.replace(result, evidence=evidence).noted(note)
+    return result.noted(note, evidence=evidence)
 
 
 def _pair(value) -> tuple[float, float] | None:

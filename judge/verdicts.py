@@ -123,8 +123,7 @@ def interpreter_timeout(result: JobResult, fmt: str, device: str) -> JobResult:
         "(kernelevo evaluate --run-timeout)"))
 
 
-def passed(result: Mapping | JobResult) -> bool:
-    """Whether a job's result is a pass: its verdict is `ok`. Inside judge/run a result is its JSON (a worker's,
-    the checker's); out of it, a JobResult."""
-    verdict = result.get("verdict") if isinstance(result, Mapping) else result.verdict
-    return verdict == Verdict.OK
+def passed(result: Mapping) -> bool:
+    """Whether a job's result inside judge/run (a worker's, the checker's JSON) is a pass: its verdict is `ok`.
+    Out of judge/run a result is a JobResult, which says so itself (`.passed`)."""
+    return result.get("verdict") == Verdict.OK
