@@ -21,8 +21,8 @@ class BudgetLimits:
     max_cost_usd: float | None = None
     max_llm_calls: int | None = None
     max_wall_s: float | None = None
-    generations: int | None = None
-    plateau_generations: int | None = None  # stop after this many generations without improvement
+    generations: int | None = 10
+    plateau_generations: int | None = 4  # stop after this many generations without improvement
 
 
 class StopKind(enum.Enum):

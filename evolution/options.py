@@ -1,7 +1,7 @@
 """What a search is asked to do: the run's options (task, models, devices, output) holding a branch for
 each component that reads settings: the search's own (SearchSettings), the budget's (BudgetLimits) and the
-judge's (its JudgeOptions, handed to the judge as they are); frozen dataclasses. What a search gives back is
-in outcome.py."""
+judge's (its JudgeOptions, handed to the judge as they are); frozen dataclasses. They are resolved from
+defaults, kernelevo.toml and a caller's overrides in settings.py; what a search gives back is in outcome.py."""
 from __future__ import annotations
 
 import dataclasses
@@ -51,17 +51,22 @@ class OptimizeOptions:
     settings: SearchSettings = field(default_factory=SearchSettings)
     # The judge's branch (policy, trials, shapes, timing, compile_baseline, executor, ...): the judge gets it
     # as it is, with the run's devices and seed (judge_options). compile_baseline: torch.compile measured beside eager.
+    # judge.seed is the run's one seed: the judge's weights and inputs, and the search's random choices (`seed`).
     judge: Any = field(default_factory=_judge_defaults)
-    seed: int = 0
     seed_from: tuple[Path, ...] = ()
     resume: str | None = None
     config: Any = field(default_factory=_no_config)  # kernelevo.toml as read once, by the caller (a Config)
     baseline: str = "compile"  # what fitness is a speedup over: "compile" (where measured) or "eager"
     model_for: tuple[tuple[str, str], ...] | None = None  # (operator, model) pins; None: a resumed run's own
-    force: bool = True  # search even where torch.compile is near the speed of light (`optimize` asks for it)
+    force: bool = False  # search even where torch.compile is near the speed of light (a bench's tasks always are)
     # with resume: no search and no call, only the run's final judgement made again by this judge (one fixed since
     # the run ended); the run keeps its status and stop reason, and the new judgements join the old
     judge_again: bool = False
+
+    @property
+    def seed(self) -> int:
+        """The run's seed, held once, in the judge's branch."""
+        return self.judge.seed
 
     @property
     def ranked_by(self) -> str:
@@ -80,5 +85,5 @@ def formats_of(fmt: str | None, device: str) -> tuple[str, ...]:
 
 def judge_options(search: OptimizeOptions, devices: tuple[str, ...]):
     """The judge's branch of a search's options, on `devices` (a bench's scoring, a model's assembly), with the
-    run's seed and the speed of light measured with the baselines."""
-    return dataclasses.replace(search.judge, devices=devices, seed=search.seed, sol=True)
+    speed of light measured with the baselines."""
+    return dataclasses.replace(search.judge, devices=devices, sol=True)

@@ -150,7 +150,9 @@ def test_wall_time_generations_and_plateau():
     assert b.exhausted(2, 0) is None
     clock.t += 1
     assert b.exhausted(2, 0).text.startswith("max-wall-time")
-    assert Budget(clock=clock).exhausted(10**6, 10**6) is None  # no limits, no reason
+    unlimited = BudgetLimits(generations=None, plateau_generations=None)  # the default stops at 10 generations
+    assert Budget(unlimited, clock=clock).exhausted(10**6, 10**6) is None  # no limits, no reason
+    assert Budget(clock=clock).exhausted(10, 0).text.startswith("generations")
 
 
 def test_restore_for_resume():

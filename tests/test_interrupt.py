@@ -20,7 +20,7 @@ def _options(tmp_path):
     return OptimizeOptions(task_path=TASK, models=("scripted",), devices=("cpu",), archive_path=tmp_path / "archive.sqlite",
                            out_dir=tmp_path / "out", cache_dir=tmp_path / "cache",
                            config=load_config(tmp_path / "kernelevo.toml"),
-                           seed=1, judge=JudgeOptions(trials=2, timing=TimingConfig(max_seconds=0.2), compile_baseline=False,
+                           judge=JudgeOptions(seed=1, trials=2, timing=TimingConfig(max_seconds=0.2), compile_baseline=False,
                                               bounds="off"),
                            settings=SearchSettings(children_per_generation=4, llm_concurrency=1),
                            budget=BudgetLimits(max_llm_calls=2, generations=1, plateau_generations=9))

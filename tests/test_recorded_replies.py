@@ -102,8 +102,8 @@ def _search(tmp_path, monkeypatch, server, model: str = "scripted", calls: int =
         monkeypatch.setenv("OPENAI_BASE_URL", _unreachable_url())
     options = OptimizeOptions(task_path=TASK, models=(model,), devices=("cpu",), archive_path=tmp_path / "archive.sqlite",
                               out_dir=tmp_path / "out", cache_dir=tmp_path / "cache",
-                              config=load_config(tmp_path / "kernelevo.toml"), seed=1,
-                              judge=JudgeOptions(trials=2, timing=TimingConfig(max_seconds=0.2), compile_baseline=False, bounds="off"),
+                              config=load_config(tmp_path / "kernelevo.toml"),
+                              judge=JudgeOptions(seed=1, trials=2, timing=TimingConfig(max_seconds=0.2), compile_baseline=False, bounds="off"),
                               settings=SearchSettings(children_per_generation=4, llm_concurrency=1),
                               budget=BudgetLimits(max_llm_calls=calls, generations=1, plateau_generations=9))
     outcome = optimize(options)
@@ -249,8 +249,8 @@ def test_a_bench_replayed_in_rounds_waits_for_each_answer_and_goes_on_from_it(tm
     prompts = tmp_path / "out" / "prompts" / "scale"
     search = OptimizeOptions(task_path=TASK, models=(f"replay:{tmp_path / 'out' / 'prompts'}",), devices=("cpu",),
                              archive_path=tmp_path / "archive.sqlite", out_dir=tmp_path / "out",
-                             cache_dir=tmp_path / "cache", config=Config(), seed=1,
-                             judge=JudgeOptions(trials=2, timing=TimingConfig(max_seconds=0.2), compile_baseline=False, bounds="off"),
+                             cache_dir=tmp_path / "cache", config=Config(),
+                             judge=JudgeOptions(seed=1, trials=2, timing=TimingConfig(max_seconds=0.2), compile_baseline=False, bounds="off"),
                              settings=SearchSettings(children_per_generation=1, llm_concurrency=1),
                              budget=BudgetLimits(max_llm_calls=2, plateau_generations=9))
     first = run_bench(BenchOptions(suite=tmp_path / "suite", search=search))
@@ -355,7 +355,7 @@ def _one_reply_and_a_cap_of_two(tmp_path):
     return folder, OptimizeOptions(
         task_path=TASK, models=(f"replay:{tmp_path / 'replies'}",), devices=("cpu",),
         archive_path=tmp_path / "archive.sqlite", out_dir=tmp_path / "out", cache_dir=tmp_path / "cache",
-        config=Config(), seed=1,
-        judge=JudgeOptions(trials=2, timing=TimingConfig(max_seconds=0.2), compile_baseline=False, bounds="off"),
+        config=Config(),
+        judge=JudgeOptions(seed=1, trials=2, timing=TimingConfig(max_seconds=0.2), compile_baseline=False, bounds="off"),
         settings=SearchSettings(children_per_generation=1, llm_concurrency=1),
         budget=BudgetLimits(max_llm_calls=2, plateau_generations=9))

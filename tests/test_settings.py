@@ -37,7 +37,8 @@ def test_show_settings_says_where_each_value_came_from_and_runs_nothing(tmp_path
     assert rows["run.baseline"] == ("eager", "kernelevo.toml: baseline =")
     assert f"kernelevo.toml read from {config}" in " ".join(out.stdout.split())
     assert rows["judge.policy"] == ("mixed", "default") and rows["budget.generations"] == ("10", "default")
-    assert "judge.devices" not in rows and "judge.seed" not in rows  # the run's, set when the judge starts
+    assert "judge.devices" not in rows and "run.seed" not in rows  # the run's one seed is the judge's branch's
+    assert rows["judge.seed"] == ("42", "default")
     assert not archive.exists()  # nothing was opened, called or judged
 
 
@@ -48,8 +49,60 @@ def test_the_judge_is_handed_the_search_branch_whole():
     from kernelevo.judge.api import JudgeOptions, TimingConfig
 
     branch = JudgeOptions(trials=2, shapes="exact", policy="strict", compile_baseline=False,
-                          timing=TimingConfig(max_seconds=0.4), executor="local")
-    options = OptimizeOptions(TASK, ("m",), ("cpu",), Path("a"), Path("o"), Path("c"), judge=branch, seed=7)
+                          timing=TimingConfig(max_seconds=0.4), executor="local", seed=7)
+    options = OptimizeOptions(TASK, ("m",), ("cpu",), Path("a"), Path("o"), Path("c"), judge=branch)
     judged = judge_options(options, ("cpu",))
-    assert judged == dataclasses.replace(branch, devices=("cpu",), seed=7, sol=True)
+    assert judged == dataclasses.replace(branch, devices=("cpu",), sol=True) and options.seed == 7
     assert run_cli("optimize", "--help").returncode == 0
+
+
+def _flag_defaults(command) -> dict[str, object]:
+    import typer.main
+
+    return {p.name: p.default for p in typer.main.get_command(command).params}
+
+
+def test_one_place_decides_each_default_and_help_names_it(monkeypatch):
+    """A flag left out sets nothing, so the tree's default stands; the default --help shows must be that one."""
+    from kernelevo.cli.bench import BENCH_FLAGS, bench_app
+    from kernelevo.cli.optimize import OPTIMIZE_FLAGS, optimize
+    from kernelevo.cli.whole import ASSEMBLE_FLAGS, assemble
+    from kernelevo.evolution.settings import resolve, tree
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    leaves = dict(tree(resolve(TASK, {"run.device": "cpu"}, config=None).options))
+    import typer
+
+    bench_run = typer.Typer()
+    bench_run.command()(next(c.callback for c in bench_app.registered_commands if c.callback.__name__ == "run"))
+    checked = 0
+    for command, flags in ((optimize, OPTIMIZE_FLAGS), (bench_run, BENCH_FLAGS), (assemble, ASSEMBLE_FLAGS)):
+        if not isinstance(command, typer.Typer):
+            app = typer.Typer()
+            app.command()(command)
+            command = app
+        for name, default in _flag_defaults(command).items():
+            path = flags.get(name)
+            if path in leaves and default is not None and default != []:
+                assert type(leaves[path])(default) == leaves[path], (name, default, path, leaves[path])
+                checked += 1
+    assert checked >= 30
+
+
+def test_overrides_reach_their_leaf_and_an_unknown_one_is_refused(monkeypatch):
+    import pytest
+
+    from kernelevo.evolution.settings import SettingsError, resolve
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)  # the first key set picks the model
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    found = resolve(TASK, {"run.device": "cpu", "judge.timing.max_seconds": 0.3, "budget.generations": 2,
+                           "search.islands": 3, "judge.seed": 5}, config=None)
+    options, origins = found.options, dict(found.origins)
+    assert (options.judge.timing.max_seconds, options.budget.generations, options.settings.islands) == (0.3, 2, 3)
+    assert options.seed == 5 and options.devices == ("cpu",) and origins["run.devices"] == "flag"
+    assert options.models == ("openai:gpt-6.2-sol",) and origins["run.models"] == "$OPENAI_API_KEY"  # by the key set
+    with pytest.raises(SettingsError, match="no setting judge.trails"):
+        resolve(TASK, {"run.device": "cpu", "judge.trails": 3}, config=None)
+    with pytest.raises(SettingsError, match="--format nvrtc needs a GPU"):
+        resolve(TASK, {"run.device": "cpu", "run.fmt": "nvrtc"}, config=None)

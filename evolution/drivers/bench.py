@@ -348,8 +348,9 @@ def _search_task(runner: _Runner, row: BenchTaskRecord, device: str, cap: float 
     weight = runner._weight(row)
     if weight is not None and base.budget.max_llm_calls:  # the calls of the suite's tasks, shared
         limits = dataclasses.replace(limits, max_llm_calls=max(1, round(base.budget.max_llm_calls * weight)))
+    # force: a suite's figures count every task, near-light ones too (`optimize` alone stops before their first call)
     options = dataclasses.replace(base, task_path=Path(row.path), devices=(device,), resume=resume,
-                                  budget=limits, judge_again=row.position in runner.again)
+                                  budget=limits, judge_again=row.position in runner.again, force=True)
     outcome = optimize(options, on_progress=runner.progress_of(row),
                        on_status=lambda text: runner._show(row.name, text))
     if outcome.exit_code == EXIT_UNREACHABLE:  # the run is stopped and resumable; so is the bench

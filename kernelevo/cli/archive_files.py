@@ -11,9 +11,9 @@ from typing import Optional
 import typer
 
 from kernelevo.cli.archive import archive_app
-from kernelevo.cli.common import (ArchiveOpt, CacheDirOpt, CompileBaselineOpt, ConfigOpt, ExecutorOpt, JsonOpt,
-                                  RayAddressOpt, TimingSecondsOpt, TrialsOpt, archive_path, check_choice, config_or_fail,
-                                  emit, executor_choice, fail, judge_devices, note, opened, task_ids)
+from kernelevo.cli.common import (SEARCH_FLAGS, ArchiveOpt, CacheDirOpt, CompileBaselineOpt, ConfigOpt, ExecutorOpt,
+                                  JsonOpt, RayAddressOpt, TimingSecondsOpt, TrialsOpt, archive_path, check_choice, emit,
+                                  fail, flag_overrides, note, opened, resolved, task_ids)
 from kernelevo.evaluation import Verdict
 
 
@@ -80,6 +80,7 @@ def _store_found(store, found) -> tuple[list[int], list[int]]:
 
 @archive_app.command("import")
 def import_(
+    ctx: typer.Context,
     source: Path = typer.Argument(..., help="a folder of KernelBench-format candidates, CUDA-L1's .jsonl, or "
                                   "Sakana's AI CUDA Engineer Archive as .parquet or .jsonl"),
     task: Optional[Path] = typer.Option(None, help="folder: the task file, or a folder with <task>.py for each "
@@ -118,10 +119,7 @@ def import_(
             if not todo:
                 note("nothing to rejudge")
             else:  # the devices are looked for (a cluster joined) only when there is something to judge
-                chosen = executor_choice(executor, config_or_fail(config))
-                options = _judge_options(chosen, judge_devices(chosen, device, gpus, ray_address), policy,
-                                         build_timeout, trials, compile_baseline, timing_seconds, ray_address)
-                judged = _rejudge(store, todo, options, cache_dir)
+                judged = _rejudge(store, todo, _judge_options(ctx, build_timeout), cache_dir)
     if as_json:
         emit({"archive": str(path), "imported": imported, "already_there": len(known), "skipped": skipped,
               "rejudged": [vars(r) for r in judged]}, "json")
@@ -134,13 +132,17 @@ def _never_judged(store, kernel_id: int) -> bool:
     return kernel.origin == "import" and not kernel.evaluations
 
 
-def _judge_options(executor: str, on: tuple[str, ...], policy: str, build_timeout: float, trials: int,
-                   compile_baseline: bool, timing_seconds: float, address: Optional[str]):
-    from kernelevo.judge.api import JudgeOptions, TimingConfig, WorkerLimits
+def _judge_options(ctx: typer.Context, build_timeout: float):
+    """The judge's branch of the settings tree (kernelevo.evolution.settings), on the devices it resolves."""
+    import dataclasses
 
-    return JudgeOptions(devices=on, policy=policy, limits=WorkerLimits(build=build_timeout), spares=1, trials=trials,
-                        compile_baseline=compile_baseline, timing=TimingConfig(max_seconds=timing_seconds),
-                        executor=executor, ray_address=address)
+    from kernelevo.judge.api import WorkerLimits
+
+    flags = {name: SEARCH_FLAGS[name] for name in ("device", "gpus", "executor", "ray_address", "policy", "trials",
+                                                   "compile_baseline", "timing_seconds")}
+    options = resolved(Path("."), flag_overrides(ctx, flags), ctx.params["config"], needs_model=False).options
+    return dataclasses.replace(options.judge, devices=options.devices, limits=WorkerLimits(build=build_timeout),
+                               spares=1)
 
 
 def _rejudge(store, kernel_ids: list[int], options, cache_dir: Optional[Path]) -> list:

@@ -6,20 +6,19 @@ as the field writes it; the other commands read benches back, read-only.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
 from typer.core import TyperGroup
 
-from kernelevo.cli.common import (ArchiveOpt, BaselineOpt, CacheDirOpt, ChildrenOpt, CompileBaselineOpt,
-                                  ConcurrencyOpt,
-                                  ConfigOpt, DeviceOpt, ExecutorOpt, FormatOpt, GenerationsOpt, GpusOpt, IslandsOpt,
-                                  JsonOpt, ModelForOpt, ModelOpt, NcuOpt, PlateauOpt, PolicyOpt, ProfileTopOpt, RayAddressOpt,
-                                  SeedOpt, ShapesOpt, TimingSecondsOpt, TrialsOpt, budget_branch,
-                                  check_choice, emit, exit_interrupted, fail, judge_branch, models_text, opened, say, search_branch,
-                                  search_options, SearchArgs)
+from kernelevo.cli.common import (SEARCH_FLAGS, ArchiveOpt, BaselineOpt, CacheDirOpt, ChildrenOpt,
+                                  CompileBaselineOpt, ConcurrencyOpt, ConfigOpt, DeviceOpt, ExecutorOpt, FormatOpt,
+                                  GenerationsOpt, GpusOpt, IslandsOpt, JsonOpt, ModelForOpt, ModelOpt, NcuOpt,
+                                  PlateauOpt, PolicyOpt, ProfileTopOpt, RayAddressOpt, SeedOpt, ShapesOpt,
+                                  TimingSecondsOpt, TrialsOpt, check_choice, emit, exit_interrupted, fail,
+                                  flag_overrides, models_text, opened, resolved, say)
 from kernelevo.formats import FORMAT_CHOICES
 
 
@@ -37,22 +36,14 @@ bench_app = typer.Typer(cls=_RunByDefault, no_args_is_help=True,
                              "compare, show, list and report benches.")
 
 
-@dataclass(frozen=True)
-class BenchArgs:
-    """The arguments of `kernelevo bench run`: each task's search's, the limits per task and of the suite."""
-
-    suite: Path
-    search: SearchArgs
-    tasks: Optional[str]
-    candidates: Optional[Path]
-    max_cost_usd: Optional[float]  # the whole suite's
-    per_task: Any  # each task's search's limits (BudgetLimits)
-    as_json: bool
-    again: tuple[str, ...] = ()  # with resume: done tasks whose final judgement is made again
+# bench's flags beyond the search's: each task's budget (the suite's spend is BenchOptions.max_cost_usd)
+BENCH_FLAGS = {**SEARCH_FLAGS, "max_cost_usd_per_task": "budget.max_cost_usd",
+               "max_llm_calls_per_task": "budget.max_llm_calls", "max_wall_time_per_task": "budget.max_wall_s"}
 
 
 @bench_app.command()
 def run(
+    ctx: typer.Context,
     suite: Path = typer.Argument(..., help="a folder of KernelBench-format task files, or a text file listing them"),
     tasks: Optional[str] = typer.Option(None, "--tasks", help="only the task files whose name matches this glob"),
     candidates: Optional[Path] = typer.Option(None, help="score the <task>__<label>.py files of this folder "
@@ -75,7 +66,7 @@ def run(
     concurrency: ConcurrencyOpt = 4,
     profile_top: ProfileTopOpt = 2,
     ncu: NcuOpt = True,
-    seed: SeedOpt = 0,
+    seed: SeedOpt = 42,
     policy: PolicyOpt = "mixed",
     trials: TrialsOpt = 5,
     shapes: ShapesOpt = "general",
@@ -92,38 +83,35 @@ def run(
     as_json: JsonOpt = False,
 ) -> None:
     """Search every task of SUITE (or score given candidates) and print the table and fast_p."""
-    settings = search_branch(children=children, islands=islands, concurrency=concurrency, profile_top=profile_top, ncu=ncu)
-    judge = judge_branch(policy=policy, trials=trials, shapes=shapes, compile_baseline=compile_baseline,
-                         timing_seconds=timing_seconds)
-    search = SearchArgs(model=model, model_for=model_for, device=device, gpus=gpus, executor=executor,
-                        ray_address=ray_address, fmt=fmt, settings=settings, judge=judge, seed=seed, baseline=baseline,
-                        resume=resume, archive=archive, out=out, config=config, cache_dir=cache_dir)
-    per_task = budget_branch(max_cost_usd=max_cost_usd_per_task, max_llm_calls=max_llm_calls_per_task,
-                             max_wall_time=max_wall_time_per_task, generations=generations, plateau=plateau)
-    _run(BenchArgs(suite=suite, search=search, tasks=tasks, candidates=candidates, max_cost_usd=max_cost_usd,
-                   per_task=per_task, as_json=as_json, again=tuple(again)))
+    _run(_options(ctx), as_json)
 
 
-def _options(args: BenchArgs) -> Any:
+def _options(ctx: typer.Context) -> Any:
+    """BenchOptions from the command line: each task's search resolved by the library, the suite's own beside it."""
     from kernelevo.evolution.drivers.bench import BenchOptions
 
-    if args.search.fmt is not None:
-        check_choice("--format", args.search.fmt, FORMAT_CHOICES)
-    if args.candidates is not None and not args.candidates.is_dir():
-        fail(f"--candidates {args.candidates}: no such folder of <task>__<label>.py files")
-    extra = {"models": ("(given candidates)",)} if args.candidates else {}
-    search = search_options(args.search, args.suite, args.per_task, **extra)
-    return BenchOptions(suite=args.suite, search=search, tasks_glob=args.tasks, candidates=args.candidates,
-                        max_cost_usd=args.max_cost_usd, resume=args.search.resume, again=args.again)
+    given = ctx.params
+    if given["fmt"] is not None:
+        check_choice("--format", given["fmt"], FORMAT_CHOICES)
+    candidates = given["candidates"]
+    if candidates is not None and not candidates.is_dir():
+        fail(f"--candidates {candidates}: no such folder of <task>__<label>.py files")
+    overrides = flag_overrides(ctx, BENCH_FLAGS)
+    if candidates:
+        overrides["run.models"] = ("(given candidates)",)
+    search = resolved(given["suite"], overrides, given["config"]).options
+    # --resume names the bench; each task's search resumes its own run (bench._search_task)
+    return BenchOptions(suite=given["suite"], search=dataclasses.replace(search, resume=None),
+                        tasks_glob=given["tasks"], candidates=candidates, max_cost_usd=given["max_cost_usd"],
+                        resume=search.resume, again=tuple(given["again"]))
 
 
-def _run(args: BenchArgs) -> None:
+def _run(options: Any, as_json: bool) -> None:
     """Run the bench with a live view; every way it ends leaves a line saying what to do next."""
     from kernelevo.agent.client import Stop
     from kernelevo.cli.views.bench import LiveBench
     from kernelevo.evolution.drivers.bench import BenchError, run_bench
 
-    options = _options(args)
     models = models_text(options.search.models, options.search.model_for, "the bench's own")
     what = f"candidates in {options.candidates}" if options.candidates else f"models {models}"
     say(f"kernelevo bench {options.suite}: {what}, devices {','.join(options.search.devices)}, "
@@ -140,7 +128,7 @@ def _run(args: BenchArgs) -> None:
         exit_interrupted()
     except OSError as exc:
         fail(f"{exc.strerror or exc}: {exc.filename or ''} (a full disk or an unwritable archive?)")
-    _finish(options, outcome.bench_id, args.as_json)
+    _finish(options, outcome.bench_id, as_json)
     if outcome.waiting:
         say(f"{outcome.waiting} task(s) wait for a reply: answer each prompt in {options.search.out_dir}/prompts/<task>/ "
             f"(NNNN.reply.md beside it), then continue with `kernelevo bench {options.suite} --resume {outcome.bench_id}`")

@@ -13,7 +13,6 @@ import sys
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Optional
 
@@ -113,64 +112,11 @@ def say(text: str) -> None:
 
 def resolve_device(device: Optional[str]) -> str:
     """--device as the judge takes it: cuda:N or cpu, checked against the devices this machine has."""
-    import torch
-
-    if device in (None, "auto"):
-        return "cuda:0" if torch.cuda.is_available() else "cpu"
-    if device == "cuda":
-        device = "cuda:0"
-    if device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            fail("no CUDA device is visible here; use --device cpu to judge C/C++ candidates on the CPU")
-        index = device.split(":", 1)[1] if ":" in device else "0"
-        if not index.isdigit() or int(index) >= torch.cuda.device_count():
-            fail(f"{device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
-        return device
-    if device != "cpu":
-        fail(f"--device {device}: use cuda, cuda:N or cpu")
-    return device
-
-
-def devices(device: Optional[str], gpus: str) -> tuple[str, ...]:
-    """The judge's devices: the CPU, the one GPU --device cuda:N names, or the --gpus list."""
-    dev = resolve_device(device)
-    if dev == "cpu":
-        return ("cpu",)
-    if device not in (None, "auto", "cuda") and gpus == "all":
-        return (dev,)
-    import torch
-
-    count = torch.cuda.device_count()
-    if gpus == "all":
-        return tuple(f"cuda:{i}" for i in range(count))
-    picked = [g.strip() for g in gpus.split(",") if g.strip()]
-    if not picked or not all(g.isdigit() and int(g) < count for g in picked):
-        fail(f"--gpus {gpus}: use all, or indices below {count} such as 0,1")
-    return tuple(f"cuda:{g}" for g in picked)
-
-
-def executor_choice(given: Optional[str], config: Any) -> str:
-    """--executor, else `executor =` in kernelevo.toml, else local."""
-    chosen = given or str(config.raw.get("executor") or "local")
-    check_choice("--executor", chosen, ("local", "ray"))
-    return chosen
-
-
-def judge_devices(executor: str, device: Optional[str], gpus: str, address: Optional[str]) -> tuple[str, ...]:
-    """The judge's devices: this machine's (`devices`), or on a Ray cluster one per GPU of it (the CPU
-    backend: "cpu", its jobs spread over the nodes' CPUs)."""
-    if executor == "local":
-        return devices(device, gpus)
-    if device not in (None, "auto", "cuda", "cpu"):
-        fail(f"--device {device}: with --executor ray use cuda or cpu; Ray places each job on a free GPU")
-    if gpus != "all":
-        fail("--gpus picks this machine's GPUs; with --executor ray every GPU of the cluster is used")
-    from kernelevo.judge.api import ray_connect, ray_slots
+    from kernelevo.evolution.settings import SettingsError, device_of
 
     try:
-        ray_connect(address)
-        return ray_slots("cpu" if device == "cpu" else "cuda")
-    except RuntimeError as exc:
+        return device_of(device)
+    except SettingsError as exc:
         fail(str(exc))
 
 
@@ -246,42 +192,16 @@ def emit(rows: Any, fmt: str, fields: Sequence[str] = ()) -> None:
         print_rows(rows, fields)
 
 
-def model_spec(model: Optional[str], config: Any) -> str:
-    """The model to use: --model, else the config's default_model, else the provider whose key is set."""
-    from kernelevo.config import DEFAULT_MODELS
-
-    chosen = model or config.raw.get("default_model")
-    if chosen:
-        return chosen
-    for variable, spec in DEFAULT_MODELS:
-        if os.environ.get(variable):
-            return spec
-    fail("no model and no API key: export ANTHROPIC_API_KEY or OPENAI_API_KEY, or pass "
-         "--model local:MODEL@http://host:port/v1 for a local server")
-
-
-def model_names(given: Optional[list[str]], config: Any, resuming: bool) -> tuple[str, ...]:
-    """The run's models: --model (repeated: an ensemble), else () when resuming (the run's own), else
-    kernelevo.toml's ensemble, else the one model_spec picks."""
-    if given:
-        return tuple(given)
-    if resuming:
-        return ()
-    return config.ensemble() or (model_spec(None, config),)
-
-
 def models_text(models: tuple[str, ...], pins: Optional[tuple[tuple[str, str], ...]], default: str) -> str:
     """'fast, smart (reflect -> smart)': a search's models and pins as the start-up echo says them."""
     text = ", ".join(models) or default
     return text + (" (" + ", ".join(f"{op} -> {m}" for op, m in pins) + ")" if pins else "")
 
 
-def model_pins(given: Optional[list[str]], config: Any, resuming: bool) -> Optional[tuple[tuple[str, str], ...]]:
-    """--model-for OPERATOR=MODEL pairs, else None when resuming (the run's own), else kernelevo.toml's."""
+def model_pins(given: list[str]) -> tuple[tuple[str, str], ...]:
+    """--model-for OPERATOR=MODEL as (operator, model) pairs, each operator checked."""
     from kernelevo.evolution.scheduling import OPERATORS
 
-    if not given:
-        return None if resuming else tuple(config.model_for().items())
     pins = []
     for item in given:
         operator, sep, name = (part.strip() for part in item.partition("="))
@@ -292,15 +212,6 @@ def model_pins(given: Optional[list[str]], config: Any, resuming: bool) -> Optio
     return tuple(pins)
 
 
-def baseline_choice(given: Optional[str], config: Any) -> str:
-    """--baseline, else `baseline =` in kernelevo.toml, else torch.compile (the user's alternative)."""
-    from kernelevo.config import BASELINE_CHOICES
-
-    chosen = given or config.baseline() or "compile"
-    check_choice("--baseline", chosen, BASELINE_CHOICES)
-    return chosen
-
-
 def given_flags(ctx: Any) -> frozenset[str]:
     """The command's parameters set on its command line, not left to their defaults (click's own record; by the
     source's name, since typer may carry its own copy of click)."""
@@ -308,99 +219,37 @@ def given_flags(ctx: Any) -> frozenset[str]:
                      if getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE")
 
 
-def judge_branch(*, policy: str, trials: int, shapes: str, compile_baseline: bool, timing_seconds: float) -> Any:
-    """The judge's settings (JudgeOptions) from its flags, checked; the executor is added once the config is read
-    (search_options). The search hands this record to the judge as it is."""
-    check_choice("--policy", policy, ("mixed", "strict"))
-    check_choice("--shapes", shapes, ("general", "exact"))
-    from kernelevo.judge.api import JudgeOptions, TimingConfig
-
-    return JudgeOptions(policy=policy, trials=trials, shapes=shapes, compile_baseline=compile_baseline,
-                        timing=TimingConfig(max_seconds=timing_seconds))
-
-
-def budget_branch(*, max_cost_usd: Optional[float], max_llm_calls: Optional[int], max_wall_time: Optional[str],
-                  generations: int, plateau: int) -> Any:
-    """A search's limits (BudgetLimits) from their flags; a wall time such as 30m or 2h, checked."""
-    from kernelevo.evolution.budget import BudgetLimits
-
-    return BudgetLimits(max_cost_usd=max_cost_usd, max_llm_calls=max_llm_calls, max_wall_s=duration(max_wall_time),
-                        generations=generations, plateau_generations=plateau)
-
-
-def search_branch(*, children: int, islands: int, concurrency: int, profile_top: int, ncu: bool) -> Any:
-    """The search's own settings (SearchSettings) from its flags."""
-    from kernelevo.evolution.options import SearchSettings
-
-    return SearchSettings(children_per_generation=children, islands=islands, llm_concurrency=concurrency,
-                          profile_per_generation=profile_top, ncu=ncu)
+# A search's flags -> the leaf of the settings tree each sets (kernelevo.evolution.settings); `optimize` and `bench`
+# add their own. A flag left to its default sets nothing: the tree's default stands (tests/test_settings.py checks
+# that the two agree, so --help never names another default).
+SEARCH_FLAGS = {
+    "model": "run.models", "model_for": "run.model_for", "device": "run.device", "gpus": "run.gpus",
+    "fmt": "run.fmt", "baseline": "run.baseline", "archive": "run.archive_path", "out": "run.out_dir",
+    "cache_dir": "run.cache_dir", "resume": "run.resume",
+    "children": "search.children_per_generation", "islands": "search.islands", "concurrency": "search.llm_concurrency",
+    "profile_top": "search.profile_per_generation", "ncu": "search.ncu",
+    "generations": "budget.generations", "plateau": "budget.plateau_generations",
+    "seed": "judge.seed", "policy": "judge.policy", "trials": "judge.trials", "shapes": "judge.shapes",
+    "compile_baseline": "judge.compile_baseline", "timing_seconds": "judge.timing.max_seconds",
+    "executor": "judge.executor", "ray_address": "judge.ray_address",
+}
+# How a flag's text becomes its leaf's value, where they differ.
+_VALUE = {"model": tuple, "model_for": model_pins, "seed_from": tuple, "max_wall_time": duration,
+          "max_wall_time_per_task": duration}
 
 
-@dataclass(frozen=True)
-class SearchArgs:
-    """The arguments `optimize` and `bench` share: what each task's search is built from (search_options). The
-    judge's and the search's settings come as their branches (judge_branch, search_branch), not flag by flag."""
-
-    model: Optional[list[str]]
-    model_for: Optional[list[str]]
-    device: Optional[str]
-    gpus: str
-    executor: Optional[str]
-    ray_address: Optional[str]
-    fmt: Optional[str]
-    settings: Any  # SearchSettings
-    judge: Any  # JudgeOptions
-    seed: int
-    baseline: Optional[str]
-    resume: Optional[str]
-    archive: Optional[Path]
-    out: Path
-    config: Optional[Path]
-    cache_dir: Optional[Path]
+def flag_overrides(ctx: Any, flags: dict[str, str]) -> dict[str, Any]:
+    """The settings tree's overrides from the flags given on the command line: {leaf path: value}."""
+    given = given_flags(ctx)
+    return {path: _VALUE.get(name, lambda v: v)(ctx.params[name]) for name, path in flags.items() if name in given}
 
 
-def search_options(args: SearchArgs, task: Path, limits: Any, **extra: Any) -> Any:
-    """OptimizeOptions of one task's search from a command's arguments (optimize's, or bench's for
-    each task): config, devices, format, search settings, judge settings, archive and output."""
-    import dataclasses
+def resolved(task: Path, overrides: dict[str, Any], config: Optional[Path], needs_model: bool = True) -> Any:
+    """The search's settings resolved by the library (kernelevo.evolution.settings.resolve), or a usage error."""
+    from kernelevo.config import ConfigError
+    from kernelevo.evolution.settings import resolve
 
-    from kernelevo import runtime
-    from kernelevo.evolution.options import OptimizeOptions
-
-    config = config_or_fail(args.config)
-    executor = executor_choice(args.executor, config)
-    on = judge_devices(executor, args.device, args.gpus, args.ray_address)
-    fmt = args.fmt or config.format()
-    if on == ("cpu",) and fmt in ("nvrtc", "inline"):
-        fail(f"--format {fmt} needs a GPU; on the CPU kernels are written in C (--format c), or in Triton "
-             "(--format triton or auto: checked in Triton's interpreter, not timed)")
-    resuming = bool(args.resume)
-    baseline = baseline_choice(args.baseline, config)
-    models = extra.pop("models", None) or model_names(args.model, config, resuming)
-    pins = model_pins(args.model_for, config, resuming)
-    judge = dataclasses.replace(args.judge, executor=executor, ray_address=args.ray_address)
-    return OptimizeOptions(task_path=task, models=models, model_for=pins, devices=on,
-                           archive_path=config.archive_path(args.archive), out_dir=args.out,
-                           cache_dir=args.cache_dir or runtime.cache_dir(), fmt=fmt, budget=limits,
-                           settings=args.settings, judge=judge, seed=args.seed, baseline=baseline,
-                           config=config, **extra)
-
-
-@dataclass(frozen=True)
-class OptimizeArgs:
-    """The arguments of `kernelevo optimize`: the search's, the run's limits, and those of --parts (whole.py
-    runs a model in parts)."""
-
-    task: Path
-    search: SearchArgs
-    budget: Any  # BudgetLimits (budget_branch)
-    seed_from: tuple[Path, ...]
-    force: bool
-    parts: Optional[int]
-    parts_dir: Optional[Path]
-    min_speedup: float
-    modes: Optional[str] = None  # with --parts: the compile modes to time the assembly in
-    granularity: str = "module"  # with --parts: how the model is split (split.GRANULARITIES)
-    given: frozenset[str] = frozenset()  # the parameters set on the command line (given_flags)
-    show_settings: bool = False  # print the resolved settings and where each came from, and stop
-    judge_again: bool = False  # with resume: only the run's final judgement, made again (OptimizeOptions.judge_again)
+    try:
+        return resolve(task, overrides, config, needs_model=needs_model)
+    except (ConfigError, ValueError) as exc:
+        fail(str(exc))

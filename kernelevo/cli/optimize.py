@@ -10,13 +10,11 @@ from typing import Any, Optional
 
 import typer
 
-from kernelevo.cli.common import (BaselineOpt, CacheDirOpt, ChildrenOpt, CompileBaselineOpt, ConcurrencyOpt, DeviceOpt,
-                                  ExecutorOpt,
-                                  FormatOpt, GenerationsOpt, GpusOpt, IslandsOpt, ModelForOpt, ModelOpt, NcuOpt, PlateauOpt,
-                                  PolicyOpt, ProfileTopOpt, RayAddressOpt, SeedOpt, ShapesOpt, TimingSecondsOpt,
-                                  TrialsOpt, EXIT_INTERRUPTED, OptimizeArgs, SearchArgs, check_choice, fail,
-                                  budget_branch, given_flags, judge_branch, search_branch,
-                                  models_text, say, search_options)
+from kernelevo.cli.common import (SEARCH_FLAGS, BaselineOpt, CacheDirOpt, ChildrenOpt, CompileBaselineOpt,
+                                  ConcurrencyOpt, DeviceOpt, EXIT_INTERRUPTED, ExecutorOpt, FormatOpt, GenerationsOpt,
+                                  GpusOpt, IslandsOpt, ModelForOpt, ModelOpt, NcuOpt, PlateauOpt, PolicyOpt, ProfileTopOpt,
+                                  RayAddressOpt, SeedOpt, ShapesOpt, TimingSecondsOpt, TrialsOpt, check_choice, fail,
+                                  flag_overrides, models_text, resolved, say)
 from kernelevo.formats import FORMAT_CHOICES
 
 
@@ -49,7 +47,7 @@ def optimize(
     concurrency: ConcurrencyOpt = 4,
     profile_top: ProfileTopOpt = 2,
     ncu: NcuOpt = True,
-    seed: SeedOpt = 0,
+    seed: SeedOpt = 42,
     policy: PolicyOpt = "mixed",
     trials: TrialsOpt = 5,
     shapes: ShapesOpt = "general",
@@ -69,41 +67,50 @@ def optimize(
     judge_again: bool = typer.Option(False, "--judge-again", help="with --resume: no search, no call: the run's final judgement made again by this judge"),
 ) -> None:
     """Search for a faster, verified kernel for TASK; writes <task>_kernelevo.py and archives every try."""
-    settings = search_branch(children=children, islands=islands, concurrency=concurrency, profile_top=profile_top, ncu=ncu)
-    judge = judge_branch(policy=policy, trials=trials, shapes=shapes, compile_baseline=compile_baseline,
-                         timing_seconds=timing_seconds)
-    search = SearchArgs(model=model, model_for=model_for, device=device, gpus=gpus, executor=executor,
-                        ray_address=ray_address, fmt=fmt, settings=settings, judge=judge, seed=seed, baseline=baseline,
-                        resume=resume, archive=archive, out=out, config=config, cache_dir=cache_dir)
-    limits = budget_branch(max_cost_usd=max_cost_usd, max_llm_calls=max_llm_calls, max_wall_time=max_wall_time,
-                           generations=generations, plateau=plateau)
-    run_optimize(OptimizeArgs(task=task, search=search, budget=limits, seed_from=tuple(seed_from), force=force,
-                              parts=parts, parts_dir=parts_dir, min_speedup=min_speedup, modes=modes,
-                              granularity=granularity, given=given_flags(ctx), show_settings=show_settings, judge_again=judge_again))
+    _check(ctx)
+    found = resolved(task, flag_overrides(ctx, OPTIMIZE_FLAGS), config)
+    if show_settings:
+        return _show(found)
+    _echo(found.options)
+    if parts:
+        return _in_parts(found.options, ctx.params)
+    run_optimize(found.options)
 
 
-def _check(args: OptimizeArgs) -> None:
+def _show(found: Any) -> None:
+    from kernelevo.cli.views.settings import print_settings
+
+    print_settings(found)
+
+
+def _in_parts(options: Any, given: dict) -> None:
+    from kernelevo.cli.whole import run_parts
+
+    run_parts(options, given["parts"], given["parts_dir"], given["min_speedup"], given["modes"], given["granularity"])
+
+
+# optimize's flags beyond the search's: the run's budget, stepping stones and what --force and --judge-again ask
+OPTIMIZE_FLAGS = {**SEARCH_FLAGS, "max_cost_usd": "budget.max_cost_usd", "max_llm_calls": "budget.max_llm_calls",
+                  "max_wall_time": "budget.max_wall_s", "seed_from": "run.seed_from", "force": "run.force",
+                  "judge_again": "run.judge_again"}
+
+
+def _check(ctx: typer.Context) -> None:
     """The checks that need no config and no device, so a typo fails before anything is loaded."""
-    if not args.task.is_file():
-        fail(f"{args.task}: no such file; give the path of a KernelBench-format task .py file")
-    if args.parts:
+    given = ctx.params
+    if not given["task"].is_file():
+        fail(f"{given['task']}: no such file; give the path of a KernelBench-format task .py file")
+    if given["parts"]:
         from kernelevo.evolution.drivers.parts.split import GRANULARITIES
 
-        check_choice("--granularity", args.granularity, GRANULARITIES)
-    if args.search.fmt is not None:  # None: the format the device defaults to
-        check_choice("--format", args.search.fmt, FORMAT_CHOICES)
-    for path in args.seed_from:
+        check_choice("--granularity", given["granularity"], GRANULARITIES)
+    if given["fmt"] is not None:  # None: the format the device defaults to
+        check_choice("--format", given["fmt"], FORMAT_CHOICES)
+    for path in given["seed_from"]:
         if not path.is_file():
             fail(f"--seed-from {path}: no such archive file")
-    if args.judge_again and (not args.search.resume or args.parts):
+    if given["judge_again"] and (not given["resume"] or given["parts"]):
         fail("--judge-again makes a run's final judgement again: name the run with --resume RUN (not with --parts)")
-
-
-def _options(args: OptimizeArgs) -> Any:
-    """OptimizeOptions from the command's arguments, after every check that can fail early."""
-    _check(args)
-    return search_options(args.search, args.task, args.budget, seed_from=args.seed_from, resume=args.search.resume,
-                          force=args.force, judge_again=args.judge_again)
 
 
 def _echo(options: Any) -> None:
@@ -121,23 +128,13 @@ def _echo(options: Any) -> None:
         + (f", resuming {options.resume}" if options.resume else ""))
 
 
-def run_optimize(args: OptimizeArgs) -> None:
+def run_optimize(options: Any) -> None:
     """Run the search with live progress; every way it ends leaves a line saying what to do next."""
     from kernelevo.agent.client import Stop
     from kernelevo.evolution.loop import optimize as search
     from kernelevo.cli.views.progress import LiveProgress, print_summary
     from kernelevo.tasks import TaskError
 
-    options = _options(args)
-    if args.show_settings:
-        from kernelevo.cli.views.settings import print_settings
-
-        return print_settings(options, args.given)
-    _echo(options)
-    if args.parts:
-        from kernelevo.cli.whole import run_parts
-
-        return run_parts(args, options)
     limits = {"max_cost_usd": options.budget.max_cost_usd}
     try:
         with LiveProgress(f"kernelevo: {options.task_path.name}", limits) as live:

@@ -10,20 +10,21 @@ from typing import Any, Optional
 
 import typer
 
-from kernelevo.cli.common import (EXIT_INTERRUPTED, EXIT_NOTHING_PLACED, ArchiveOpt, BaselineOpt, CacheDirOpt, CompileBaselineOpt, ConfigOpt,
-                                  JsonOpt, OptimizeArgs, SeedOpt, ShapesOpt, TimingSecondsOpt, TrialsOpt,
-                                  baseline_choice, check_choice, config_or_fail, fail, judge_branch, resolve_device, say)
+from kernelevo.cli.common import (EXIT_INTERRUPTED, EXIT_NOTHING_PLACED, ArchiveOpt, BaselineOpt, CacheDirOpt,
+                                  CompileBaselineOpt, ConfigOpt, JsonOpt, SeedOpt, ShapesOpt, TimingSecondsOpt,
+                                  TrialsOpt, check_choice, fail, flag_overrides, resolve_device, resolved, say)
 from kernelevo.evaluation import Verdict
 
 
 def assemble(
+    ctx: typer.Context,
     model: Path = typer.Argument(..., help="the KernelBench-format model file that was split"),
     bench: str = typer.Option(..., help="the bench of its parts (`kernelevo bench ls` lists them)"),
     out: Path = typer.Option(..., "-o", "--out", help="the drop-in file to write (its result beside it as .json)"),
     device: Optional[str] = typer.Option(None, help="cuda, cuda:N or cpu [default: cuda if present]"),
     min_speedup: float = typer.Option(1.0, help="try a part in place whose kernel is faster than this, against the "
                                       "baseline, beyond noise (its interval wholly above)"),
-    seed: SeedOpt = 0,
+    seed: SeedOpt = 42,
     trials: TrialsOpt = 5,
     shapes: ShapesOpt = "general",
     compile_baseline: CompileBaselineOpt = True,
@@ -44,9 +45,9 @@ def assemble(
 
     if not model.is_file():
         fail(f"{model}: no such file; give the model file that `kernelevo split` split")
-    options = judge_settings(model, out, resolve_device(device), seed=seed, trials=trials, shapes=shapes,
-                             compile_baseline=compile_baseline, baseline=baseline, timing_seconds=timing_seconds,
-                             archive=archive, config=config, cache_dir=cache_dir)
+    overrides = {**flag_overrides(ctx, ASSEMBLE_FLAGS), "run.devices": (resolve_device(device),),
+                 "run.out_dir": out.parent}
+    options = resolved(model, overrides, config, needs_model=False).options
     try:
         data = assemble_model(model, bench, out, options, min_speedup, mode_list(modes))
     except (TaskError, ValueError) as exc:
@@ -67,20 +68,10 @@ def mode_list(modes: Optional[str]) -> tuple[str, ...] | None:
     return chosen or None
 
 
-def judge_settings(model: Path, out: Path, device: str, *, seed: int, trials: int, shapes: str,
-                   compile_baseline: bool, baseline: Optional[str], timing_seconds: float, archive: Optional[Path],
-                   config: Optional[Path], cache_dir: Optional[Path]) -> Any:
-    """OptimizeOptions that carry only what the judge of a whole model reads."""
-    from kernelevo import runtime
-    from kernelevo.evolution.options import OptimizeOptions
-
-    judge = judge_branch(policy="mixed", trials=trials, shapes=shapes, compile_baseline=compile_baseline,
-                         timing_seconds=timing_seconds)
-    settings = config_or_fail(config)
-    return OptimizeOptions(task_path=model, models=(), devices=(device,),
-                           archive_path=settings.archive_path(archive), out_dir=out.parent,
-                           cache_dir=cache_dir or runtime.cache_dir(), seed=seed, judge=judge,
-                           baseline=baseline_choice(baseline, settings), config=settings)
+# assemble's flags -> the leaves of the settings tree they set (kernelevo.evolution.settings)
+ASSEMBLE_FLAGS = {"seed": "judge.seed", "trials": "judge.trials", "shapes": "judge.shapes",
+                  "compile_baseline": "judge.compile_baseline", "baseline": "run.baseline",
+                  "timing_seconds": "judge.timing.max_seconds", "archive": "run.archive_path", "cache_dir": "run.cache_dir"}
 
 
 def show(data: dict, as_json: bool) -> None:
@@ -92,7 +83,8 @@ def show(data: dict, as_json: bool) -> None:
     print_assembly(data)
 
 
-def run_parts(args: OptimizeArgs, options: Any) -> None:
+def run_parts(options: Any, parts: int, parts_dir: Optional[Path], min_speedup: float, modes: Optional[str],
+              granularity: str) -> None:
     """`optimize MODEL.py --parts N`: split, search the parts as a bench, assemble; every way it
     ends leaves a line saying what to do next."""
     from kernelevo.agent.client import Stop
@@ -101,22 +93,22 @@ def run_parts(args: OptimizeArgs, options: Any) -> None:
     from kernelevo.tasks import TaskError
     from kernelevo.cli.views.bench import LiveBench
 
-    model = Path(args.task)
-    parts_dir = args.parts_dir or Path(args.search.out) / f"{model.stem}_parts"
-    out_file = Path(args.search.out) / f"{model.stem}_kernelevo.py"
+    model, out = Path(options.task_path), Path(options.out_dir)
+    parts_dir = parts_dir or out / f"{model.stem}_parts"
+    out_file = out / f"{model.stem}_kernelevo.py"
     total = options.budget.max_cost_usd  # the model's whole budget, shared by the parts' time
     search = dataclasses.replace(options, budget=dataclasses.replace(options.budget, max_cost_usd=None), resume=None)
     try:
         with LiveBench(f"kernelevo: {model.name} in parts") as live:
-            data = optimize_model(search, args.parts, parts_dir, out_file, total, resume=args.search.resume,
-                                  min_speedup=args.min_speedup, modes=mode_list(args.modes),
-                                  granularity=args.granularity, on_progress=live,
+            data = optimize_model(search, parts, parts_dir, out_file, total, resume=options.resume,
+                                  min_speedup=min_speedup, modes=mode_list(modes), granularity=granularity,
+                                  on_progress=live,
                                   on_status=live.status)
     except (BenchError, Stop, TaskError, ValueError) as exc:
         fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
     except KeyboardInterrupt as exc:
         bench_id = getattr(exc, "run_id", None)
-        how = (f"`kernelevo optimize {model} --parts {args.parts} --parts-dir {parts_dir} --resume {bench_id}`"
+        how = (f"`kernelevo optimize {model} --parts {parts} --parts-dir {parts_dir} --resume {bench_id}`"
                if bench_id else "a new run")
         typer.echo(f"stopped: every part's search is stored and resumable; continue with {how}", err=True)
         sys.exit(EXIT_INTERRUPTED)
@@ -124,8 +116,8 @@ def run_parts(args: OptimizeArgs, options: Any) -> None:
         fail(f"{exc.strerror or exc}: {exc.filename or ''} (a full disk or an unwritable archive?)")
     if isinstance(data, PartsWaiting):  # like a bench or a run whose replay ended: not a failure, exit 0
         say(f"{data.waiting} part(s) wait for a reply, so the model is not assembled yet: answer each prompt in "
-            f"{args.search.out}/prompts/<part>/ (NNNN.reply.md beside it), then continue with "
-            f"`kernelevo optimize {model} --parts {args.parts} --parts-dir {parts_dir} --resume {data.bench_id}`")
+            f"{out}/prompts/<part>/ (NNNN.reply.md beside it), then continue with "
+            f"`kernelevo optimize {model} --parts {parts} --parts-dir {parts_dir} --resume {data.bench_id}`")
         return
     show(data, as_json=False)
     say(f"bench {data['bench']}: the model with its kernels in place: {out_file} ({data['verdict']})")
