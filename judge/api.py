@@ -205,11 +205,11 @@ class Judge:
                 result = verdicts.interpreter_timeout(audit_files(self.cache_dir, f.result(), self._known), fmt, device)
                 node = result.node_id or None  # follow-up jobs run where the candidate was timed
                 ran_on = {"device_name": result.device_name, "torch": result.torch_version, "node_id": node}
-                timed = result.passed and not result.figure("untimed")  # the interpreter: no speedup
+                timed = result.passed and not result.measured.untimed  # the interpreter: no speedup
                 baseline = self._baseline(task, device, ran_on) if timed else None
                 result = self._second_opinion(task, job, device, result, baseline)
                 beside = None
-                if final and timed and baseline and "compiled" in baseline.figure("timing", {}):
+                if final and timed and baseline and "compiled" in baseline.opponent.timing:
                     beside = self.executor.submit(dataclasses.replace(job, kind="compile_beside"), device,
                                                   node=node).result()
                 evaluation = to_evaluation(task, digest, fmt, device, result, baseline, time.monotonic() - started,
@@ -269,10 +269,10 @@ class Judge:
                                       eager_ms=evaluation.eager.median_ms if evaluation.eager else None)
         result = self.executor.submit(profile, evaluation.device,
                                       node=evaluation.node_id or None).result()
-        if not result.passed or not result.figure("profile"):
+        if not result.passed or not result.profile:
             return Profile(device_name=evaluation.device_name,
                            notes=(result.message or f"profiling failed: {result.reason}",))
-        return Profile.from_dict(result.figure("profile"))
+        return Profile.from_dict(result.profile)
 
 
     def _store(self, path: Path, future: concurrent.futures.Future) -> None:
@@ -287,9 +287,9 @@ class Judge:
         if not result.passed:
             return result
         checked = crosscheck_eager(result, baseline, device, self.options.eager_tolerance)
-        kind = baseline.figure("kind", "other") if baseline else "other"
+        kind = baseline.opponent.kind if baseline else "other"
         limit = {**IMPLAUSIBLE_SPEEDUP, **self.options.implausible}.get(kind, IMPLAUSIBLE_SPEEDUP["other"])
-        if not checked.passed or checked.figure("speedup_eager", 0) <= limit:
+        if not checked.passed or (checked.measured.speedup_eager or 0) <= limit:
             return checked
         second = self.executor.submit(dataclasses.replace(job, kind="remeasure"), device,
                                       node=result.node_id or None).result()

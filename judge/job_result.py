@@ -6,10 +6,11 @@ checked and amended there by the judging process (drive.py, launcher.py, sandbox
 record once, where an executor hands it out; the judge's second opinions and the Evaluation (results.py),
 a model's modes (model_modes.py), a profile and the baseline cache read the record.
 
-The verdict and what describes it are fields. `figures` holds what the job's kind measured, as its
-worker sent it: a candidate's timing, speedups, loop, shapes and correctness; a baseline's timing,
-kernels and speed of light; a re-measurement's; a profile; a model's samples per mode. Each reader turns
-those into its own records (TimingStats, LoopTiming, ShapeReport, Baseline, ModelModes, Profile).
+The verdict and what describes it are fields. `figures` holds what the job's kind measured, as its worker
+sent it (the baseline cache keeps it so, to_dict); it is read through one record per kind, never by its keys:
+`measured` (a candidate's or a check's: timing, speedup, loop, shapes, correctness), `opponent` (a
+baseline's: eager and torch.compile), `remeasured` (a fresh process's second timing), `beside` (torch.compile
+timed beside a candidate), `profile`; a model's samples per mode are ModelModes (model_modes.py).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from kernelevo.evaluation import VERDICTS, Verdict
+from kernelevo.evaluation import VERDICTS, TimingStats, Verdict
 
 _TEXT = ("reason", "message", "excerpt", "device_name", "torch_version", "node", "node_id")
 _SECONDS = ("build_s", "device_s", "wall_s")
@@ -60,18 +61,39 @@ class JobResult:
     def passed(self) -> bool:
         return self.verdict == Verdict.OK
 
-    def figure(self, name: str, default: Any = None) -> Any:
-        """One of the figures the job measured, or `default` where it sent none."""
-        value = self.figures.get(name)
-        return default if value is None else value
+    @property
+    def measured(self) -> "Measured":
+        return Measured.of(self.figures)
+
+    @property
+    def opponent(self) -> "Opponent":
+        return Opponent.of(self.figures)
+
+    @property
+    def remeasured(self) -> "Remeasured":
+        return Remeasured.of(self.figures)
+
+    @property
+    def beside(self) -> "Beside":
+        return Beside.of(self.figures)
+
+    @property
+    def profile(self) -> Mapping[str, Any] | None:
+        """A profile job's figures (Profile.from_dict reads them), None where it sent none."""
+        return self.figures.get("profile") or None
 
     def refused(self, verdict: Verdict, reason: str, message: str, evidence: Mapping[str, Any]) -> "JobResult":
         """This result with a verdict the judging process reached on it (a second opinion's)."""
         return dataclasses.replace(self, verdict=verdict, reason=reason, message=message, evidence=dict(evidence))
 
-    def noted(self, *notes: str, evidence: Mapping[str, Any] | None = None, **figures: Any) -> "JobResult":
-        """This result with more notes, its evidence where given, and figures replaced (a re-measured speedup)."""
-        return dataclasses.replace(self, notes=(*self.notes, *notes), figures={**self.figures, **figures},
+    def noted(self, *notes: str, evidence: Mapping[str, Any] | None = None,
+              speedup: tuple[float, Any] | None = None) -> "JobResult":
+        """This result with more notes, its evidence where given, and a candidate's speedup over eager with its
+        interval replaced where given (the re-measured one, reported instead)."""
+        figures = dict(self.figures)
+        if speedup is not None:
+            figures.update(speedup_eager=speedup[0], speedup_eager_ci=speedup[1])
+        return dataclasses.replace(self, notes=(*self.notes, *notes), figures=figures,
                                    evidence=dict(self.evidence if evidence is None else evidence))
 
     def to_dict(self) -> dict[str, Any]:
@@ -83,3 +105,94 @@ class JobResult:
 
 def _seconds(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _timing(data: Any) -> dict[str, TimingStats]:
+    """role -> its TimingStats, from a worker's {role: fields} ("candidate", "eager", "compiled")."""
+    return {role: TimingStats(**fields) for role, fields in (data or {}).items() if fields}
+
+
+def _pair(value: Any) -> tuple[float, float] | None:
+    return (float(value[0]), float(value[1])) if value else None
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What a candidate's job measured: each role's device time, the speedup over eager with its interval, the
+    host-inclusive loop ({"ms": {role: ms}, "eager/candidate": [point, low, high], "calls": n}), and the reports
+    of its correctness, shapes, confinement and kernels' resources, as the worker wrote them."""
+
+    timing: Mapping[str, TimingStats]
+    speedup_eager: float | None = None
+    speedup_eager_ci: tuple[float, float] | None = None
+    loop: Mapping[str, Any] | None = None
+    correctness: Mapping[str, Any] | None = None
+    shapes: Mapping[str, Any] | None = None
+    confinement: Mapping[str, Any] | None = None
+    policy: str = ""
+    resources: tuple[Mapping[str, Any], ...] = ()
+    untimed: bool = False  # Triton's interpreter: checked, not timed
+
+    @classmethod
+    def of(cls, f: Mapping[str, Any]) -> "Measured":
+        return cls(_timing(f.get("timing")), f.get("speedup_eager"), _pair(f.get("speedup_eager_ci")),
+                   f.get("loop") or None, f.get("correctness") or None, f.get("shapes") or None,
+                   f.get("confinement") or None, str(f.get("policy") or ""), tuple(f.get("resources") or ()),
+                   bool(f.get("untimed")))
+
+
+@dataclass(frozen=True)
+class Opponent:
+    """What a baseline job measured of the reference: eager's and torch.compile's device times, their ratio with
+    its interval where measured together, back to back in a loop, when, and why torch.compile gave none."""
+
+    timing: Mapping[str, TimingStats]
+    compiled_over_eager: tuple[float, ...] | None = None  # (point, low, high)
+    loop: Mapping[str, Any] | None = None  # {"compiled/eager": [point, low, high], ...}
+    measured_at: str = "now"
+    compile_error: str = ""
+    kind: str = "other"  # the task's kind (probe.py), what an implausible speedup is judged by
+    warnings: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, f: Mapping[str, Any]) -> "Opponent":
+        ratio = f.get("compiled_over_eager")
+        return cls(_timing(f.get("timing")), tuple(ratio) if ratio else None, f.get("loop") or None,
+                   str(f.get("measured_at") or "now"), str(f.get("compile_error") or ""), str(f.get("kind") or "other"),
+                   tuple(str(w["message"]) for w in f.get("warnings") or ()))
+
+
+@dataclass(frozen=True)
+class Remeasured:
+    """A fresh process's second timing of an implausible speedup, by another timer."""
+
+    speedup: float | None = None
+    speedup_ci: tuple[float, float] | None = None
+    timer: str = ""
+    times_ms: Mapping[str, Any] | None = None
+
+    @classmethod
+    def of(cls, f: Mapping[str, Any]) -> "Remeasured":
+        speedup = f.get("speedup")
+        return cls(float(speedup) if isinstance(speedup, (int, float)) else None, _pair(f.get("speedup_ci")),
+                   str(f.get("timer") or ""), f.get("times_ms"))
+
+
+@dataclass(frozen=True)
+class Beside:
+    """torch.compile timed beside a candidate in a fresh process (a final's): the speedups, the device times, the
+    loop back to back ({"compiled/candidate": [point, low, high], ...}), each replayed in a CUDA graph, and the
+    machine's load while it ran."""
+
+    speedup_compile: float | None = None
+    speedup_compile_ci: tuple[float, float] | None = None
+    speedup_eager: float | None = None
+    timing: Mapping[str, TimingStats] = field(default_factory=dict)
+    loop: Mapping[str, Any] = field(default_factory=dict)
+    graph: Mapping[str, Any] | None = None
+    load: Any = None
+
+    @classmethod
+    def of(cls, f: Mapping[str, Any]) -> "Beside":
+        return cls(f.get("speedup_compile"), _pair(f.get("speedup_compile_ci")), f.get("speedup_eager"),
+                   _timing(f.get("timing")), f.get("loop") or {}, f.get("graph") or None, f.get("load"))

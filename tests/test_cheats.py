@@ -142,12 +142,17 @@ def test_parent_audit_of_worker_reports():
     assert audit(dict(failure), None, "t", granted=None) == failure  # failures need no token
 
 
+def _stats(ms: float) -> dict:
+    """A role's timing as a worker sends it (TimingStats' fields)."""
+    return {"median_ms": ms, "p10_ms": ms, "p90_ms": ms, "min_ms": ms, "mean_ms": ms, "n": 30, "rel_ci": 0.01}
+
+
 def test_second_opinions():
     from kernelevo.judge.job_result import JobResult
     from kernelevo.judge.results import crosscheck_eager, judge_remeasure
 
-    result = JobResult.of({"verdict": "ok", "speedup_eager": 30.0, "timing": {"eager": {"median_ms": 3.0}}})
-    baseline = JobResult.of({"verdict": "ok", "timing": {"eager": {"median_ms": 1.0}}})
+    result = JobResult.of({"verdict": "ok", "speedup_eager": 30.0, "timing": {"eager": _stats(3.0)}})
+    baseline = JobResult.of({"verdict": "ok", "timing": {"eager": _stats(1.0)}})
     slowed = crosscheck_eager(result, baseline, "cuda:0", 1.5)
     assert slowed.reason == "timing_mismatch" and slowed.evidence["eager_alone_ms"] == 1.0
     assert crosscheck_eager(result, baseline, "cpu", 1.5).passed  # CPU: interference, not evidence
@@ -157,7 +162,7 @@ def test_second_opinions():
     kept = judge_remeasure(result, JobResult.of({**second, "speedup": 28.0}), "elementwise", 10.0, 0.25, "cuda:0")
     assert kept.passed and "re-measured" in kept.notes[-1]
     on_cpu = judge_remeasure(result, JobResult.of(second), "elementwise", 10.0, 0.25, "cpu")
-    assert on_cpu.passed and on_cpu.figure("speedup_eager") == 3.0 and "the lower is reported" in on_cpu.notes[-1]
+    assert on_cpu.passed and on_cpu.measured.speedup_eager == 3.0 and "the lower is reported" in on_cpu.notes[-1]
     lost = judge_remeasure(result, JobResult.of({"verdict": "timeout", "message": "no verdict"}), "elementwise",
                            10.0, 0.25, "cuda:0")
     assert lost.reason == "timing_mismatch" and "no verdict" in lost.message
@@ -169,10 +174,14 @@ def test_a_job_result_is_its_json_as_a_record():
     from kernelevo.judge.job_result import JobResult
 
     sent = {"verdict": "ok", "reason": "", "notes": ["a", ""], "evidence": {"k": 1}, "device_s": 0.5,
-            "timing": {"eager": {"median_ms": 1.0}}, "node_id": None}
+            "timing": {"eager": _stats(1.0), "candidate": _stats(0.5)}, "speedup_eager": 2.0,
+            "speedup_eager_ci": [1.9, 2.1], "node_id": None}
     result = JobResult.of(sent)
     assert result.passed and result.verdict == "ok" and result.notes == ("a",) and result.device_s == 0.5
-    assert result.figure("timing") == sent["timing"] and result.figure("loop", {}) == {} and result.node_id == ""
+    measured = result.measured  # what the job measured is read through its kind's record, never by key
+    assert measured.timing["candidate"].median_ms == 0.5 and measured.speedup_eager_ci == (1.9, 2.1)
+    assert measured.loop is None and not measured.untimed and result.node_id == "" and result.profile is None
+    assert result.opponent.kind == "other" and result.remeasured.speedup is None and result.beside.graph is None
     again = JobResult.of(result.to_dict())
     assert again == result and result.to_dict()["verdict"] == "ok"
     odd = JobResult.of({"verdict": "great", "message": "trust me", "device_s": "lots"})

@@ -58,7 +58,7 @@ def _read(job: JobResult) -> tuple[Baseline | None, str]:
     not."""
     if job.passed:
         return Baseline.of(job.to_dict()), ""
-    return None, job.figure("compile_error") or job.message or "not measured"
+    return None, job.opponent.compile_error or job.message or "not measured"
 
 
 def _figures(baseline: Baseline | None, failure: str = "", calls: float = 1) -> dict:
