@@ -246,10 +246,9 @@ def test_a_verdict_is_compared_by_its_member_not_its_text():
     assert found == {"kernelevo.evolution.loop.children": 1}, found  # proposal.calls' outcome
 
 
-# Names that 3 or more settings records share, each with its reason: the run's seed, cache and resume beside the
-# judge's job record and the CLI's arguments; `max_cost_usd` and `search` name other things in each. (`limits`
-# was the run's budget and the judge's worker limits; the run's branch is `budget` now, as the settings view says.)
-SHARED_SETTING_NAMES: set[str] = set()  # issue 53: 11, then 6, then 5, now none
+# Names that 3 or more settings records share: none (issue 53: 11, then 6, then 5). The CLI hands the library
+# overrides, not records of its own (evolution/settings.py), and the run's one seed is the judge's branch's.
+SHARED_SETTING_NAMES: set[str] = set()
 
 
 def test_a_setting_is_not_copied_through_record_after_record():
