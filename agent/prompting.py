@@ -14,7 +14,7 @@ import tomllib
 from dataclasses import dataclass, field
 
 from kernelevo.evaluation import Failure, Figures, Shown, Variant, Verdict
-from kernelevo.formats import FORMATS
+from kernelevo.formats import FORMATS, native
 
 from .edits import EditFailure
 from .providers import Message
@@ -338,7 +338,7 @@ def task_view(task) -> TaskView:
 
 
 def target_for(device: str, fmt: str | None = None) -> Target:
-    """The target of `device` ("cuda:N" or "cpu"): nvrtc on a GPU unless told, c on the CPU."""
+    """The target of `device` ("cuda:N" or "cpu"), in `fmt` or the device's own format (kernelevo.formats.native)."""
     import os
     import platform
 
@@ -346,12 +346,12 @@ def target_for(device: str, fmt: str | None = None) -> Target:
         from kernelevo.host import cpu_name
         from kernelevo.runtime.c import compiler_command
 
-        return Target(fmt or "c", cpu_name() or platform.processor() or "CPU", cores=os.cpu_count() or 1,
+        return Target(fmt or native(device), cpu_name() or platform.processor() or "CPU", cores=os.cpu_count() or 1,
                       compiler=compiler_command())
     import torch
 
     props = torch.cuda.get_device_properties(torch.device(device))
-    return Target(fmt or "nvrtc", props.name, (props.major, props.minor), props.multi_processor_count,
+    return Target(fmt or native(device), props.name, (props.major, props.minor), props.multi_processor_count,
                   props.total_memory / 2**30, getattr(props, "L2_cache_size", 0) / 2**20,
                   getattr(props, "shared_memory_per_block_optin", 49152) // 1024)
 
@@ -360,10 +360,10 @@ def target_from_info(info: dict, fmt: str | None = None) -> Target:
     """The target a judge worker described (executor.device_info): for a cluster, whose GPUs the
     driver does not have."""
     if not info.get("capability"):
-        return Target(fmt or "c", info.get("device_name") or "CPU", cores=int(info.get("cores") or 1),
+        return Target(fmt or native("cpu"), info.get("device_name") or "CPU", cores=int(info.get("cores") or 1),
                       compiler=info.get("compiler", ""))
     major, minor = (int(x) for x in str(info["capability"]).split("."))
-    return Target(fmt or "nvrtc", info["device_name"], (major, minor), int(info.get("sm_count", 0)),
+    return Target(fmt or native("cuda"), info["device_name"], (major, minor), int(info.get("sm_count", 0)),
                   float(info.get("memory_gib", 0.0)), float(info.get("l2_mib", 0.0)), int(info.get("smem_kib", 0)))
 
 
