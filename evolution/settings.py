@@ -90,10 +90,11 @@ def _put(record: Any, rest: str, value: Any, path: str) -> Any:
 
 
 def resolve(task: Path, overrides: Mapping[str, Any] = {}, config: Path | None = None, origin: str = "flag",
-            needs_model: bool = True) -> Resolved:
+            search: bool = True) -> Resolved:
     """The search of `task` with every setting resolved; `origin` names where the overrides came from.
     kernelevo.toml is `config`, else found where load_config looks; its errors are ConfigErrors. Without
-    `needs_model` (an assembly calls none) no model is chosen where none is named."""
+    `search` (the judge alone: an assembly, a rejudge) no model is chosen where none is named and the candidate
+    format, which only a search asks for, is not checked against the devices."""
     read = load_config(config)
     given = dict(overrides)
     options = OptimizeOptions(task_path=Path(task), models=(), devices=(), archive_path=read.archive_path(),
@@ -109,7 +110,7 @@ def resolve(task: Path, overrides: Mapping[str, Any] = {}, config: Path | None =
     for path, value in given.items():
         options, origins[path] = put(options, path, value), origin
     _check(options)
-    options = _derived(options, read, requests, resuming, given, needs_model)
+    options = _derived(options, read, requests, resuming, given, search)
     if requests:
         origins["run.devices"] = origin
     if options.models and "run.models" not in origins:  # chosen by kernelevo.toml's default_model or the key set
@@ -129,18 +130,18 @@ def _from_config(config: Config, key: str, resuming: bool) -> Any:
 
 
 def _derived(options: OptimizeOptions, config: Config, requests: dict[str, Any], resuming: bool,
-             given: dict[str, Any], needs_model: bool) -> OptimizeOptions:
+             given: dict[str, Any], search: bool) -> OptimizeOptions:
     """The leaves that follow from others: the judge's devices, the model chosen by the key that is set."""
     judge = options.judge
     if "run.devices" not in given:
-        devices = judge_devices(judge.executor, requests.get("run.device"), requests.get("run.gpus") or "all",
-                                judge.ray_address)
+        gpus = requests.get("run.gpus", "all")
+        devices = judge_devices(judge.executor, requests.get("run.device"), gpus, judge.ray_address)
         options = dataclasses.replace(options, devices=devices)
-    if options.devices == ("cpu",) and options.fmt in ("nvrtc", "inline"):
+    if search and options.devices == ("cpu",) and options.fmt in ("nvrtc", "inline"):
         raise SettingsError(f"--format {options.fmt} needs a GPU; on the CPU kernels are written in C (--format c), "
                             "or in Triton (--format triton or auto: checked in Triton's interpreter, not timed)")
     if not resuming:  # a resumed run keeps its own models and pins where none are given
-        models = options.models or ((default_model(config),) if needs_model else ())
+        models = options.models or ((default_model(config),) if search else ())
         options = dataclasses.replace(options, models=models, model_for=options.model_for or ())
     return options
 

@@ -106,3 +106,32 @@ def test_overrides_reach_their_leaf_and_an_unknown_one_is_refused(monkeypatch):
         resolve(TASK, {"run.device": "cpu", "judge.trails": 3}, config=None)
     with pytest.raises(SettingsError, match="--format nvrtc needs a GPU"):
         resolve(TASK, {"run.device": "cpu", "run.fmt": "nvrtc"}, config=None)
+
+
+def test_the_judge_alone_takes_no_model_and_no_candidate_format(tmp_path, monkeypatch):
+    """An assembly or a rejudge resolves the same tree, but asks for no candidates: kernelevo.toml's format and a
+    missing API key are not its errors."""
+    import pytest
+
+    from kernelevo.evolution.settings import SettingsError, resolve
+
+    for key in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(key, raising=False)
+    config = tmp_path / "kernelevo.toml"
+    config.write_text('format = "nvrtc"\nexecutor = "ray"\n')
+    judged = resolve(TASK, {"run.devices": ("cpu",), "judge.executor": "local"}, config, search=False).options
+    assert judged.models == () and judged.fmt == "nvrtc" and judged.judge.executor == "local"
+    with pytest.raises(SettingsError, match="--format nvrtc needs a GPU"):
+        resolve(TASK, {"run.devices": ("cpu",), "judge.executor": "local", "run.models": ("m",)}, config)
+
+
+def test_a_resumed_bench_keeps_its_seed():
+    """Its tasks not yet searched draw from the seed the bench started with, whatever --seed defaults to now."""
+    from kernelevo.archive.records import BenchRecord
+    from kernelevo.evolution.drivers.bench import BenchOptions, _as_stored
+    from kernelevo.evolution.options import OptimizeOptions
+
+    search = OptimizeOptions(TASK, ("m",), ("cpu",), Path("a"), Path("o"), Path("c"))
+    bench = BenchRecord("b1", "suite", "search", {"seed": 0, "models": ["m"]}, "cpu", "", "running", 0.0, None)
+    resumed = _as_stored(bench, BenchOptions(suite=Path("suite"), search=search, resume="b1"))
+    assert search.seed == 42 and resumed.search.seed == 0 and resumed.search.models == ("m",)

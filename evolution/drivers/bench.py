@@ -1,12 +1,10 @@
 """A bench: a suite of tasks, each searched by `loop.optimize` or scored from given candidate files,
 into one archive. Like loop/ and rejudge.py this joins the rooms; it adds no search logic.
 
-Each task's row points at the evaluation behind its figures (the run's final re-judgement, or the
-best given candidate's verdict), so the table is read from the archive, never kept beside it.
-Tasks run concurrently, one per judge device, each search with its device alone (timings of two
-tasks never share a GPU); their LLM calls overlap. Resumable: a task marked done is not redone, a
-task whose search was interrupted resumes that run, and so does a task that failed (an error, not a verdict: a
-lost folder, a full disk, a bug of ours), which nothing of its run's paid replies is asked again for.
+Each task's row points at the evaluation behind its figures (the run's final re-judgement, or the best given
+candidate's verdict): the table is read from the archive. Tasks run concurrently, one per judge device (timings
+of two tasks never share a GPU); their LLM calls overlap. Resumable: a done task is not redone; an interrupted
+or failed one (an error, not a verdict: a lost folder, a full disk, our bug) resumes its run, no reply paid twice.
 """
 from __future__ import annotations
 
@@ -42,6 +40,7 @@ class BenchOptions:
     # 2 % gets little; () shares nothing
     weights: tuple[tuple[str, float], ...] = ()
     again: tuple[str, ...] = ()  # resumed: done tasks whose final judgement is made again (OptimizeOptions.judge_again)
+    force: bool = True  # search near-light tasks too: a suite's figures count each (a model's parts: --force's)
 
 
 @dataclass
@@ -159,9 +158,11 @@ def _judged_again(store, bench_id: str, options: BenchOptions) -> frozenset[int]
 
 
 def _as_stored(bench: BenchRecord, options: BenchOptions) -> BenchOptions:
-    """A resumed bench goes on as it started: scoring the same candidates folder, or searching."""
-    stored = bench.config.get("candidates")
-    search = options.search
+    """A resumed bench goes on as it started: scoring the same candidates folder, or searching, with its seed."""
+    stored, seed = bench.config.get("candidates"), bench.config.get("seed")
+    search = options.search if seed is None else dataclasses.replace(  # its tasks left draw as the others did
+        options.search, judge=dataclasses.replace(options.search.judge, seed=int(seed)))
+    options = dataclasses.replace(options, search=search)
     if bench.config.get("weights") and not options.weights:  # a model's parts keep their shares
         options = dataclasses.replace(options, weights=tuple(bench.config["weights"].items()))
     if bench.mode == "search" and (not search.models or search.model_for is None):  # the bench's own models
@@ -348,9 +349,8 @@ def _search_task(runner: _Runner, row: BenchTaskRecord, device: str, cap: float 
     weight = runner._weight(row)
     if weight is not None and base.budget.max_llm_calls:  # the calls of the suite's tasks, shared
         limits = dataclasses.replace(limits, max_llm_calls=max(1, round(base.budget.max_llm_calls * weight)))
-    # force: a suite's figures count every task, near-light ones too (`optimize` alone stops before their first call)
-    options = dataclasses.replace(base, task_path=Path(row.path), devices=(device,), resume=resume,
-                                  budget=limits, judge_again=row.position in runner.again, force=True)
+    options = dataclasses.replace(base, task_path=Path(row.path), devices=(device,), resume=resume, budget=limits,
+                                  judge_again=row.position in runner.again, force=runner.options.force or base.force)
     outcome = optimize(options, on_progress=runner.progress_of(row),
                        on_status=lambda text: runner._show(row.name, text))
     if outcome.exit_code == EXIT_UNREACHABLE:  # the run is stopped and resumable; so is the bench

@@ -137,7 +137,8 @@ def optimize_model(search: OptimizeOptions, parts: int, parts_dir: Path, out_fil
             [t for t in data["tasks"] if t["task"] in suite.read_text().split()]
     weights = tuple((Path(t["task"]).stem, t["share"] or 0.0) for t in chosen)
     bench = run_bench(BenchOptions(suite=suite if suite.exists() else parts_dir, search=search,
-                                   max_cost_usd=max_cost_usd, resume=resume, weights=weights), on_progress, on_status)
+                                   max_cost_usd=max_cost_usd, resume=resume, weights=weights, force=search.force),
+                      on_progress, on_status)
     if bench.waiting:
         return PartsWaiting(bench.bench_id, bench.waiting)
     on_status(f"assembling {model_path.name} from bench {bench.bench_id}")

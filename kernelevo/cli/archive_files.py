@@ -140,7 +140,7 @@ def _judge_options(ctx: typer.Context, build_timeout: float):
 
     flags = {name: SEARCH_FLAGS[name] for name in ("device", "gpus", "executor", "ray_address", "policy", "trials",
                                                    "compile_baseline", "timing_seconds")}
-    options = resolved(Path("."), flag_overrides(ctx, flags), ctx.params["config"], needs_model=False).options
+    options = resolved(Path("."), flag_overrides(ctx, flags), ctx.params["config"], search=False).options
     return dataclasses.replace(options.judge, devices=options.devices, limits=WorkerLimits(build=build_timeout),
                                spares=1)
 

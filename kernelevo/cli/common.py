@@ -244,12 +244,13 @@ def flag_overrides(ctx: Any, flags: dict[str, str]) -> dict[str, Any]:
     return {path: _VALUE.get(name, lambda v: v)(ctx.params[name]) for name, path in flags.items() if name in given}
 
 
-def resolved(task: Path, overrides: dict[str, Any], config: Optional[Path], needs_model: bool = True) -> Any:
-    """The search's settings resolved by the library (kernelevo.evolution.settings.resolve), or a usage error."""
+def resolved(task: Path, overrides: dict[str, Any], config: Optional[Path], search: bool = True) -> Any:
+    """The search's settings resolved by the library (kernelevo.evolution.settings.resolve), or a usage error;
+    `search` False where the judge alone runs (no model, no candidate format)."""
     from kernelevo.config import ConfigError
     from kernelevo.evolution.settings import resolve
 
     try:
-        return resolve(task, overrides, config, needs_model=needs_model)
+        return resolve(task, overrides, config, search=search)
     except (ConfigError, ValueError) as exc:
         fail(str(exc))

@@ -45,9 +45,10 @@ def assemble(
 
     if not model.is_file():
         fail(f"{model}: no such file; give the model file that `kernelevo split` split")
+    # the model is judged and timed on this machine's device (no --executor: kernelevo.toml's does not apply)
     overrides = {**flag_overrides(ctx, ASSEMBLE_FLAGS), "run.devices": (resolve_device(device),),
-                 "run.out_dir": out.parent}
-    options = resolved(model, overrides, config, needs_model=False).options
+                 "run.out_dir": out.parent, "judge.executor": "local"}
+    options = resolved(model, overrides, config, search=False).options
     try:
         data = assemble_model(model, bench, out, options, min_speedup, mode_list(modes))
     except (TaskError, ValueError) as exc:
