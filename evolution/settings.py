@@ -23,8 +23,7 @@ from .options import OptimizeOptions
 
 # A branch of the tree -> the OptimizeOptions field holding it; "run" is the record's own fields.
 BRANCHES = {"search": "settings", "budget": "budget", "judge": "judge"}
-RUN_FIELDS = ("task_path", "models", "model_for", "devices", "fmt", "baseline", "archive_path", "out_dir",
-              "cache_dir", "resume", "seed_from", "force", "judge_again")
+RUN_FIELDS = tuple(f.name for f in dataclasses.fields(OptimizeOptions) if f.name not in (*BRANCHES.values(), "config"))
 REQUESTS = ("run.device", "run.gpus")  # where to judge, resolved into run.devices
 # A leaf -> its key in kernelevo.toml, where it has one.
 CONFIG_KEYS = {"run.models": "ensemble", "run.model_for": "model_for", "run.fmt": "format", "run.baseline": "baseline",
@@ -89,10 +88,10 @@ def _put(record: Any, rest: str, value: Any, path: str) -> Any:
     return dataclasses.replace(record, **{name: _put(getattr(record, name), deeper, value, path) if deeper else value})
 
 
-def resolve(task: Path, overrides: Mapping[str, Any] = {}, config: Path | None = None, origin: str = "flag",
+def resolve(task: Path, overrides: Mapping[str, Any] = {}, config: Path | None = None,
             search: bool = True) -> Resolved:
-    """The search of `task` with every setting resolved; `origin` names where the overrides came from.
-    kernelevo.toml is `config`, else found where load_config looks; its errors are ConfigErrors. Without
+    """The search of `task` with every setting resolved, the overrides (a caller's flags) last. kernelevo.toml
+    is `config`, else found where load_config looks; its errors are ConfigErrors. Without
     `search` (the judge alone: an assembly, a rejudge) no model is chosen where none is named and the candidate
     format, which only a search asks for, is not checked against the devices."""
     read = load_config(config)
@@ -108,11 +107,11 @@ def resolve(task: Path, overrides: Mapping[str, Any] = {}, config: Path | None =
             options, origins[path] = put(options, path, value), f"kernelevo.toml: {key} ="
     requests = {path: given.pop(path) for path in REQUESTS if path in given}
     for path, value in given.items():
-        options, origins[path] = put(options, path, value), origin
+        options, origins[path] = put(options, path, value), "flag"
     _check(options)
     options = _derived(options, read, requests, resuming, given, search)
     if requests:
-        origins["run.devices"] = origin
+        origins["run.devices"] = "flag"
     if options.models and "run.models" not in origins:  # chosen by kernelevo.toml's default_model or the key set
         origins["run.models"] = _model_origin(read)
     return Resolved(options, tuple(sorted(origins.items())))
@@ -149,7 +148,7 @@ def _derived(options: OptimizeOptions, config: Config, requests: dict[str, Any],
 def _check(options: OptimizeOptions) -> None:
     """The values a leaf may hold, checked before anything is looked for (devices, a model by its key)."""
     if options.fmt is not None and options.fmt not in FORMAT_CHOICES:
-        raise SettingsError(f"--format {options.fmt}: use {', '.join(FORMAT_CHOICES)}")
+        raise SettingsError(f"--format {options.fmt}: use {', '.join(FORMAT_CHOICES[:-1])} or {FORMAT_CHOICES[-1]}")
     if options.baseline not in BASELINE_CHOICES:
         raise SettingsError(f"--baseline {options.baseline}: use {' or '.join(BASELINE_CHOICES)}")
     if options.judge.executor not in EXECUTORS:
@@ -228,7 +227,8 @@ def judge_devices(executor: str, device: str | None, gpus: str, address: str | N
     if executor == "local":
         return local_devices(device, gpus)
     if device not in (None, "auto", "cuda", "cpu"):
-        raise SettingsError(f"--device {device}: with --executor ray use cuda or cpu; Ray places each job on a free GPU")
+        raise SettingsError(f"--device {device}: with --executor ray use cuda or cpu; Ray places each job on a free "
+                            "GPU")
     if gpus != "all":
         raise SettingsError("--gpus picks this machine's GPUs; with --executor ray every GPU of the cluster is used")
     from kernelevo.judge.api import ray_connect, ray_slots

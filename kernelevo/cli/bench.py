@@ -17,9 +17,8 @@ from kernelevo.cli.common import (SEARCH_FLAGS, ArchiveOpt, BaselineOpt, CacheDi
                                   CompileBaselineOpt, ConcurrencyOpt, ConfigOpt, DeviceOpt, ExecutorOpt, FormatOpt,
                                   GenerationsOpt, GpusOpt, IslandsOpt, JsonOpt, ModelForOpt, ModelOpt, NcuOpt,
                                   PlateauOpt, PolicyOpt, ProfileTopOpt, RayAddressOpt, SeedOpt, ShapesOpt,
-                                  TimingSecondsOpt, TrialsOpt, check_choice, emit, exit_interrupted, fail,
+                                  TimingSecondsOpt, TrialsOpt, emit, exit_interrupted, fail,
                                   flag_overrides, models_text, opened, resolved, say)
-from kernelevo.formats import FORMAT_CHOICES
 
 
 class _RunByDefault(TyperGroup):
@@ -91,8 +90,6 @@ def _options(ctx: typer.Context) -> Any:
     from kernelevo.evolution.drivers.bench import BenchOptions
 
     given = ctx.params
-    if given["fmt"] is not None:
-        check_choice("--format", given["fmt"], FORMAT_CHOICES)
     candidates = given["candidates"]
     if candidates is not None and not candidates.is_dir():
         fail(f"--candidates {candidates}: no such folder of <task>__<label>.py files")

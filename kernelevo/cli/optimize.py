@@ -15,7 +15,6 @@ from kernelevo.cli.common import (SEARCH_FLAGS, BaselineOpt, CacheDirOpt, Childr
                                   GpusOpt, IslandsOpt, ModelForOpt, ModelOpt, NcuOpt, PlateauOpt, PolicyOpt, ProfileTopOpt,
                                   RayAddressOpt, SeedOpt, ShapesOpt, TimingSecondsOpt, TrialsOpt, check_choice, fail,
                                   flag_overrides, models_text, resolved, say)
-from kernelevo.formats import FORMAT_CHOICES
 
 
 def optimize(
@@ -104,8 +103,6 @@ def _check(ctx: typer.Context) -> None:
         from kernelevo.evolution.drivers.parts.split import GRANULARITIES
 
         check_choice("--granularity", given["granularity"], GRANULARITIES)
-    if given["fmt"] is not None:  # None: the format the device defaults to
-        check_choice("--format", given["fmt"], FORMAT_CHOICES)
     for path in given["seed_from"]:
         if not path.is_file():
             fail(f"--seed-from {path}: no such archive file")

@@ -10,9 +10,10 @@ from typing import Any, Optional
 
 import typer
 
-from kernelevo.cli.common import (EXIT_INTERRUPTED, EXIT_NOTHING_PLACED, ArchiveOpt, BaselineOpt, CacheDirOpt,
-                                  CompileBaselineOpt, ConfigOpt, JsonOpt, SeedOpt, ShapesOpt, TimingSecondsOpt,
-                                  TrialsOpt, check_choice, fail, flag_overrides, resolve_device, resolved, say)
+from kernelevo.cli.common import (SEARCH_FLAGS, EXIT_INTERRUPTED, EXIT_NOTHING_PLACED, ArchiveOpt, BaselineOpt,
+                                  CacheDirOpt, CompileBaselineOpt, ConfigOpt, JsonOpt, SeedOpt, ShapesOpt,
+                                  TimingSecondsOpt, TrialsOpt, check_choice, fail, flag_overrides, resolve_device,
+                                  resolved, say)
 from kernelevo.evaluation import Verdict
 
 
@@ -70,9 +71,8 @@ def mode_list(modes: Optional[str]) -> tuple[str, ...] | None:
 
 
 # assemble's flags -> the leaves of the settings tree they set (kernelevo.evolution.settings)
-ASSEMBLE_FLAGS = {"seed": "judge.seed", "trials": "judge.trials", "shapes": "judge.shapes",
-                  "compile_baseline": "judge.compile_baseline", "baseline": "run.baseline",
-                  "timing_seconds": "judge.timing.max_seconds", "archive": "run.archive_path", "cache_dir": "run.cache_dir"}
+ASSEMBLE_FLAGS = {name: SEARCH_FLAGS[name] for name in ("seed", "trials", "shapes", "compile_baseline", "baseline",
+                                                        "timing_seconds", "archive", "cache_dir")}
 
 
 def show(data: dict, as_json: bool) -> None:
