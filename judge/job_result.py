@@ -15,6 +15,8 @@ timed beside a candidate), `profile`; a model's samples per mode are ModelModes 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -53,27 +55,43 @@ class JobResult:
             common.update(reason="judge_error", message=f"the job's result has no verdict of the judge's "
                                                         f"({str(verdict)[:40]!r}): {common['message']}".rstrip(": "))
             verdict = Verdict.RUNTIME_ERROR
-        return cls(Verdict(verdict), notes=tuple(str(n) for n in data.get("notes") or () if n),
-                   evidence=dict(data.get("evidence") or {}), figures=figures,
-                   **common, **{k: _seconds(data.get(k)) for k in _SECONDS})
+        record = cls(Verdict(verdict), notes=tuple(str(n) for n in data.get("notes") or () if n),
+                     evidence=dict(data.get("evidence") or {}), figures=figures,
+                     **common, **{k: _seconds(data.get(k)) for k in _SECONDS})
+        return record._readable()
+
+    def _readable(self) -> "JobResult":
+        """This record, or where its figures do not read as their kinds' records (a worker's JSON whose timing is
+        not TimingStats') the same without them: a passing one becomes the judge's own error, said so; a rejection
+        keeps its verdict, reason and evidence, with a note. Never an exception for its caller."""
+        try:
+            for view in (Measured, Opponent, Remeasured, Beside):
+                view.of(self.figures)
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
+            said = f"the job's figures do not read ({type(exc).__name__}: {str(exc)[:120]})"
+            if not self.passed:
+                return dataclasses.replace(self, figures={}, notes=(*self.notes, f"{said}; dropped"))
+            return dataclasses.replace(self, verdict=Verdict.RUNTIME_ERROR, reason="judge_error", message=said,
+                                       figures={}, evidence={"unreadable": f"{type(exc).__name__}: {exc}"[:400]})
+        return self
 
     @property
     def passed(self) -> bool:
         return self.verdict == Verdict.OK
 
-    @property
+    @functools.cached_property  # read once: a frozen record's figures never change
     def measured(self) -> "Measured":
         return Measured.of(self.figures)
 
-    @property
+    @functools.cached_property  # read once: a frozen record's figures never change
     def opponent(self) -> "Opponent":
         return Opponent.of(self.figures)
 
-    @property
+    @functools.cached_property  # read once: a frozen record's figures never change
     def remeasured(self) -> "Remeasured":
         return Remeasured.of(self.figures)
 
-    @property
+    @functools.cached_property  # read once: a frozen record's figures never change
     def beside(self) -> "Beside":
         return Beside.of(self.figures)
 
@@ -109,10 +127,43 @@ def _seconds(value: Any) -> float | None:
 
 def _timing(data: Any) -> dict[str, TimingStats]:
     """role -> its TimingStats, from a worker's {role: fields} ("candidate", "eager", "compiled")."""
-    return {role: TimingStats(**fields) for role, fields in (data or {}).items() if fields}
+    return {str(role): _stats(fields) for role, fields in (data or {}).items() if fields}
 
 
-def _pair(value: Any) -> tuple[float, float] | None:
+_STATS = frozenset(f.name for f in dataclasses.fields(TimingStats))
+
+
+def _stats(fields: Mapping[str, Any]) -> TimingStats:
+    """TimingStats of a worker's fields: every one it has, none other, each a finite number (host_ms may be None);
+    ValueError otherwise, so that a verdict never rests on a string or a NaN where a time should be."""
+    if set(fields) - _STATS:
+        raise ValueError(f"timing fields that TimingStats has not: {sorted(set(fields) - _STATS)[:4]}")
+    for name, value in fields.items():
+        if _number(value) is None and name != "host_ms":
+            raise ValueError(f"timing field {name} is None")
+    return TimingStats(**fields)
+
+
+def _number(value: Any) -> float | None:
+    """A figure as a float, None where there is none; ValueError where it is something else (a string, a NaN)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"a figure that is not a finite number: {str(value)[:40]!r}")
+    return float(value)
+
+
+def _mapping(value: Any) -> Mapping[str, Any] | None:
+    """A report as the worker wrote it, None where there is none; ValueError where it is not a mapping."""
+    if not value:
+        return None
+    if not isinstance(value, Mapping):
+        raise ValueError(f"a report that is not a mapping: {str(value)[:40]!r}")
+    return value
+
+
+def as_pair(value: Any) -> tuple[float, float] | None:
+    """An interval's (low, high) as floats, None where there is none."""
     return (float(value[0]), float(value[1])) if value else None
 
 
@@ -135,10 +186,10 @@ class Measured:
 
     @classmethod
     def of(cls, f: Mapping[str, Any]) -> "Measured":
-        return cls(_timing(f.get("timing")), f.get("speedup_eager"), _pair(f.get("speedup_eager_ci")),
-                   f.get("loop") or None, f.get("correctness") or None, f.get("shapes") or None,
-                   f.get("confinement") or None, str(f.get("policy") or ""), tuple(f.get("resources") or ()),
-                   bool(f.get("untimed")))
+        return cls(_timing(f.get("timing")), _number(f.get("speedup_eager")), as_pair(f.get("speedup_eager_ci")),
+                   _mapping(f.get("loop")), _mapping(f.get("correctness")), _mapping(f.get("shapes")),
+                   _mapping(f.get("confinement")), str(f.get("policy") or ""),
+                   tuple(_mapping(r) or {} for r in f.get("resources") or ()), bool(f.get("untimed")))
 
 
 @dataclass(frozen=True)
@@ -157,7 +208,7 @@ class Opponent:
     @classmethod
     def of(cls, f: Mapping[str, Any]) -> "Opponent":
         ratio = f.get("compiled_over_eager")
-        return cls(_timing(f.get("timing")), tuple(ratio) if ratio else None, f.get("loop") or None,
+        return cls(_timing(f.get("timing")), tuple(float(r) for r in ratio) if ratio else None, _mapping(f.get("loop")),
                    str(f.get("measured_at") or "now"), str(f.get("compile_error") or ""), str(f.get("kind") or "other"),
                    tuple(str(w["message"]) for w in f.get("warnings") or ()))
 
@@ -173,9 +224,8 @@ class Remeasured:
 
     @classmethod
     def of(cls, f: Mapping[str, Any]) -> "Remeasured":
-        speedup = f.get("speedup")
-        return cls(float(speedup) if isinstance(speedup, (int, float)) else None, _pair(f.get("speedup_ci")),
-                   str(f.get("timer") or ""), f.get("times_ms"))
+        return cls(_number(f.get("speedup")), as_pair(f.get("speedup_ci")), str(f.get("timer") or ""),
+                   _mapping(f.get("times_ms")))
 
 
 @dataclass(frozen=True)
@@ -194,5 +244,6 @@ class Beside:
 
     @classmethod
     def of(cls, f: Mapping[str, Any]) -> "Beside":
-        return cls(f.get("speedup_compile"), _pair(f.get("speedup_compile_ci")), f.get("speedup_eager"),
-                   _timing(f.get("timing")), f.get("loop") or {}, f.get("graph") or None, f.get("load"))
+        return cls(_number(f.get("speedup_compile")), as_pair(f.get("speedup_compile_ci")),
+                   _number(f.get("speedup_eager")), _timing(f.get("timing")), _mapping(f.get("loop")) or {},
+                   _mapping(f.get("graph")), f.get("load"))

@@ -12,7 +12,7 @@ from kernelevo.judge.measure.timing import combined as timing_combined
 from kernelevo.judge.measure.timing import load_note
 from kernelevo.evaluation import (Confinement, Correctness, Evaluation, GraphTiming, KernelResources, LoopTiming,
                                   ShapeReport, TimingStats, Verdict)
-from kernelevo.judge.job_result import JobResult
+from kernelevo.judge.job_result import JobResult, as_pair
 from kernelevo.tasks import Task
 
 
@@ -85,12 +85,6 @@ def judge_remeasure(result: JobResult, second: JobResult, kind: str, limit: floa
     return result.noted(note, evidence=evidence)
 
 
-def _pair(value) -> tuple[float, float] | None:
-    return (float(value[0]), float(value[1])) if value else None
-
-
-
-
 def _scaled(stats: TimingStats, scale: float) -> TimingStats:
     """Device times scaled (a cached figure rescaled by this run's eager time); host time stays as measured."""
     return dataclasses.replace(stats, **{k: getattr(stats, k) * scale
@@ -154,7 +148,7 @@ def _loop_figures(result: JobResult, baseline: JobResult | None, beside: JobResu
         compiled_ms = ms["eager"] * ratio[0]
     return LoopTiming(calls=looped["calls"], candidate_ms=ms["candidate"], eager_ms=ms["eager"],
                       speedup_eager=point, speedup_eager_ci=(low, high), compiled_ms=compiled_ms,
-                      speedup_compile=speedup, speedup_compile_ci=_pair(ci), device_ms=device_ms)
+                      speedup_compile=speedup, speedup_compile_ci=as_pair(ci), device_ms=device_ms)
 
 
 def _graph_figures(beside: JobResult | None) -> GraphTiming | None:
@@ -169,8 +163,8 @@ def _graph_figures(beside: JobResult | None) -> GraphTiming | None:
     compiled, eager = graph.get("compiled/candidate"), graph.get("eager/candidate")
     return GraphTiming(candidate_ms=ms.get("candidate"), eager_ms=ms.get("eager"), compiled_ms=ms.get("compiled"),
                        speedup_compile=compiled[0] if compiled else None,
-                       speedup_compile_ci=_pair(compiled[1:]) if compiled else None,
-                       speedup_eager=eager[0] if eager else None, speedup_eager_ci=_pair(eager[1:]) if eager else None)
+                       speedup_compile_ci=as_pair(compiled[1:]) if compiled else None,
+                       speedup_eager=eager[0] if eager else None, speedup_eager_ci=as_pair(eager[1:]) if eager else None)
 
 
 def _spread(stats: TimingStats) -> tuple[float, float, float]:
@@ -201,7 +195,7 @@ def to_evaluation(task: Task, digest: str, fmt: str, device: str, result: JobRes
         correctness=Correctness(**correctness) if correctness else None, candidate=cand, eager=eager,
         compiled=compiled, speedup_eager=measured.speedup_eager if timed else None,
         speedup_eager_ci=measured.speedup_eager_ci if timed else None,
-        speedup_compile=speedup_compile, speedup_compile_ci=_pair(compile_ci), notes=tuple(notes),
+        speedup_compile=speedup_compile, speedup_compile_ci=as_pair(compile_ci), notes=tuple(notes),
         policy=measured.policy, evidence=dict(result.evidence), warnings=opponent.warnings if opponent else (),
         resources=tuple(KernelResources(**r) for r in measured.resources),
         shapes=ShapeReport.from_dict(shapes) if timed and shapes else None,

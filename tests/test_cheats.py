@@ -184,6 +184,18 @@ def test_a_job_result_is_its_json_as_a_record():
     assert result.opponent.kind == "other" and result.remeasured.speedup is None and result.beside.graph is None
     again = JobResult.of(result.to_dict())
     assert again == result and result.to_dict()["verdict"] == "ok"
+    # figures that do not read as their records (the worker's process ran candidate code) are the judge's error
+    # in a passing result, a verdict and never an exception for the caller; a rejection keeps its own
+    for figures in ({"timing": {**sent["timing"], "extra": {"median_ms": "fast"}}},
+                    {"timing": {"candidate": {**_stats(0.5), "median_ms": float("nan")}}},
+                    {"timing": {"candidate": {**_stats(0.5), "clock": "mine"}}},
+                    {"speedup_eager": "100x"}, {"loop": [1, 2]}, {"speedup_compile": True}):
+        forged = JobResult.of({**sent, **figures})
+        assert (forged.verdict, forged.reason) == ("runtime_error", "judge_error") and "do not read" in forged.message
+        assert forged.figures == {} and forged.measured.timing == {} and forged.evidence["unreadable"]
+        refused = JobResult.of({**sent, **figures, "verdict": "rejected", "reason": "io_access"})
+        assert (refused.verdict, refused.reason, refused.evidence) == ("rejected", "io_access", {"k": 1})
+        assert refused.beside.speedup_compile is None and refused.notes[-1].endswith("dropped")
     odd = JobResult.of({"verdict": "great", "message": "trust me", "device_s": "lots"})
     assert not odd.passed and (odd.verdict, odd.reason) == ("runtime_error", "judge_error")
     assert "'great'" in odd.message and "trust me" in odd.message and odd.device_s is None

@@ -189,17 +189,21 @@ def test_a_model_search_takes_the_parts_with_most_headroom_and_leaves_the_rest_t
     from kernelevo.evolution.drivers.parts.headroom import _figures, _read, searched, weighted_calls
     from kernelevo.judge.api import JobResult
 
+    def ms(median: float) -> dict:  # a baseline's timing of one role, as its worker sends it
+        return {"median_ms": median, "p10_ms": median, "p90_ms": median, "min_ms": median, "mean_ms": median,
+                "n": 10, "rel_ci": 0.01}
+
     near = _figures(*_read(JobResult.of({"verdict": "ok", "sol": {"bound_ms": 1.0, "memory_ms": 1.0},
-                                         "timing": {"eager": {"median_ms": 2.0}, "compiled": {"median_ms": 1.1}}})))
+                                         "timing": {"eager": ms(2.0), "compiled": ms(1.1)}})))
     assert near == {"ms_compiled": 1.1, "sol_ms": 1.0, "floor_ms": 1.0, "headroom_ms": 0.1, "left_to_compiler": True}
-    four = _figures(*_read(JobResult.of({"verdict": "ok", "timing": {"compiled": {"median_ms": 1.1}},
+    four = _figures(*_read(JobResult.of({"verdict": "ok", "timing": {"compiled": ms(1.1)},
                                          "sol": {"bound_ms": 1.0}})), calls=4)
     assert (four["ms_compiled"], four["sol_ms"]) == (4.4, 4.0)  # per forward of the model, as eager's ms
     # a folded task's sites built at other sizes count by their eager time against its own sites' per call
     sites = [{"calls": 2, "ms": 4.0}, {"calls": 1, "ms": 2.2}, {"calls": 1, "ms": 0.5, "built": 1}, {"calls": 2, "ms": 2.0, "built": 2}]
     assert weighted_calls(sites) == pytest.approx(3 + (0.5 + 2.0) / (6.2 / 3))
     assert weighted_calls([{"calls": 3, "ms": 0.9}, {"calls": 1, "ms": 0.2}]) == 4  # sites of its own size count whole
-    failed = _figures(*_read(JobResult.of({"verdict": "ok", "timing": {"eager": {"median_ms": 2.0}},
+    failed = _figures(*_read(JobResult.of({"verdict": "ok", "timing": {"eager": ms(2.0)},
                                            "sol": {"bound_ms": 1.0}, "compile_error": "BackendCompilerFailed: x"})))
     assert failed["headroom_ms"] is None and "BackendCompilerFailed" in failed["not_measured"]
     broken = _figures(*_read(JobResult.of({"verdict": "runtime_error", "reason": "exception",
