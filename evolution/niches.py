@@ -11,7 +11,7 @@ below separates kernels that are worth keeping side by side:
 - `shared_memory`: tiling with on-chip reuse versus streaming through registers and L1. Tiled
   kernels are harder to get right and slow until tuned, yet they are the only road to
   compute-bound speed on GEMM/conv-like work.
-- `tensor_cores` (mma/wmma/wgmma/ldmatrix): a different arithmetic path with its own layout and
+- `tensor_cores` (mma/wmma/wgmma/ldmatrix, Triton's `tl.dot` unless in IEEE fp32): a different arithmetic path with its own layout and
   precision constraints; its ceiling is far higher than SIMT code, its first versions are not.
 - `vector_io` (float4/int4/half2/... accesses): wide memory transactions with alignment and
   shape fallbacks; the main lever of memory-bound kernels, with a separate tuning ladder.
@@ -28,7 +28,7 @@ import ast
 import re
 from typing import Mapping
 
-from kernelevo.formats import BUILDERS, dotted as _dotted
+from kernelevo.formats import BUILDERS, dotted as _dotted, triton_kernels
 
 # Calls that build a candidate's kernels; the names they are assigned to are launch handles.
 _BUILDERS = {name for name, _ in BUILDERS}
@@ -68,6 +68,8 @@ _TC = re.compile(r"\bwmma\b|\bmma\.sync\b|\bmma_sync\b|\bwgmma\b|\bldmatrix\b|\b
 _VEC = re.compile(r"\b(?:float[24]|double2|u?int[24]|u?short[24]|u?char4|u?longlong2|__half2|half2|"
                   r"__nv_bfloat162|nv_bfloat162)\b|\.v[24]\.|\b__m(?:128|256|512)[di]?\b|\b_mm\d*_load")
 _LAUNCH_CHEVRON = re.compile(r"<<<")
+_TL_DOT = re.compile(r"\btl\.dot\s*\(")
+_TL_IEEE = re.compile(r"input_precision\s*=\s*['\"]ieee['\"]")
 _CXX_TORCH_CALL = re.compile(r"\b(?:torch|at)::(?:native::)?(\w+)\s*\(")
 
 
@@ -83,7 +85,8 @@ def describe(source: str, fmt: str, measured: Mapping | None = None) -> dict:
         c_text = "\n".join(c_parts)
         device_text = c_text if tree is not None else _C_COMMENT.sub("", _PY_COMMENT.sub("", source))
         out["shared_memory"] = bool(_SMEM.search(device_text) or _SMEM.search(python))
-        out["tensor_cores"] = bool(_TC.search(device_text))
+        dots = len(_TL_DOT.findall(python))  # Triton's tensor cores, except where every product is IEEE fp32
+        out["tensor_cores"] = bool(_TC.search(device_text)) or dots > len(_TL_IEEE.findall(python))
         out["vector_io"] = bool(_VEC.search(device_text))
         out["launches"] = _launches(source, tree, c_text, fmt)
         out["torch_ops"] = _torch_ops(tree, c_text)
@@ -263,7 +266,9 @@ class _ForwardWalker:
         self.methods = {n.name: n for n in (cls.body if cls else []) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
         self.handles = set(_DEFAULT_HANDLES.get(fmt, set().union(*_DEFAULT_HANDLES.values())))
         self.modules: set[str] = set()
-        for node in ast.walk(tree):
+        self.jitted = set(triton_kernels(tree))  # launched as name[grid](...)
+        host = [n for n in tree.body if getattr(n, "name", None) not in self.jitted]  # a kernel's tl.load builds nothing
+        for node in (sub for top in host for sub in ast.walk(top)):
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) \
                     and _dotted(node.value.func).split(".")[-1] in _BUILDERS:
                 self.handles.update(_dotted(t).split(".")[-1] for t in node.targets if _dotted(t))
@@ -277,6 +282,8 @@ class _ForwardWalker:
         return self.functions.get(name) if "." not in name else None
 
     def _is_launch(self, call: ast.Call) -> bool:
+        if isinstance(call.func, ast.Subscript):
+            return _dotted(call.func.value) in self.jitted
         parts = _dotted(call.func).split(".")
         if len(parts) >= 2 and parts[0] == "self":
             parts = parts[1:]

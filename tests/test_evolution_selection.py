@@ -124,6 +124,13 @@ def test_describe_real_candidates():
     assert conv["launches"] == 1 and conv["shared_memory"]
     c = niches.describe((CANDIDATES / "layernorm__c.py").read_text(), "c")
     assert niches.niche_key(c) == "L1"
+    # Triton launches are name[grid](...) of its @triton.jit functions; a kernel's own tl.load is no build
+    triton = {name: niches.describe((CANDIDATES / f"{name}__triton.py").read_text(), "triton")
+              for name in ("layernorm", "sum_reduction", "gemm_bias_gelu")}
+    assert [t["launches"] for t in triton.values()] == [1, 2, 1]
+    assert not triton["gemm_bias_gelu"]["tensor_cores"]  # tl.dot in IEEE fp32: no tensor cores
+    bf16 = (CANDIDATES / "gemm_bias_gelu__triton.py").read_text().replace(', input_precision="ieee"', "")
+    assert niches.niche_key(niches.describe(bf16, "triton")) == "L1-tc"
 
 
 HYBRID = '''
