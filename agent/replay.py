@@ -4,12 +4,16 @@ SOURCE is a run id or a bench id of the archive (the loop reads its calls: evolu
 folder of replies: `<folder>/<task>/NNNN.reply.md`, each beside the `NNNN.prompt.md` this module wrote
 when the recording ran out (its header names the operator and the prompt's hash). A request is answered
 with the first recorded reply not yet served of the same operator, the one whose prompt is the same
-where there is one: the k-th mutation of a replay gets the k-th mutation of the recording. A reply whose
+where there is one: the k-th mutation of a replay gets the k-th mutation of the recording. Where none of that
+operator is left, the first reply left of another is served (counted as to a prompt of another form): a replay
+whose search draws other operators than the recording's does not end with paid replies unserved. A reply whose
 prompt has changed (a prompt or the judge changed since) is still served, and counted.
 
 The first request with no recorded reply goes to MODEL where `then:` names one; else its prompt is
 written to `<prompts>/NNNN.prompt.md` and the replay ends (`ReplayEnded`): the search stops there, and
-whoever answers that prompt writes `NNNN.reply.md` beside it for the next round. Replayed calls cost
+whoever answers that prompt writes `NNNN.reply.md` beside it for the next round. A recorded reply comes back at
+once, where the model took a minute: so that each prompt shows what the judge said of every kernel before it (as
+the recording's run did, and the same each time), the search asks a replay only with nothing in flight. Replayed calls cost
 nothing and are recorded as provider `replay`; the search's call cap counts them, so a replay of a run
 with its cap makes the same number of calls.
 """
@@ -167,6 +171,13 @@ class ReplayLLM:
     def paused_for(self) -> float:
         return self.then.paused_for() if self.then else 0.0
 
+    @property
+    def instant(self) -> bool:
+        """Its next answer takes no time (a recorded reply, or the replay's end): while so, the search asks it
+        only with nothing in flight (evolution.loop.search), as a model's 30-120 s would have let it settle."""
+        with self._lock:
+            return bool(self._left) or self.then is None
+
     def ask(self, operator: str, messages: list[Message], fmt: str = "") -> Answer:
         digest, form = prompt_hash(messages), prompt_form(messages)
         with self._lock:
@@ -192,10 +203,11 @@ class ReplayLLM:
 
     def _take(self, operator: str, digest: str) -> Recorded | None:
         """The reply for this request, taken off the list: the same operator's with the same prompt, else the
-        same operator's first, else the first of unknown operator."""
+        same operator's first, else the first of unknown operator, else the first left of any: a search whose
+        choices differ from the recording's (another operator drawn) still spends every paid reply."""
         mine = [r for r in self._left if r.operator == operator]
         found = next((r for r in mine if r.prompt_hash == digest), None) or (mine[0] if mine else None)
-        found = found or next((r for r in self._left if not r.operator), None)
+        found = found or next((r for r in self._left if not r.operator), None) or next(iter(self._left), None)
         if found is not None:
             self._left.remove(found)
         return found

@@ -57,6 +57,12 @@ class Ensemble:
         """What each replaying member served (agent/replay.py), by label; {} without one."""
         return {label: llm.note() for label, llm in self.members.items() if hasattr(llm, "note") and llm.note()}
 
+    @property
+    def instant(self) -> bool:
+        """Every model still in answers at once (replays with replies left, agent/replay.py): the search then
+        settles what is in flight before each call, so that its prompt carries every verdict so far."""
+        return bool(self.active) and all(getattr(self.members[m], "instant", False) for m in self.active)
+
     def set_on_call(self, on_call: Callable[[LLMCall], None]) -> None:
         for llm in self.members.values():
             llm.on_call = on_call

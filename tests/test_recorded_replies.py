@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from kernelevo.agent.client import prompt_form, prompt_hash
 from kernelevo.agent.providers import Message
-from kernelevo.agent.replay import Recorded, ReplayEnded, ReplayLLM, parse_spec, read_folder, write_prompt
+from kernelevo.agent.replay import (Recorded, ReplayEnded, ReplayLLM, ReplaySpec, parse_spec, read_folder,
+                                   write_prompt)
 from kernelevo.archive.store import Archive
 from llm_server import ScriptedServer, kernel_replies
 from test_optimize import KERNELS, TASK, USAGE, environment
@@ -87,8 +88,9 @@ def test_a_reply_served_to_its_prompt_with_other_figures_is_told_from_one_served
     assert [c.prompt_form for c in calls] == [prompt_form(again), prompt_form(other)]  # stored with each call
 
 
-def _search(tmp_path, monkeypatch, server, model: str = "scripted", calls: int = 2, offline: bool = False):
-    """A small search (`calls` calls, one at a time) of `model` on the CPU, in this process, where the judge's
+def _search(tmp_path, monkeypatch, server, model: str = "scripted", calls: int = 2, offline: bool = False,
+            concurrency: int = 1):
+    """A small search (`calls` calls, `concurrency` at a time) of `model` on the CPU, in this process, where the judge's
     zygote serves every run: (its outcome, its calls as the archive holds them)."""
     from kernelevo.evolution.budget import BudgetLimits
     from kernelevo.evolution.loop import optimize
@@ -104,7 +106,7 @@ def _search(tmp_path, monkeypatch, server, model: str = "scripted", calls: int =
                               out_dir=tmp_path / "out", cache_dir=tmp_path / "cache",
                               config=load_config(tmp_path / "kernelevo.toml"),
                               judge=JudgeOptions(seed=1, trials=2, timing=TimingConfig(max_seconds=0.2), compile_baseline=False, bounds="off"),
-                              settings=SearchSettings(children_per_generation=4, llm_concurrency=1),
+                              settings=SearchSettings(children_per_generation=4, llm_concurrency=concurrency),
                               budget=BudgetLimits(max_llm_calls=calls, generations=1, plateau_generations=9))
     outcome = optimize(options)
     return outcome, _calls(tmp_path / "archive.sqlite", outcome.run_id)
@@ -145,6 +147,47 @@ def test_a_recorded_run_replays_without_a_server_and_a_missing_reply_ends_it_or_
         assert "kernelevo prompt: operator=" in prompt.read_text()
     finally:
         server.close()
+
+
+def test_a_replay_asks_each_call_once_every_earlier_kernel_is_judged(tmp_path, monkeypatch):
+    """A recorded reply comes back at once, where the model took a minute: with two calls allowed at a time, the
+    replay still asks each call only once the kernels of the calls before it are judged, so that its prompt
+    carries their verdicts (a replay raced ahead and its prompt left out the best kernel, still on the judge)."""
+    k = KERNELS
+    serial = k["chunked"].replace("    #pragma omp parallel for schedule(static)\n", "")  # a real change: judged
+    wider = serial.replace("CHUNK 4096", "CHUNK 8192")
+    assert len({k["good"], k["slow"], k["chunked"], serial, wider}) == 5
+    server = ScriptedServer(responder=kernel_replies(itertools.chain([k["good"], k["slow"]], itertools.repeat(k["good"])),
+                                                     itertools.chain([k["chunked"], serial, wider],
+                                                                     itertools.repeat(k["chunked"])), k["good"], USAGE))
+    try:
+        recorded, original = _search(tmp_path, monkeypatch, server, calls=4)
+        replayed, again = _search(tmp_path, monkeypatch, server, f"replay:{recorded.run_id}", calls=4, offline=True,
+                                  concurrency=2)
+        assert len(original) == 4, (original, recorded.reason)
+        assert len(again) == 4 and {c["provider"] for c in again} == {"replay"}, replayed.reason
+        with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
+            asked = archive._db.read("SELECT id, started_at FROM llm_calls WHERE run_id = ? ORDER BY id",
+                                     (replayed.run_id,))
+            judged = archive._db.read("SELECT k.llm_call_id AS call, MIN(e.created_at) AS at FROM kernels k "
+                                      "JOIN evaluations e ON e.kernel_id = k.id WHERE k.run_id = ? "
+                                      "AND k.llm_call_id IS NOT NULL GROUP BY k.id", (replayed.run_id,))
+        assert judged and all(j["at"] <= c["started_at"] for c in asked for j in judged if j["call"] < c["id"])
+    finally:
+        server.close()
+
+    from types import SimpleNamespace
+    from kernelevo.evolution.ensemble import Ensemble
+
+    alone = ReplayLLM(ReplaySpec("x"), [Recorded(1, "", "a reply")], tmp_path / "prompts")
+    then = ReplayLLM(ReplaySpec("x", "m"), [Recorded(1, "", "a reply")], tmp_path / "prompts",
+                     then=SimpleNamespace(edit_format="whole", choice=None, label="m"))
+    assert alone.instant and then.instant and Ensemble({"r": alone}).instant  # a recorded reply comes at once
+    for llm in (alone, then):
+        llm.ask("translate", _messages("write a kernel"))
+    assert alone.instant and not then.instant  # the replay's end comes at once; the model after it takes its time
+    other = ReplayLLM(ReplaySpec("x"), [Recorded(1, "mutate", "a mutation")], tmp_path / "prompts")
+    assert other.ask("crossover", _messages("combine them")).text == "a mutation"  # no paid reply left unserved
 
 
 def test_past_its_recording_a_replay_goes_on_with_the_model_it_names(tmp_path, monkeypatch):

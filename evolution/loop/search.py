@@ -113,7 +113,7 @@ class Search:
             reason = reason or self._stop_reason()
             if reason is None:
                 while len(self.flight.calls) < self.settings.llm_concurrency and len(self.flight.judging) < \
-                        2 * len(self.flight.load) + 2 and self.planning.plan():
+                        2 * len(self.flight.load) + 2 and not self._settling() and self.planning.plan():
                     pass
             if not self.flight.calls and not self.flight.judging and not self.profiler.futures:
                 break
@@ -132,6 +132,11 @@ class Search:
         self.pool.shutdown(0.0)
         self._bound_checked()  # a kernel judged after the stop was decided is checked too
         return reason or budgets.StopReason(budgets.StopKind.NOTHING_LEFT, budgets.StopKind.NOTHING_LEFT.value)
+
+    def _settling(self) -> bool:
+        """A model that answers at once (a replay) waits for what is in flight: a call's kernels, their verdicts
+        and profiles, which a model's minute would have let arrive before the next prompt."""
+        return self.ensemble.instant and bool(self.flight.calls or self.flight.judging or self.profiler.futures)
 
     def resubmit(self, child: Variant) -> None:
         """Judge a stored child (new, or stored but not judged before the run was killed)."""
