@@ -115,7 +115,11 @@ def account_of(text: str) -> str:
     """The model's own account of its kernel: the reply's prose before its first code or edit block."""
     end = _CODE_START.search(text)
     prose = text[:end.start() if end else len(text)].strip()
-    return prose[:ACCOUNT_CHARS].rstrip() + (" [...]" if len(prose) > ACCOUNT_CHARS else "")
+    if len(prose) <= ACCOUNT_CHARS:
+        return prose
+    cut = prose[:ACCOUNT_CHARS].rstrip() + " [...]"
+    idea = _IDEA.search(prose)  # a long analysis ends in its Idea: line, what the later prompts name the kernel by
+    return cut if idea is None or _IDEA.search(cut) else f"{cut}\n{idea.group(0).strip()}"
 
 
 def _plain_markdown(text: str) -> str:

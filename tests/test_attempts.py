@@ -53,6 +53,9 @@ def test_the_account_is_the_prose_before_the_code_and_its_idea_one_sentence():
     assert account_of(text) == "The row is read twice.\n**Idea:** read each row once with an online max."
     assert idea_of(account_of(text)) == "read each row once with an online max."
     assert idea_of("Fuse the two passes. Then vectorise.") == "Fuse the two passes."
+    # a long analysis is cut, its Idea: line at the end kept (it named such a kernel by the analysis' first words)
+    long = "## Analysis\n\nBoth kernels are slow. " + "The tile spills. " * 300 + "\n\nIdea: three lean kernels.\n```python\nx\n```"
+    assert "[...]" in account_of(long) and idea_of(account_of(long)) == "three lean kernels."
     # the model's own words come back as written: only emphasis and code marks come off
     assert idea_of("**Idea:** writes x * rms * w * silu(g) from `silu_gate`.") == "writes x * rms * w * silu(g) from silu_gate."
     assert account_of("Fix the tail.\n<<<<<<< SEARCH\na\n=======\nb\n>>>>>>> REPLACE\n") == "Fix the tail."
