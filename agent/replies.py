@@ -117,9 +117,11 @@ def account_of(text: str) -> str:
     prose = text[:end.start() if end else len(text)].strip()
     if len(prose) <= ACCOUNT_CHARS:
         return prose
-    cut = prose[:ACCOUNT_CHARS].rstrip() + " [...]"
     idea = _IDEA.search(prose)  # a long analysis ends in its Idea: line, what the later prompts name the kernel by
-    return cut if idea is None or _IDEA.search(cut) else f"{cut}\n{idea.group(0).strip()}"
+    if idea is None or idea.end() <= ACCOUNT_CHARS:
+        return prose[:ACCOUNT_CHARS].rstrip() + " [...]"
+    line = idea.group(0).strip()[:2 * IDEA_CHARS]  # idea_of cuts it to IDEA_CHARS again, at a sentence
+    return prose[:min(idea.start(), ACCOUNT_CHARS)].rstrip() + f" [...]\n{line}"
 
 
 def _plain_markdown(text: str) -> str:

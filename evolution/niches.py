@@ -69,7 +69,7 @@ _VEC = re.compile(r"\b(?:float[24]|double2|u?int[24]|u?short[24]|u?char4|u?longl
                   r"__nv_bfloat162|nv_bfloat162)\b|\.v[24]\.|\b__m(?:128|256|512)[di]?\b|\b_mm\d*_load")
 _LAUNCH_CHEVRON = re.compile(r"<<<")
 _TL_DOT = re.compile(r"\btl\.dot\s*\(")
-_TL_IEEE = re.compile(r"input_precision\s*=\s*['\"]ieee['\"]")
+_TL_IEEE = re.compile(r"input_precision\s*=\s*['\"]ieee['\"]|allow_tf32\s*=\s*False")
 _CXX_TORCH_CALL = re.compile(r"\b(?:torch|at)::(?:native::)?(\w+)\s*\(")
 
 
@@ -255,6 +255,16 @@ def _torch_ops(tree: ast.Module | None, c_text: str) -> bool:
     return tree is not None and _ForwardWalker(tree, "").torch_ops()
 
 
+def _outside(tree: ast.AST, skipped: set[str]):
+    """Every node of `tree` except those inside the functions named in `skipped` (Triton kernels)."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        todo.extend(child for child in ast.iter_child_nodes(node)
+                    if not (isinstance(child, ast.FunctionDef) and child.name in skipped))
+
+
 class _ForwardWalker:
     """Follows ModelNew.forward and the helpers it calls (methods on self, module functions)."""
 
@@ -267,8 +277,7 @@ class _ForwardWalker:
         self.handles = set(_DEFAULT_HANDLES.get(fmt, set().union(*_DEFAULT_HANDLES.values())))
         self.modules: set[str] = set()
         self.jitted = set(triton_kernels(tree))  # launched as name[grid](...)
-        host = [n for n in tree.body if getattr(n, "name", None) not in self.jitted]  # a kernel's tl.load builds nothing
-        for node in (sub for top in host for sub in ast.walk(top)):
+        for node in _outside(tree, self.jitted):  # a kernel's own tl.load builds nothing
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) \
                     and _dotted(node.value.func).split(".")[-1] in _BUILDERS:
                 self.handles.update(_dotted(t).split(".")[-1] for t in node.targets if _dotted(t))
@@ -282,8 +291,9 @@ class _ForwardWalker:
         return self.functions.get(name) if "." not in name else None
 
     def _is_launch(self, call: ast.Call) -> bool:
-        if isinstance(call.func, ast.Subscript):
-            return _dotted(call.func.value) in self.jitted
+        if isinstance(call.func, ast.Subscript):  # kernel[grid](...), or self.kernel[grid](...) of a static method
+            name = _dotted(call.func.value)
+            return (name[5:] if name.startswith("self.") else name) in self.jitted
         parts = _dotted(call.func).split(".")
         if len(parts) >= 2 and parts[0] == "self":
             parts = parts[1:]

@@ -56,6 +56,8 @@ def test_the_account_is_the_prose_before_the_code_and_its_idea_one_sentence():
     # a long analysis is cut, its Idea: line at the end kept (it named such a kernel by the analysis' first words)
     long = "## Analysis\n\nBoth kernels are slow. " + "The tile spills. " * 300 + "\n\nIdea: three lean kernels.\n```python\nx\n```"
     assert "[...]" in account_of(long) and idea_of(account_of(long)) == "three lean kernels."
+    straddling = "x " * 1496 + "\nIdea: three lean kernels, each short.\n```python\nx\n```"  # the cut falls in it
+    assert idea_of(account_of(straddling)) == "three lean kernels, each short."
     # the model's own words come back as written: only emphasis and code marks come off
     assert idea_of("**Idea:** writes x * rms * w * silu(g) from `silu_gate`.") == "writes x * rms * w * silu(g) from silu_gate."
     assert account_of("Fix the tail.\n<<<<<<< SEARCH\na\n=======\nb\n>>>>>>> REPLACE\n") == "Fix the tail."

@@ -130,3 +130,21 @@ def test_a_new_best_is_remeasured_before_it_counts_and_its_figure_replaces_the_f
     best = resumed.population.best()
     assert (best.kernel_id, best.figures.speedup_eager) == (4, 1.45) and resumed.population.get(2).figures.speedup_eager == 0.66
     archive.close()
+
+
+def test_a_run_with_nothing_in_flight_draws_again_before_it_ends(tmp_path):
+    """A plan whose drawn operators found no job (every pair crossed, one timed kernel for a reflection) does not end
+    a run with nothing in flight at once: a replay plans only then, and ended with replies left."""
+    from kernelevo.evolution.loop.search import LAST_DRAWS
+
+    archive = Archive.open(tmp_path / "archive.sqlite")
+    task_id = archive.add_task("task_scale", "src", "hash")
+    run_id = archive.start_run(task_id, {}, 0, "cpu", "CPU", "2", "")
+    search = search_on(archive, run_id, task_id, tmp_path, StandInJudge())
+    answers = iter([False, False, True])  # no job twice, then a call that comes to nothing; no job after that
+    planned = []
+    search.planning.plan = lambda: planned.append(1) or next(answers, False)
+    reason = search.run()
+    assert reason.kind == budgets.StopKind.NOTHING_LEFT
+    assert len(planned) == 1 + 2 + 1 + LAST_DRAWS  # the first plan, two more draws, the next turn's, then it ends
+    archive.close()

@@ -131,6 +131,25 @@ def test_describe_real_candidates():
     assert not triton["gemm_bias_gelu"]["tensor_cores"]  # tl.dot in IEEE fp32: no tensor cores
     bf16 = (CANDIDATES / "gemm_bias_gelu__triton.py").read_text().replace(', input_precision="ieee"', "")
     assert niches.niche_key(niches.describe(bf16, "triton")) == "L1-tc"
+    assert not niches.describe(bf16.replace("acc = tl.dot(a, b, acc)", "acc = tl.dot(a, b, acc, allow_tf32=False)"),
+                               "triton")["tensor_cores"]
+    # a kernel kept on the class as a static method, launched through self, with a tl.load of its own
+    static = """
+import torch, triton, triton.language as tl
+class ModelNew(torch.nn.Module):
+    @staticmethod
+    @triton.jit
+    def _copy(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + offs, mask=offs < n)
+        tl.store(y_ptr + offs, x, mask=offs < n)
+
+    def forward(self, x):
+        y = torch.empty_like(x)
+        self._copy[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+        return y
+"""
+    assert niches.describe(static, "triton")["launches"] == 1
 
 
 HYBRID = '''

@@ -1,4 +1,9 @@
-"""class Search: one run's search state and the loop that drives it.
+"""# Plans (of three operator draws each) tried before a run with nothing in flight ends as having nothing left to do:
+# a replay plans only then, and a draw that found no job must not end it with replies and budget left.
+LAST_DRAWS = 8
+
+
+class Search: one run's search state and the loop that drives it.
 
 The loop asks its planning (planning.py) to start children while there is room and hands what comes
 back to its intake (children.py), with a refresh of the display's Progress after each turn; it stops on
@@ -33,6 +38,11 @@ from .profiler import Profiler
 from .shared import Shared
 from .stopping import Stopping
 from .turns import Turns
+
+
+# Plans (of three operator draws each) tried before a run with nothing in flight ends as having nothing left to do:
+# a replay plans only then, and a draw that found no job must not end it with replies and budget left.
+LAST_DRAWS = 8
 
 
 class Search:
@@ -116,6 +126,8 @@ class Search:
                         2 * len(self.flight.load) + 2 and not self._settling() and self.planning.plan():
                     pass
             if not self.flight.calls and not self.flight.judging and not self.profiler.futures:
+                if reason is None and any(self.planning.plan() for _ in range(LAST_DRAWS)):
+                    continue  # a drawn operator had no job (every pair crossed, one timed kernel): others may
                 break
             waiting = list(self.flight.calls) + list(self.flight.judging) + list(self.profiler.futures)
             done, _ = concurrent.futures.wait(waiting, timeout=0.5, return_when=concurrent.futures.FIRST_COMPLETED)
