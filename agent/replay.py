@@ -13,9 +13,9 @@ The first request with no recorded reply goes to MODEL where `then:` names one; 
 written to `<prompts>/NNNN.prompt.md` and the replay ends (`ReplayEnded`): the search stops there, and
 whoever answers that prompt writes `NNNN.reply.md` beside it for the next round. A recorded reply comes back at
 once, where the model took a minute: so that each prompt shows what the judge said of every kernel before it (as
-the recording's run did, and the same each time), the search asks a replay only with nothing in flight. Replayed calls cost
-nothing and are recorded as provider `replay`; the search's call cap counts them, so a replay of a run
-with its cap makes the same number of calls.
+the recording's run did, and the same each time), the search asks a replay only with nothing in flight.
+Replayed calls cost nothing and are recorded as provider `replay`; the search's call cap counts them, so a
+replay of a run with its cap makes the same number of calls.
 """
 from __future__ import annotations
 

@@ -11,8 +11,9 @@ below separates kernels that are worth keeping side by side:
 - `shared_memory`: tiling with on-chip reuse versus streaming through registers and L1. Tiled
   kernels are harder to get right and slow until tuned, yet they are the only road to
   compute-bound speed on GEMM/conv-like work.
-- `tensor_cores` (mma/wmma/wgmma/ldmatrix, Triton's `tl.dot` unless in IEEE fp32): a different arithmetic path with its own layout and
-  precision constraints; its ceiling is far higher than SIMT code, its first versions are not.
+- `tensor_cores` (mma/wmma/wgmma/ldmatrix, Triton's `tl.dot` unless in IEEE fp32): a different
+  arithmetic path with its own layout and precision constraints; its ceiling is far higher than
+  SIMT code, its first versions are not.
 - `vector_io` (float4/int4/half2/... accesses): wide memory transactions with alignment and
   shape fallbacks; the main lever of memory-bound kernels, with a separate tuning ladder.
 - `torch_ops`: forward still calls torch compute (cuBLAS/cuDNN through torch.matmul, F.*,

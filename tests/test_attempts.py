@@ -54,7 +54,8 @@ def test_the_account_is_the_prose_before_the_code_and_its_idea_one_sentence():
     assert idea_of(account_of(text)) == "read each row once with an online max."
     assert idea_of("Fuse the two passes. Then vectorise.") == "Fuse the two passes."
     # a long analysis is cut, its Idea: line at the end kept (it named such a kernel by the analysis' first words)
-    long = "## Analysis\n\nBoth kernels are slow. " + "The tile spills. " * 300 + "\n\nIdea: three lean kernels.\n```python\nx\n```"
+    long = ("## Analysis\n\nBoth kernels are slow. " + "The tile spills. " * 300
+            + "\n\nIdea: three lean kernels.\n```python\nx\n```")
     assert "[...]" in account_of(long) and idea_of(account_of(long)) == "three lean kernels."
     straddling = "x " * 1496 + "\nIdea: three lean kernels, each short.\n```python\nx\n```"  # the cut falls in it
     assert idea_of(account_of(straddling)) == "three lean kernels, each short."

@@ -157,9 +157,9 @@ def test_a_replay_asks_each_call_once_every_earlier_kernel_is_judged(tmp_path, m
     serial = k["chunked"].replace("    #pragma omp parallel for schedule(static)\n", "")  # a real change: judged
     wider = serial.replace("CHUNK 4096", "CHUNK 8192")
     assert len({k["good"], k["slow"], k["chunked"], serial, wider}) == 5
-    server = ScriptedServer(responder=kernel_replies(itertools.chain([k["good"], k["slow"]], itertools.repeat(k["good"])),
-                                                     itertools.chain([k["chunked"], serial, wider],
-                                                                     itertools.repeat(k["chunked"])), k["good"], USAGE))
+    translations = itertools.chain([k["good"], k["slow"]], itertools.repeat(k["good"]))
+    edits = itertools.chain([k["chunked"], serial, wider], itertools.repeat(k["chunked"]))
+    server = ScriptedServer(responder=kernel_replies(translations, edits, k["good"], USAGE))
     try:
         recorded, original = _search(tmp_path, monkeypatch, server, calls=4)
         replayed, again = _search(tmp_path, monkeypatch, server, f"replay:{recorded.run_id}", calls=4, offline=True,

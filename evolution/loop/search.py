@@ -1,9 +1,4 @@
-"""# Plans (of three operator draws each) tried before a run with nothing in flight ends as having nothing left to do:
-# a replay plans only then, and a draw that found no job must not end it with replies and budget left.
-LAST_DRAWS = 8
-
-
-class Search: one run's search state and the loop that drives it.
+"""class Search: one run's search state and the loop that drives it.
 
 The loop asks its planning (planning.py) to start children while there is room and hands what comes
 back to its intake (children.py), with a refresh of the display's Progress after each turn; it stops on
