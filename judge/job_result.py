@@ -68,8 +68,8 @@ class JobResult:
         not TimingStats') the same without them: a passing one becomes the judge's own error, said so; a rejection
         keeps its verdict, reason and evidence, with a note. Never an exception for its caller."""
         try:
-            for view in (Measured, Opponent, Remeasured, Beside):
-                view.of(self.figures)
+            for view in ("measured", "opponent", "remeasured", "beside"):
+                getattr(self, view)  # read once here, and kept for every later read (cached_property)
         except Exception as exc:  # noqa: BLE001 - the worker's process ran candidate code: anything is possible
             said = f"the job's figures do not read ({type(exc).__name__}: {str(exc)[:120]})"
             if not self.passed:
@@ -82,19 +82,21 @@ class JobResult:
     def passed(self) -> bool:
         return self.verdict == Verdict.OK
 
-    @functools.cached_property  # read once: a frozen record's figures never change
+    # Each kind's record, read once (in of: a result whose figures do not read is a verdict there) and kept: a
+    # frozen record's figures never change.
+    @functools.cached_property
     def measured(self) -> "Measured":
         return Measured.of(self.figures)
 
-    @functools.cached_property  # read once: a frozen record's figures never change
+    @functools.cached_property
     def opponent(self) -> "Opponent":
         return Opponent.of(self.figures)
 
-    @functools.cached_property  # read once: a frozen record's figures never change
+    @functools.cached_property
     def remeasured(self) -> "Remeasured":
         return Remeasured.of(self.figures)
 
-    @functools.cached_property  # read once: a frozen record's figures never change
+    @functools.cached_property
     def beside(self) -> "Beside":
         return Beside.of(self.figures)
 
