@@ -31,7 +31,7 @@ from kernelevo.judge.trials.probe import IMPLAUSIBLE_SPEEDUP
 from kernelevo.judge.measure.timing import TimingConfig
 from kernelevo.judge.results import audit_files, crosscheck_eager, judge_remeasure, to_evaluation
 from kernelevo.baseline import Baseline
-from kernelevo.evaluation import Evaluation, Profile
+from kernelevo.evaluation import Evaluation, Profile, Verdict
 from kernelevo.runtime import slug
 from kernelevo.tasks import Task, source_hash
 
@@ -217,7 +217,12 @@ class Judge:
                 if profile and evaluation.ok:
                     evaluation = dataclasses.replace(evaluation, profile=self._profile(task, job, evaluation, ncu))
                 done.set_result(evaluation)
-            except BaseException as exc:  # noqa: BLE001 - surface through the future
+            except Exception as exc:  # noqa: BLE001 - the judge's own failure on this job: a verdict that says so
+                done.set_result(Evaluation(Verdict.RUNTIME_ERROR, "judge_error",
+                                           f"the judge failed on this job: {type(exc).__name__}: {str(exc)[:200]}",
+                                           task=task.name, task_hash=task.source_hash, candidate_hash=digest,
+                                           format=fmt, device=device))
+            except BaseException as exc:  # noqa: BLE001 - Ctrl-C and the like: surface through the future
                 done.set_exception(exc)
 
         # finish() may wait for a baseline job; waiting inside the executor's own callback thread

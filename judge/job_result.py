@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from kernelevo.evaluation import VERDICTS, TimingStats, Verdict
+from kernelevo.evaluation import VERDICTS, Confinement, Correctness, KernelResources, TimingStats, Verdict
 
 _TEXT = ("reason", "message", "excerpt", "device_name", "torch_version", "node", "node_id")
 _SECONDS = ("build_s", "device_s", "wall_s")
@@ -55,8 +55,11 @@ class JobResult:
             common.update(reason="judge_error", message=f"the job's result has no verdict of the judge's "
                                                         f"({str(verdict)[:40]!r}): {common['message']}".rstrip(": "))
             verdict = Verdict.RUNTIME_ERROR
-        record = cls(Verdict(verdict), notes=tuple(str(n) for n in data.get("notes") or () if n),
-                     evidence=dict(data.get("evidence") or {}), figures=figures,
+        notes, evidence = data.get("notes") or (), data.get("evidence") or {}
+        notes = tuple(str(n) for n in notes if n) if isinstance(notes, (list, tuple)) else (
+            f"notes that are not a list, dropped: {str(notes)[:40]!r}",)
+        evidence = dict(evidence) if isinstance(evidence, Mapping) else {"unreadable": str(evidence)[:200]}
+        record = cls(Verdict(verdict), notes=notes, evidence=evidence, figures=figures,
                      **common, **{k: _seconds(data.get(k)) for k in _SECONDS})
         return record._readable()
 
@@ -65,9 +68,9 @@ class JobResult:
         not TimingStats') the same without them: a passing one becomes the judge's own error, said so; a rejection
         keeps its verdict, reason and evidence, with a note. Never an exception for its caller."""
         try:
-            for view in (Measured, Opponent, Remeasured, Beside):
-                view.of(self.figures)
-        except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
+            for view in ("measured", "opponent", "remeasured", "beside"):
+                getattr(self, view)  # read once here, and kept for every later read (cached_property)
+        except Exception as exc:  # noqa: BLE001 - the worker's process ran candidate code: anything is possible
             said = f"the job's figures do not read ({type(exc).__name__}: {str(exc)[:120]})"
             if not self.passed:
                 return dataclasses.replace(self, figures={}, notes=(*self.notes, f"{said}; dropped"))
@@ -79,19 +82,21 @@ class JobResult:
     def passed(self) -> bool:
         return self.verdict == Verdict.OK
 
-    @functools.cached_property  # read once: a frozen record's figures never change
+    # Each kind's record, read once (in of: a result whose figures do not read is a verdict there) and kept: a
+    # frozen record's figures never change.
+    @functools.cached_property
     def measured(self) -> "Measured":
         return Measured.of(self.figures)
 
-    @functools.cached_property  # read once: a frozen record's figures never change
+    @functools.cached_property
     def opponent(self) -> "Opponent":
         return Opponent.of(self.figures)
 
-    @functools.cached_property  # read once: a frozen record's figures never change
+    @functools.cached_property
     def remeasured(self) -> "Remeasured":
         return Remeasured.of(self.figures)
 
-    @functools.cached_property  # read once: a frozen record's figures never change
+    @functools.cached_property
     def beside(self) -> "Beside":
         return Beside.of(self.figures)
 
@@ -122,7 +127,10 @@ class JobResult:
 
 
 def _seconds(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    try:
+        return _number(value)
+    except ValueError:  # a time the worker said that is no number: none said
+        return None
 
 
 def _timing(data: Any) -> dict[str, TimingStats]:
@@ -140,7 +148,9 @@ def _stats(fields: Mapping[str, Any]) -> TimingStats:
         raise ValueError(f"timing fields that TimingStats has not: {sorted(set(fields) - _STATS)[:4]}")
     for name, value in fields.items():
         if _number(value) is None and name != "host_ms":
-            raise ValueError(f"timing field {name} is None")
+            raise ValueError(f"timing field {name} is missing")
+    if not fields.get("median_ms", 0) > 0:  # every speedup divides by it
+        raise ValueError(f"a median time that is not positive: {fields.get('median_ms')!r}")
     return TimingStats(**fields)
 
 
@@ -148,7 +158,11 @@ def _number(value: Any) -> float | None:
     """A figure as a float, None where there is none; ValueError where it is something else (a string, a NaN)."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    try:  # an int of 400 digits overflows a float
+        finite = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    except OverflowError:
+        finite = False
+    if not finite:
         raise ValueError(f"a figure that is not a finite number: {str(value)[:40]!r}")
     return float(value)
 
@@ -163,8 +177,22 @@ def _mapping(value: Any) -> Mapping[str, Any] | None:
 
 
 def as_pair(value: Any) -> tuple[float, float] | None:
-    """An interval's (low, high) as floats, None where there is none."""
-    return (float(value[0]), float(value[1])) if value else None
+    """An interval's (low, high) as floats, None where there is none; ValueError where they are no numbers."""
+    if not value:
+        return None
+    low, high = _number(value[0]), _number(value[1])
+    if low is None or high is None:
+        raise ValueError(f"an interval without its bounds: {str(value)[:40]!r}")
+    return low, high
+
+
+def _report(value: Any, record: type) -> Mapping[str, Any] | None:
+    """A report that becomes `record` (Correctness, Confinement, KernelResources): a mapping of its fields only."""
+    found = _mapping(value)
+    names = {f.name for f in dataclasses.fields(record)}
+    if found and set(found) - names:
+        raise ValueError(f"a {record.__name__} report with fields it has not: {sorted(set(found) - names)[:4]}")
+    return found
 
 
 @dataclass(frozen=True)
@@ -187,9 +215,9 @@ class Measured:
     @classmethod
     def of(cls, f: Mapping[str, Any]) -> "Measured":
         return cls(_timing(f.get("timing")), _number(f.get("speedup_eager")), as_pair(f.get("speedup_eager_ci")),
-                   _mapping(f.get("loop")), _mapping(f.get("correctness")), _mapping(f.get("shapes")),
-                   _mapping(f.get("confinement")), str(f.get("policy") or ""),
-                   tuple(_mapping(r) or {} for r in f.get("resources") or ()), bool(f.get("untimed")))
+                   _mapping(f.get("loop")), _report(f.get("correctness"), Correctness), _mapping(f.get("shapes")),
+                   _report(f.get("confinement"), Confinement), str(f.get("policy") or ""),
+                   tuple(_report(r, KernelResources) or {} for r in f.get("resources") or ()), bool(f.get("untimed")))
 
 
 @dataclass(frozen=True)

@@ -164,7 +164,8 @@ def _graph_figures(beside: JobResult | None) -> GraphTiming | None:
     return GraphTiming(candidate_ms=ms.get("candidate"), eager_ms=ms.get("eager"), compiled_ms=ms.get("compiled"),
                        speedup_compile=compiled[0] if compiled else None,
                        speedup_compile_ci=as_pair(compiled[1:]) if compiled else None,
-                       speedup_eager=eager[0] if eager else None, speedup_eager_ci=as_pair(eager[1:]) if eager else None)
+                       speedup_eager=eager[0] if eager else None,
+                       speedup_eager_ci=as_pair(eager[1:]) if eager else None)
 
 
 def _spread(stats: TimingStats) -> tuple[float, float, float]:

@@ -140,6 +140,10 @@ def test_parent_audit_of_worker_reports():
     assert honest["verdict"] == "ok" and 0.55 < honest["device_s"] < 0.7 and "samples_ms" not in honest
     failure = {"verdict": "compile_error", "reason": "nvrtc"}
     assert audit(dict(failure), None, "t", granted=None) == failure  # failures need no token
+    for garbled in ({"device_s": "lots"}, {"device_s": 10 ** 400}, {"samples_ms": [1.0]},
+                    {"samples_ms": {"candidate": "long"}}, {"samples_ms": {"candidate": None}}):
+        said = audit(dict(passing, **garbled), "t", "t", granted=time.monotonic() - 1)  # read, never raised on
+        assert said["reason"] == "forged_report" and "not a number" in said["message"], garbled
 
 
 def _stats(ms: float) -> dict:
@@ -189,13 +193,19 @@ def test_a_job_result_is_its_json_as_a_record():
     for figures in ({"timing": {**sent["timing"], "extra": {"median_ms": "fast"}}},
                     {"timing": {"candidate": {**_stats(0.5), "median_ms": float("nan")}}},
                     {"timing": {"candidate": {**_stats(0.5), "clock": "mine"}}},
-                    {"speedup_eager": "100x"}, {"loop": [1, 2]}, {"speedup_compile": True}):
+                    {"speedup_eager": "100x"}, {"loop": [1, 2]}, {"speedup_compile": True},
+                    {"speedup_eager": 10 ** 400}, {"speedup_eager_ci": [1.0, 10 ** 400]},  # no float holds it
+                    {"timing": {"candidate": {**_stats(0.5), "median_ms": 0.0}}},  # every speedup divides by it
+                    {"resources": [{"name": "k", "evil": 1}]}, {"correctness": {"trials": 1, "passed": 1, "x": 2}}):
         forged = JobResult.of({**sent, **figures})
         assert (forged.verdict, forged.reason) == ("runtime_error", "judge_error") and "do not read" in forged.message
         assert forged.figures == {} and forged.measured.timing == {} and forged.evidence["unreadable"]
         refused = JobResult.of({**sent, **figures, "verdict": "rejected", "reason": "io_access"})
         assert (refused.verdict, refused.reason, refused.evidence) == ("rejected", "io_access", {"k": 1})
         assert refused.beside.speedup_compile is None and refused.notes[-1].endswith("dropped")
+    garbled = JobResult.of({**sent, "notes": 5, "evidence": [1], "build_s": 10 ** 400})  # read, never raised on
+    assert garbled.passed and garbled.notes[0].startswith("notes that are not a list") and garbled.build_s is None
+    assert garbled.evidence == {"unreadable": "[1]"}
     odd = JobResult.of({"verdict": "great", "message": "trust me", "device_s": "lots"})
     assert not odd.passed and (odd.verdict, odd.reason) == ("runtime_error", "judge_error")
     assert "'great'" in odd.message and "trust me" in odd.message and odd.device_s is None

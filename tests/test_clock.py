@@ -281,3 +281,14 @@ def test_the_checker_sees_a_thread_that_works_after_the_call_and_not_the_one_tha
         for proc in (busy, idle):
             proc.kill()
             proc.wait()
+
+
+def test_a_claim_of_another_type_is_left_to_the_result_and_never_raises():
+    """The clock reads the worker's JSON before JobResult.of does: figures that are not positive finite numbers
+    decide nothing here (JobResult.of makes a passing result whose figures do not read judge_error), and raise nothing."""
+    seen = {**_seen(next(iter(RECORDED.values()))), "thread_ms": 50.0}
+    for forged in ({"timing": [1]}, {"timing": {"candidate": "fast"}}, {"timing": {"candidate": {"median_ms": "1"}}},
+                   {"timing": {"candidate": {"median_ms": 10 ** 400}}}, {"speedup_eager": "100x"},
+                   {"timing": {"candidate": {"median_ms": float("nan")}}, "speedup_eager": True}):
+        assert clock.judge({"verdict": "ok", **forged}, seen) is None, forged
+    assert clock.judge(_claim(0.001, 1.0), seen)["reason"] == "timing_mismatch"  # the same clock, a number claimed

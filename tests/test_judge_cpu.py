@@ -334,3 +334,17 @@ def test_a_candidates_own_failed_allocation_is_out_of_memory():
                  "cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY", "CUDA out of memory. Tried to allocate 2.00 GiB"):
         assert classify_run(RuntimeError(text)).reason == "out_of_memory", text
     assert classify_run(RuntimeError("cudaMalloc failed: cudaErrorInvalidValue")).reason == "exception"
+
+
+def test_a_result_the_judge_cannot_read_is_its_own_error_not_a_crash(judge, task, monkeypatch):
+    """Whatever fails in the judging process after the worker answered (a report the records could not catch, our
+    bug) comes back as a verdict that says so, runtime_error judge_error: the search goes on, nothing is lost."""
+    from kernelevo.judge import api
+
+    def unreadable(*args, **kwargs):
+        raise KeyError("ms")
+
+    monkeypatch.setattr(api, "to_evaluation", unreadable)
+    found = judge.evaluate(task, CPU / "ok_c.py")
+    assert (found.verdict, found.reason) == ("runtime_error", "judge_error") and not found.ok
+    assert "the judge failed on this job: KeyError" in found.message and found.task == task.name

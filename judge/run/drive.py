@@ -58,8 +58,12 @@ def audit(result: dict, token: str | None, expected: str, granted: float | None,
     if token != expected:
         return _forged("a result line without the token the judge sent with the device")
     elapsed = time.monotonic() - granted
-    timed_ms = sum((result.get("samples_ms") or {}).values())
-    claimed = max(float(result.get("device_s") or 0.0), timed_ms / 1000)
+    try:  # the worker's own figures, read before JobResult checks the rest: a forged type must not raise here
+        timed_ms = sum(float(ms) for ms in (result.get("samples_ms") or {}).values())
+        claimed = max(float(result.get("device_s") or 0.0), timed_ms / 1000)
+    except (AttributeError, TypeError, ValueError, OverflowError):
+        return _forged("the worker reported device time that is not a number",
+                       {"device_s": repr(result.get("device_s"))[:80], "samples_ms": repr(result.get("samples_ms"))[:200]})
     if claimed > 1.05 * elapsed + 0.05:
         return _forged(f"the worker reported {claimed:.3f} s of device time, but only {elapsed:.3f} s passed",
                        {"reported_s": claimed, "elapsed_s": elapsed})

@@ -389,7 +389,7 @@ def _poisoned(got: list, expected) -> bool:
 def judge(result: dict, clock: dict | None) -> dict | None:
     """`timing_mismatch` where the worker's figures are beyond what the checker's clock allows; else None.
     `result`: the worker's passing result; `clock`: confirm's evidence."""
-    claimed = ((result.get("timing") or {}).get("candidate") or {}).get("median_ms")
+    claimed, speedup = _claimed(result)
     calling = (clock or {}).get("thread_ms")
     if claimed and calling is not None and claimed * THREAD_SPAN < calling - clock.get("slack_ms", THREAD_SLACK_MS):
         # what the kernel counted of the worker's own thread: load lengthens it, but by less than THREAD_SPAN
@@ -399,7 +399,7 @@ def judge(result: dict, clock: dict | None) -> dict | None:
                          {"clock": clock, "claimed_ms": claimed})
     if not clock or not clock.get("confirmed"):
         return None
-    speedup, seen, eager = result.get("speedup_eager"), clock["candidate_ms"], clock["eager_ms"]
+    seen, eager = clock["candidate_ms"], clock["eager_ms"]
     if not claimed or not speedup or seen <= 0 or eager <= 0:
         return None
     evidence = {"clock": clock, "claimed_ms": claimed, "speedup_eager": speedup}
@@ -415,6 +415,25 @@ def judge(result: dict, clock: dict | None) -> dict | None:
         return _mismatch(f"the worker's timing puts the candidate at {speedup:.2f}x eager, but {said}: at most "
                          f"{eager / least:.2f}x (eager slowed where the candidate runs, or its time understated)", evidence)
     return None
+
+
+def _claimed(result: dict) -> tuple[float | None, float | None]:
+    """The worker's median time of the candidate and its speedup over eager, each where it reads as a positive
+    finite number, else None: this reads the worker's JSON before JobResult does, and a forged type must not raise
+    here (JobResult.of turns a passing result whose figures do not read into judge_error)."""
+    timing = result.get("timing")
+    role = timing.get("candidate") if isinstance(timing, dict) else None
+    return _positive(role.get("median_ms") if isinstance(role, dict) else None), _positive(result.get("speedup_eager"))
+
+
+def _positive(figure) -> float | None:
+    if isinstance(figure, bool) or not isinstance(figure, (int, float)):
+        return None
+    try:
+        figure = float(figure)
+    except OverflowError:
+        return None
+    return figure if math.isfinite(figure) and figure > 0 else None
 
 
 def _mismatch(message: str, evidence: dict) -> dict:
