@@ -99,6 +99,38 @@ def test_in_eager_without_autograd_a_part_calls_its_kernel_directly(stack):
         new(x.requires_grad_()).sum().backward()
 
 
+def test_through_its_op_a_kernel_keeps_nothing_it_sets_on_itself_and_called_directly_it_does(tmp_path):
+    """A kernel that keeps a workspace from its first call: under CUDA graphs (reduce-overhead) that tensor
+    is made in the graph's pool and outlives the graph, which refuses it (the bf16 stack's attention kernel,
+    2026-11-30). Through its op (any compiled mode) what the call set on the kernel is dropped after it, and
+    what it held before stays; in eager, called directly, it keeps its workspace for the next call."""
+    model = MODELS / "mlp_stack.py"
+    parts = {p.name: p for p in placed_parts(model, tmp_path)}
+    keep = "        x = x.contiguous()\n"
+    kernel = parts["mlp_block"].kernel_source
+    assert keep in kernel
+    kernel = kernel.replace(keep, keep + "        if getattr(self, '_ws', None) is None:\n"
+                                         "            self._ws = torch.empty(x.numel())\n"
+                                         "            self._made = getattr(self, '_made', 0) + 1\n", 1)
+    import dataclasses
+
+    text = drop_in_text(model.read_text(), "mlp_stack.py",
+                        [dataclasses.replace(parts["mlp_block"], kernel_source=kernel), parts["gated_head"]])
+    module, task = load_module(text, str(tmp_path / "kept.py"), "candidate"), load_task(model)
+    reference, new, x = model_and_assembled(module, task, seed=4)
+    block = new.blocks[0]
+    block.held = "before"  # an attribute it had before the call stays
+    compiled = torch.compile(new, fullgraph=True)
+    with torch.no_grad():
+        for _ in range(2):
+            assert torch.allclose(compiled(x), reference(x), atol=1e-5, rtol=1e-5)
+        assert getattr(block, "_ws", None) is None and block.held == "before"
+        assert torch.allclose(new(x), reference(x), atol=1e-5, rtol=1e-5)  # eager: called directly
+        assert block._ws is not None and block._made == 1
+        new(x)
+        assert block._made == 1  # its workspace kept for the next call
+
+
 def test_a_model_let_go_frees_its_parts(stack):
     import gc
 

@@ -87,3 +87,7 @@ def test_optimize_in_parts_splits_searches_assembles_and_verifies(tmp_path):
     assert list(data["modes"]) == ["eager"] and data["chosen_mode"] == "eager" and data["verdict"] == "ok", data
     assert again.returncode == (3 if data["nothing_placed"] else 0), again.stderr[-2000:]
     assert (data["speedup"] is None) == bool(data["nothing_placed"])
+    # each step said on stderr as it starts (minutes each on a GPU), and what each timing found
+    said = " ".join(again.stderr.split())
+    assert "judging mlp_stack.py with mlp_block, gated_head in place" in said, said[-2000:]
+    assert "timing mlp_stack.py in eager, host included" in said and "ms per call: eager: assembled " in said

@@ -14,11 +14,13 @@ from ..options import OptimizeOptions, judge_options
 
 
 def assemble_model(model_path: Path, bench_id: str, out_file: Path, search: OptimizeOptions,
-                   min_speedup: float = 1.0, modes: tuple[str, ...] | None = None) -> dict:
+                   min_speedup: float = 1.0, modes: tuple[str, ...] | None = None,
+                   on_status: Callable[[str], None] = lambda text: None) -> dict:
     """The model of `model_path` with the verified kernels of bench `bench_id` (a suite written by
     split) in place, written to `out_file`, judged end to end and timed in its user's loop in each of
     `modes` (all four on a GPU, eager and default on the CPU, by default); the result, also written
-    beside `out_file` as JSON. ValueError (one line) for a bench that is not a split model's."""
+    beside `out_file` as JSON. ValueError (one line) for a bench that is not a split model's. `on_status`
+    hears each step as it starts (minutes each on a GPU: the final judgement, compiles in every mode)."""
     from kernelevo.archive.reports import model_html
     from kernelevo.archive.reports.bench_data import task_rows
     from kernelevo.archive.store import Archive
@@ -45,7 +47,7 @@ def assemble_model(model_path: Path, bench_id: str, out_file: Path, search: Opti
         # the whole model under the policy of an assembled model: each kernel passed its part's own
         whole = dataclasses.replace(search, judge=dataclasses.replace(search.judge, policy="model"))
         with Judge(search.cache_dir, judge_options(whole, search.devices[:1])) as judge:
-            placed = _placed(task, Path(model_path).name, out_file, candidates, judge, asked)
+            placed = _placed(task, Path(model_path).name, out_file, candidates, judge, asked, on_status)
         data = {**result(str(model_path), out_file, bench_id, candidates, left, placed.evaluation), **placed.figures()}
         out_file.write_text(placed.delivered())
         try:  # the page costs nothing of the result if it cannot be written
@@ -56,7 +58,8 @@ def assemble_model(model_path: Path, bench_id: str, out_file: Path, search: Opti
     return data
 
 
-def _placed(task, name: str, out_file: Path, candidates: list, judge, asked: tuple[str, ...]):
+def _placed(task, name: str, out_file: Path, candidates: list, judge, asked: tuple[str, ...],
+            on_status: Callable[[str], None]):
     """Verify the parts in place (reverting those wrong in place), time the model in every mode, keep
     the parts that earn their place in the chosen one, and hand back nothing where the assembly does
     not beat the original's best mode beyond noise (parts/effect.py)."""
@@ -65,26 +68,34 @@ def _placed(task, name: str, out_file: Path, candidates: list, judge, asked: tup
     from kernelevo.evolution.drivers.parts.effect import Assembly, effects, headline
 
     def judged(path: Path):
+        on_status(f"judging {name} with {_names(c for c in candidates if not c.reverted)} in place")
         return judge.evaluate(task, path, final=True)
+
+    def timed(sources: tuple[str, ...] = ()):
+        modes = (chosen,) if sources else asked
+        on_status(f"timing {name} in {', '.join(modes)}, host included: the original, the assembly"
+                  + (f" and it without each of {_names(kept)}" if sources else "") + " (compiles first)")
+        done = judge.modes(task, out_file, evaluation.device, modes, sources)
+        on_status(_loop_line(done, modes))
+        return done
 
     def text(parts: list) -> str:
         return drop_in_text(task.source, name, [c.placed for c in parts])
-
-    def variants(sources: tuple[str, ...]):
-        return judge.modes(task, out_file, evaluation.device, (chosen,), sources)
 
     evaluation = verified(task.source, name, out_file, candidates, judged)
     kept = [c for c in candidates if not c.reverted]
     if not evaluation.ok:
         return Assembly(task.source, name, evaluation, tuple(kept), None, asked, len(candidates))
-    loop = judge.modes(task, out_file, evaluation.device, asked)
+    loop = timed()
     chosen = loop.best("assembled")
     if kept and chosen:
-        effects(candidates, chosen, variants, text, loop)
+        effects(candidates, chosen, timed, text, loop)
+        for c in kept:
+            on_status(f"{c.placed.name}: " + (f"not placed: {c.reverted}" if c.reverted else "kept in place"))
         still = [c for c in candidates if not c.reverted]
         if still != kept:
             evaluation = verified(task.source, name, out_file, still, judged)
-            loop = judge.modes(task, out_file, evaluation.device, asked) if evaluation.ok and still else loop
+            loop = timed() if evaluation.ok and still else loop
             kept = [c for c in candidates if not c.reverted]
     speedup = headline(loop)[2]
     if kept and (speedup is None or not speedup.beyond_noise):
@@ -92,6 +103,20 @@ def _placed(task, name: str, out_file: Path, candidates: list, judge, asked: tup
             c.reverted = "in place together, the model was not faster than the original in its best mode beyond noise"
         evaluation, kept = verified(task.source, name, out_file, [], judged), []
     return Assembly(task.source, name, evaluation, tuple(kept), loop, asked, len(candidates))
+
+
+def _names(candidates) -> str:
+    return ", ".join(c.placed.name for c in candidates) or "no part"
+
+
+def _loop_line(loop, modes: tuple[str, ...]) -> str:
+    """One line of a timing: per mode, each model's median ms per call, or that it failed there."""
+    cells = []
+    for mode in modes:
+        models = sorted({key.split("@", 1)[0] for key in (*loop.samples, *loop.errors) if key.endswith(f"@{mode}")})
+        said = [f"{m} {t.ms:.3f}" if (t := loop.time(m, mode)) else f"{m} failed" for m in models]
+        cells.append(f"{mode}: " + ", ".join(said))
+    return "ms per call: " + "; ".join(cells)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,5 +167,5 @@ def optimize_model(search: OptimizeOptions, parts: int, parts_dir: Path, out_fil
     if bench.waiting:
         return PartsWaiting(bench.bench_id, bench.waiting)
     on_status(f"assembling {model_path.name} from bench {bench.bench_id}")
-    done = assemble_model(model_path, bench.bench_id, out_file, search, min_speedup, modes)
+    done = assemble_model(model_path, bench.bench_id, out_file, search, min_speedup, modes, on_status)
     return {**done, "split": data}

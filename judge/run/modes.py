@@ -1,6 +1,7 @@
 """A whole model as its user runs it: the original and the assembled model, and variants of the
 assembly (each a drop-in with some of its parts left out), in each compile mode, called back to back
-with the host's work included, every (model, mode) interleaved in one loop of one fresh process.
+with the host's work included, every (model, mode) interleaved in one loop of one fresh process, each
+mode with instances of its own (of the original, which holds no state of its own calls, one for all).
 
 Why one loop: a model timed after other compiles can read 1.5x slower than before them (the
 allocator, caches, clocks); blocks that take turns share every such drift, and per-round ratios
@@ -30,16 +31,22 @@ def run_modes(job: Job, device: str, channel) -> dict:
     if isinstance(built, dict):
         return built
     reference, assembled, sets = built
-    models = {"original": reference, "assembled": assembled}
     try:
-        init = tuple(jobs._load_task(job).get_init_inputs()) if job.variants else ()
+        init = tuple(jobs._load_task(job).get_init_inputs())
+        classes = {"assembled": type(assembled)}
         for i, source in enumerate(job.variants):
-            models[f"variant{i}"] = _variant(source, job, init, reference, device)
+            classes[f"variant{i}"] = _variant_class(source, job)
     except Exception as exc:  # noqa: BLE001 - a variant is the assembly's file with fewer parts
         return {"verdict": "runtime_error", "reason": "variant", "message": f"a variant did not build: {first_line(exc)}"}
     fns, errors, compile_s = {}, {}, {}
     with torch.no_grad():
         for mode in job.modes:
+            # a model of its own in each mode, as the user's: a kernel's state made on its first call (a workspace
+            # it keeps) made in another mode's calls would run here as it never does for them (2026-11-30: an
+            # attention kernel's workspace, made in eager, let the same instance run under CUDA graphs; a fresh one
+            # failed there)
+            models = {"original": reference, **{name: _fresh(cls, job, init, reference, device)
+                                                 for name, cls in classes.items()}}
             for name, model in models.items():
                 key = f"{name}@{mode}"
                 started = time.perf_counter()
@@ -72,12 +79,17 @@ def _ready(model, mode: str, whole: bool, sets: list, device: str):
     return lambda args: forward(model, args)
 
 
-def _variant(source: str, job: Job, init: tuple, reference, device: str):
-    """The drop-in `source` (the assembly with fewer parts) built as the candidate was (from the task's
-    constructor arguments `init`), with the reference's weights."""
+def _variant_class(source: str, job: Job):
+    """The ModelNew of the drop-in `source` (the assembly with fewer parts), loaded once: its custom ops are
+    registered under a namespace of its own text, which a second load would register again."""
     from kernelevo.tasks import load_module
 
-    cls = load_module(source, job.candidate_path or "variant.py", "candidate").ModelNew
+    return load_module(source, job.candidate_path or "variant.py", "candidate").ModelNew
+
+
+def _fresh(cls, job: Job, init: tuple, reference, device: str):
+    """A new instance of `cls` built as the candidate was (the task's constructor arguments `init`, the
+    job's seed), with the reference's weights."""
     inputs.seed_all(job.seed)
     model = cls(*init)
     inputs.copy_weights(reference, model)

@@ -51,7 +51,7 @@ def assemble(
                  "run.out_dir": out.parent, "judge.executor": "local"}
     options = resolved(model, overrides, config, search=False).options
     try:
-        data = assemble_model(model, bench, out, options, min_speedup, mode_list(modes))
+        data = assemble_model(model, bench, out, options, min_speedup, mode_list(modes), on_status=say)
     except (TaskError, ValueError) as exc:
         fail(str(exc).splitlines()[0])
     show(data, as_json)

@@ -197,8 +197,9 @@ def _op(p: Placed, prefix: str, space: str) -> str:
     typed = ", ".join(f"x{j}: {_TYPES[k]}" for j, k in enumerate(p.inputs))
     several = _returned_count(p.spec[2]) > 1  # the task returns a tuple of tensors, else one tensor
     # contiguous, as the fake's outputs are: the compiled graph assumes the strides the fake gave
-    returns, made = ("list[torch.Tensor]", f"[t.contiguous() for t in {prefix}ModelNew.forward(_SITES[site](), {args})]") \
-        if several else ("torch.Tensor", f"{prefix}ModelNew.forward(_SITES[site](), {args}).contiguous()")
+    run = f"_stateless(_SITES[site](), {prefix}ModelNew.forward, _SITES[site](), {args})"
+    returns, made = ("list[torch.Tensor]", f"[t.contiguous() for t in {run}]") \
+        if several else ("torch.Tensor", f"{run}.contiguous()")
     if p.plain:
         call = (f"    def forward(self, {args}, **kwargs):\n"
                 f"        if kwargs:  # keywords its parent passes at their defaults (src_mask=None)\n"
@@ -237,6 +238,24 @@ def _direct():
     """Whether a part calls its kernel directly: not while torch.compile traces (there it is its op), and
     not with autograd on, where its op refuses a backward it has no formula for rather than losing it."""
     return not torch.is_grad_enabled() and not torch.compiler.is_compiling()
+
+
+def _stateless(kernel, call, *args):
+    """`call(*args)` as a part's op runs its kernel, in a compiled graph: whatever the kernel sets on itself
+    in the call (a workspace it keeps for the next) is dropped after it, and what it held before stays. Under
+    CUDA graphs (reduce-overhead) a tensor kept past the call was made in the graph's pool and lives outside
+    it, which the graph refuses ("tensors in the cudagraph pool not tracked as outputs": a bf16 attention
+    kernel at 6 sites, H200, 2026-11-30); made and dropped within the call, it is the graph's own memory."""
+    held = {name: dict(getattr(kernel, name)) for name in ("_parameters", "_buffers", "_modules")}
+    attributes = dict(kernel.__dict__)
+    try:
+        return call(*args)
+    finally:
+        kernel.__dict__.clear()
+        kernel.__dict__.update(attributes)
+        for name, kept in held.items():
+            getattr(kernel, name).clear()
+            getattr(kernel, name).update(kept)
 
 
 def _defaults_only(site, kwargs, named=()):

@@ -35,8 +35,11 @@ def _judge_effect(c, loop: ModelModes, without: str, mode: str) -> None:
     ratio = loop.ratio((without, mode), ("assembled", mode))
     c.effect = ratio
     c.with_ms, c.without_ms = loop.time("assembled", mode), loop.time(without, mode)
-    if ratio is None:
-        c.reverted = f"not timed in place in {mode}"
+    if ratio is None:  # which of the two failed there, and how: the reason a part is not placed is evidence
+        failed = [f"{said} failed there ({loop.errors[f'{name}@{mode}']})"
+                  for name, said in (("assembled", "the model with it"), (without, "the model without it"))
+                  if f"{name}@{mode}" in loop.errors]
+        c.reverted = f"not timed in place in {mode}" + (": " + "; ".join(failed) if failed else "")
     elif not ratio.beyond_noise:
         # the medians and the paired ratio can disagree in direction where the pairs are noise
         c.reverted = (f"no gain in place: the model in {mode} is {_ms(c.without_ms)} without it and "

@@ -239,8 +239,9 @@ def region_op(name: str, inputs: int, outputs: int, prefix: str, reference: str,
     call the rewritten forward makes."""
     args = ", ".join(f"x{j}" for j in range(inputs))
     typed = ", ".join(f"x{j}: torch.Tensor" for j in range(inputs))
-    returns, made = ("list[torch.Tensor]", f"[t.contiguous() for t in _run_{name}(site, weights, {args})]") \
-        if outputs > 1 else ("torch.Tensor", f"_run_{name}(site, weights, {args}).contiguous()")
+    run = f"_stateless(_SITES[site](), _run_{name}, site, weights, {args})"  # keeping nothing of the call
+    returns, made = ("list[torch.Tensor]", f"[t.contiguous() for t in {run}]") \
+        if outputs > 1 else ("torch.Tensor", f"{run}.contiguous()")
     return (custom_op_text(name, args, typed, returns, made, space) +
             f"def _run_{name}(site, weights, {args}):\n"
             f"    \"\"\"The kernel on its module's tensors, bound at each call: the module owns them (its state_dict,\n"
