@@ -2,9 +2,6 @@
 assembly (and variants with fewer parts) interleaved in one process; ratios and intervals are taken
 in the judging process; a C part whose kernel is faster alone but makes the model slower in place is
 not placed, with both figures; with nothing placed, one line names the mode to run instead."""
-import tempfile
-from pathlib import Path
-
 import pytest
 
 from kernelevo.evolution.drivers.parts.assemble import Candidate
@@ -57,11 +54,11 @@ def test_an_assembly_with_nothing_placed_hands_back_the_model_with_the_best_mode
     assert "_InPlace_" not in text
 
 
-def test_a_part_not_timed_in_place_says_which_model_failed_and_how():
+def test_a_part_not_timed_in_place_says_which_model_failed_and_how(tmp_path):
     """The variants' loop in the chosen mode: where the model with every part fails there, the part's reason
     carries the error (the bf16 stack's attention kernel under CUDA graphs, 2026-11-30, said only 'not timed')."""
     task = load_task(MODELS / "mlp_stack.py")
-    parts = placed_parts(MODELS / "mlp_stack.py", Path(tempfile.mkdtemp()) / "parts")
+    parts = placed_parts(MODELS / "mlp_stack.py", tmp_path / "parts")
     a, b = (Candidate(p, 0.5, 1.5, (1.4, 1.6), i) for i, p in enumerate(parts[:2]))
     whole = modes(original__reduce_overhead=[2.0] * 9, assembled__reduce_overhead=[1.5] * 9)
     failing = "RuntimeError: Detected 6 tensor(s) in the cudagraph pool not tracked as outputs."
