@@ -89,9 +89,10 @@ def test_a_reply_served_to_its_prompt_with_other_figures_is_told_from_one_served
 
 
 def _search(tmp_path, monkeypatch, server, model: str = "scripted", calls: int = 2, offline: bool = False,
-            concurrency: int = 1):
-    """A small search (`calls` calls, `concurrency` at a time) of `model` on the CPU, in this process, where the judge's
-    zygote serves every run: (its outcome, its calls as the archive holds them)."""
+            concurrency: int = 1, generations: int = 1):
+    """A small search (`calls` calls, `concurrency` at a time, at most `generations` of 4 children) of `model` on the
+    CPU, in this process, where the judge's zygote serves every run: (its outcome, its calls as the archive holds
+    them)."""
     from kernelevo.evolution.budget import BudgetLimits
     from kernelevo.evolution.loop import optimize
     from kernelevo.config import load_config
@@ -107,7 +108,7 @@ def _search(tmp_path, monkeypatch, server, model: str = "scripted", calls: int =
                               config=load_config(tmp_path / "kernelevo.toml"),
                               judge=JudgeOptions(seed=1, trials=2, timing=TimingConfig(max_seconds=0.2), compile_baseline=False, bounds="off"),
                               settings=SearchSettings(children_per_generation=4, llm_concurrency=concurrency),
-                              budget=BudgetLimits(max_llm_calls=calls, generations=1, plateau_generations=9))
+                              budget=BudgetLimits(max_llm_calls=calls, generations=generations, plateau_generations=9))
     outcome = optimize(options)
     return outcome, _calls(tmp_path / "archive.sqlite", outcome.run_id)
 
@@ -161,9 +162,11 @@ def test_a_replay_asks_each_call_once_every_earlier_kernel_is_judged(tmp_path, m
     edits = itertools.chain([k["chunked"], serial, wider], itertools.repeat(k["chunked"]))
     server = ScriptedServer(responder=kernel_replies(translations, edits, k["good"], USAGE))
     try:
-        recorded, original = _search(tmp_path, monkeypatch, server, calls=4)
+        # the call cap ends both runs: a `tune` child (no call) counts toward a generation, and where the search drew
+        # one (as it does depending on what is judged when it plans), one generation of 4 children ended it at 3 calls
+        recorded, original = _search(tmp_path, monkeypatch, server, calls=4, generations=4)
         replayed, again = _search(tmp_path, monkeypatch, server, f"replay:{recorded.run_id}", calls=4, offline=True,
-                                  concurrency=2)
+                                  concurrency=2, generations=4)
         assert len(original) == 4, (original, recorded.reason)
         assert len(again) == 4 and {c["provider"] for c in again} == {"replay"}, replayed.reason
         with Archive.open_readonly(tmp_path / "archive.sqlite") as archive:
