@@ -60,7 +60,7 @@ class JobResult:
             f"notes that are not a list, dropped: {str(notes)[:40]!r}",)
         evidence = dict(evidence) if isinstance(evidence, Mapping) else {"unreadable": str(evidence)[:200]}
         record = cls(Verdict(verdict), notes=notes, evidence=evidence, figures=figures,
-                     **common, **{k: _seconds(data.get(k)) for k in _SECONDS})
+                     **common, **{k: finite(data.get(k)) for k in _SECONDS})
         return record._readable()
 
     def _readable(self) -> "JobResult":
@@ -126,10 +126,12 @@ class JobResult:
                 "evidence": dict(self.evidence)}
 
 
-def _seconds(value: Any) -> float | None:
+def finite(value: Any) -> float | None:
+    """A figure a worker said, as a float where it is a finite number; None where it is none or something else
+    (a string, a NaN, an int no float holds)."""
     try:
         return _number(value)
-    except ValueError:  # a time the worker said that is no number: none said
+    except ValueError:
         return None
 
 

@@ -348,3 +348,29 @@ def test_a_result_the_judge_cannot_read_is_its_own_error_not_a_crash(judge, task
     found = judge.evaluate(task, CPU / "ok_c.py")
     assert (found.verdict, found.reason) == ("runtime_error", "judge_error") and not found.ok
     assert "the judge failed on this job: KeyError" in found.message and found.task == task.name
+
+
+def test_a_zygote_whose_close_is_interrupted_is_killed_and_the_rest_closed(tmp_path, monkeypatch):
+    """Ctrl-C while the judging process exits cut close()'s wait for the zygote short: it was left running, and the
+    atexit hook printed a KeyboardInterrupt traceback (a timed-out `assemble`, H200, 2026-11-30)."""
+    import subprocess
+    import sys
+
+    from kernelevo.judge.run import zygote
+
+    made = []
+    for seconds in (60, 0.2):  # the first's wait is cut short; the second ends by itself, as a zygote told to does
+        one = zygote.Zygote("cpu", tmp_path, {}, 10.0)
+        one._proc = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({seconds})"])
+        made.append(one)
+
+    def interrupted(timeout=None):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(made[0]._proc, "wait", interrupted)
+    monkeypatch.setattr(zygote, "_kept", {f"k{i}": z for i, z in enumerate(made)})
+    zygote._close_kept()  # raises nothing
+    for one in made:
+        assert subprocess.Popen.wait(one._proc, timeout=10) is not None  # ended, none left behind
+    assert made[0]._proc.returncode == -9  # killed
+    assert zygote._kept == {}

@@ -106,3 +106,30 @@ def test_a_part_faster_alone_that_slows_the_model_is_not_placed(judge, tmp_path)
     assert head.reverted.startswith("no gain in place: the model in eager is "), head.reverted
     assert head.effect.high < 1.0 and head.with_ms.ms > head.without_ms.ms  # both figures, the model slower with it
     assert block.effect is not None and block.with_ms is not None  # timed beside the rest; its place is the A/B's
+
+
+def test_each_mode_times_an_assembly_of_its_own_and_one_that_does_not_build_is_that_modes_error(judge, tmp_path):
+    """An assembly's kernels may keep state from their first call (a workspace): each mode gets an instance of its
+    own, first called there, as a user's is. One that cannot be built there (memory) is that pair's error, said,
+    and the rest is timed."""
+    task = load_task(MODELS / "mlp_stack.py")
+    counted = drop_in_text(task.source, "mlp_stack.py", []) + """
+
+_MADE = [0]
+_INIT = ModelNew.__init__
+
+
+def _counted(self, *args, **kwargs):
+    _MADE[0] += 1  # the judge's own build, then one per mode
+    if _MADE[0] == 3:
+        raise RuntimeError("out of memory: the third instance")
+    _INIT(self, *args, **kwargs)
+
+
+ModelNew.__init__ = _counted
+"""
+    path = tmp_path / "counted.py"
+    path.write_text(counted)
+    loop = judge.modes(task, path, "cpu", ("eager", "default"))
+    assert loop.modes("assembled") == ["eager"] and loop.modes("original") == ["eager", "default"]
+    assert loop.errors == {"assembled@default": "RuntimeError: out of memory: the third instance"}

@@ -34,6 +34,7 @@ def run_modes(job: Job, device: str, channel) -> dict:
     try:
         init = tuple(jobs._load_task(job).get_init_inputs())
         classes = {"assembled": type(assembled)}
+        del assembled  # each mode builds its own: this one would only hold its memory through the loop
         for i, source in enumerate(job.variants):
             classes[f"variant{i}"] = _variant_class(source, job)
     except Exception as exc:  # noqa: BLE001 - a variant is the assembly's file with fewer parts
@@ -45,12 +46,11 @@ def run_modes(job: Job, device: str, channel) -> dict:
             # it keeps) made in another mode's calls would run here as it never does for them (2026-11-30: an
             # attention kernel's workspace, made in eager, let the same instance run under CUDA graphs; a fresh one
             # failed there)
-            models = {"original": reference, **{name: _fresh(cls, job, init, reference, device)
-                                                 for name, cls in classes.items()}}
-            for name, model in models.items():
+            for name in ("original", *classes):
                 key = f"{name}@{mode}"
                 started = time.perf_counter()
                 try:
+                    model = reference if name == "original" else _fresh(classes[name], job, init, reference, device)
                     fns[key] = _ready(model, mode, whole=name != "original", sets=sets, device=device)
                 except Exception as exc:  # noqa: BLE001 - said for this pair; the others are timed
                     errors[key] = f"{type(exc).__name__}: {first_line(exc)}"

@@ -126,14 +126,16 @@ class Zygote:
                 with contextlib.suppress(OSError):  # it reads end of input: kills its children, exits
                     self._socket.shutdown(socket.SHUT_RDWR)
                 self._socket.close()
-            if self._proc is not None:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    self._proc.wait(timeout=10)
-                if self._proc.poll() is None:
+            try:
+                if self._proc is not None:
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        self._proc.wait(timeout=10)
+            finally:  # a wait cut short (Ctrl-C while the process exits) kills it rather than leaving it behind
+                if self._proc is not None and self._proc.poll() is None:
                     self._proc.kill()
-            shutil.rmtree(self._scratch, ignore_errors=True)
-            with contextlib.suppress(OSError):
-                self.log.unlink()
+                shutil.rmtree(self._scratch, ignore_errors=True)
+                with contextlib.suppress(OSError):
+                    self.log.unlink()
 
     def _start(self) -> None:
         from kernelevo.judge.run import sandbox
@@ -232,7 +234,10 @@ def _close_kept() -> None:
         kept = list(_kept.values())
         _kept.clear()
     for zygote in kept:
-        zygote.close()
+        try:
+            zygote.close()
+        except KeyboardInterrupt:  # the process is ending: each zygote is closed still, and no traceback is printed
+            continue
 
 
 # --- in the zygote -------------------------------------------------------------------------------

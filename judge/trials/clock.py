@@ -24,6 +24,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from kernelevo.judge.job_result import finite
 from kernelevo.judge.measure import timing
 from kernelevo.judge.trials import arena, compare, gate, handback, inputs
 from kernelevo.judge.trials.correctness import _place_all, sync
@@ -427,13 +428,8 @@ def _claimed(result: dict) -> tuple[float | None, float | None]:
 
 
 def _positive(figure) -> float | None:
-    if isinstance(figure, bool) or not isinstance(figure, (int, float)):
-        return None
-    try:
-        figure = float(figure)
-    except OverflowError:
-        return None
-    return figure if math.isfinite(figure) and figure > 0 else None
+    found = finite(figure)
+    return found if found is not None and found > 0 else None
 
 
 def _mismatch(message: str, evidence: dict) -> dict:
