@@ -50,7 +50,12 @@ def test_optimize_in_parts_splits_searches_assembles_and_verifies(tmp_path):
     assert done.returncode == (0 if placed else 3), done.stderr[-3000:]
     if placed:
         assert result["speedup"][1] > 1.0 and result["chosen_mode"] in result["modes"], result
+        # a compiled headline mode was judged again as kernelevo_compile runs it (eager's is the file's judgement)
+        run = result["verified_as_run"]
+        assert (run is None) == (result["chosen_mode"] == "eager"), result
+        assert run is None or (run["mode"] == result["chosen_mode"] and run["verdict"] == "ok" and run["trials"] >= 2)
     else:
+        assert result["verified_as_run"] is None
         assert result["nothing_placed"].startswith("nothing placed: ") and result["speedup"] is None, result
         assert result["chosen_mode"] == result["original_best_mode"]
         assert result["nothing_placed"] in " ".join(done.stdout.split())

@@ -76,6 +76,24 @@ def test_the_assembly_runs_under_cuda_graphs_and_matches(assembled):
         _graphed_match(new, reference, x, task.get_inputs()[0].cuda(), want, 2e-3)
 
 
+def test_the_judge_passes_the_assembly_as_kernelevo_compile_runs_it(assembled, tmp_path):
+    """The drop-in judged again with its forward through kernelevo_compile under CUDA graphs (parts/as_run.py):
+    every trial and timed output replayed from the graph, compared by the checker; an honest assembly passes."""
+    from kernelevo.evolution.drivers.parts.as_run import as_run_text
+    from kernelevo.judge.api import Judge, JudgeOptions
+    from kernelevo.judge.measure.timing import TimingConfig
+
+    _, task, path = assembled
+    text = path.read_text().replace('KERNELEVO_MODE = "eager"', 'KERNELEVO_MODE = "reduce-overhead"')
+    assert 'KERNELEVO_MODE = "reduce-overhead"' in text
+    as_run = tmp_path / "as_run.py"
+    as_run.write_text(as_run_text(text))
+    with Judge(tmp_path / "cache", JudgeOptions(devices=("cuda:0",), policy="model", compile_baseline=False,
+                                                timing=TimingConfig(max_seconds=0.5))) as judge:
+        evaluation = judge.evaluate(task, as_run)
+    assert evaluation.ok, (evaluation.reason, evaluation.message)
+    assert evaluation.correctness.trials >= 2 and evaluation.shapes.supported
+
 def test_the_modes_job_times_both_models_in_each_mode(assembled, tmp_path):
     from kernelevo.judge.api import Judge, JudgeOptions
     from kernelevo.judge.measure.timing import TimingConfig

@@ -133,3 +133,67 @@ ModelNew.__init__ = _counted
     loop = judge.modes(task, path, "cpu", ("eager", "default"))
     assert loop.modes("assembled") == ["eager"] and loop.modes("original") == ["eager", "default"]
     assert loop.errors == {"assembled@default": "RuntimeError: out of memory: the third instance"}
+
+
+def _through_the_op(source: str) -> str:
+    """The block's kernel wrong only where it runs as the compiled graph's op (its caller, the drop-in's
+    `_stateless`): right in every eager trial, wrong as the user runs the model under torch.compile."""
+    assert "        return out\n" in source
+    return "import traceback\n" + source.replace("        return out\n", (
+        "        if any(frame.name == '_stateless' for frame in traceback.extract_stack()):\n"
+        "            return out * 1.5\n        return out\n"))
+
+
+def test_a_mode_the_assembly_is_wrong_in_as_it_runs_is_not_its_mode(judge, tmp_path):
+    """The chosen compiled mode is judged again with the forward through kernelevo_compile: a kernel right in eager
+    and wrong through the compiled graph is caught there, that mode becomes the assembly's error, and the next best
+    mode (eager, judged already) is chosen; the honest assembly passes in that mode."""
+    import dataclasses
+
+    from kernelevo.evolution.drivers.parts.as_run import as_run_text, verified_as_run
+
+    task = load_task(MODELS / "mlp_stack.py")
+    block = next(p for p in placed_parts(MODELS / "mlp_stack.py", tmp_path / "parts") if p.name == "mlp_block")
+    hostile = dataclasses.replace(block, kernel_source=_through_the_op(block.kernel_source))
+    path = tmp_path / "assembled.py"
+
+    def judged(placed, mode: str, run: bool = True):
+        text = drop_in_text(task.source, "mlp_stack.py", [placed], mode)
+        path.write_text(as_run_text(text) if run else text)
+        return judge.evaluate(task, path)
+
+    assert judged(hostile, "default", run=False).ok  # the eager trials cannot see it
+    loop = modes(original__eager=[5.0] * 9, original__default=[3.0] * 9, assembled__eager=[4.0] * 9,
+                 assembled__default=[2.0] * 9)
+    checked, passing = verified_as_run(loop, lambda mode: judged(hostile, mode))
+    assert passing is None and checked.best("assembled") == "eager" and "assembled@default" not in checked.samples
+    assert checked.errors["assembled@default"].startswith("wrong as kernelevo_compile runs it in default: incorrect ")
+    honest, passing = verified_as_run(loop, lambda mode: judged(block, mode))
+    assert honest == loop and passing.ok and passing.correctness.trials >= 2
+
+
+def test_the_as_run_forward_never_runs_eagerly_unsaid(tmp_path):
+    """A compiled forward that ran eagerly would be eager's path again, untested as the user runs it. Past dynamo's
+    recompile limit fullgraph raises; where dynamo is told to run eagerly (a stance), the as-run file raises."""
+    import torch
+
+    from kernelevo.evolution.drivers.parts.as_run import as_run_text
+    from kernelevo.tasks import load_module
+    from test_assemble import model_and_assembled
+
+    task = load_task(MODELS / "mlp_stack.py")
+    block = next(p for p in placed_parts(MODELS / "mlp_stack.py", tmp_path / "parts") if p.name == "mlp_block")
+    module = load_module(as_run_text(drop_in_text(task.source, "mlp_stack.py", [block], "default")), "as_run.py",
+                         "candidate")
+    reference, new, x = model_and_assembled(module, task, seed=2)
+    torch._dynamo.reset()
+    try:
+        with torch.no_grad(), torch._dynamo.config.patch(recompile_limit=1, automatic_dynamic_shapes=False):
+            assert torch.allclose(new(x), reference(x), atol=1e-5, rtol=1e-5)
+            with pytest.raises(Exception, match="fullgraph|recompile limit"):  # dynamo's own hard failure
+                new(x[:1])
+            with torch.compiler.set_stance("force_eager"), \
+                    pytest.raises(RuntimeError, match="ran the model's forward eagerly"):
+                new(x)
+    finally:
+        torch._dynamo.reset()

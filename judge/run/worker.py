@@ -98,6 +98,7 @@ def _prepare_device(device: str) -> dict:
 
     # torch's headers: the judging process derives the lean ones of inline builds from them (inline.prepare)
     info = {"torch": torch.__version__, "device": device, "torch_include": str(inline.torch_include())}
+    _quiet_progress_bars()
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
         torch.empty(1, device=device)  # create the context now, outside any measured phase
@@ -124,6 +125,18 @@ def _prepare_device(device: str) -> dict:
         info.update(device_name=cpu_name() or platform.processor() or "cpu", cores=os.cpu_count() or 1,
                     compiler=compiler_command())
     return info
+
+
+def _quiet_progress_bars() -> None:
+    """tqdm starts a monitor thread with its first bar, a disabled one too, and torch.compile makes one (Inductor
+    waiting for its kernels) within a compiled model's first call: a candidate whose call starts a thread is refused
+    (guards.ThreadWatch), and an honest assembly judged as kernelevo_compile runs it was (H200, 2026-12-01). The
+    monitor refreshes bars that no one sees here; set before any candidate code runs, not by it."""
+    try:
+        import tqdm
+    except ImportError:
+        return
+    tqdm.tqdm.monitor_interval = 0
 
 
 def _warm_profiler(device: str) -> None:

@@ -101,6 +101,7 @@ class Assembly:
     loop: ModelModes | None
     asked: tuple[str, ...]
     tried: int
+    as_run: Any = None  # the judge's evaluation of the file run as kernelevo_compile runs it, in a compiled mode
 
     @property
     def original_best(self) -> str | None:
@@ -129,7 +130,18 @@ class Assembly:
         """The result's keys of the user's loop (see assemble --json)."""
         return {"modes": table(self.loop, self.asked) if self.loop else {}, "chosen_mode": self.mode,
                 "original_best_mode": self.original_best, "speedup": triple(self.speedup),
-                "nothing_placed": self.line(), "compile_s": dict(self.loop.compile_s) if self.loop else {}}
+                "nothing_placed": self.line(), "compile_s": dict(self.loop.compile_s) if self.loop else {},
+                "verified_as_run": self._as_run()}
+
+    def _as_run(self) -> dict[str, Any] | None:
+        """The judgement of the chosen mode as the user runs it: None in eager (the file's own judgement) or
+        where nothing is placed."""
+        e = self.as_run
+        if e is None or not self.kept:
+            return None
+        return {"mode": self.mode, "verdict": e.verdict, "trials": e.correctness.trials if e.correctness else None,
+                "shapes": list(e.shapes.supported) if e.shapes else [],
+                "refused": list(e.shapes.refused) if e.shapes else []}
 
     def delivered(self) -> str:
         """The drop-in as the user gets it: the file judged, with the measured figures in its header and
@@ -146,5 +158,8 @@ class Assembly:
             s = self.speedup
             lines.append(f"{s.point:.2f}x ({s.low:.2f}-{s.high:.2f}) the original in its best mode "
                          f"({self.original_best}), run as kernelevo_compile(model) ({self.mode}).")
-        lines.append(self.line() or "Verified and timed as this file is, bar these header lines and KERNELEVO_MODE.")
+        said = self.line() or "Verified and timed as this file is, bar these header lines and KERNELEVO_MODE."
+        if self._as_run():
+            said += f" Verified as kernelevo_compile(model) runs it ({self.mode}) as well."
+        lines.append(said)
         return drop_in_text(self.source, self.name, [c.placed for c in self.kept], self.mode, tuple(lines))

@@ -66,6 +66,9 @@ def print_assembly(data: dict) -> None:
         console.print(f"[bold]the model with its kernels, {speedup_text(point, [low, high])} the original in its "
                       f"best mode ({data['original_best_mode']})[/bold], run as kernelevo_compile(model) "
                       f"({data['chosen_mode']}); host included, interleaved in one process")
+    if run := data.get("verified_as_run"):
+        console.print(f"verified as kernelevo_compile(model) runs it ({run['mode']}): {run['trials']} trials, "
+                      f"{len(run['shapes'])} shapes" + (f", {len(run['refused'])} refused" if run["refused"] else ""))
     if data.get("nothing_placed"):
         console.print(f"[bold]{escape(data['nothing_placed'])}[/bold]")
     eager = speedup_text(data["speedup_eager"], data["speedup_eager_ci"])
