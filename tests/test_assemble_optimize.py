@@ -73,6 +73,7 @@ def test_optimize_in_parts_splits_searches_assembles_and_verifies(tmp_path):
     page = (tmp_path / "out" / "mlp_stack_kernelevo.html").read_text()
     assert result["report"] == str(tmp_path / "out" / "mlp_stack_kernelevo.html")
     assert 'id="before-mlp_block"' in page and 'id="after-gated_head"' in page
+    assert ("Verified as <code>kernelevo_compile(model)</code> runs it" in page) == bool(result["verified_as_run"])
     for part in ("mlp_block", "gated_head"):
         link = page.split(f'<a href="reports/{part}_', 1)[1].split('"', 1)[0]
         assert (tmp_path / "out" / "reports" / f"{part}_{link}").is_file()

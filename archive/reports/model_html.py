@@ -49,7 +49,15 @@ def _headline(result: dict) -> str:
     point, low, high = result["speedup"]
     return (f"<p><strong>{_x(point, [low, high])} the original in its best mode ({html.escape(str(result['original_best_mode']))})"
             f"</strong>, run as <code>kernelevo_compile(model)</code> ({html.escape(result['chosen_mode'])}): "
-            "host included, both interleaved in one process.</p>")
+            "host included, both interleaved in one process." + _as_run(result.get("verified_as_run")) + "</p>")
+
+
+def _as_run(run: dict | None) -> str:
+    """' Verified as ... runs it': the judgement of the chosen compiled mode, where there was one."""
+    if not run:
+        return ""
+    return (f" Verified as <code>kernelevo_compile(model)</code> runs it ({html.escape(run['mode'])}): "
+            f"{run['trials']} trials, {len(run['shapes'])} shapes.")
 
 
 def _modes(result: dict) -> str:
