@@ -158,6 +158,33 @@ def test_a_job_lost_twice_gets_a_verdict_not_a_hang(cluster, tmp_path):
     assert "lost the worker judging this candidate 2 times" in evaluation.message
 
 
+def test_a_ray_error_the_executor_does_not_expect_still_ends_the_jobs_future(monkeypatch):
+    """Ray's memory monitor killing a job past its retries (OutOfMemoryError, not a lost node), or any other error
+    of ray.get, ends the job's future, with a verdict or the error: before, the thread awaiting it died with it, and
+    the search waited forever. (ray.get made to raise: Ray cannot be made to run low on memory on demand here.)"""
+    import concurrent.futures
+    import threading
+
+    from ray import exceptions as rx
+
+    from kernelevo.judge.run.executor import Spread
+    from kernelevo.judge.run.ray_executor import RayExecutor
+
+    executor = object.__new__(RayExecutor)  # its _await alone: no cluster to connect to
+    Spread.__init__(executor, ["cpu"])
+    executor._lock, executor._refs = threading.Lock(), {}
+    memory = rx.OutOfMemoryError("Task was killed due to the node running low on memory.")
+    for error in (memory, ValueError("a reply Ray could not read")):
+        monkeypatch.setattr(ray, "get", lambda ref, error=error: (_ for _ in ()).throw(error))
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        executor._count("cpu", 1)
+        executor._await("ref", future, "cpu")
+        assert future.done() and executor.outstanding["cpu"] == 0
+        if error is memory:
+            assert (future.result().verdict, future.result().reason) == ("runtime_error", "out_of_memory")
+        else:
+            assert future.exception() is error
+
 def ray_args(tmp_path: Path, *extra: str) -> list[str]:
     return ["--executor", "ray", "--device", "cpu", "--model", "scripted", "--config", str(tmp_path / "kernelevo.toml"),
             "--archive", str(tmp_path / "archive.sqlite"), "--out", str(tmp_path / "out"), "--timing-seconds", "0.2",

@@ -199,10 +199,16 @@ class RayExecutor(Spread):
             result = exc
         except (rx.WorkerCrashedError, rx.NodeDiedError, rx.ObjectLostError, rx.OwnerDiedError) as exc:
             result = _lost(exc)
+        except rx.OutOfMemoryError as exc:  # Ray's memory monitor killed it, past its retries: the node ran low
+            result = {"verdict": "runtime_error", "reason": "out_of_memory",
+                      "message": "the node ran low on host memory while judging this candidate and Ray killed the job "
+                                 f"{RETRIES + 1} times", "excerpt": str(exc)[-2000:]}
         except rx.RayTaskError as exc:  # the job's own code failed on the node (not the candidate's)
             result = {"verdict": "runtime_error", "reason": "judge_error",
                       "message": f"the judge failed on its node: {str(exc).strip().splitlines()[-1]}",
                       "excerpt": str(exc)[-2000:]}
+        except Exception as exc:  # noqa: BLE001 - any other: said through the future, never a future left waiting
+            result = exc
         with self._lock:
             self._refs.pop(ref, None)
         self._count(device, -1)
