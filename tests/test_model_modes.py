@@ -147,7 +147,8 @@ def _through_the_op(source: str) -> str:
 def test_a_mode_the_assembly_is_wrong_in_as_it_runs_is_not_its_mode(judge, tmp_path):
     """The chosen compiled mode is judged again with the forward through kernelevo_compile: a kernel right in eager
     and wrong through the compiled graph is caught there, that mode becomes the assembly's error, and the next best
-    mode (eager, judged already) is chosen; the honest assembly passes in that mode."""
+    mode (eager, judged already) is chosen; the honest assembly passes in that mode, though torch.compile starts a
+    thread within its first call where tqdm is installed (its monitor), which the judge must not take for its own."""
     import dataclasses
 
     from kernelevo.evolution.drivers.parts.as_run import as_run_text, verified_as_run
