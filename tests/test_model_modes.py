@@ -168,7 +168,7 @@ def test_a_mode_the_assembly_is_wrong_in_as_it_runs_is_not_its_mode(judge, tmp_p
                  assembled__default=[2.0] * 9)
     checked, passing = verified_as_run(loop, lambda mode: judged(hostile, mode))
     assert passing is None and checked.best("assembled") == "eager" and "assembled@default" not in checked.samples
-    assert checked.errors["assembled@default"].startswith("wrong as kernelevo_compile runs it in default: incorrect ")
+    assert checked.errors["assembled@default"].startswith("not verified as kernelevo_compile runs it in default: incorrect ")
     honest, passing = verified_as_run(loop, lambda mode: judged(block, mode))
     assert honest == loop and passing.ok and passing.correctness.trials >= 2
 

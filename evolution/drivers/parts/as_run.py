@@ -65,7 +65,7 @@ def verified_as_run(loop, judged: Callable[[str], Any]) -> tuple[Any, Any]:
         if evaluation.ok:
             return loop, evaluation
         key = f"assembled@{mode}"
-        why = (f"wrong as kernelevo_compile runs it in {mode}: {evaluation.verdict} ({evaluation.reason}): "
+        why = (f"not verified as kernelevo_compile runs it in {mode}: {evaluation.verdict} ({evaluation.reason}): "
                f"{evaluation.message}")
         loop = dataclasses.replace(loop, samples={k: v for k, v in loop.samples.items() if k != key},
                                    errors={**loop.errors, key: why})
