@@ -187,6 +187,12 @@ def test_the_as_run_forward_never_runs_eagerly_unsaid(tmp_path):
     module = load_module(as_run_text(drop_in_text(task.source, "mlp_stack.py", [block], "default")), "as_run.py",
                          "candidate")
     reference, new, x = model_and_assembled(module, task, seed=2)
+    # what it returns is copied at once, however nested: under reduce-overhead the graph's next call overwrites it
+    out = {"y": (x, [x])}
+    copied = module._kernelevo_copied(out)
+    assert list(copied) == ["y"] and type(copied["y"]) is tuple and type(copied["y"][1]) is list
+    for tensor in (copied["y"][0], copied["y"][1][0]):
+        assert tensor is not x and tensor.data_ptr() != x.data_ptr() and torch.equal(tensor, x)
     torch._dynamo.reset()
     try:
         with torch.no_grad(), torch._dynamo.config.patch(recompile_limit=1, automatic_dynamic_shapes=False):

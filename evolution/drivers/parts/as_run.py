@@ -47,6 +47,8 @@ def _kernelevo_copied(out):
         return out.clone()
     if isinstance(out, (tuple, list)):
         return type(out)(_kernelevo_copied(o) for o in out)
+    if isinstance(out, dict):
+        return type(out)((key, _kernelevo_copied(value)) for key, value in out.items())
     return out
 '''
 
