@@ -199,15 +199,20 @@ def test_a_part_is_placed_only_where_its_kernel_beats_the_compiled_part(tmp_path
     from kernelevo.evolution.drivers.parts.assemble import chosen_parts, result
     from kernelevo.text import speedup_text
 
+    from kernelevo.archive.records import BenchTaskRecord
+    from kernelevo.archive.reports.bench_data import task_rows
+
     placed_parts(MODELS / "mlp_stack.py", tmp_path / "parts")
-    rows = [{"path": str(tmp_path / "parts" / "mlp_block.py"), "correct": True, "speedup_eager": 1.6,
-             "speedup_eager_ci": [1.5, 1.7], "speedup_compile": 0.93, "speedup_compile_ci": [0.9, 0.96],
-             "kernel_id": 7, "verdict": "ok", "status": "done"},
-            {"path": str(tmp_path / "parts" / "gated_head.py"), "correct": True, "speedup_eager": 2.0,
-             "speedup_eager_ci": [1.9, 2.1], "speedup_compile": 1.2, "speedup_compile_ci": [1.1, 1.3],
-             "kernel_id": 8, "verdict": "ok", "status": "done",
-             "evaluation": {"graph": {"candidate_ms": 0.02, "compiled_ms": 0.019, "speedup_compile": 0.95,
-                                      "speedup_compile_ci": [0.94, 0.96]}}}]
+    # the rows as a bench's stored tasks give them (the assembly reads nothing else); the head's final ran on a GPU,
+    # which also replayed it in a CUDA graph
+    graph = {"candidate_ms": 0.02, "compiled_ms": 0.019, "speedup_compile": 0.95, "speedup_compile_ci": [0.94, 0.96]}
+    rows = task_rows([
+        BenchTaskRecord("b1", 0, str(tmp_path / "parts" / "mlp_block.py"), "mlp_block", "done", kernel_id=7,
+                        verdict="ok", speedup_eager=1.6, speedup_eager_ci=[1.5, 1.7], speedup_compile=0.93,
+                        speedup_compile_ci=[0.9, 0.96], evaluation={"format": "c"}),
+        BenchTaskRecord("b1", 1, str(tmp_path / "parts" / "gated_head.py"), "gated_head", "done", kernel_id=8,
+                        verdict="ok", speedup_eager=2.0, speedup_eager_ci=[1.9, 2.1], speedup_compile=1.2,
+                        speedup_compile_ci=[1.1, 1.3], evaluation={"format": "cuda", "graph": graph})])
     chosen, left = chosen_parts(tmp_path / "parts", rows, lambda kid: f"# kernel {kid}\n", min_speedup=1.0)
     assert [c.kernel_id for c in chosen] == [8]
     # a final on a GPU measured it in a CUDA graph too: what it can give a model under reduce-overhead

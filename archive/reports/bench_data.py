@@ -23,8 +23,8 @@ BASELINES = {"eager": "speedup_eager", "compile": "speedup_compile"}
 def task_rows(stored: list[BenchTaskRecord]) -> list[dict]:
     """Store.bench_tasks records as table rows (the JSON and HTML view): name, status, verdict, correct, speedups and
     their intervals, specialized, degenerate, calls, cost, tokens, wall time, where the figures come from (run,
-    kernel), and of the best kernel its format, its figures in a loop (host included) and its share of the speed of
-    light."""
+    kernel), and of the best kernel its format, its figures in a loop (host included) and in a CUDA graph (`graph`,
+    where measured) and its share of the speed of light."""
     out = []
     for r in stored:
         correct = r.status == "done" and r.verdict == Verdict.OK
@@ -60,6 +60,8 @@ def _of_best(evaluation: dict, bound: dict, beaten: bool) -> dict:
     reliable = bound.get("bound_ms") and not bound.get("unreliable") and not beaten
     return {"format": evaluation.get("format") or "",
             "loop_speedup_eager": loop.get("speedup_eager"), "loop_speedup_compile": loop.get("speedup_compile"),
+            # each replayed in a CUDA graph, as a model's is (a final on a GPU): what it can give a model there
+            "graph": evaluation.get("graph"),
             "sol_share": bound["bound_ms"] / ms if reliable and ms else None}
 
 

@@ -118,7 +118,7 @@ def _graph(row: dict):
     final was not measured so (the CPU, or a record from before)."""
     from kernelevo.twins import GraphTiming
 
-    graph = (row.get("evaluation") or {}).get("graph")
+    graph = row.get("graph")
     return GraphTiming.from_dict(graph) if graph else None
 
 
