@@ -136,11 +136,12 @@ ModelNew.__init__ = _counted
 
 
 def _through_the_op(source: str) -> str:
-    """The block's kernel wrong only where it runs as the compiled graph's op (its caller, the drop-in's
-    `_stateless`): right in every eager trial, wrong as the user runs the model under torch.compile."""
+    """The block's kernel wrong only where it runs as the compiled graph's op (inside an op the dispatcher has the
+    autograd keys excluded; called directly it has not): right in every eager trial, wrong as the user runs the
+    model under torch.compile."""
     assert "        return out\n" in source
-    return "import traceback\n" + source.replace("        return out\n", (
-        "        if any(frame.name == '_stateless' for frame in traceback.extract_stack()):\n"
+    return source.replace("        return out\n", (
+        "        if torch._C._dispatch_tls_is_dispatch_key_excluded(torch._C.DispatchKey.AutogradOther):\n"
         "            return out * 1.5\n        return out\n"))
 
 
