@@ -63,7 +63,7 @@ def _placed(task, name: str, out_file: Path, candidates: list, judge, asked: tup
     """Verify the parts in place (reverting those wrong in place), time the model in every mode, keep
     the parts that earn their place in the chosen one, and hand back nothing where the assembly does
     not beat the original's best mode beyond noise (parts/effect.py)."""
-    from kernelevo.evolution.drivers.parts.as_run import verified_as_run
+    from kernelevo.evolution.drivers.parts.as_run import as_run_text, verified_as_run
     from kernelevo.evolution.drivers.parts.assemble import verified
     from kernelevo.evolution.drivers.parts.drop_in import drop_in_text
     from kernelevo.evolution.drivers.parts.effect import Assembly, effects, headline
@@ -80,8 +80,13 @@ def _placed(task, name: str, out_file: Path, candidates: list, judge, asked: tup
         on_status(_loop_line(done, modes))
         return done
 
-    def text(parts: list) -> str:
-        return drop_in_text(task.source, name, [c.placed for c in parts])
+    def text(parts: list, mode: str = "eager") -> str:
+        return drop_in_text(task.source, name, [c.placed for c in parts], mode)
+
+    def judged_as_run(mode: str):
+        on_status(f"judging {name} as kernelevo_compile runs it in {mode}, with {_names(kept)} in place")
+        path = out_file.with_name(f"{out_file.stem}_as_run.py")
+        return _judged_file(judge, task, path, as_run_text(text(kept, mode)))
 
     evaluation = verified(task.source, name, out_file, candidates, judged)
     kept = [c for c in candidates if not c.reverted]
@@ -101,8 +106,7 @@ def _placed(task, name: str, out_file: Path, candidates: list, judge, asked: tup
     speedup, as_run, unverified = headline(loop)[2], None, []
     if kept and speedup is not None and speedup.beyond_noise:  # the headline's mode, judged as the user runs it
         timed_before = loop
-        loop, as_run = verified_as_run(loop, lambda mode: _judged_as_run(judge, task, name, out_file, kept, mode,
-                                                                         on_status))
+        loop, as_run = verified_as_run(loop, judged_as_run)
         unverified = [loop.errors[key] for key in timed_before.samples if key not in loop.samples]
         speedup = headline(loop)[2]
     if kept and (speedup is None or not speedup.beyond_noise):
@@ -113,15 +117,9 @@ def _placed(task, name: str, out_file: Path, candidates: list, judge, asked: tup
     return Assembly(task.source, name, evaluation, tuple(kept), loop, asked, len(candidates), as_run)
 
 
-def _judged_as_run(judge, task, name: str, out_file: Path, parts: list, mode: str, on_status: Callable[[str], None]):
-    """The judge's evaluation of the drop-in with `parts` run as kernelevo_compile runs it in `mode` (parts/as_run.py),
-    from a file beside `out_file` that is gone after."""
-    from kernelevo.evolution.drivers.parts.as_run import as_run_text
-    from kernelevo.evolution.drivers.parts.drop_in import drop_in_text
-
-    on_status(f"judging {name} as kernelevo_compile runs it in {mode}, with {_names(parts)} in place")
-    path = out_file.with_name(f"{out_file.stem}_as_run.py")
-    path.write_text(as_run_text(drop_in_text(task.source, name, [c.placed for c in parts], mode)))
+def _judged_file(judge, task, path: Path, source: str):
+    """The judge's evaluation of `source`, written to `path` for it and gone after."""
+    path.write_text(source)
     try:
         return judge.evaluate(task, path)
     finally:
