@@ -141,9 +141,14 @@ def test_parent_audit_of_worker_reports():
     failure = {"verdict": "compile_error", "reason": "nvrtc"}
     assert audit(dict(failure), None, "t", granted=None) == failure  # failures need no token
     for garbled in ({"device_s": "lots"}, {"device_s": 10 ** 400}, {"samples_ms": [1.0]},
-                    {"samples_ms": {"candidate": "long"}}, {"samples_ms": {"candidate": None}}):
+                    {"samples_ms": {"candidate": "long"}}, {"samples_ms": {"candidate": None}},
+                    # a NaN passed unweighed before (max(0.5, nan) is 0.5), hiding the samples from the clock
+                    {"samples_ms": {"candidate": float("nan")}}, {"device_s": float("nan")},
+                    {"device_s": float("inf")}, {"samples_ms": {"candidate": 1e308, "eager": 1e308}}):
         said = audit(dict(passing, **garbled), "t", "t", granted=time.monotonic() - 1)  # read, never raised on
-        assert said["reason"] == "forged_report" and "not a number" in said["message"], garbled
+        assert said["reason"] == "forged_report" and "not a finite number" in said["message"], garbled
+    no_samples = audit(dict(passing, samples_ms=None, device_s=None), "t", "t", granted=time.monotonic() - 1)
+    assert no_samples["verdict"] == "ok"
 
 
 def _stats(ms: float) -> dict:

@@ -11,6 +11,7 @@ is not `ok` it stands, since a worker can only make its own verdict worse.
 from __future__ import annotations
 
 import contextlib
+import math
 import secrets
 import select
 import subprocess
@@ -22,6 +23,7 @@ from kernelevo.judge import verdicts
 from kernelevo.judge.run import bounds, inline, launcher, sandbox
 from kernelevo.judge.trials import clock
 from kernelevo.judge.job import Job
+from kernelevo.judge.job_result import finite
 
 COMPARED = "in a checker process that never loaded candidate code"
 BUILDS = ("in a folder of the candidate's own, named by a secret the judging process keeps; a kept library or "
@@ -58,17 +60,31 @@ def audit(result: dict, token: str | None, expected: str, granted: float | None,
     if token != expected:
         return _forged("a result line without the token the judge sent with the device")
     elapsed = time.monotonic() - granted
-    try:  # the worker's own figures, read before JobResult checks the rest: a forged type must not raise here
-        timed_ms = sum(float(ms) for ms in (result.get("samples_ms") or {}).values())
-        claimed = max(float(result.get("device_s") or 0.0), timed_ms / 1000)
-    except (AttributeError, TypeError, ValueError, OverflowError):
-        return _forged("the worker reported device time that is not a number",
+    claimed = _claimed_s(result)
+    if claimed is None:
+        return _forged("the worker reported device time that is not a finite number",
                        {"device_s": repr(result.get("device_s"))[:80], "samples_ms": repr(result.get("samples_ms"))[:200]})
     if claimed > 1.05 * elapsed + 0.05:
         return _forged(f"the worker reported {claimed:.3f} s of device time, but only {elapsed:.3f} s passed",
                        {"reported_s": claimed, "elapsed_s": elapsed})
     result.pop("samples_ms", None)
     return {**result, "device_s": (released or time.monotonic()) - granted}
+
+
+def _claimed_s(result: dict) -> float | None:
+    """The device time a worker's own figures claim, in seconds; None where any is not a finite number. Read
+    before JobResult checks the rest, so a forged type must not raise, and a NaN must not pass unweighed
+    (max(0.5, nan) is 0.5)."""
+    samples = result.get("samples_ms") or {}
+    device_s = result.get("device_s")
+    if not isinstance(samples, dict):
+        return None
+    figures = [finite(ms) for ms in samples.values()]
+    seconds = 0.0 if device_s is None else finite(device_s)
+    if seconds is None or None in figures:
+        return None
+    total = sum(figures) / 1000
+    return max(seconds, total) if math.isfinite(total) else None
 
 
 def _forged(message: str, evidence: dict | None = None) -> dict:

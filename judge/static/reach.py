@@ -38,7 +38,8 @@ def _write_only(call: ast.Call) -> bool:
 
 
 _FRAME_ATTRS = frozenset({"__subclasses__", "__globals__", "__code__", "__closure__", "f_back", "f_locals",
-                          "f_globals", "tb_frame", "gi_frame", "cr_frame", "__builtins__"})
+                          "f_globals", "tb_frame", "gi_frame", "cr_frame", "__builtins__",
+                          "findCaller"})  # a logger's findCaller reads its callers' frames
 
 
 def introspection(ctx: Context) -> list[Finding]:
@@ -46,9 +47,12 @@ def introspection(ctx: Context) -> list[Finding]:
     todo = "use only torch, math and kernelevo.runtime (launch kernels through it, not ctypes)"
     what = "reaches into the interpreter or the judge"
     hits = [(line, f"{name} {what}", todo) for line, name in _refs(
-        ctx, r"(gc|inspect|ctypes|_ctypes|importlib|cffi)(\..*)?|sys\.(_getframe|_current_frames|modules|settrace"
-             r"|setprofile|meta_path|path_hooks)(\..*)?|builtins\.(__import__|eval|exec|compile|globals|locals"
-             r"|breakpoint)|kernelevo\.(?!runtime(\.|$)).*")]
+        ctx, r"(gc|inspect|ctypes|_ctypes|importlib|cffi)(\..*)?|sys\.(_getframe|_getframemodulename|_current_frames"
+             r"|modules|settrace|setprofile|meta_path|path_hooks)(\..*)?|builtins\.(__import__|eval|exec|compile"
+             r"|globals|locals|breakpoint)|kernelevo\.(?!runtime(\.|$)).*"
+             # the stack walkers name every caller, which tells the judge's calls from a user's; the
+             # exception formatters (format_exc, extract_tb) only read the candidate's own error
+             r"|traceback\.(walk_stack|extract_stack|format_stack|print_stack|StackSummary)(\..*)?")]
     hits += [(n.lineno, f"vars() {what}", todo) for n in ctx.nodes
              if isinstance(n, ast.Call) and not n.args and _name_of(ctx, n.func) == "builtins.vars"]
     hits += [(n.lineno, f"{name} {what}", todo) for n in ctx.nodes
