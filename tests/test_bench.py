@@ -149,6 +149,38 @@ def test_a_done_task_judged_again_by_a_fixed_judge(benched, tmp_path):
     assert wrong.returncode != 0 and "--again nosuch: no such task" in wrong.stderr
 
 
+def test_a_resumed_bench_with_more_calls_goes_on_where_the_cap_stopped(tmp_path):
+    """A finished bench resumed with a higher --max-llm-calls-per-task: each task whose search its call cap
+    stopped goes on in the same run (the calls it made are not made again), and its row points to the new final;
+    resumed again with the same cap, nothing is reopened and nothing asked."""
+    (tmp_path / "suite").mkdir()
+    shutil.copy(TASKS["scale"], tmp_path / "suite" / "scale.py")
+    (tmp_path / "suite" / "offset.py").write_text(DEGENERATE)  # the task its scripted kernel is right for
+    server = ScriptedServer(responder=replies)
+    try:
+        env = environment(server, tmp_path)
+        args = [*bench_args(tmp_path, "--generations", "4"), "--max-llm-calls-per-task", "1"]  # the last one counts
+        first = cli(args, env)
+        assert first.returncode == 0, first.stderr[-3000:]
+        with Archive.open_readonly(tmp_path / "archive.sqlite") as store:
+            bench_id = store.benches()[0].id
+            before = {r.name: r for r in store.bench_tasks(bench_id)}
+            assert {store.run(r.run_id).status for r in before.values()} == {"budget"}
+        asked = len(server.requests)
+        more = cli([*args[:-1], "2", "--resume", bench_id], env)
+        assert more.returncode == 0, more.stderr[-3000:]
+        assert len(server.requests) == asked + 2  # one call more each, none made again
+        again = cli([*args[:-1], "2", "--resume", bench_id], env)
+        assert again.returncode == 0 and len(server.requests) == asked + 2, again.stderr[-3000:]
+    finally:
+        server.close()
+    with Archive.open_readonly(tmp_path / "archive.sqlite") as store:
+        for row in store.bench_tasks(bench_id):
+            assert row.status == "done" and row.run_id == before[row.name].run_id
+            assert store.spend(row.run_id).calls == 2 and store.run(row.run_id).status == "budget"
+            assert row.evaluation_id > before[row.name].evaluation_id
+
+
 def test_a_judgement_made_again_and_stopped_leaves_its_task_as_it_was(benched, tmp_path, monkeypatch):
     """Stopped while its final judgement is made again, the task is done with its old judgement: left pending, a
     plain resume would have resumed its run as a search, and made calls."""

@@ -7,7 +7,7 @@ import pytest
 from kernelevo.agent.prompting import HOST_BOUND, Opponent, opponent, variant
 from kernelevo.evaluation import Evaluation
 from kernelevo.twins import GraphTiming, LoopTiming
-from kernelevo.evolution.drivers.bench import _speedup_against
+from kernelevo.evolution.drivers.bench_score import _speedup_against
 from kernelevo.judge.job_result import JobResult
 from kernelevo.judge.results import _graph_figures, _loop_figures
 from kernelevo.text import graph_text

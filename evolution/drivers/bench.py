@@ -25,6 +25,7 @@ from kernelevo.text import speedup_text
 from .. import ensemble as ensembles
 from ..options import OptimizeOptions, judge_options
 from ..outcome import EXIT_UNREACHABLE, Interrupted, Progress
+from .bench_score import baseline_warnings, score_task, scoring_judge
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,7 @@ def run_bench(options: BenchOptions, on_progress: Callable[[BenchView], None] = 
         bench_id = _open_bench(store, options)
         options = _as_stored(store.bench(bench_id), options)
         again = _judged_again(store, bench_id, options)
+        _raised_calls(store, bench_id, options)
         store.set_bench_status(bench_id, "running")
         runner = _Runner(store, bench_id, options, on_progress, on_status, again)
         try:
@@ -157,6 +159,31 @@ def _judged_again(store, bench_id: str, options: BenchOptions) -> frozenset[int]
     return again
 
 
+def _raised_calls(store, bench_id: str, options: BenchOptions) -> None:
+    """A resumed bench that allows each task more calls than a done task's search stopped at (its call cap):
+    that task is set pending, and its search goes on from where the cap stopped it."""
+    calls = options.search.budget.max_llm_calls
+    if not (options.resume and calls) or options.candidates:
+        return
+    for row in store.bench_tasks(bench_id):
+        run = store.run(row.run_id) if row.status == "done" and row.run_id else None
+        if run is not None and run.status == "budget" and store.spend(run.id).calls < _calls_cap(options, row.name):
+            store.set_bench_task(bench_id, row.position, status="pending")
+
+
+def _share(options: BenchOptions, name: str) -> float | None:
+    """A task's share of the suite's budget (its weight over all weights), None without weights."""
+    weights = dict(options.weights)
+    total = sum(weights.values())
+    return weights.get(name, 0.0) / total if weights and total > 0 else None
+
+
+def _calls_cap(options: BenchOptions, name: str) -> int | None:
+    """The calls a task's search may make: the search's --max-llm-calls shared by weight, where weights are."""
+    calls, share = options.search.budget.max_llm_calls, _share(options, name)
+    return max(1, round(calls * share)) if calls and share is not None else calls
+
+
 def _as_stored(bench: BenchRecord, options: BenchOptions) -> BenchOptions:
     """A resumed bench goes on as it started: scoring the same candidates folder, or searching, with its seed."""
     stored, seed = bench.config.get("candidates"), bench.config.get("seed")
@@ -207,7 +234,7 @@ class _Runner:
         devices = self.options.search.devices
         with contextlib.ExitStack() as stack:
             if self.options.candidates:
-                self.judge = stack.enter_context(_scoring_judge(self, tuple(devices)))
+                self.judge = stack.enter_context(scoring_judge(self, tuple(devices)))
             self._run_workers(devices)
 
     def _run_workers(self, devices) -> None:
@@ -249,7 +276,7 @@ class _Runner:
         self.store.set_bench_task(self.bench_id, position, status="running", error="")  # a failed one tried again
         self._show(row.name, "starting")
         try:
-            fields = _score_task(self, row, device, cap) if self.options.candidates \
+            fields = score_task(self, row, device, cap) if self.options.candidates \
                 else _search_task(self, row, device, cap)
             if fields["status"] == "pending":  # its replay ended: the task waits for the reply
                 with self.lock:
@@ -279,7 +306,7 @@ class _Runner:
         per_task = self.options.search.budget.max_cost_usd
         if self.options.max_cost_usd is None or self.options.candidates:
             return per_task
-        weight = self._weight(row)
+        weight = _share(self.options, row.name)
         if weight is not None:  # the task's share of the suite's spend
             share = self.options.max_cost_usd * weight
             per_task = share if per_task is None else min(per_task, share)
@@ -289,12 +316,6 @@ class _Runner:
             cap = before + left if per_task is None else min(per_task, before + left)
             self.reserved[row.position] = max(cap - before, 0.0)
         return cap if cap > before else 0.0
-
-    def _weight(self, row: BenchTaskRecord) -> float | None:
-        """The task's share of the suite's budget (its weight over all weights), None without weights."""
-        weights = dict(self.options.weights)
-        total = sum(weights.values())
-        return weights.get(row.name, 0.0) / total if weights and total > 0 else None
 
     def progress_of(self, row: BenchTaskRecord) -> Callable[[Progress], None]:
         """The search's on_progress: the live view, and the bench's Ctrl-C (raised inside the search,
@@ -335,7 +356,7 @@ class _Runner:
         self.on_progress(self.view)
 
 
-# -- one task of a bench: its search, or its given candidate files judged; returns its row's fields --
+# -- one task of a bench: its search (its given candidate files judged: bench_score); returns its row's fields --
 
 def _search_task(runner: _Runner, row: BenchTaskRecord, device: str, cap: float | None) -> dict:
     """The task's search on `device` alone, resuming its run when an earlier session stopped it."""
@@ -345,10 +366,7 @@ def _search_task(runner: _Runner, row: BenchTaskRecord, device: str, cap: float 
 
     base = runner.options.search
     resume = row.run_id  # a row not done has a run only when a session stopped in its search
-    limits = dataclasses.replace(base.budget, max_cost_usd=cap)
-    weight = runner._weight(row)
-    if weight is not None and base.budget.max_llm_calls:  # the calls of the suite's tasks, shared
-        limits = dataclasses.replace(limits, max_llm_calls=max(1, round(base.budget.max_llm_calls * weight)))
+    limits = dataclasses.replace(base.budget, max_cost_usd=cap, max_llm_calls=_calls_cap(runner.options, row.name))
     options = dataclasses.replace(base, task_path=Path(row.path), devices=(device,), resume=resume, budget=limits,
                                   judge_again=row.position in runner.again, force=runner.options.force or base.force)
     outcome = optimize(options, on_progress=runner.progress_of(row),
@@ -369,67 +387,6 @@ def _search_task(runner: _Runner, row: BenchTaskRecord, device: str, cap: float 
     return fields
 
 
-def _score_task(runner: _Runner, row: BenchTaskRecord, device: str, cap: float | None) -> dict:
-    """The task's `<task>__<label>.py` files judged (final figures) by the bench's scoring judge; the
-    best that passes is its row."""
-    from kernelevo.tasks import load_task
-
-    from .rejudge import store_imported
-
-    folder = runner.options.candidates
-    files = sorted(Path(folder).glob(f"{Path(row.path).stem}__*.py"))
-    if not files:
-        return {"status": "skipped", "error": f"no candidate file {Path(row.path).stem}__*.py in {folder}"}
-    task = load_task(row.path)
-    store = runner.store
-    ids = [kid for kid, _ in store_imported(store, [_imported(task, f) for f in files])]
-    judge = runner.judge
-    futures = [(kid, judge.submit(task, f, device, final=True)) for kid, f in zip(ids, files)]
-    judged = []
-    for kid, future in futures:
-        evaluation = future.result()
-        judged.append((kid, evaluation, store.add_evaluation(kid, evaluation, purpose="rejudge")))
-        runner._show(row.name, f"{len(judged)}/{len(files)} candidates judged")
-    degenerate = _baseline_warnings(judge, task, device)
-    ok = [j for j in judged if j[1].ok]
-    against = _speedup_against(runner.view.baseline)  # the candidate that beats the bench's baseline most
-    kid, evaluation, evaluation_id = max(ok, key=lambda j: against(j[1])) if ok else judged[0]
-    return {"status": "done", "task_id": store.kernel(kid).task_id, "kernel_id": kid,
-            "evaluation_id": evaluation_id, "degenerate": degenerate, "error": ""}
-
-
-def _speedup_against(baseline: str):
-    """The figure a candidates bench chooses a task's kernel by: its speedup over torch.compile where
-    that is the baseline and was measured, else over eager (as kernelevo.evaluation.Variant.fitness)."""
-    def speedup(e) -> float:
-        if baseline == "compile" and e.speedup_compile is not None:
-            return e.speedup_compile
-        return e.speedup_eager or 0.0
-    return speedup
-
-
-def _scoring_judge(runner: _Runner, devices: tuple[str, ...]):
-    """One judge for every task a candidates bench scores, with each pending task's baseline asked
-    for at once: the baselines' torch.compile builds then overlap on the CPU cores (one task after
-    another, they kept the GPU waiting for most of a suite's wall time)."""
-    from kernelevo.judge.api import Judge
-    from kernelevo.tasks import TaskError, load_task
-
-    judge = Judge(runner.options.search.cache_dir, judge_options(runner.options.search, devices))
-    for i, row in enumerate(runner.queue):
-        try:
-            judge.prefetch_baseline(load_task(row.path), devices[i % len(devices)])
-        except TaskError:
-            continue  # its own scoring says what is wrong with it
-    return judge
-
-
-def _imported(task, path: Path):
-    from kernelevo.archive.importing import Imported
-
-    return Imported(task.name, task.source, path.read_text(), path.name)
-
-
 def _probe(runner: _Runner, path: Path, device: str) -> str:
     """The reference's warnings when no kernel of the search passed (so no evaluation carries them)."""
     from kernelevo.judge.api import Judge
@@ -440,11 +397,4 @@ def _probe(runner: _Runner, path: Path, device: str) -> str:
     except TaskError:
         return ""
     with Judge(runner.options.search.cache_dir, judge_options(runner.options.search, (device,))) as judge:
-        return _baseline_warnings(judge, task, device)
-
-
-def _baseline_warnings(judge, task, device: str) -> str:
-    """A task is degenerate when the judge warned about its reference (near-constant output, output
-    insensitive to its inputs or weights): then a speedup says nothing about kernels."""
-    baseline = judge.baseline(task, device)
-    return "; ".join(baseline.warnings) if baseline else ""
+        return baseline_warnings(judge, task, device)
