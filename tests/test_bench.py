@@ -172,6 +172,9 @@ def test_a_resumed_bench_with_more_calls_goes_on_where_the_cap_stopped(tmp_path)
         assert len(server.requests) == asked + 2  # one call more each, none made again
         again = cli([*args[:-1], "2", "--resume", bench_id], env)
         assert again.returncode == 0 and len(server.requests) == asked + 2, again.stderr[-3000:]
+        # more calls, but a cost cap below what each spent: it would stop at once, its final made again for nothing
+        spent = cli([*args[:-1], "3", "--max-cost-usd-per-task", "0.000001", "--resume", bench_id], env)
+        assert spent.returncode == 0 and len(server.requests) == asked + 2, spent.stderr[-3000:]
     finally:
         server.close()
     with Archive.open_readonly(tmp_path / "archive.sqlite") as store:

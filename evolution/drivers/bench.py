@@ -165,9 +165,13 @@ def _raised_calls(store, bench_id: str, options: BenchOptions) -> None:
     calls = options.search.budget.max_llm_calls
     if not (options.resume and calls) or options.candidates:
         return
+    cost_cap = options.search.budget.max_cost_usd
     for row in store.bench_tasks(bench_id):
         run = store.run(row.run_id) if row.status == "done" and row.run_id else None
-        if run is not None and run.status == "budget" and store.spend(run.id).calls < _calls_cap(options, row.name):
+        spent = store.spend(run.id) if run is not None and run.status == "budget" else None
+        # one its cost cap stopped would stop again at once, its final judgement made again for nothing
+        if spent is not None and spent.calls < _calls_cap(options, row.name) \
+                and (cost_cap is None or spent.cost_usd < cost_cap):
             store.set_bench_task(bench_id, row.position, status="pending")
 
 
