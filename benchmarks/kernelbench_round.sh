@@ -21,7 +21,8 @@
 #   archive.sqlite.gz (the bench's archive: runs, kernels, verdicts, the call each waiting search waits at),
 #   bench_id (absent before round 1).
 # Each round serves every reply written so far (`bench --resume`), judges the new kernels and writes each
-# task's next prompt. The bench gets INT at TT seconds (it stops each search cleanly; --resume goes on), and a
+# task's next prompt. A round with a higher CALLS than the last reopens the tasks their cap stopped; a round
+# with CALLS at a waiting task's calls made ends its search there (its final judgement, no new call). The bench gets INT at TT seconds (it stops each search cleanly; --resume goes on), and a
 # USR1 45 s before that, which prints every thread's stack to bench.err (where a task hangs, it says where).
 # OUT receives: archive.sqlite.gz, prompts.tgz (the prompts folder as the round left it), bench.json, bench.log,
 # bench.err and cache.tgz (baselines and calibrations, no builds: carried as .scratch/cache.tgz, or CACHE, saves
