@@ -16,8 +16,9 @@ RECORDED = {name: c for name, c in SURVEY["clock"].items()
             if c.get("confirmed") and ("claimed_ms" in c or "speedup_eager" in c)}
 
 
-def _claim(ms: float, speedup: float) -> dict:
-    return {"verdict": "ok", "timing": {"candidate": {"median_ms": ms}}, "speedup_eager": speedup}
+def _claim(ms: float, speedup: float, fastest: float | None = None) -> dict:
+    role = {"median_ms": ms} if fastest is None else {"median_ms": ms, "min_ms": fastest}
+    return {"verdict": "ok", "timing": {"candidate": role}, "speedup_eager": speedup}
 
 
 def _seen(c: dict) -> dict:
@@ -162,6 +163,23 @@ def test_a_thread_slowed_by_a_busy_core_is_no_mismatch_and_a_clock_reading_a_qua
     assert clock.judge(_claim(0.5, 1.0), {**seen, "thread_ms": 2.25})["reason"] == "timing_mismatch"
     # and on a CPU fast enough that its calls' thread time is 0.7 ms: a fixed 0.5 ms of slack let it through (CI)
     assert clock.judge(_claim(0.16, 1.0), {**seen, "thread_ms": 0.7, "slack_ms": 0.1625})["reason"] == "timing_mismatch"
+
+
+def test_a_median_lengthened_by_preemption_does_not_hide_a_patched_clock():
+    """Preemption lengthens a call's wall time, not its thread's CPU time: under a busy suite the patched clock's
+    fixture claimed more than half its thread's time by its median and passed. Its fastest call still reads a
+    fraction of what its thread ran. Figures of 2026-12-01 (2 cores, three spinning processes beside)."""
+    seen = {"confirmed": True, "calls": 8, "candidate_ms": 9.0, "eager_ms": 2.0, "device": "cpu", "thread_ms": 1.62}
+    assert clock.judge(_claim(0.9, 1.0), seen) is None  # the median alone: within the span
+    said = clock.judge(_claim(0.9, 1.0, fastest=0.24), seen)
+    assert said["reason"] == "timing_mismatch" and "its fastest 0.2400 ms" in said["message"]
+    # honest C kernels under the same load: a median of 4.59 ms against a fastest call of 0.28, and the worst ratio
+    # of thread time to fastest call seen (1.55); the LSTM above, whose fastest call is below its median
+    assert clock.judge(_claim(4.5911, 1.0, fastest=0.2775), {**seen, "thread_ms": 0.3842}) is None
+    assert clock.judge(_claim(0.4302, 1.0, fastest=0.396), {**seen, "thread_ms": 0.6123}) is None
+    assert clock.judge(_claim(4.1269, 1.0, fastest=3.6), {**seen, "thread_ms": 6.7696}) is None
+    # a fastest figure above the median (forged) is read as the median
+    assert clock.judge(_claim(0.9, 1.0, fastest=5.0), seen) is None
 
 
 def test_the_bound_is_the_thread_that_made_the_calls_where_it_ran_alone():
