@@ -66,6 +66,7 @@ class TaskView:
     inputs: str  # "float32[4096, 4096]"
     init_args: str  # repr of get_init_inputs()
     functional: str = ""  # a functional PyTorch rewrite, when one was made
+    graphed: bool = False  # one part of a model (split.json beside it), on a GPU: replayed in its model's CUDA graph
 
 
 @dataclass(frozen=True)
@@ -147,10 +148,12 @@ def prefix(ctx: Context) -> list[Message]:
     functional = _then(fill("task_functional.md", code=task.functional.rstrip("\n")) if task.functional else "")
     user = fill("task.md", name=task.name, source=task.source.rstrip("\n"), inputs=task.inputs,
                 init_args=task.init_args, functional=functional)
+    if task.graphed:
+        user += _then(template_text("task_graphed.md").rstrip("\n"))
     if ctx.opponent:  # measured once before the first call: part of the cached prefix
         user += _then(opponent(ctx.opponent))
     if ctx.inspirations:  # fixed for the whole run, so they belong to the cached prefix
-        user += _then(fill("inspirations.md", kernels="\n\n".join(variant(v) for v in ctx.inspirations)))
+        user += _then(fill("inspirations.md", kernels="\n\n".join(variant(v, task.graphed) for v in ctx.inspirations)))
     return [Message("system", system), Message("user", user, cache=True)]
 
 
@@ -202,23 +205,27 @@ def _number(value: float | None, digits: int = 2) -> str:
 HOST_BOUND = 0.2  # a host share of a call above which the prompt says launches and allocations dominate
 
 
-def _loop(f: Figures) -> str:
+def _loop(f: Figures, graphed: bool = False) -> str:
+    """The kernel called back to back, with its host work's share; where that share is large, advice that fits
+    where the kernel will run (`graphed`: in a model's CUDA graph, where host work is not paid per call)."""
     if f.loop_ms is None:
         return ""
+    large = "host_graphed" if graphed else "host_bound"
     host = "" if f.host_share is None else phrase(
-        "labels", "host_bound" if f.host_share > HOST_BOUND else "host_share", pct=f"{100 * f.host_share:.0f}",
+        "labels", large if f.host_share > HOST_BOUND else "host_share", pct=f"{100 * f.host_share:.0f}",
         ms=_number(f.loop_ms * f.host_share, 4))
     return fill("loop_beside.md", loop_ms=_number(f.loop_ms, 4), host=host)
 
 
-def variant(v: Variant) -> str:
+def variant(v: Variant, graphed: bool = False) -> str:
+    """A measured kernel as the prompts show it; `graphed`: the task is a model's part, run in its CUDA graph."""
     f, shown = v.figures, v.shown
     if f.verdict == Verdict.OK:
         compiled = f"{_number(f.speedup_compile)}x torch.compile" if f.speedup_compile is not None \
             else f"torch.compile {phrases()['labels']['unknown']}"  # not "not measuredx torch.compile"
         beside = fill("eager_beside.md", eager_ms=_number(f.eager_ms, 4)) if f.eager_ms is not None else ""
         measured = fill("measured_ok.md", eager=_number(f.speedup_eager), compiled=compiled, ms=_number(f.ms, 4),
-                        beside=beside, loop=_loop(f))
+                        beside=beside, loop=_loop(f, graphed))
     else:
         measured = fill("measured_failed.md", verdict=f.verdict, reason=f.reason, message=f.message)
     attempts = (_then(fill("attempts.md", label=shown.label, lines="".join(shown.attempts).rstrip("\n")))
@@ -305,20 +312,20 @@ def repair(ctx: Context, failed: Variant, fb: Failure, edit_format: str = "whole
 
 
 def mutate(ctx: Context, parent: Variant, edit_format: str = "whole") -> list[Message]:
-    job = fill("mutate.md", parent=variant(parent), insights=_insights(ctx),
+    job = fill("mutate.md", parent=variant(parent, ctx.task.graphed), insights=_insights(ctx),
                answer=_answer(edit_format, f"kernel {parent.shown.label}"))
     return _conversation(ctx, job)
 
 
 def crossover(ctx: Context, parents: list[Variant]) -> list[Message]:
-    job = fill("crossover.md", parents="\n\n".join(variant(p) for p in parents), insights=_insights(ctx),
-               answer=_answer("whole", ""))
+    parents_text = "\n\n".join(variant(p, ctx.task.graphed) for p in parents)
+    job = fill("crossover.md", parents=parents_text, insights=_insights(ctx), answer=_answer("whole", ""))
     return _conversation(ctx, job)
 
 
 def reflect(ctx: Context, variants: list[Variant]) -> list[Message]:
     ranked = sorted(variants, key=lambda v: -(v.figures.speedup_eager or 0.0))
-    job = fill("reflect.md", count=len(ranked), variants="\n\n".join(variant(v) for v in ranked),
+    job = fill("reflect.md", count=len(ranked), variants="\n\n".join(variant(v, ctx.task.graphed) for v in ranked),
                insights=_insights(ctx), answer=_answer("whole", ""))
     return _conversation(ctx, job)
 
@@ -332,9 +339,9 @@ def edit_failed(failures: list[EditFailure], applied: int) -> str:
     return fill("edit_failed.md", failed=len(failures), applied=applied, failures="\n\n".join(parts) + "\n")
 
 
-def task_view(task) -> TaskView:
-    """The prompt's view of a loaded kernelevo.tasks.Task."""
-    return TaskView(task.name, task.source, task.input_summary(), repr(list(task.init_args)))
+def task_view(task, graphed: bool = False) -> TaskView:
+    """The prompt's view of a loaded kernelevo.tasks.Task; `graphed`: a model's part, to be run in its CUDA graph."""
+    return TaskView(task.name, task.source, task.input_summary(), repr(list(task.init_args)), graphed=graphed)
 
 
 def target_for(device: str, fmt: str | None = None) -> Target:

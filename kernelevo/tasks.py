@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import linecache
 import sys
 import traceback
@@ -176,3 +177,17 @@ def _call(fn: Callable, what: str, filename: str) -> Any:
         return fn()
     except Exception as exc:  # noqa: BLE001
         raise TaskError(f"{_where(exc, filename)}: {what} failed: {type(exc).__name__}: {first_line(exc)}") from exc
+
+
+SPLIT_JSON = "split.json"  # what `kernelevo split` writes beside a model's part files
+
+
+def model_part(path: str | Path) -> bool:
+    """Whether the task file is one part of a model: split.json beside it lists it (`kernelevo split`)."""
+    path = Path(path)
+    try:
+        data = json.loads((path.parent / SPLIT_JSON).read_text())
+    except (OSError, ValueError):
+        return False
+    tasks = data.get("tasks") if isinstance(data, dict) else None
+    return isinstance(tasks, list) and any(isinstance(t, dict) and t.get("task") == path.name for t in tasks)

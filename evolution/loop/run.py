@@ -178,6 +178,7 @@ def _prepared(archive, task, config, ensemble: ensembles.Ensemble, opened: tuple
               options: OptimizeOptions, on_status: Callable[[str], None]) -> _Prepared:
     """The opened (or resumed) run seeded with stepping stones, with what it had spent and judged restored."""
     from kernelevo.agent.prompting import task_view
+    from kernelevo.tasks import model_part
 
     from ..novelty import default_embedder
 
@@ -187,7 +188,8 @@ def _prepared(archive, task, config, ensemble: ensembles.Ensemble, opened: tuple
     on_status(f"embedder: {embedder.why}")
     stones, seeded = _stepping_stones(archive, task, task_id, embedder, options, on_status)
     formats = formats_of(fmt, options.devices[0])
-    ctx = Context(task_view(task), placement.target(options, formats[0]), inspirations=stones)
+    graphed = model_part(task.path) and options.devices[0].startswith("cuda")  # its model runs in CUDA graphs
+    ctx = Context(task_view(task, graphed), placement.target(options, formats[0]), inspirations=stones)
     state = RunState(archive, run_id, task, task_id, ctx, Path(options.archive_path).parent / "runs" / run_id,
                      formats, baseline)
     ensemble.set_on_call(state.record_call)

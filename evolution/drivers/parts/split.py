@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kernelevo.tasks import SPLIT_JSON
+
 from .call import Call, describe
 from .call import of as call_of
 from .construct import HOW, Construction, Constructions, literal
@@ -35,7 +37,6 @@ from .region_file import entry
 from .region_file import write as write_region
 from .task_file import check, task_text
 
-SPLIT_JSON = "split.json"
 
 
 MAX_LAYERS = 8  # a part holds at most this many working layers: a larger module is opened into its children
