@@ -38,7 +38,6 @@ from .region_file import write as write_region
 from .task_file import check, task_text
 
 
-
 MAX_LAYERS = 8  # a part holds at most this many working layers: a larger module is opened into its children
 COVER = 0.9  # parts are written until they hold this share of the model's time (or `top` of them)
 GRANULARITIES = ("module", "block")  # parts are submodules; or their residual blocks where they hold several
