@@ -4,6 +4,10 @@ Run on a GPU machine, REV being the commit before the cheap call path (in drop_i
     python benchmarks/call_path.py --before REV --out benchmarks/results/call_path-<gpu>-<date>.json
 
 `--before` defaults to HEAD, which is right only while the cheap call path is uncommitted in the tree.
+`--mode M` (default, max-autotune-no-cudagraphs) times the three compiled whole in mode M instead (fullgraph;
+each compiled and warmed on every input set before it is timed): there every call of a part is its op,
+so with REV the commit before the plain ops (rewrite.custom_op_text) it measures the custom op's host
+cost per site against the plain op's.
 
 Method: a two-part model (gemm_bias_gelu's Model as `up`, layernorm's as `norm`, hidden 1024, so
 both tasks' default constructors chain) is written as a drop-in with both parts placed (the starter
@@ -135,8 +139,9 @@ def placed(drop_in: types.ModuleType, fmt: str) -> list:
             for name, init, site in parts]
 
 
-def models(fmt: str, device: str, before: types.ModuleType, after: types.ModuleType) -> dict:
-    """The original model and its two drop-ins, all with the original's weights, on `device`."""
+def models(fmt: str, device: str, before: types.ModuleType, after: types.ModuleType, mode: str = "eager") -> dict:
+    """The original model and its two drop-ins, all with the original's weights, on `device`; compiled
+    whole in `mode` unless it is eager."""
     import torch
 
     from kernelevo.tasks import load_module
@@ -149,7 +154,11 @@ def models(fmt: str, device: str, before: types.ModuleType, after: types.ModuleT
         model = load_module(text, f"<call_path {tag} {fmt}>", "candidate").ModelNew(HIDDEN)
         model.load_state_dict(original.state_dict())
         out[tag] = model
-    return {tag: model.to(device).eval() for tag, model in out.items()}
+    out = {tag: model.to(device).eval() for tag, model in out.items()}
+    if mode != "eager":
+        out = {tag: torch.compile(model, mode=None if mode == "default" else mode, fullgraph=True)
+               for tag, model in out.items()}
+    return out
 
 
 def agreement(models: dict, x) -> dict:
@@ -182,6 +191,9 @@ def measure(models: dict, rows: int, device: str, seconds: float) -> dict:
     over = (("before", "after"), ("after", "original"))
     input_sets = [[torch.randn(rows, HIDDEN, device=device)] for _ in range(3)]
     fns = {tag: (lambda xs, m=model: m(*xs)) for tag, model in models.items()}
+    for xs in input_sets * 2:  # a compiled model traces (again, for a new size) on its first calls: not timed
+        for fn in fns.values():
+            fn(xs)
     measured, calls = loop.back_to_back(fns, input_sets, device, seconds=seconds, ratios=over)
     fig = loop.figures(measured, calls, over)
     return {"rows": rows, "agree": agreement(models, input_sets[0][0]), **fig,
@@ -214,6 +226,7 @@ def main() -> None:
     parser.add_argument("--formats", default=None, help="default nvrtc,triton on CUDA, c on the CPU")
     parser.add_argument("--rows", type=int, default=None, help=f"the larger batch: {TASK_ROWS} on CUDA, 64 on CPU")
     parser.add_argument("--seconds", type=float, default=1.0, help="timing budget per measurement")
+    parser.add_argument("--mode", default="eager", help="eager, or a torch.compile mode to run all three in")
     args = parser.parse_args()
     cuda = args.device.startswith("cuda")
     formats = (args.formats or ("nvrtc,triton" if cuda else "c")).split(",")
@@ -221,18 +234,20 @@ def main() -> None:
         ["git", "rev-parse", args.before], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
     report: dict = {"gpu": torch.cuda.get_device_name(args.device) if cuda else cpu_name(),
                     "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"), "method": __doc__,
-                    "before": rev, "device": args.device, "formats": formats, "results": {}}
+                    "before": rev, "device": args.device, "formats": formats, "mode": args.mode, "results": {}}
     with tempfile.TemporaryDirectory(prefix="kernelevo-call-path-") as tmp, torch.no_grad():
         before = old_drop_in(rev, Path(tmp))
         # the renaming of a kernel's names is today's in both (an older one broke Triton kernels whose
         # parameters share a module constant's name): what differs is the call path alone
         before._prefixed = after._prefixed
         # with the default HEAD after the change is committed, "before" would be "after": say so
-        report["before_calls_op_in_eager"] = "is_compiling" not in Path(before.__file__).read_text()
-        if not report["before_calls_op_in_eager"]:
+        old = "is_compiling" not in Path(before.__file__).read_text() if args.mode == "eager" else \
+            "_nograd" not in Path(before.__file__).with_name("rewrite.py").read_text()
+        report["before_has_the_old_path"] = old
+        if not old:
             print(f"warning: {rev[:12]} already has the cheap call path; pass --before REV", file=sys.stderr)
         for fmt in formats:
-            built = models(fmt, args.device, before, after)
+            built = models(fmt, args.device, before, after, args.mode)
             report["results"][fmt] = [measure(built, rows, args.device, args.seconds)
                                       for rows in (2, args.rows or (TASK_ROWS if cuda else 64))]
     args.out.parent.mkdir(parents=True, exist_ok=True)

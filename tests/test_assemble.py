@@ -99,6 +99,59 @@ def test_in_eager_without_autograd_a_part_calls_its_kernel_directly(stack):
         new(x.requires_grad_()).sum().backward()
 
 
+def test_compiled_under_no_grad_a_part_is_its_plain_op_and_with_autograd_its_custom_op(stack):
+    """A compiled model without CUDA graphs pays a part's op at every call: under no_grad it is the plain
+    op (one kernel of the dispatcher); with autograd on, the custom op, which refuses a backward."""
+    from torch.profiler import profile
+
+    module, task = stack
+    reference, new, x = model_and_assembled(module, task, seed=5)
+
+    def ops_called(grad: bool) -> set[str]:
+        compiled = torch.compile(new, fullgraph=True)
+        with torch.set_grad_enabled(grad):
+            compiled(x)  # traced here, outside the profile
+            with profile() as prof:
+                out = compiled(x)
+        assert torch.allclose(out, reference(x), atol=1e-5, rtol=1e-5)
+        return {e.name.split("::")[1] for e in prof.events() if e.name.startswith("kevo_")}
+
+    assert ops_called(grad=False) == {"mlp_block_nograd", "gated_head_nograd"}
+    torch._dynamo.reset()
+    for p in new.parameters():
+        p.requires_grad_(False)  # with autograd on, and nothing to differentiate: the forward still runs
+    assert ops_called(grad=True) == {"mlp_block", "gated_head"}
+
+
+def test_a_second_load_of_the_same_file_runs_its_own_parts(tmp_path):
+    """The ops' namespace is the file's hash, so a second load of the same file in one process would meet
+    the first's ops, whose code runs the first load's parts: it takes a namespace of its own. Each load's
+    models are right, eager and compiled, whichever was loaded last."""
+    model = MODELS / "mlp_stack.py"
+    text = drop_in_text(model.read_text(), "mlp_stack.py", placed_parts(model, tmp_path))
+    task = load_task(model)
+    first, second = (load_module(text, str(tmp_path / f"load{i}.py"), "candidate") for i in (1, 2))
+    with torch.no_grad():
+        for seed, module in enumerate((first, second, first)):
+            reference, new, x = model_and_assembled(module, task, seed=10 + seed)
+            assert torch.allclose(new(x), reference(x), atol=1e-5, rtol=1e-5)
+            torch._dynamo.reset()
+            assert torch.allclose(torch.compile(new, fullgraph=True)(x), reference(x), atol=1e-5, rtol=1e-5)
+
+
+def test_an_op_never_hands_back_an_input_s_memory(stack):
+    """An op's output must not alias its inputs (the compiler may reuse an input's memory once read): a
+    kernel that returns its input, or a view of it, has it copied; its own tensors are handed back as made."""
+    module, _ = stack
+    x = torch.randn(4, 6)
+    weight = torch.randn(6)
+    for aliased in (x, x.view(6, 4), weight[:3]):
+        out = module._own(aliased, [weight], x)
+        assert torch.equal(out, aliased) and out.untyped_storage().data_ptr() != aliased.untyped_storage().data_ptr()
+    made = torch.randn(24).view(4, 6)
+    assert module._own(made, [weight], x) is made
+
+
 def test_through_its_op_a_kernel_keeps_nothing_it_sets_on_itself_and_called_directly_it_does(tmp_path):
     """A kernel that keeps a workspace from its first call: under CUDA graphs (reduce-overhead) that tensor
     is made in the graph's pool and outlives the graph, which refuses it (the bf16 stack's attention kernel,

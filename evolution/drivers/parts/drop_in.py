@@ -25,11 +25,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .construct import literal
-from .rewrite import NO_REGIONS, custom_op_text, region_op, regions_wiring
+from .rewrite import NO_REGIONS, custom_op_text, op_call, region_op, regions_wiring
 from .task_file import cut
 
 _INPUT_FUNCTIONS = ("get_inputs", "get_init_inputs", "get_test_inputs", "get_call_sites")  # the task's
-_TYPES = {"tensor": "torch.Tensor", "int": "int", "float": "float", "bool": "bool"}
 
 
 @dataclass(frozen=True)
@@ -78,17 +77,19 @@ def drop_in_text(model_source: str, model_name: str, placed: list[Placed], mode:
             "import copy\nimport weakref\n\nimport torch\n\n",
             _renamed(_without_future(cut(model_source, lambda node: getattr(node, "name", None) in _INPUT_FUNCTIONS)),
                      "Model", "ModelBase").rstrip() + "\n"]
+    if placed:
+        text.append(_SPACE.replace("@FIRST@", f"{placed[0].name}_nograd"))
     regions = []
     for i, p in enumerate(placed):
         text.append(f"\n\n# ---- {p.name}: {p.label} ----\n")
         text.append(_prefixed(_without_future(p.kernel_source), f"_k{i}_") + "\n")
         if p.region is None:
-            text.append(_op(p, f"_k{i}_", space))
+            text.append(_op(p, f"_k{i}_"))
             continue
         reference = cut(_without_future(p.region.reference), lambda node: getattr(node, "name", None) in _INPUT_FUNCTIONS)
         text.append(f"\n\n# {p.name}'s task, its reference: what torch.compile traces its op with\n")
         text.append(_prefixed(reference, f"_r{i}_") + "\n")
-        text.append(region_op(p.name, len(p.inputs), _returned_count(p.spec[2]), f"_k{i}_", f"_r{i}_Model", space))
+        text.append(region_op(p.name, len(p.inputs), _returned_count(p.spec[2]), f"_k{i}_", f"_r{i}_Model"))
         regions.append((p.name, f"_k{i}_", p.region, p.spec))
     parts = "".join(f"    (_InPlace_{p.name}, {literal(init)}, {sites!r}, {literal(p.spec)}, {literal(dict(p.defaults))}),\n"
                     for p in placed if p.region is None for init, sites in p.by_init())
@@ -97,6 +98,23 @@ def drop_in_text(model_source: str, model_name: str, placed: list[Placed], mode:
     text.append(_model_new(model_source))
     whole = "".join(text)
     return whole.replace(space, "kevo_" + hashlib.sha256(whole.encode()).hexdigest()[:12])
+
+
+_SPACE = '''
+
+def _space(base):
+    """The namespace of this file's ops: `base`, the hash of its text, so a compiler's cache never mixes
+    two files; with a number after it where this very file was loaded before in this process (that
+    load's ops run its own parts)."""
+    space, n = base, 1
+    while hasattr(getattr(torch.ops, space), "@FIRST@"):
+        space, n = f"{base}_{n}", n + 1
+    return space
+
+
+_SPACE = _space("@SPACE@")
+_LIB = torch.library.Library(_SPACE, "FRAGMENT")  # the parts' plain ops (rewrite.custom_op_text)
+'''
 
 
 def _without_future(source: str) -> str:
@@ -192,21 +210,17 @@ def _returned_count(spec: tuple) -> int:
     return sum(_returned_count(s) for _, s in spec[1]) if spec[0] == "dict" else 0
 
 
-def _op(p: Placed, prefix: str, space: str) -> str:
+def _op(p: Placed, prefix: str) -> str:
     args = ", ".join(f"x{j}" for j in range(len(p.inputs)))
-    typed = ", ".join(f"x{j}: {_TYPES[k]}" for j, k in enumerate(p.inputs))
-    several = _returned_count(p.spec[2]) > 1  # the task returns a tuple of tensors, else one tensor
-    # contiguous, as the fake's outputs are: the compiled graph assumes the strides the fake gave
+    outputs = _returned_count(p.spec[2])
     run = f"_stateless(_SITES[site](), {prefix}ModelNew.forward, _SITES[site](), {args})"
-    returns, made = ("list[torch.Tensor]", f"[t.contiguous() for t in {run}]") \
-        if several else ("torch.Tensor", f"{run}.contiguous()")
     if p.plain:
         call = (f"    def forward(self, {args}, **kwargs):\n"
                 f"        if kwargs:  # keywords its parent passes at their defaults (src_mask=None)\n"
                 f"            _defaults_only(self._kernelevo_site, kwargs)\n"
                 f"        if _direct():  # eager without autograd: the kernel, called directly\n"
                 f"            return {prefix}ModelNew.forward(self, {args})\n"
-                f"        return torch.ops.{space}.{p.name}(self._kernelevo_site, _weights(self), {args})\n")
+                f"        return {op_call(p.name, f'self._kernelevo_site, _weights(self), {args}')}\n")
     else:  # the site's call taken apart into the task's inputs, and its output put together again
         call = ("    def forward(self, *args, **kwargs):\n"
                 "        spec = _SHADOWS[self._kernelevo_site][2]\n"
@@ -215,9 +229,9 @@ def _op(p: Placed, prefix: str, space: str) -> str:
                 "        if _direct():  # eager without autograd: the kernel, called directly\n"
                 f"            out = {prefix}ModelNew.forward(self, *inputs)\n"
                 "        else:\n"
-                f"            out = torch.ops.{space}.{p.name}(self._kernelevo_site, _weights(self), *inputs)\n"
-                f"        return _output(spec[2], {'out' if several else '[out]'})\n")
-    return (custom_op_text(p.name, args, typed, returns, made, space) +
+                f"            out = {op_call(p.name, 'self._kernelevo_site, _weights(self), *inputs')}\n"
+                f"        return _output(spec[2], {'out' if outputs > 1 else '[out]'})\n")
+    return (custom_op_text(p.name, p.inputs, outputs, run) +
             f"class _InPlace_{p.name}({prefix}ModelNew):\n"
             f"    \"\"\"{p.name} as its verified kernel: called directly in eager without autograd; else through its\n"
             f"    custom op (one node for torch.compile: its weights are the op's inputs, so it sees what it reads).\"\"\"\n\n"
@@ -256,6 +270,16 @@ def _stateless(kernel, call, *args):
         for name, kept in held.items():
             getattr(kernel, name).clear()
             getattr(kernel, name).update(kept)
+
+
+def _own(out, weights, *inputs):
+    """An op's output as it hands it back: contiguous, as its fake's is (the compiled graph assumes the
+    fake's strides), and never the memory of one of its tensors (an op's output does not alias: the
+    compiler may reuse an input's memory once it is read), which is copied."""
+    root = out if out._base is None else out._base
+    if any(root is t or root is t._base for t in (*weights, *inputs) if isinstance(t, torch.Tensor)):
+        return out.clone(memory_format=torch.contiguous_format)
+    return out.contiguous()
 
 
 def _defaults_only(site, kwargs, named=()):

@@ -222,27 +222,49 @@ class Placement:
     reference: str
 
 
-def custom_op_text(name: str, args: str, typed: str, returns: str, made: str, space: str) -> str:
-    """The drop-in's custom op `name` (a module part's or a region's): it returns `made`, and its fake
-    runs the original on the meta device (`_shape_only`), so torch.compile traces around it."""
-    return (f"\n\n@torch.library.custom_op(\"{space}::{name}\", mutates_args=())\n"
-            f"def _op_{name}(site: int, weights: list[torch.Tensor], {typed}) -> {returns}:\n"
+_TYPES = {"tensor": ("torch.Tensor", "Tensor"), "int": ("int", "SymInt"), "float": ("float", "float"),
+          "bool": ("bool", "bool")}  # an op input's kind: its annotation, its type in an op schema
+
+
+def custom_op_text(name: str, kinds: tuple[str, ...], outputs: int, run: str) -> str:
+    """The drop-in's two ops for `name` (a module part's or a region's), each returning `run` (the kernel
+    on x0, x1 ..., of `kinds`) as `_own` hands it back. `name` is a torch.library custom op, which refuses
+    a backward (the kernel has none) and is taken with autograd on. `name`_nograd, taken under no_grad,
+    is the same kernel registered as one plain kernel of the dispatcher: a custom op's call goes through
+    Python layers of its own (its autograd function, its output checks, dynamo's guard), which a compiled
+    model without CUDA graphs pays at every site. Both fakes run the original on the meta device (`_shape_only`), so
+    torch.compile traces around them."""
+    args = ", ".join(f"x{j}" for j in range(len(kinds)))
+    typed = ", ".join(f"x{j}: {_TYPES[k][0]}" for j, k in enumerate(kinds))
+    schema = ", ".join(f"{_TYPES[k][1]} x{j}" for j, k in enumerate(kinds))
+    returns, made, result = ("list[torch.Tensor]", f"[_own(t, weights, {args}) for t in {run}]", "Tensor[]") \
+        if outputs > 1 else ("torch.Tensor", f"_own({run}, weights, {args})", "Tensor")
+    return (f"\n\ndef _impl_{name}(site: int, weights: list[torch.Tensor], {typed}) -> {returns}:\n"
             f"    return {made}\n\n\n"
-            f"@_op_{name}.register_fake\n"
-            f"def _op_{name}_shape(site, weights, {args}):\n"
-            f"    return _shape_only(site, weights, {args})\n\n\n")
+            f"def _shape_{name}(site, weights, {args}):\n"
+            f"    return _shape_only(site, weights, {args})\n\n\n"
+            f"torch.library.custom_op(_SPACE + \"::{name}\", _impl_{name}, mutates_args=()).register_fake(_shape_{name})\n"
+            f"_LIB.define(\"{name}_nograd(SymInt site, Tensor[] weights, {schema}) -> {result}\")\n"
+            f"_LIB.impl(\"{name}_nograd\", _impl_{name}, \"CompositeExplicitAutograd\")\n"
+            f"torch.library.register_fake(_SPACE + \"::{name}_nograd\", _shape_{name}, lib=_LIB)\n"
+            f"_OP_{name} = getattr(torch.ops, _SPACE).{name}\n"
+            f"_NOGRAD_{name} = getattr(torch.ops, _SPACE).{name}_nograd\n\n\n")
 
 
-def region_op(name: str, inputs: int, outputs: int, prefix: str, reference: str, space: str) -> str:
+def op_call(name: str, args: str) -> str:
+    """The expression calling part `name`'s op on `args` (custom_op_text's): the plain kernel under
+    no_grad, the custom op (refusing a backward) with autograd on. Under torch.compile the choice is
+    made while tracing, and grad mode is among what dynamo guards."""
+    return f"(_OP_{name} if torch.is_grad_enabled() else _NOGRAD_{name})({args})"
+
+
+def region_op(name: str, inputs: int, outputs: int, prefix: str, reference: str) -> str:
     """The drop-in's text for one region task: its custom op, whose fake runs `reference` (the task's
     Model, as named in the file) on the meta device; the kernel run on its module's tensors; and the
     call the rewritten forward makes."""
     args = ", ".join(f"x{j}" for j in range(inputs))
-    typed = ", ".join(f"x{j}: torch.Tensor" for j in range(inputs))
     run = f"_stateless(_SITES[site](), _run_{name}, site, weights, {args})"  # keeping nothing of the call
-    returns, made = ("list[torch.Tensor]", f"[t.contiguous() for t in {run}]") \
-        if outputs > 1 else ("torch.Tensor", f"{run}.contiguous()")
-    return (custom_op_text(name, args, typed, returns, made, space) +
+    return (custom_op_text(name, ("tensor",) * inputs, outputs, run) +
             f"def _run_{name}(site, weights, {args}):\n"
             f"    \"\"\"The kernel on its module's tensors, bound at each call: the module owns them (its state_dict,\n"
             f"    .to() and loads stay the model's).\"\"\"\n"
@@ -256,7 +278,7 @@ def region_op(name: str, inputs: int, outputs: int, prefix: str, reference: str,
             f"    weights = [_tensor_at(parent, path) for path in paths]\n"
             f"    if _direct():  # eager without autograd: the kernel, called directly\n"
             f"        return _run_{name}(site, weights, {args})\n"
-            f"    return torch.ops.{space}.{name}(site, weights, {args})\n"
+            f"    return {op_call(name, f'site, weights, {args}')}\n"
             f"\n\n_REFERENCE_{name} = {reference}\n")
 
 
@@ -325,6 +347,7 @@ def _regions_in_place(model):
                     parent.register_buffer(theirs, made.to(like.device) if like is not None else made, persistent=False)
                 paths.append(theirs)
             _SHADOWS.append((reference.to("meta"), [mine for mine, _ in tensors], call))
+            _DEFAULTS.append({})  # one entry a site, as a module part's
             where.append((site, tuple(paths)))
             done.append(f"{path}:{name}")
         parent._kernelevo_regions = tuple(where)
