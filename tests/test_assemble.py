@@ -295,6 +295,10 @@ def test_only_kernels_faster_beyond_noise_are_placed_and_nothing_placed_is_the_m
     assert chosen == [] and [(x["task"], x["why"]) for x in left] == [
         ("mlp_block.py", "its kernel is not faster than 1x eager beyond noise (1.30x)"),
         ("gated_head.py", "no verified kernel (no correct kernel)")]
+    # a search still open (a replay waiting for its next reply) has no final: it says so, and how to end it
+    waiting = [dict(rows[0], status="pending", correct=False, verdict="ok", calls=14, search_speedup_compile=1.28)]
+    _, left = chosen_parts(tmp_path / "parts", waiting, lambda kid: "unused", min_speedup=1.0)
+    assert left[0]["why"].startswith("its search is still open (14 calls, best so far 1.28x): resume the bench")
     chosen, _ = chosen_parts(tmp_path / "parts", rows, lambda kid: f"# kernel {kid}\n", min_speedup=0.9)
     assert [(c.placed.name, c.kernel_id, c.placed.kernel_source) for c in chosen] == [("mlp_block", 7, "# kernel 7\n")]
     # nothing in place: the file is the model as it was, judged all the same (about 1.0x)

@@ -97,6 +97,12 @@ def _format_of(source: str) -> str:
 def _why_not(row: dict | None, min_speedup: float, baseline: str = "compile") -> str:
     if row is None:
         return "not in the bench"
+    if row.get("status") in ("pending", "running"):
+        # an open search (a replay waiting for its next reply, or one stopped) has no final judgement yet
+        so_far = row.get("search_speedup_compile") if baseline == "compile" else row.get("search_speedup_eager")
+        best = f", best so far {so_far:.2f}x" if so_far else ""
+        return (f"its search is still open ({row.get('calls') or 0} calls{best}): resume the bench with a call cap "
+                "at its calls made to end it, then assemble")
     if not row.get("correct"):
         why = row.get("verdict") or row.get("status")
         return f"no verified kernel ({why}: {row['reason']})" if row.get("reason") else f"no verified kernel ({why})"
