@@ -270,7 +270,9 @@ def test_a_part_is_placed_only_where_its_kernel_beats_the_compiled_part(tmp_path
     assert [c.kernel_id for c in chosen] == [8]
     # a final on a GPU measured it in a CUDA graph too: what it can give a model under reduce-overhead
     assert (chosen[0].graph.speedup_compile, chosen[0].graph.speedup_compile_ci) == (0.95, (0.94, 0.96))
-    part = result("m.py", tmp_path / "m_kernelevo.py", "b1", chosen, left, _Judged())["parts"][0]
+    data = result("m.py", tmp_path / "m_kernelevo.py", "b1", chosen, left, _Judged())
+    assert data["host"]["cores"] >= 1 and data["host"]["cpu"]  # whose host the host-included figures are
+    part = data["parts"][0]
     assert (part["speedup_graph_compile"], part["speedup_graph_compile_ci"], part["graph_why"]) == (0.95, [0.94, 0.96], "")
     assert _graph_cell(part) == speedup_text(0.95, [0.94, 0.96])
     assert _graph_cell({"graph_why": "candidate: cannot be captured"}).startswith("not measured (candidate: cannot")
