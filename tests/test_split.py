@@ -263,7 +263,9 @@ def test_an_lstm_built_with_keywords_is_a_task_returning_what_the_model_uses(tmp
     text = (tmp_path / "lstm.py").read_text()
     assert "super().__init__(args_0, args_1, args_2, batch_first=batch_first, dropout=dropout)" in text
     assert "        out = super().forward(input, (hx_0, hx_1))\n" in text and "        return out[0]\n" in text
-    assert 0 < data["covered"] <= 1 and data["covered"] == pytest.approx(lstm["share"], abs=1e-3)
+    # the Linears around it take a few percent each: whether one makes the cut is timing, so covered is the sum
+    assert 0 < data["covered"] <= 1 and data["covered"] == pytest.approx(sum(t["share"] for t in data["tasks"]), abs=1e-3)
+    assert lstm["share"] == max(t["share"] for t in data["tasks"])
     _rebuilds_every_site(tmp_path, data, MODELS / "recurrent.py")
 
 
