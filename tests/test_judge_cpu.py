@@ -374,3 +374,35 @@ def test_a_zygote_whose_close_is_interrupted_is_killed_and_the_rest_closed(tmp_p
         assert subprocess.Popen.wait(one._proc, timeout=10) is not None  # ended, none left behind
     assert made[0]._proc.returncode == -9  # killed
     assert zygote._kept == {}
+
+
+def test_a_workers_exit_is_seen_by_every_thread_that_waits_for_it(tmp_path):
+    """Ctrl-C during a job: the thread that cancels it and the one that drives it both wait for its worker. The
+    first took the exit status and the second sat out its whole timeout, 10 s each time (an interrupted modes job
+    ended 13 to 34 s after Ctrl-C, CPU, 2026-12-02; an `assemble` under `timeout -s INT` was killed 30 s later)."""
+    import json
+    import socket
+    import threading
+
+    from kernelevo.judge.run import zygote
+
+    one = zygote.Zygote("cpu", tmp_path, {}, 10.0)
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    one._gone = False  # as _start leaves it: the listener below is its zygote's end
+    listener = threading.Thread(target=one._listen, args=(ours,), daemon=True)
+    listener.start()
+    theirs.send(json.dumps({"forked": 4242}).encode())
+    assert one._reply(10) == 4242
+    seen: list[int | None] = []
+    waiters = [threading.Thread(target=lambda: seen.append(one.exit_status(4242, 30))) for _ in range(2)]
+    for w in waiters:
+        w.start()
+    theirs.send(json.dumps({"exited": 4242, "code": -9}).encode())
+    for w in waiters:
+        w.join(timeout=20)
+    assert seen == [-9, -9]  # both at once: a waiter left out would still be waiting (30 s)
+    assert one.exit_status(4242, 0) == -9  # and any later one
+    theirs.send(json.dumps({"forked": 4242}).encode())  # the pid used again: the old status is not the new worker's
+    assert one._reply(10) == 4242 and one.exit_status(4242, 0.1) is None
+    theirs.close()
+    listener.join(timeout=10)

@@ -119,6 +119,12 @@ class Worker:
         except OSError:
             return ""
 
+    def stop(self) -> None:
+        """Kill its process group and nothing more: for a thread that does not own the worker (a cancel),
+        while the thread driving its job notices the end, waits for it and cleans up (kill)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, 9)
+
     def kill(self) -> None:
         hold.unregister(self.proc.pid)
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -397,9 +403,9 @@ class LocalExecutor(Spread):
 
     def close(self, cancel: bool = False) -> None:
         """Wait for submitted jobs, or with `cancel` (Ctrl-C, an error) kill them at once."""
-        if cancel:
+        if cancel:  # each is ended here; the thread driving its job cleans up after it (_once)
             for worker in [*self._busy, *self._checking]:
-                worker.kill()
+                worker.stop()
         self._threads.shutdown(wait=True, cancel_futures=True)
         for pool in self.pools.values():
             pool.close()

@@ -116,9 +116,12 @@ class Zygote:
 
     def exit_status(self, pid: int, timeout: float | None) -> int | None:
         """The worker's exit status as Popen gives it (-N for signal N); None if it has not exited in time."""
+        # read, not taken: a cancelled job's worker is waited for by the thread that drives it and by the one
+        # that cancelled it, and a second waiter must not sit out its whole timeout (a record goes when the pid is
+        # forked again)
         with self._changed:
             self._changed.wait_for(lambda: pid in self._exits, timeout)
-            return self._exits.pop(pid, None)
+            return self._exits.get(pid)
 
     def close(self) -> None:
         with self._lock:
@@ -185,6 +188,7 @@ class Zygote:
                     return
                 message = json.loads(data)
                 if "forked" in message:
+                    self._exits.pop(message["forked"], None)  # a pid used again: the old worker's status is moot
                     self._replies.append(message["forked"])
                     self._live.add(message["forked"])
                 else:
