@@ -129,6 +129,7 @@ class Judge:
         self._baselines: dict[str, concurrent.futures.Future] = {}
         self._lock = threading.Lock()
         self._known: dict[str, str] = {}  # baseline file -> sha256, as read or written
+        self._warmed: set[tuple] = set()  # (task hash, device, modes) whose original compiles are cached (_warm)
 
     def __enter__(self) -> "Judge":
         return self
@@ -241,6 +242,7 @@ class Judge:
         (run/modes.py). For a candidate that passed; ValueError (one line) where nothing ran."""
         path = Path(candidate_path).resolve()
         source = path.read_text()
+        self._warm(task, device, tuple(m for m in modes if m != "eager"))
         job = self._job(task, "modes", candidate_source=source, candidate_path=str(path),
                         candidate_hash=source_hash(source), format=detect_format(source), modes=tuple(modes),
                         variants=tuple(variants))
@@ -248,6 +250,17 @@ class Judge:
         if not result.passed:
             raise ValueError(f"the model's modes were not timed: {result.reason}: {result.message}")
         return ModelModes.from_result(result.figures, device)
+
+    def _warm(self, task: Task, device: str, modes: tuple[str, ...]) -> None:
+        """The task's opponent cache filled with the original's compiles in `modes` (run/modes.run_warm), once per
+        task, device and modes in this judge: each modes job then compiles the original from a copy of it. A
+        failure here is left to the modes job, which compiles from an empty cache as it would without this."""
+        key = (task.source_hash, device, modes)
+        with self._lock:
+            if not modes or key in self._warmed:
+                return
+            self._warmed.add(key)
+        self.executor.submit(self._job(task, "warm", modes=modes), device).result()
 
     def profile(self, task: Task, candidate_path: str | Path, evaluation: Evaluation, ncu: bool = True
                 ) -> concurrent.futures.Future:

@@ -17,7 +17,7 @@ from kernelevo.judge.measure.timing import TimingConfig
 
 @dataclass(frozen=True)
 class Job:
-    kind: str = "candidate"  # candidate, check, baseline, remeasure, compile_beside, modes or profile (worker.main)
+    kind: str = "candidate"  # candidate, check, baseline, warm, remeasure, compile_beside, modes or profile (worker.main)
     task_source: str = ""
     task_path: str = ""
     seed: int = 0
@@ -33,7 +33,7 @@ class Job:
     candidate_hash: str | None = None
     format: str | None = None  # detected once, by the judge, from the candidate's source
     bounds: bool = False  # the candidate also runs under the memory checker (bounds.py)
-    modes: tuple[str, ...] = ()  # modes: the compile modes to run the models in (run/modes.py)
+    modes: tuple[str, ...] = ()  # modes, warm: the compile modes to run the models in (run/modes.py)
     variants: tuple[str, ...] = ()  # modes: drop-in sources timed beside the candidate (fewer parts in place)
     ncu: bool = True  # profile: with Nsight Compute
     candidate_ms: float | None = None  # profile: the judged times, for the speed-of-light estimate
@@ -46,9 +46,9 @@ class Job:
 
     @property
     def runs_candidate(self) -> bool:
-        """Whether the job's worker runs candidate code: every kind but a baseline's (sandbox.OPPONENT) and
-        a check's (the checker holds the reference and compares: trials/checker.py)."""
-        return self.kind not in ("baseline", "check")
+        """Whether the job's worker runs candidate code: every kind but a baseline's and a warm one's
+        (sandbox.OPPONENT) and a check's (the checker holds the reference and compares: trials/checker.py)."""
+        return self.kind not in ("baseline", "warm", "check")
 
     def to_dict(self) -> dict:
         """The job as JSON-friendly values (what crosses to the worker process)."""

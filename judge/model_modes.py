@@ -51,12 +51,14 @@ class ModelModes:
     calls: int
     errors: Mapping[str, str] = field(default_factory=dict)
     compile_s: Mapping[str, float] = field(default_factory=dict)
+    cached: Mapping[str, bool] = field(default_factory=dict)  # per compiled pair: whether inductor compiled nothing new
     cpu: bool = False
 
     @classmethod
     def from_result(cls, result: dict, device: str) -> "ModelModes":
         return cls(samples={k: tuple(v) for k, v in result["samples"].items()}, calls=result["calls"],
                    errors=dict(result.get("errors") or {}), compile_s=dict(result.get("compile_s") or {}),
+                   cached=dict(result.get("cached") or {}),
                    cpu=not device.startswith("cuda"))
 
     def modes(self, model: str) -> list[str]:

@@ -110,6 +110,7 @@ def test_the_modes_job_times_both_models_in_each_mode(assembled, tmp_path):
             assert 0 < t.low <= t.ms <= t.high
     ratio = loop.ratio(("original", "eager"), ("assembled", "eager"))
     assert ratio.low <= ratio.point <= ratio.high
+    assert loop.cached["original@reduce-overhead"]  # compiled from what the warm job left in the opponent's cache
 
 
 def test_a_region_in_place_runs_under_cuda_graphs_and_matches(tmp_path):

@@ -133,6 +133,8 @@ ModelNew.__init__ = _counted
     loop = judge.modes(task, path, "cpu", ("eager", "default"))
     assert loop.modes("assembled") == ["eager"] and loop.modes("original") == ["eager", "default"]
     assert loop.errors == {"assembled@default": "RuntimeError: out of memory: the third instance"}
+    # the original compiled from the opponent's cache, which a job with no candidate in its process filled first
+    assert loop.cached == {"original@default": True}
 
 
 def _through_the_op(source: str) -> str:

@@ -39,7 +39,7 @@ def run_modes(job: Job, device: str, channel) -> dict:
             classes[f"variant{i}"] = _variant_class(source, job)
     except Exception as exc:  # noqa: BLE001 - a variant is the assembly's file with fewer parts
         return {"verdict": "runtime_error", "reason": "variant", "message": f"a variant did not build: {first_line(exc)}"}
-    fns, errors, compile_s = {}, {}, {}
+    fns, errors, compile_s, cached = {}, {}, {}, {}
     with torch.no_grad():
         for mode in job.modes:
             # a model of its own in each mode, as the user's: a kernel's state made on its first call (a workspace
@@ -48,7 +48,7 @@ def run_modes(job: Job, device: str, channel) -> dict:
             # failed there)
             for name in ("original", *classes):
                 key = f"{name}@{mode}"
-                started = time.perf_counter()
+                started, misses = time.perf_counter(), _misses()
                 try:
                     model = reference if name == "original" else _fresh(classes[name], job, init, reference, device)
                     fns[key] = _ready(model, mode, whole=name != "original", sets=sets, device=device)
@@ -57,13 +57,49 @@ def run_modes(job: Job, device: str, channel) -> dict:
                     torch._dynamo.reset()  # a half-made graph must not serve the next compile
                     continue
                 compile_s[key] = round(time.perf_counter() - started, 3)
+                if mode != "eager":
+                    cached[key] = _misses() == misses
     if not fns:
         return {"verdict": "runtime_error", "reason": "no_mode", "message": "nothing ran in any mode", "errors": errors}
     channel.acquire_device()
     with channel.quiet():
         measured, calls = loop.back_to_back(fns, sets, device, seconds=job.timing.max_seconds * len(fns))
     return {"verdict": "ok", "reason": "", "message": "", "calls": calls, "samples": measured.samples,
-            "errors": errors, "compile_s": compile_s}
+            "errors": errors, "compile_s": compile_s, "cached": cached}
+
+
+def run_warm(job: Job, device: str, channel) -> dict:
+    """The original model compiled in each of the job's modes as a modes job compiles it, in a process with
+    no candidate code, whose compiles last in the task's opponent cache. Why: every modes job compiled the
+    original from an empty cache, 78 to 108 s in max-autotune-no-cudagraphs (gpt_stack_bf16, H200,
+    2026-12-01/02), and an assembly runs several. Compiles only: the device is not held, nothing is timed."""
+    import torch
+
+    task = jobs._load_task(job)
+    inputs.seed_all(job.seed)
+    reference = task.Model(*task.get_init_inputs()).to(device)
+    sets = jobs._input_sets(task, job, device, job.input_sets)
+    compile_s, errors, cached = {}, {}, {}
+    with torch.no_grad():
+        for mode in job.modes:
+            started, misses = time.perf_counter(), _misses()
+            try:
+                _ready(reference, mode, whole=False, sets=sets, device=device)
+            except Exception as exc:  # noqa: BLE001 - the modes job says it for the original in this mode
+                errors[mode] = f"{type(exc).__name__}: {first_line(exc)}"
+                torch._dynamo.reset()
+                continue
+            compile_s[mode] = round(time.perf_counter() - started, 3)
+            cached[mode] = _misses() == misses
+    return {"verdict": "ok", "reason": "", "message": "", "compile_s": compile_s, "errors": errors, "cached": cached}
+
+
+def _misses() -> tuple[int, int]:
+    """Inductor's counts of graphs compiled anew (not found in its cache, or not cacheable), in this process so
+    far: a compile that leaves them as they were took every graph from the cache."""
+    from torch._dynamo.utils import counters
+
+    return counters["inductor"]["fxgraph_cache_miss"], counters["inductor"]["fxgraph_cache_bypass"]
 
 
 def _ready(model, mode: str, whole: bool, sets: list, device: str):

@@ -260,6 +260,13 @@ def opponent_environment(job: Job) -> None:
                            ("PYTORCH_KERNEL_CACHE_PATH", "torch-kernels")):
         (folder / name).mkdir(parents=True, exist_ok=True)
         os.environ[variable] = str(folder / name)
+    # No autotuning results on disk: a kernel loaded from inductor's cache keeps the absolute path it was compiled
+    # at, and writes its best config beside it. From a copy, that is the task's folder, which a job running candidate
+    # code may not write (a modes job was refused for it: max-autotune-no-cudagraphs, H200, 2026-12-02). The
+    # configs are benchmarked in the process instead, by the calls before timing; compiled graphs stay cached.
+    import torch._inductor.config
+
+    torch._inductor.config.autotune_local_cache = False
 
 
 def localize(job: Job) -> Job:

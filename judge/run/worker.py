@@ -167,7 +167,7 @@ def _job_environment(job: Job, device: str) -> None:
                        "TORCH_EXTENSIONS_DIR": str(build / "inline"),
                        "TORCHINDUCTOR_CACHE_DIR": str(build / "inductor"),
                        "PYTORCH_KERNEL_CACHE_PATH": str(build / "torch-kernels")})
-    if job.kind in ("baseline", "compile_beside", "modes"):  # the compiled reference: from caches no candidate wrote
+    if job.kind in ("baseline", "warm", "compile_beside", "modes"):  # the compiled reference: from caches no candidate wrote
         sandbox.opponent_environment(job)
     os.environ.setdefault("MAX_JOBS", str(job.build_jobs))
     if job.format == "inline":
@@ -219,7 +219,7 @@ def main() -> None:
     started = time.perf_counter()
     run = {"baseline": baseline.run, "check": check.serve, "remeasure": jobs.run_remeasure,
            "compile_beside": jobs.run_compile_beside, "modes": modes.run_modes,
-           "profile": profiling.run_profile}.get(job.kind, jobs.run_candidate)
+           "warm": modes.run_warm, "profile": profiling.run_profile}.get(job.kind, jobs.run_candidate)
     result = run(job, device, channel)
     result["worker_s"] = time.perf_counter() - started
     channel.send_result(result)

@@ -131,6 +131,7 @@ class Assembly:
         return {"modes": table(self.loop, self.asked) if self.loop else {}, "chosen_mode": self.mode,
                 "original_best_mode": self.original_best, "speedup": triple(self.speedup),
                 "nothing_placed": self.line(), "compile_s": dict(self.loop.compile_s) if self.loop else {},
+                "compiled_from_cache": dict(self.loop.cached) if self.loop else {},
                 "verified_as_run": self._as_run()}
 
     def _as_run(self) -> dict[str, Any] | None:
