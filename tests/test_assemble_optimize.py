@@ -45,6 +45,7 @@ def test_optimize_in_parts_splits_searches_assembles_and_verifies(tmp_path):
         assert p["in_place"] or p["reverted"].startswith(("no gain in place", "in place together")), p
     # the user's loop in each mode of the CPU, host included; the headline or, with nothing placed, what to run
     assert set(result["modes"]) == {"eager", "default"}
+    assert result["compiled_from_cache"]["original@default"] is True  # what the warm job compiled first
     assert all(row["original_ms"][1] <= row["original_ms"][0] <= row["original_ms"][2] for row in result["modes"].values())
     placed = any(p["in_place"] for p in result["parts"])
     assert done.returncode == (0 if placed else 3), done.stderr[-3000:]
