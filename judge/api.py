@@ -129,7 +129,7 @@ class Judge:
         self._baselines: dict[str, concurrent.futures.Future] = {}
         self._lock = threading.Lock()
         self._known: dict[str, str] = {}  # baseline file -> sha256, as read or written
-        self._warmed: set[tuple] = set()  # (task hash, device, modes) whose original compiles are cached (_warm)
+        self._warmed: set[tuple] = set()  # (task hash, device, mode) whose original compile is cached (_warm)
 
     def __enter__(self) -> "Judge":
         return self
@@ -253,14 +253,13 @@ class Judge:
 
     def _warm(self, task: Task, device: str, modes: tuple[str, ...]) -> None:
         """The task's opponent cache filled with the original's compiles in `modes` (run/modes.run_warm), once per
-        task, device and modes in this judge: each modes job then compiles the original from a copy of it. A
+        task, device and mode in this judge: each modes job then compiles the original from a copy of it. A
         failure here is left to the modes job, which compiles from an empty cache as it would without this."""
-        key = (task.source_hash, device, modes)
         with self._lock:
-            if not modes or key in self._warmed:
-                return
-            self._warmed.add(key)
-        self.executor.submit(self._job(task, "warm", modes=modes), device).result()
+            todo = tuple(m for m in modes if (task.source_hash, device, m) not in self._warmed)
+            self._warmed.update((task.source_hash, device, m) for m in todo)
+        if todo:
+            self.executor.submit(self._job(task, "warm", modes=todo), device).result()
 
     def profile(self, task: Task, candidate_path: str | Path, evaluation: Evaluation, ncu: bool = True
                 ) -> concurrent.futures.Future:

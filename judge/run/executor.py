@@ -127,8 +127,7 @@ class Worker:
 
     def kill(self) -> None:
         hold.unregister(self.proc.pid)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, 9)
+        self.stop()
         with contextlib.suppress(Exception):
             self.proc.wait(timeout=10)
         with contextlib.suppress(Exception):

@@ -48,17 +48,15 @@ def run_modes(job: Job, device: str, channel) -> dict:
             # failed there)
             for name in ("original", *classes):
                 key = f"{name}@{mode}"
-                started, misses = time.perf_counter(), _misses()
-                try:
-                    model = reference if name == "original" else _fresh(classes[name], job, init, reference, device)
-                    fns[key] = _ready(model, mode, whole=name != "original", sets=sets, device=device)
-                except Exception as exc:  # noqa: BLE001 - said for this pair; the others are timed
-                    errors[key] = f"{type(exc).__name__}: {first_line(exc)}"
-                    torch._dynamo.reset()  # a half-made graph must not serve the next compile
+                made = (lambda: reference) if name == "original" else \
+                    (lambda: _fresh(classes[name], job, init, reference, device))
+                fn, error, seconds, hit = _compiled(made, mode, name != "original", sets, device)
+                if error:  # said for this pair; the others are timed
+                    errors[key] = error
                     continue
-                compile_s[key] = round(time.perf_counter() - started, 3)
+                fns[key], compile_s[key] = fn, seconds
                 if mode != "eager":
-                    cached[key] = _misses() == misses
+                    cached[key] = hit
     if not fns:
         return {"verdict": "runtime_error", "reason": "no_mode", "message": "nothing ran in any mode", "errors": errors}
     channel.acquire_device()
@@ -79,19 +77,24 @@ def run_warm(job: Job, device: str, channel) -> dict:
     inputs.seed_all(job.seed)
     reference = task.Model(*task.get_init_inputs()).to(device)
     sets = jobs._input_sets(task, job, device, job.input_sets)
-    compile_s, errors, cached = {}, {}, {}
     with torch.no_grad():
-        for mode in job.modes:
-            started, misses = time.perf_counter(), _misses()
-            try:
-                _ready(reference, mode, whole=False, sets=sets, device=device)
-            except Exception as exc:  # noqa: BLE001 - the modes job says it for the original in this mode
-                errors[mode] = f"{type(exc).__name__}: {first_line(exc)}"
-                torch._dynamo.reset()
-                continue
-            compile_s[mode] = round(time.perf_counter() - started, 3)
-            cached[mode] = _misses() == misses
-    return {"verdict": "ok", "reason": "", "message": "", "compile_s": compile_s, "errors": errors, "cached": cached}
+        for mode in job.modes:  # a compile that fails here is the modes job's to say, for the original in that mode
+            _compiled(lambda: reference, mode, False, sets, device)
+    return {"verdict": "ok", "reason": "", "message": ""}
+
+
+def _compiled(made, mode: str, whole: bool, sets: list, device: str):
+    """(the function running `made()` in `mode`, ready to time; the error that stopped it, or ""; the seconds it
+    took; whether inductor took every graph it compiled from its cache)."""
+    import torch
+
+    started, misses = time.perf_counter(), _misses()
+    try:
+        fn = _ready(made(), mode, whole=whole, sets=sets, device=device)
+    except Exception as exc:  # noqa: BLE001 - the caller says it for this (model, mode)
+        torch._dynamo.reset()  # a half-made graph must not serve the next compile
+        return None, f"{type(exc).__name__}: {first_line(exc)}", 0.0, False
+    return fn, "", round(time.perf_counter() - started, 3), _misses() == misses
 
 
 def _misses() -> tuple[int, int]:
